@@ -1,0 +1,46 @@
+"""``selfctx``: the command-line front of the context manager.
+
+Each sub-command lives in its own module under ``adapters.cli`` and exposes
+``register(subparsers)``; this module only collects them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from domain.errors import SelfContextError
+
+# Modules that contribute sub-commands, in the order `selfctx --help` lists them.
+COMMAND_MODULES = (
+    "adapters.cli.demo",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="selfctx",
+        description="Context manager for LLM coding agents: objects, metadata lines, active set.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except SelfContextError as exc:
+        print(f"selfctx: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,172 @@
+"""The object store port: a bitemporal document store that keeps every version.
+
+Documents are flat JSON objects with a string ``xt/id`` (SSOT §2.2). The store never interprets
+them beyond three attributes it may index: ``xt/id``, ``type`` and, on session-log entries,
+``session_ref`` and ``seq`` (see :meth:`ObjectStore.session_log`). Two adapters implement this
+port: the in-memory store (``adapters.memory``) and XTDB 1.x over HTTP (``adapters.xtdb``). Both
+run the same behaviour suite in ``contracts/store.py``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeAlias
+
+import attrs
+
+from domain.errors import SelfContextError
+
+JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
+Document: TypeAlias = Mapping[str, JsonValue]
+"""A stored document: a JSON object whose ``xt/id`` is a non-empty string."""
+
+
+@attrs.frozen
+class Expect:
+    """A precondition of a commit: the latest version of ``object_id`` equals ``document``.
+
+    ``document=None`` means the object must not exist yet. If any precondition of a commit fails,
+    nothing of the commit is written and the store raises :class:`ConflictError`.
+    """
+
+    object_id: str
+    """Id of the object whose latest version is checked."""
+    document: Document | None
+    """The exact document expected as the latest version, or None for "does not exist"."""
+
+
+@attrs.frozen
+class Receipt:
+    """What the store returns once a commit is durable and visible to reads."""
+
+    tx_id: int
+    """The transaction's id: increasing across commits (gaps are possible), the basis for as-of."""
+    tx_time: str
+    """The transaction time as an ISO-8601 UTC string (precision depends on the store)."""
+
+
+@attrs.frozen
+class Version:
+    """One version of a document, as the store recorded it."""
+
+    tx_id: int
+    """The transaction that wrote this version."""
+    tx_time: str
+    """The transaction time, ISO-8601 UTC."""
+    document: Document
+    """The document as written."""
+
+
+class StoreError(SelfContextError):
+    """The store could not do what was asked. Carries the store's location and the operation."""
+
+    kind = "store_error"
+
+    def __init__(self, message: str, *, url: str = "", operation: str = "") -> None:
+        self.url = url
+        self.operation = operation
+        where = " ".join(part for part in (operation, url and f"at {url}") if part)
+        super().__init__(f"{message} ({where})" if where else message)
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached (connection refused, timed out, node stopped). Nothing was
+    written by the failed call if it was a commit that never reached the store; retrying once the
+    store is back is safe because commits carry preconditions."""
+
+    kind = "store_unavailable"
+
+
+class StoreRejected(StoreError):
+    """The store answered, but refused the request (a 4xx/5xx status or an error body)."""
+
+    kind = "store_rejected"
+
+    def __init__(self, message: str, *, status: int = 0, url: str = "", operation: str = "") -> None:
+        self.status = status
+        super().__init__(message, url=url, operation=operation)
+
+
+class StoreProtocolError(StoreError):
+    """The store's answer could not be understood (malformed or truncated body)."""
+
+    kind = "store_protocol_error"
+
+
+class ConflictError(StoreError):
+    """A precondition of a commit failed: another writer changed an object first.
+
+    Nothing of the commit was written. The retry policy is the caller's: re-read the objects named
+    in ``object_ids``, decide again on fresh state and commit again (the application's use cases do
+    this a bounded number of times, see ``application.session_runner``).
+    """
+
+    kind = "conflict"
+
+    def __init__(self, object_ids: Sequence[str], *, url: str = "", operation: str = "commit") -> None:
+        self.object_ids = tuple(object_ids)
+        super().__init__(
+            f"another writer changed {', '.join(map(repr, self.object_ids)) or 'an object'} first",
+            url=url,
+            operation=operation,
+        )
+
+
+class ObjectStore(abc.ABC):
+    """A bitemporal document store: every commit adds versions, nothing is ever overwritten.
+
+    Reads after a successful :meth:`commit` see that commit (read-your-writes) on the same store
+    object. Transaction ids increase; ``as_of`` and ``history`` are by transaction.
+    """
+
+    @abc.abstractmethod
+    def get(self, object_id: str) -> Document | None:
+        """Return the latest version of ``object_id``, or None if it was never written."""
+
+    @abc.abstractmethod
+    def get_many(self, object_ids: Iterable[str]) -> dict[str, Document]:
+        """Return the latest version of each id that exists, in one round trip where the store
+        allows (XTDB: one Datalog query). Missing ids are simply absent from the result."""
+
+    @abc.abstractmethod
+    def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
+        """Write every document in ``puts`` as a new version, atomically: all or none.
+
+        Preconditions in ``expect`` are checked against the latest versions at commit time; if any
+        fails, nothing is written and :class:`ConflictError` is raised. Returns once the commit is
+        durable (as durable as the store is) and visible to this store object's reads.
+        Raises :class:`StoreError` subclasses for anything else; a failed commit leaves nothing
+        half-written.
+        """
+
+    @abc.abstractmethod
+    def history(self, object_id: str) -> list[Version]:
+        """Every version of ``object_id``, oldest first; empty if it was never written."""
+
+    @abc.abstractmethod
+    def get_as_of(self, object_id: str, tx_id: int) -> Document | None:
+        """The version of ``object_id`` that was latest right after transaction ``tx_id``."""
+
+    @abc.abstractmethod
+    def get_many_as_of(self, object_ids: Iterable[str], tx_id: int) -> dict[str, Document]:
+        """:meth:`get_as_of` for many ids at once."""
+
+    @abc.abstractmethod
+    def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
+        """Every session-log entry of ``session_id`` with ``seq > after_seq``, in ``seq`` order.
+
+        Session-log entries are the documents with ``type == "session_log"``, a string
+        ``session_ref`` and an integer ``seq`` (see ``application.persistence``).
+        """
+
+    @abc.abstractmethod
+    def ids_of_type(self, doc_type: str) -> list[str]:
+        """Ids of every object whose latest version has ``type == doc_type``, sorted."""
+
+    @abc.abstractmethod
+    def latest_tx(self) -> Receipt | None:
+        """The latest committed transaction, or None for an empty store."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing
+        """Release connections or other resources. The default does nothing."""
