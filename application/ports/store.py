@@ -1,8 +1,8 @@
 """The object store port: a bitemporal document store that keeps every version.
 
 Documents are flat JSON objects with a string ``xt/id`` (SSOT §2.2). The store never interprets
-them beyond three attributes it may index: ``xt/id``, ``type`` and, on session-log entries,
-``session_ref`` and ``seq`` (see :meth:`ObjectStore.session_log`). Two adapters implement this
+them beyond the attributes it queries: ``xt/id``, ``type`` and, on session-log entries,
+``session_id`` and ``seq`` (see :meth:`ObjectStore.session_log`). Two adapters implement this
 port: the in-memory store (``adapters.memory``) and XTDB 1.x over HTTP (``adapters.xtdb``). Both
 run the same behaviour suite in ``contracts/store.py``.
 """
@@ -136,8 +136,9 @@ class ObjectStore(abc.ABC):
         Preconditions in ``expect`` are checked against the latest versions at commit time; if any
         fails, nothing is written and :class:`ConflictError` is raised. Returns once the commit is
         durable (as durable as the store is) and visible to this store object's reads.
-        Raises :class:`StoreError` subclasses for anything else; a failed commit leaves nothing
-        half-written.
+        A document without a non-empty string ``xt/id``, or with a value JSON cannot carry, raises
+        ``domain.errors.InvalidInput`` before anything is sent. Raises :class:`StoreError`
+        subclasses for anything else; a failed commit leaves nothing half-written.
         """
 
     @abc.abstractmethod
@@ -157,7 +158,7 @@ class ObjectStore(abc.ABC):
         """Every session-log entry of ``session_id`` with ``seq > after_seq``, in ``seq`` order.
 
         Session-log entries are the documents with ``type == "session_log"``, a string
-        ``session_ref`` and an integer ``seq`` (see ``application.persistence``).
+        ``session_id`` and an integer ``seq`` (see ``application.persistence``).
         """
 
     @abc.abstractmethod
