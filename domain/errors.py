@@ -15,7 +15,7 @@ class SelfContextError(Exception):
     kind = "error"
 
 
-class InvalidInput(SelfContextError, ValueError):  # noqa: N818 - a family name, not an event
+class InvalidInput(SelfContextError, ValueError):
     """A caller handed over a value that can never be valid; nothing was changed."""
 
     kind = "invalid_input"
@@ -47,7 +47,7 @@ class InvalidContent(InvalidInput):
         self.where = where
 
 
-class UnknownObject(SelfContextError, LookupError):  # noqa: N818
+class UnknownObject(SelfContextError, LookupError):
     """The id names no object this session has encountered (nor, perhaps, any object at all).
 
     The message deliberately does not say whether the object exists in another session: one
@@ -62,7 +62,7 @@ class UnknownObject(SelfContextError, LookupError):  # noqa: N818
         super().__init__(f"no object {object_id!r} in session {session_id!r}")
 
 
-class NotAContentObject(SelfContextError, ValueError):  # noqa: N818
+class NotAContentObject(SelfContextError, ValueError):
     """The id names an infrastructure object (chat, system prompt, session), which has no
     context level: it cannot be activated, deactivated or pinned."""
 
@@ -76,7 +76,7 @@ class NotAContentObject(SelfContextError, ValueError):  # noqa: N818
         )
 
 
-class SessionNotFound(SelfContextError, LookupError):  # noqa: N818
+class SessionNotFound(SelfContextError, LookupError):
     """No session with this id exists in the store."""
 
     kind = "session_not_found"
@@ -86,7 +86,7 @@ class SessionNotFound(SelfContextError, LookupError):  # noqa: N818
         super().__init__(f"no session {session_id!r}")
 
 
-class SessionExists(SelfContextError):  # noqa: N818
+class SessionExists(SelfContextError):
     """A session with this id already exists; resume it instead of starting it again."""
 
     kind = "session_exists"
@@ -96,7 +96,7 @@ class SessionExists(SelfContextError):  # noqa: N818
         super().__init__(f"session {session_id!r} already exists; resume it instead")
 
 
-class DuplicateObject(SelfContextError):  # noqa: N818
+class DuplicateObject(SelfContextError):
     """An unsourced object id (a tool-call id) is already taken by a different object."""
 
     kind = "duplicate_object"

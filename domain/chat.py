@@ -1,0 +1,131 @@
+"""The chat: canonical conversation state (SSOT §1.4), kept as turns of messages.
+
+A turn begins at each user message; messages before the first user message belong to turn 0.
+Tool outputs are never stored in the chat: a :class:`ToolResult` only names the toolcall object,
+whose version holds the output. This is what lets the chat stay small while outputs collapse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeAlias, cast
+
+import attrs
+from pyrsistent import PVector, freeze, pvector, thaw
+
+__all__ = [
+    "AssistantMessage",
+    "ChatMessage",
+    "ToolCallRequest",
+    "ToolResult",
+    "Turn",
+    "UserMessage",
+    "freeze_json",
+    "message_from_json",
+    "message_to_json",
+]
+
+
+def freeze_json(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A JSON object made immutable (nested dicts and lists become pyrsistent maps and vectors)."""
+    return cast(Mapping[str, Any], freeze(value))
+
+
+@attrs.frozen
+class ToolCallRequest:
+    """A tool call the assistant asked for, as the provider reported it."""
+
+    id: str
+    """The provider's tool-call id, which becomes the toolcall object's id."""
+    name: str
+    """The tool's name."""
+    arguments: Mapping[str, Any] = attrs.field(converter=freeze_json, factory=dict)
+    """The call's arguments as a JSON object."""
+
+
+def _tool_calls(items: Iterable[ToolCallRequest]) -> tuple[ToolCallRequest, ...]:
+    return tuple(items)
+
+
+@attrs.frozen
+class UserMessage:
+    """A message from the user; it begins a new turn."""
+
+    text: str
+    """The message text."""
+
+
+@attrs.frozen
+class AssistantMessage:
+    """A message from the model: text and the tool calls it requested."""
+
+    text: str
+    """The message text (may be empty when the message only calls tools)."""
+    tool_calls: tuple[ToolCallRequest, ...] = attrs.field(converter=_tool_calls, default=())
+    """Tool calls requested, in the provider's order."""
+
+
+@attrs.frozen
+class ToolResult:
+    """The place of a tool's output in the chat: a reference to the toolcall object."""
+
+    toolcall_id: str
+    """Id of the toolcall object holding the output."""
+
+
+ChatMessage: TypeAlias = UserMessage | AssistantMessage | ToolResult
+
+
+def _messages(items: Iterable[ChatMessage]) -> PVector[ChatMessage]:
+    return pvector(items)
+
+
+@attrs.frozen
+class Turn:
+    """One turn: a user message (absent in turn 0) and everything up to the next one."""
+
+    number: int
+    """0 for the preamble before the first user message, then 1, 2, ..."""
+    messages: PVector[ChatMessage] = attrs.field(converter=_messages, factory=pvector)
+    """The turn's messages in order."""
+
+    def append(self, message: ChatMessage) -> Turn:
+        return attrs.evolve(self, messages=self.messages.append(message))
+
+    @property
+    def toolcall_ids(self) -> tuple[str, ...]:
+        return tuple(m.toolcall_id for m in self.messages if isinstance(m, ToolResult))
+
+
+def message_to_json(message: ChatMessage) -> dict[str, Any]:
+    """The stored form of a chat message (used in the chat document and the session log)."""
+    if isinstance(message, UserMessage):
+        return {"role": "user", "text": message.text}
+    if isinstance(message, AssistantMessage):
+        return {
+            "role": "assistant",
+            "text": message.text,
+            "tool_calls": [
+                {"id": c.id, "name": c.name, "arguments": thaw(c.arguments)}
+                for c in message.tool_calls
+            ],
+        }
+    return {"role": "tool", "toolcall_ref": message.toolcall_id}
+
+
+def message_from_json(data: Mapping[str, Any]) -> ChatMessage:
+    """Inverse of :func:`message_to_json`."""
+    role = data["role"]
+    if role == "user":
+        return UserMessage(text=data["text"])
+    if role == "assistant":
+        return AssistantMessage(
+            text=data["text"],
+            tool_calls=tuple(
+                ToolCallRequest(id=c["id"], name=c["name"], arguments=c["arguments"])
+                for c in data["tool_calls"]
+            ),
+        )
+    if role == "tool":
+        return ToolResult(toolcall_id=data["toolcall_ref"])
+    raise ValueError(f"unknown chat message role {role!r}")

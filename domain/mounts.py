@@ -1,0 +1,120 @@
+"""Mount mappings (SSOT §5.3): agent-visible paths to canonical source bindings and back.
+
+Pure string work on POSIX paths: nothing here touches a filesystem. Symlinks are resolved by the
+filesystem adapter before a path reaches :meth:`MountTable.to_source`.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from domain.errors import InvalidInput, InvalidPath
+from domain.objects import FilesystemSource, Source
+
+__all__ = ["MountMapping", "MountTable", "normalize_absolute"]
+
+
+def normalize_absolute(path: str) -> str:
+    """Lexically normalise an absolute POSIX path: collapse ``//``, ``.`` and ``..``.
+
+    ``..`` above the root stays at the root, as the kernel does. Raises :class:`InvalidPath` for
+    a non-string, empty, relative or NUL-containing path.
+    """
+    if not isinstance(path, str):
+        raise InvalidPath(path, "a path must be a string")
+    if not path:
+        raise InvalidPath(path, "a path must not be empty")
+    if "\x00" in path:
+        raise InvalidPath(path, "a path must not contain NUL")
+    if not path.startswith("/"):
+        raise InvalidPath(path, "an absolute path is required here")
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(part)
+    return "/" + "/".join(parts)
+
+
+def _under(path: str, prefix: str) -> str | None:
+    """The rest of ``path`` below ``prefix`` ('' for the prefix itself), or None if outside."""
+    if prefix == "/":
+        return path[1:]
+    if path == prefix:
+        return ""
+    if path.startswith(prefix + "/"):
+        return path[len(prefix) + 1 :]
+    return None
+
+
+def _join(prefix: str, rest: str) -> str:
+    if not rest:
+        return prefix
+    return prefix.rstrip("/") + "/" + rest
+
+
+@attrs.frozen
+class MountMapping:
+    """One mount: paths under ``agent_prefix`` are files under ``canonical_prefix`` on the
+    filesystem ``filesystem_id`` (for a bind mount, the host's)."""
+
+    agent_prefix: str = attrs.field(converter=normalize_absolute)
+    """Where the agent sees the mount, e.g. ``/workspace``."""
+    canonical_prefix: str = attrs.field(converter=normalize_absolute)
+    """Where the files really are, e.g. ``/home/abaris/project``."""
+    filesystem_id: str
+    """The filesystem the canonical prefix lives on."""
+    read_only: bool = False
+    """Whether the mount is read-only for the agent (informational)."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.filesystem_id:
+            raise InvalidInput("filesystem id", self.filesystem_id, "must not be empty")
+
+
+@attrs.frozen
+class MountTable:
+    """The mounts an agent sees, plus the filesystem of every path under no mount."""
+
+    default_filesystem_id: str
+    """The agent's own filesystem: the host's for an unsandboxed agent, else the container's."""
+    mappings: tuple[MountMapping, ...] = attrs.field(default=(), converter=tuple)
+
+    def __attrs_post_init__(self) -> None:
+        if not self.default_filesystem_id:
+            raise InvalidInput("filesystem id", self.default_filesystem_id, "must not be empty")
+
+    def to_source(self, agent_path: str) -> Source:
+        """Forward translation: the longest agent prefix wins; no match keeps the path with the
+        default filesystem id."""
+        path = normalize_absolute(agent_path)
+        best: tuple[int, MountMapping, str] | None = None
+        for mapping in self.mappings:
+            rest = _under(path, mapping.agent_prefix)
+            if rest is not None and (best is None or len(mapping.agent_prefix) > best[0]):
+                best = (len(mapping.agent_prefix), mapping, rest)
+        if best is None:
+            return FilesystemSource(filesystem_id=self.default_filesystem_id, path=path)
+        _, mapping, rest = best
+        return FilesystemSource(
+            filesystem_id=mapping.filesystem_id, path=_join(mapping.canonical_prefix, rest)
+        )
+
+    def display_path(self, source: Source) -> str:
+        """Reverse translation: the agent-visible path of a source; the canonical path when no
+        mapping covers it (the longest canonical prefix on the same filesystem wins)."""
+        best: tuple[int, MountMapping, str] | None = None
+        for mapping in self.mappings:
+            if mapping.filesystem_id != source.filesystem_id:
+                continue
+            rest = _under(source.path, mapping.canonical_prefix)
+            if rest is not None and (best is None or len(mapping.canonical_prefix) > best[0]):
+                best = (len(mapping.canonical_prefix), mapping, rest)
+        if best is None:
+            return source.path
+        _, mapping, rest = best
+        return _join(mapping.agent_prefix, rest)

@@ -1,0 +1,272 @@
+"""Objects (SSOT §2): an immutable envelope, a mutable payload, and the five hashes.
+
+Content objects (``file``, ``toolcall``) take part in context management; infrastructure objects
+(``chat``, ``system_prompt``, ``session``) are scaffolding rendered in fixed places. Each class here
+is one *version* of an object: a new version is a new instance, built by the factory functions,
+which are the only place hashes are computed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Final, Literal, TypeAlias
+
+import attrs
+from pyrsistent import thaw
+
+from domain import hashing
+from domain.chat import freeze_json
+from domain.errors import InvalidInput, InvalidPath
+
+__all__ = [
+    "CONTENT_TYPES",
+    "INFRASTRUCTURE_TYPES",
+    "ContentObject",
+    "ContentStatus",
+    "FileObject",
+    "FilesystemSource",
+    "Source",
+    "SystemPromptObject",
+    "ToolcallObject",
+    "file_type_of",
+    "source_from_json",
+]
+
+CONTENT_TYPES: Final = frozenset({"file", "toolcall"})
+INFRASTRUCTURE_TYPES: Final = frozenset({"chat", "system_prompt", "session"})
+
+ContentStatus: TypeAlias = Literal["deleted", "binary", "too_large"]
+"""Why a file version holds no content although its source was seen (a decision record explains
+this addition to the SSOT: without it a deleted file would render like an unread stub)."""
+
+ToolStatus: TypeAlias = Literal["ok", "fail"]
+
+
+@attrs.frozen
+class FilesystemSource:
+    """Source binding of a file on a filesystem (SSOT §2.3): immutable, part of identity."""
+
+    type: ClassVar[str] = "filesystem"
+    filesystem_id: str
+    """Namespace of the filesystem (§5.4): the host's id, or a container's declared id."""
+    path: str
+    """Canonical absolute path on that filesystem (for a bind mount, the host-side path)."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.filesystem_id:
+            raise InvalidInput("filesystem id", self.filesystem_id, "must not be empty")
+        if not self.path.startswith("/"):
+            raise InvalidPath(self.path, "a source path must be absolute")
+
+    def to_json(self) -> dict[str, str]:
+        """The binding as stored and hashed: ``{"type", "filesystemId", "path"}``."""
+        return {"type": self.type, "filesystemId": self.filesystem_id, "path": self.path}
+
+
+Source: TypeAlias = FilesystemSource
+"""Union of the source binding types; new types (s3, git) join it with their own ``type`` tag."""
+
+_SOURCE_TYPES: Final[Mapping[str, type[FilesystemSource]]] = {"filesystem": FilesystemSource}
+
+
+def source_from_json(data: Mapping[str, Any]) -> Source:
+    """Parse a stored source binding, refusing unknown tags rather than guessing."""
+    tag = data.get("type")
+    if tag not in _SOURCE_TYPES:
+        raise InvalidInput("source type", tag, f"known types are {sorted(_SOURCE_TYPES)}")
+    return FilesystemSource(filesystem_id=str(data["filesystemId"]), path=str(data["path"]))
+
+
+def file_type_of(path: str) -> str:
+    """The extension without its dot, as JavaScript's ``path.extname`` finds it ('' if none)."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    dot = name.rfind(".")
+    if dot <= 0 or dot == len(name) - 1:
+        return ""
+    return name[dot + 1 :]
+
+
+def _absent_if_none(value: object) -> object:
+    return hashing.ABSENT if value is None else value
+
+
+@attrs.frozen
+class FileObject:
+    """One version of a ``file`` object: a sourced content object (§2.6)."""
+
+    type: ClassVar[str] = "file"
+    id: str
+    """``xt/id``: equal to the identity hash of the source binding."""
+    source: FilesystemSource
+    identity_hash: str
+    content: str | None
+    """The file's text; None for a discovery stub, a deleted file, or binary/oversized content."""
+    file_type: str
+    char_count: int
+    file_hash: str | None
+    """SHA-256 of the bytes on disk; None for a stub (never read) and for a deletion."""
+    content_hash: str | None
+    metadata_hash: str
+    object_hash: str
+    content_status: ContentStatus | None = None
+    """Why content is null although the file was seen; None for ordinary versions and stubs."""
+
+    @property
+    def is_stub(self) -> bool:
+        """A discovery stub: known to exist by path, never read."""
+        return self.file_hash is None and self.content_status is None
+
+    @property
+    def is_deleted(self) -> bool:
+        return self.content_status == "deleted"
+
+    @staticmethod
+    def identity_of(source: Source) -> str:
+        """The object id every client computes for this source binding."""
+        return hashing.identity_hash("file", source=source.to_json())
+
+    @classmethod
+    def build(
+        cls,
+        source: Source,
+        *,
+        content: str | None,
+        file_hash: str | None,
+        content_status: ContentStatus | None = None,
+    ) -> FileObject:
+        """Compute every hash for a version with this content (the single place they are made)."""
+        ident = cls.identity_of(source)
+        file_type = file_type_of(source.path)
+        count = hashing.char_count(content)
+        fields: dict[str, object] = {"file_type": file_type, "char_count": count}
+        if content_status is not None:
+            fields["content_status"] = content_status
+        meta = hashing.metadata_hash(fields)
+        chash = hashing.content_hash(content)
+        return cls(
+            id=ident,
+            source=source,
+            identity_hash=ident,
+            content=content,
+            file_type=file_type,
+            char_count=count,
+            file_hash=file_hash,
+            content_hash=chash,
+            metadata_hash=meta,
+            object_hash=hashing.object_hash(file_hash, chash, meta),
+            content_status=content_status,
+        )
+
+    @classmethod
+    def stub(cls, source: Source) -> FileObject:
+        """A discovery stub (§5.6): content, file_hash and content_hash null, char_count 0."""
+        return cls.build(source, content=None, file_hash=None)
+
+    def deleted(self) -> FileObject:
+        """The version recording that the source is gone: content null, history kept."""
+        return self.build(self.source, content=None, file_hash=None, content_status="deleted")
+
+
+@attrs.frozen
+class ToolcallObject:
+    """A ``toolcall`` object: the result of one tool execution, written once (§2.6)."""
+
+    type: ClassVar[str] = "toolcall"
+    id: str
+    """``xt/id``: the provider's tool-call id."""
+    identity_hash: str
+    content: str | None
+    """The tool's output."""
+    tool: str
+    args: Mapping[str, Any] = attrs.field(converter=freeze_json)
+    """The call's arguments as a JSON object (stored frozen)."""
+    status: ToolStatus
+    chat_ref: str
+    args_display: str | None
+    file_refs: tuple[str, ...] | None
+    content_hash: str | None
+    metadata_hash: str
+    object_hash: str
+
+    source: ClassVar[None] = None
+
+    @classmethod
+    def build(
+        cls,
+        toolcall_id: str,
+        *,
+        tool: str,
+        args: Mapping[str, Any],
+        output: str | None,
+        status: ToolStatus,
+        chat_ref: str,
+        args_display: str | None = None,
+        file_refs: Sequence[str] | None = None,
+    ) -> ToolcallObject:
+        """Build the single version of a tool call with all its hashes."""
+        if not toolcall_id:
+            raise InvalidInput("tool-call id", toolcall_id, "must not be empty")
+        if not tool:
+            raise InvalidInput("tool name", tool, "must not be empty")
+        if status not in ("ok", "fail"):
+            raise InvalidInput("tool status", status, "must be 'ok' or 'fail'")
+        if not isinstance(args, Mapping):
+            raise InvalidInput("tool args", args, "must be a JSON object")
+        refs = tuple(file_refs) if file_refs is not None else None
+        plain_args = thaw(args)
+        fields = {
+            "tool": tool,
+            "args": plain_args,
+            "args_display": _absent_if_none(args_display),
+            "status": status,
+            "chat_ref": chat_ref,
+            "file_refs": _absent_if_none(list(refs) if refs is not None else None),
+        }
+        try:
+            meta = hashing.metadata_hash(fields)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput("tool args", args, str(exc)) from exc
+        chash = hashing.content_hash(output)
+        return cls(
+            id=toolcall_id,
+            identity_hash=hashing.identity_hash("toolcall", xt_id=toolcall_id),
+            content=output,
+            tool=tool,
+            args=plain_args,
+            status=status,
+            chat_ref=chat_ref,
+            args_display=args_display,
+            file_refs=refs,
+            content_hash=chash,
+            metadata_hash=meta,
+            object_hash=hashing.object_hash(hashing.ABSENT, chash, meta),
+        )
+
+
+ContentObject: TypeAlias = FileObject | ToolcallObject
+
+
+@attrs.frozen
+class SystemPromptObject:
+    """The session's system prompt: an infrastructure object with no type-specific fields."""
+
+    type: ClassVar[str] = "system_prompt"
+    id: str
+    identity_hash: str
+    content: str
+    content_hash: str | None
+    metadata_hash: str
+    object_hash: str
+
+    @classmethod
+    def build(cls, object_id: str, content: str) -> SystemPromptObject:
+        chash = hashing.content_hash(content)
+        meta = hashing.metadata_hash({})
+        return cls(
+            id=object_id,
+            identity_hash=hashing.identity_hash("system_prompt", xt_id=object_id),
+            content=content,
+            content_hash=chash,
+            metadata_hash=meta,
+            object_hash=hashing.object_hash(hashing.ABSENT, chash, meta),
+        )

@@ -1,0 +1,164 @@
+"""Context assembly (SSOT §4.1): what the model sees, section by section.
+
+The order is the SSOT's: system prompt, metadata pool, chat, active content. In the chat every tool
+output is replaced by a ``toolcall_ref`` line; an active tool call's output appears once, in the
+active content section (an issue decision; see docs/decisions/0002-tool-outputs-only-in-active.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+import attrs
+
+from domain.chat import AssistantMessage, ToolCallRequest, ToolResult, Turn, UserMessage
+from domain.objects import ContentObject, FileObject, Source, ToolcallObject
+from domain.session.state import SessionState
+
+__all__ = [
+    "ActiveBlock",
+    "AssembledContext",
+    "RenderedMessage",
+    "active_block_text",
+    "metadata_line",
+    "render_context",
+    "render_turn",
+    "toolcall_ref",
+]
+
+_STATUS_NOTES = {"deleted": "[deleted]", "binary": "[binary]", "too_large": "[too large]"}
+
+
+def metadata_line(obj: ContentObject, display_path: str | None = None) -> str:
+    """The one-line summary of a content object in the metadata pool (§4.1)."""
+    if isinstance(obj, ToolcallObject):
+        return f"id={obj.id} type=toolcall tool={obj.tool} status={obj.status}"
+    head = f"id={obj.id} type=file path={display_path or obj.source.path} file_type={obj.file_type}"
+    if obj.content_status is not None:
+        return f"{head} {_STATUS_NOTES[obj.content_status]}"
+    if obj.file_hash is None:
+        return f"{head} [unread]"
+    return f"{head} char_count={obj.char_count}"
+
+
+def toolcall_ref(obj: ToolcallObject) -> str:
+    """What stands in the chat where a tool's output was."""
+    return f"toolcall_ref id={obj.id} tool={obj.tool} status={obj.status}"
+
+
+def active_block_text(object_id: str, content: str | None) -> str:
+    """One block of the active content section."""
+    body = content if content is not None else "[no content]"
+    return f"ACTIVE_CONTENT id={object_id}\n{body}"
+
+
+@attrs.frozen
+class RenderedMessage:
+    """One chat message as the model sees it."""
+
+    role: str
+    """``user``, ``assistant`` or ``tool``."""
+    text: str
+    """The text (for ``tool``, the toolcall_ref line)."""
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    """For ``assistant``: the tool calls it requested."""
+    toolcall_id: str | None = None
+    """For ``tool``: the tool call this result answers."""
+
+
+@attrs.frozen
+class ActiveBlock:
+    """One object of the active set with its full content."""
+
+    object_id: str
+    content: str | None
+
+    @property
+    def text(self) -> str:
+        return active_block_text(self.object_id, self.content)
+
+
+@attrs.frozen
+class AssembledContext:
+    """The four sections of one turn's context."""
+
+    system_prompt: str
+    metadata: tuple[str, ...]
+    """Metadata pool lines, in first-encounter order."""
+    chat: tuple[RenderedMessage, ...]
+    active: tuple[ActiveBlock, ...]
+    """Active content blocks, in first-encounter order."""
+
+    def metadata_text(self) -> str:
+        return "\n".join(self.metadata)
+
+    def active_text(self) -> str:
+        return "\n\n".join(block.text for block in self.active)
+
+    def to_text(self) -> str:
+        """A plain-text rendering of all four sections, for people and for size measurements."""
+        parts = [f"[system]\n{self.system_prompt}", f"[metadata]\n{self.metadata_text()}"]
+        for message in self.chat:
+            body = message.text
+            for call in message.tool_calls:
+                body += f"\n-> tool_call id={call.id} name={call.name}"
+            parts.append(f"[{message.role}]\n{body}")
+        if self.active:
+            parts.append(f"[active]\n{self.active_text()}")
+        return "\n\n".join(parts)
+
+
+def render_turn(turn: Turn, objects: Mapping[str, ContentObject]) -> tuple[RenderedMessage, ...]:
+    """The messages of one turn as the model sees them."""
+    return tuple(_turn_messages(turn, objects))
+
+
+def _turn_messages(turn: Turn, objects: Mapping[str, ContentObject]) -> Iterator[RenderedMessage]:
+    for message in turn.messages:
+        if isinstance(message, UserMessage):
+            yield RenderedMessage("user", message.text)
+        elif isinstance(message, AssistantMessage):
+            yield RenderedMessage("assistant", message.text, message.tool_calls)
+        elif isinstance(message, ToolResult):
+            obj = objects[message.toolcall_id]
+            assert isinstance(obj, ToolcallObject)
+            yield RenderedMessage("tool", toolcall_ref(obj), toolcall_id=obj.id)
+
+
+def render_context(
+    state: SessionState,
+    objects: Mapping[str, ContentObject],
+    system_prompt: str,
+    display_path: Callable[[Source], str],
+    metadata_line_of: Callable[[str], str] | None = None,
+    turn_messages: Callable[[Turn], Sequence[RenderedMessage]] | None = None,
+) -> AssembledContext:
+    """Assemble the context of ``state`` (§4.1) from the latest known object versions.
+
+    ``metadata_line_of`` and ``turn_messages`` let a caller supply cached renderings (a past
+    turn renders the same every time, and so does an unchanged object); by default everything is
+    rendered here.
+    """
+    if metadata_line_of is None:
+
+        def metadata_line_of(object_id: str) -> str:
+            obj = objects[object_id]
+            path = display_path(obj.source) if isinstance(obj, FileObject) else None
+            return metadata_line(obj, path)
+
+    if turn_messages is None:
+
+        def turn_messages(turn: Turn) -> Sequence[RenderedMessage]:
+            return render_turn(turn, objects)
+
+    pool = state.pool
+    if len(pool) == len(state.index):  # nothing demoted: the pool is the whole index
+        metadata = tuple(map(metadata_line_of, state.index))
+    else:
+        metadata = tuple(metadata_line_of(i) for i in state.index if i in pool)
+    active = tuple(ActiveBlock(i, objects[i].content) for i in state.ordered(state.active))
+    chat = tuple(itertools.chain.from_iterable(map(turn_messages, state.turns)))
+    return AssembledContext(
+        system_prompt=system_prompt, metadata=metadata, chat=chat, active=active
+    )

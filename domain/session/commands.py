@@ -1,0 +1,171 @@
+"""Commands: what a harness or the agent asks of a session. Orders, not facts.
+
+The application gathers every input a decision needs (stored versions, what was read from a
+source, the system prompt object) and puts it in the command, so that deciding stays pure.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias
+
+import attrs
+
+from domain.chat import AssistantMessage
+from domain.objects import FileObject, SystemPromptObject, ToolcallObject
+from domain.session.state import CollapseWindow
+
+__all__ = [
+    "Activate",
+    "Command",
+    "Deactivate",
+    "Discover",
+    "IndexFile",
+    "Pin",
+    "RecordAssistantMessage",
+    "RecordDeletion",
+    "RecordToolCall",
+    "RecordUserMessage",
+    "Resume",
+    "SetSystemPrompt",
+    "StartSession",
+    "Trigger",
+    "Unpin",
+]
+
+Trigger: TypeAlias = Literal["agent_read", "watcher", "resume", "activation"]
+"""What started full indexing; it decides the session effects (§5.6 step 4)."""
+
+
+@attrs.frozen
+class StartSession:
+    """Create the session with its system prompt and chat."""
+
+    session_id: str
+    """Stable identifier chosen by the harness."""
+    system_prompt: SystemPromptObject
+    """The first version of the session's system prompt."""
+    chat_id: str
+    """Id of the session's chat object."""
+    window: CollapseWindow = CollapseWindow()
+    """Auto-collapse window sizes."""
+
+
+@attrs.frozen
+class SetSystemPrompt:
+    """Replace the system prompt (a new version of the same object)."""
+
+    system_prompt: SystemPromptObject
+    """The new version."""
+
+
+@attrs.frozen
+class RecordUserMessage:
+    """A user message: appended to the chat, it begins a new turn."""
+
+    text: str
+    """The message text."""
+
+
+@attrs.frozen
+class RecordAssistantMessage:
+    """A model message, with the tool calls it requested."""
+
+    message: AssistantMessage
+    """The message."""
+
+
+@attrs.frozen
+class RecordToolCall:
+    """A tool finished: its output becomes a toolcall object, auto-activated (§5.7)."""
+
+    toolcall: ToolcallObject
+    """The toolcall object's single version."""
+
+
+@attrs.frozen
+class IndexFile:
+    """Full indexing of a file whose content was just observed (§5.6)."""
+
+    observed: FileObject
+    """The version built from what was read (content, file_hash)."""
+    stored: FileObject | None
+    """The latest stored version, or None if the object was never written."""
+    trigger: Trigger
+    """Why it was indexed: an agent read adds the file to every set; the others change no set."""
+
+
+@attrs.frozen
+class Discover:
+    """Paths seen in a tool's output (ls, grep, find, tree): stubs for unknown files (§5.6)."""
+
+    found: tuple[tuple[FileObject, FileObject | None], ...]
+    """Pairs of (stub built from the path, latest stored version or None)."""
+
+
+@attrs.frozen
+class RecordDeletion:
+    """The source of a file is confirmed gone: a version with null content (§5.9)."""
+
+    stored: FileObject
+    """The latest stored version."""
+    trigger: Trigger
+    """``watcher`` or ``resume``."""
+
+
+@attrs.frozen
+class Activate:
+    """Load an object's content into the active set (§3.3)."""
+
+    object_id: str
+    """The object to activate."""
+    refresh: IndexFile | None = None
+    """For a discovery stub, the full indexing the application ran first (trigger activation)."""
+
+
+@attrs.frozen
+class Deactivate:
+    """Remove an object from the active set; it stays in the metadata pool."""
+
+    object_id: str
+    """The object to deactivate."""
+
+
+@attrs.frozen
+class Pin:
+    """Exempt an object from auto-collapse."""
+
+    object_id: str
+    """The object to pin."""
+
+
+@attrs.frozen
+class Unpin:
+    """Remove a pin; the collapse window applies again."""
+
+    object_id: str
+    """The object to unpin."""
+
+
+@attrs.frozen
+class Resume:
+    """The session is resumed: reconcile sourced objects with their sources (§3.6)."""
+
+    reconciled: tuple[IndexFile | RecordDeletion, ...] = ()
+    """Full indexing (trigger resume) or deletions for the sources that were reachable."""
+
+
+Command: TypeAlias = (
+    StartSession
+    | SetSystemPrompt
+    | RecordUserMessage
+    | RecordAssistantMessage
+    | RecordToolCall
+    | IndexFile
+    | Discover
+    | RecordDeletion
+    | Activate
+    | Deactivate
+    | Pin
+    | Unpin
+    | Resume
+)

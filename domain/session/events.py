@@ -1,0 +1,176 @@
+"""Events: facts a decision produced, in the past tense. State is the fold of its events.
+
+Events that wrote an object version carry it (``version``) so the application can persist it in
+the same commit; the session log stores only the version's id and ``object_hash``, and folding
+never needs the content. After a reload from the log, ``version`` is None.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias
+
+import attrs
+
+from domain.chat import AssistantMessage
+from domain.indexing import Outcome
+from domain.objects import FileObject, SystemPromptObject, ToolcallObject
+from domain.session.commands import Trigger
+from domain.session.state import CollapseWindow
+
+__all__ = [
+    "AssistantMessageRecorded",
+    "Event",
+    "FileDeleted",
+    "FileDiscovered",
+    "FileIndexed",
+    "ObjectActivated",
+    "ObjectDeactivated",
+    "ObjectEncountered",
+    "ObjectPinned",
+    "ObjectUnpinned",
+    "SessionResumed",
+    "SessionStarted",
+    "SystemPromptSet",
+    "ToolCallRecorded",
+    "UserMessageRecorded",
+]
+
+_version_field = attrs.field(default=None, eq=False, repr=False)
+
+
+@attrs.frozen
+class SessionStarted:
+    """The session exists, with its system prompt and chat."""
+
+    session_id: str
+    system_prompt_id: str
+    chat_id: str
+    window: CollapseWindow
+    object_hash: str
+    """object_hash of the first system prompt version."""
+    version: SystemPromptObject | None = _version_field
+
+
+@attrs.frozen
+class SystemPromptSet:
+    """The system prompt got a new version."""
+
+    object_id: str
+    object_hash: str
+    version: SystemPromptObject | None = _version_field
+
+
+@attrs.frozen
+class UserMessageRecorded:
+    """A user message was appended; a new turn began."""
+
+    text: str
+
+
+@attrs.frozen
+class AssistantMessageRecorded:
+    """A model message was appended to the current turn."""
+
+    message: AssistantMessage
+
+
+@attrs.frozen
+class ToolCallRecorded:
+    """A toolcall object was written and its place recorded in the chat."""
+
+    object_id: str
+    object_hash: str
+    version: ToolcallObject | None = _version_field
+
+
+@attrs.frozen
+class FileIndexed:
+    """Full indexing wrote a new version of a file (``created`` or ``updated``)."""
+
+    object_id: str
+    outcome: Outcome
+    trigger: Trigger
+    object_hash: str
+    version: FileObject | None = _version_field
+
+
+@attrs.frozen
+class FileDiscovered:
+    """Discovery wrote a stub for a file nobody had indexed."""
+
+    object_id: str
+    object_hash: str
+    version: FileObject | None = _version_field
+
+
+@attrs.frozen
+class FileDeleted:
+    """A version with null content records that the file's source is gone."""
+
+    object_id: str
+    trigger: Trigger
+    object_hash: str
+    version: FileObject | None = _version_field
+
+
+@attrs.frozen
+class ObjectEncountered:
+    """A content object entered the session index and the metadata pool."""
+
+    object_id: str
+    kind: Literal["file", "toolcall"]
+
+
+@attrs.frozen
+class ObjectActivated:
+    """An object entered the active set."""
+
+    object_id: str
+    auto: bool
+    """True for a tool call activated on creation (the window may collapse it later)."""
+
+
+@attrs.frozen
+class ObjectDeactivated:
+    """An object left the active set; it stays in the metadata pool."""
+
+    object_id: str
+    by: Literal["agent", "window", "budget"]
+    """Who collapsed it: the agent, the auto-collapse window, or token budget enforcement."""
+
+
+@attrs.frozen
+class ObjectPinned:
+    """An object is exempt from auto-collapse."""
+
+    object_id: str
+
+
+@attrs.frozen
+class ObjectUnpinned:
+    """An object's pin was removed."""
+
+    object_id: str
+
+
+@attrs.frozen
+class SessionResumed:
+    """The session was resumed; reconciliation events follow in the same batch."""
+
+
+Event: TypeAlias = (
+    SessionStarted
+    | SystemPromptSet
+    | UserMessageRecorded
+    | AssistantMessageRecorded
+    | ToolCallRecorded
+    | FileIndexed
+    | FileDiscovered
+    | FileDeleted
+    | ObjectEncountered
+    | ObjectActivated
+    | ObjectDeactivated
+    | ObjectPinned
+    | ObjectUnpinned
+    | SessionResumed
+)

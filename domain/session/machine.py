@@ -1,0 +1,272 @@
+"""``decide(state, command) -> events`` and ``evolve(state, event) -> state``.
+
+``decide`` validates a command against the state and returns the events it produces, including
+the auto-collapse events the window calls for afterwards; it raises a domain error and returns
+nothing when the command is refused, so a refused command changes nothing. ``evolve`` applies one
+event and never fails on events ``decide`` produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from functools import reduce
+
+import attrs
+
+from domain.chat import ChatMessage, ToolResult, Turn, UserMessage
+from domain.errors import DuplicateObject, InvalidInput, NotAContentObject, UnknownObject
+from domain.indexing import Outcome, decide_deletion, decide_discovery, decide_full_index
+from domain.session import commands as c
+from domain.session import events as e
+from domain.session.state import INITIAL, SessionState
+
+__all__ = [
+    "INFRASTRUCTURE_PREFIXES",
+    "Outcome",
+    "SessionNotStarted",
+    "decide",
+    "evolve",
+    "fold",
+    "window_collapses",
+]
+
+INFRASTRUCTURE_PREFIXES = ("chat:", "system_prompt:", "session:")
+"""Id prefixes of infrastructure objects; tool-call ids may not use them."""
+
+
+class SessionNotStarted(InvalidInput):
+    """A command other than StartSession reached a session that has not started."""
+
+    kind = "session_not_started"
+
+
+def _require_started(state: SessionState) -> None:
+    if not state.started:
+        raise SessionNotStarted("session", "", "the session has not been started")
+
+
+def _require_content_object(state: SessionState, object_id: str) -> None:
+    if state.in_index(object_id):
+        return
+    if object_id.startswith(INFRASTRUCTURE_PREFIXES):
+        raise NotAContentObject(object_id)
+    raise UnknownObject(object_id, state.session_id)
+
+
+def _admit(state: SessionState, object_id: str, kind: str, *, activate: bool) -> list[e.Event]:
+    """Events that put an object in the index and pool, and the active set if asked."""
+    out: list[e.Event] = []
+    if not state.in_index(object_id):
+        out.append(e.ObjectEncountered(object_id, "file" if kind == "file" else "toolcall"))
+    if activate and (object_id not in state.active or object_id in state.auto_active):
+        out.append(e.ObjectActivated(object_id, auto=False))
+    return out
+
+
+def _index_events(state: SessionState, cmd: c.IndexFile) -> list[e.Event]:
+    outcome, version = decide_full_index(cmd.stored, cmd.observed)
+    out: list[e.Event] = []
+    if version is not None:
+        out.append(e.FileIndexed(version.id, outcome, cmd.trigger, version.object_hash, version))
+    if cmd.trigger == "agent_read":
+        out += _admit(state, cmd.observed.id, "file", activate=True)
+    return out
+
+
+def _deletion_events(cmd: c.RecordDeletion) -> list[e.Event]:
+    _, version = decide_deletion(cmd.stored)
+    if version is None:
+        return []
+    return [e.FileDeleted(version.id, cmd.trigger, version.object_hash, version)]
+
+
+def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
+    if isinstance(cmd, c.StartSession):
+        if state.started:
+            raise InvalidInput("session", cmd.session_id, "already started")
+        if not cmd.session_id:
+            raise InvalidInput("session id", cmd.session_id, "must not be empty")
+        prompt = cmd.system_prompt
+        return [
+            e.SessionStarted(
+                cmd.session_id, prompt.id, cmd.chat_id, cmd.window, prompt.object_hash, prompt
+            )
+        ]
+    _require_started(state)
+    match cmd:
+        case c.SetSystemPrompt(system_prompt=prompt):
+            return [e.SystemPromptSet(prompt.id, prompt.object_hash, prompt)]
+        case c.RecordUserMessage(text=text):
+            return [e.UserMessageRecorded(text)]
+        case c.RecordAssistantMessage(message=message):
+            return [e.AssistantMessageRecorded(message)]
+        case c.RecordToolCall(toolcall=toolcall):
+            if toolcall.id.startswith(INFRASTRUCTURE_PREFIXES):
+                raise InvalidInput("tool-call id", toolcall.id, "uses an infrastructure prefix")
+            if state.in_index(toolcall.id):
+                raise DuplicateObject(toolcall.id, "this session already recorded that tool call")
+            return [
+                e.ToolCallRecorded(toolcall.id, toolcall.object_hash, toolcall),
+                e.ObjectEncountered(toolcall.id, "toolcall"),
+                e.ObjectActivated(toolcall.id, auto=True),
+            ]
+        case c.IndexFile():
+            return _index_events(state, cmd)
+        case c.Discover(found=found):
+            out: list[e.Event] = []
+            seen: set[str] = set()
+            for stub, stored in found:
+                if stub.id in seen:
+                    continue
+                seen.add(stub.id)
+                _, version = decide_discovery(stored, stub)
+                if version is not None:
+                    out.append(e.FileDiscovered(version.id, version.object_hash, version))
+                out += _admit(state, stub.id, "file", activate=False)
+            return out
+        case c.RecordDeletion():
+            return _deletion_events(cmd)
+        case c.Activate(object_id=object_id, refresh=refresh):
+            if refresh is not None:
+                if refresh.observed.id != object_id or refresh.trigger != "activation":
+                    raise ValueError("an activation refresh must index the activated object")
+                out = _index_events(state, refresh)
+            else:
+                out = []
+            _require_content_object(state, object_id)
+            if object_id in state.active and object_id not in state.auto_active:
+                return out
+            return [*out, e.ObjectActivated(object_id, auto=False)]
+        case c.Deactivate(object_id=object_id):
+            _require_content_object(state, object_id)
+            if object_id not in state.active:
+                return []
+            return [e.ObjectDeactivated(object_id, by="agent")]
+        case c.Pin(object_id=object_id):
+            _require_content_object(state, object_id)
+            return [] if object_id in state.pinned else [e.ObjectPinned(object_id)]
+        case c.Unpin(object_id=object_id):
+            _require_content_object(state, object_id)
+            return [e.ObjectUnpinned(object_id)] if object_id in state.pinned else []
+        case c.Resume(reconciled=reconciled):
+            out = [e.SessionResumed()]
+            for item in reconciled:
+                if isinstance(item, c.IndexFile):
+                    if item.trigger != "resume":
+                        raise ValueError("resume reconciliation must use trigger 'resume'")
+                    out += _index_events(state, item)
+                else:
+                    out += _deletion_events(item)
+            return out
+    raise TypeError(f"not a session command: {cmd!r}")  # pragma: no cover - exhaustive match
+
+
+def window_collapses(state: SessionState) -> list[str]:
+    """Auto-activated tool calls the window says must collapse now, in index order.
+
+    An auto-activated, unpinned tool call collapses once it is no longer among the last
+    ``window.per_turn`` tool calls of its turn, or its turn is no longer among the
+    ``window.turns`` most recent turns.
+    """
+    window = state.window
+    oldest_kept_turn = state.current_turn - window.turns + 1
+    recent_by_turn: dict[int, frozenset[str]] = {}
+    out = []
+    for object_id in state.auto_active:
+        if object_id in state.pinned:
+            continue
+        turn = state.toolcall_turn[object_id]
+        if turn < oldest_kept_turn:
+            out.append(object_id)
+            continue
+        recent = recent_by_turn.get(turn)
+        if recent is None:
+            recent = frozenset(state.turns[turn].toolcall_ids[-window.per_turn :])
+            recent_by_turn[turn] = recent
+        if object_id not in recent:
+            out.append(object_id)
+    return state.ordered(frozenset(out))
+
+
+def decide(state: SessionState, command: c.Command) -> tuple[e.Event, ...]:
+    """The events ``command`` produces in ``state``, including window collapses that follow.
+
+    Raises a :class:`~domain.errors.SelfContextError` (and produces nothing) for a refused
+    command. An empty result means the command changes nothing.
+    """
+    primary = _decide_primary(state, command)
+    after = fold(primary, state)
+    collapses = [e.ObjectDeactivated(oid, by="window") for oid in window_collapses(after)]
+    return (*primary, *collapses)
+
+
+def evolve(state: SessionState, event: e.Event) -> SessionState:
+    """Apply one event."""
+    match event:
+        case e.SessionStarted():
+            return attrs.evolve(
+                state,
+                session_id=event.session_id,
+                system_prompt_id=event.system_prompt_id,
+                chat_id=event.chat_id,
+                window=event.window,
+            )
+        case e.UserMessageRecorded(text=text):
+            turn = Turn(number=len(state.turns), messages=(UserMessage(text),))
+            return attrs.evolve(state, turns=state.turns.append(turn))
+        case e.AssistantMessageRecorded(message=message):
+            return _append_to_current_turn(state, message)
+        case e.ToolCallRecorded(object_id=object_id):
+            state = _append_to_current_turn(state, ToolResult(object_id))
+            return attrs.evolve(
+                state, toolcall_turn=state.toolcall_turn.set(object_id, state.current_turn)
+            )
+        case e.ObjectEncountered(object_id=object_id, kind=kind):
+            if state.in_index(object_id):
+                return state
+            return attrs.evolve(
+                state,
+                index=state.index.append(object_id),
+                positions=state.positions.set(object_id, len(state.index)),
+                kinds=state.kinds.set(object_id, kind),
+                pool=state.pool.add(object_id),
+            )
+        case e.ObjectActivated(object_id=object_id, auto=auto):
+            auto_active = (
+                state.auto_active.add(object_id) if auto else state.auto_active.discard(object_id)
+            )
+            return attrs.evolve(
+                state,
+                pool=state.pool.add(object_id),
+                active=state.active.add(object_id),
+                auto_active=auto_active,
+            )
+        case e.ObjectDeactivated(object_id=object_id):
+            return attrs.evolve(
+                state,
+                active=state.active.discard(object_id),
+                auto_active=state.auto_active.discard(object_id),
+            )
+        case e.ObjectPinned(object_id=object_id):
+            return attrs.evolve(state, pinned=state.pinned.add(object_id))
+        case e.ObjectUnpinned(object_id=object_id):
+            return attrs.evolve(state, pinned=state.pinned.discard(object_id))
+        case (
+            e.SystemPromptSet()
+            | e.FileIndexed()
+            | e.FileDiscovered()
+            | e.FileDeleted()
+            | e.SessionResumed()
+        ):
+            return state  # object versions change no session set (§5.6 step 4)
+    raise TypeError(f"not a session event: {event!r}")  # pragma: no cover
+
+
+def _append_to_current_turn(state: SessionState, message: ChatMessage) -> SessionState:
+    last = len(state.turns) - 1
+    return attrs.evolve(state, turns=state.turns.set(last, state.turns[last].append(message)))
+
+
+def fold(events: Iterable[e.Event], state: SessionState = INITIAL) -> SessionState:
+    """Apply events in order."""
+    return reduce(evolve, events, state)
