@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import attrs
 
 from domain.errors import SelfContextError
 
-JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
-Document: TypeAlias = Mapping[str, JsonValue]
+Document: TypeAlias = Mapping[str, Any]
 """A stored document: a JSON object whose ``xt/id`` is a non-empty string."""
 
 
@@ -83,7 +82,9 @@ class StoreRejected(StoreError):
 
     kind = "store_rejected"
 
-    def __init__(self, message: str, *, status: int = 0, url: str = "", operation: str = "") -> None:
+    def __init__(
+        self, message: str, *, status: int = 0, url: str = "", operation: str = ""
+    ) -> None:
         self.status = status
         super().__init__(message, url=url, operation=operation)
 
@@ -104,7 +105,9 @@ class ConflictError(StoreError):
 
     kind = "conflict"
 
-    def __init__(self, object_ids: Sequence[str], *, url: str = "", operation: str = "commit") -> None:
+    def __init__(
+        self, object_ids: Sequence[str], *, url: str = "", operation: str = "commit"
+    ) -> None:
         self.object_ids = tuple(object_ids)
         super().__init__(
             f"another writer changed {', '.join(map(repr, self.object_ids)) or 'an object'} first",

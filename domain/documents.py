@@ -1,0 +1,166 @@
+"""Objects to flat stored documents and back (SSOT §2.2: all fields are top-level keys).
+
+Optional payload fields that are absent (``args_display``, ``file_refs``, ``content_status``) are
+left out of the document, exactly as they are left out of ``metadata_hash``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeAlias
+
+from pyrsistent import thaw
+
+from domain.errors import InvalidInput
+from domain.infrastructure import ChatObject, SessionObject
+from domain.objects import (
+    FileObject,
+    SystemPromptObject,
+    ToolcallObject,
+    source_from_json,
+)
+from domain.session.state import CollapseWindow
+
+__all__ = ["StoredObject", "from_document", "to_document"]
+
+StoredObject: TypeAlias = (
+    FileObject | ToolcallObject | SystemPromptObject | ChatObject | SessionObject
+)
+
+
+def _envelope(obj: StoredObject, source: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {"xt/id": obj.id, "type": obj.type, "source": source, "identity_hash": obj.identity_hash}
+
+
+def _hashes(obj: StoredObject) -> dict[str, Any]:
+    return {
+        "content_hash": obj.content_hash,
+        "metadata_hash": obj.metadata_hash,
+        "object_hash": obj.object_hash,
+    }
+
+
+def to_document(obj: StoredObject) -> dict[str, Any]:
+    """The flat document stored for one version of ``obj``."""
+    if isinstance(obj, FileObject):
+        doc = _envelope(obj, obj.source.to_json())
+        doc.update(
+            content=obj.content,
+            file_type=obj.file_type,
+            char_count=obj.char_count,
+            file_hash=obj.file_hash,
+        )
+        if obj.content_status is not None:
+            doc["content_status"] = obj.content_status
+    elif isinstance(obj, ToolcallObject):
+        doc = _envelope(obj, None)
+        doc.update(
+            content=obj.content,
+            tool=obj.tool,
+            args=thaw(obj.args),
+            status=obj.status,
+            chat_ref=obj.chat_ref,
+        )
+        if obj.args_display is not None:
+            doc["args_display"] = obj.args_display
+        if obj.file_refs is not None:
+            doc["file_refs"] = list(obj.file_refs)
+    elif isinstance(obj, SystemPromptObject):
+        doc = _envelope(obj, None)
+        doc["content"] = obj.content
+    elif isinstance(obj, ChatObject):
+        doc = _envelope(obj, None)
+        doc.update(
+            content=None,
+            turns=list(obj.turns),
+            session_ref=obj.session_ref,
+            turn_count=obj.turn_count,
+            toolcall_refs=list(obj.toolcall_refs),
+        )
+    else:
+        doc = _envelope(obj, None)
+        doc.update(
+            content=None,
+            session_id=obj.session_id,
+            chat_ref=obj.chat_ref,
+            system_prompt_ref=obj.system_prompt_ref,
+            session_index=list(obj.session_index),
+            metadata_pool=list(obj.metadata_pool),
+            active_set=list(obj.active_set),
+            pinned_set=list(obj.pinned_set),
+            seq=obj.seq,
+            auto_active=list(obj.auto_active),
+            window={"per_turn": obj.window.per_turn, "turns": obj.window.turns},
+        )
+    doc.update(_hashes(obj))
+    return doc
+
+
+def from_document(doc: Mapping[str, Any]) -> StoredObject:
+    """The object version a stored document holds. Raises :class:`InvalidInput` for a document
+    of an unknown type or with missing fields (a document some other program wrote)."""
+    try:
+        return _from_document(doc)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, InvalidInput):
+            raise
+        raise InvalidInput("document", doc.get("xt/id"), f"not a valid object: {exc!r}") from exc
+
+
+def _from_document(doc: Mapping[str, Any]) -> StoredObject:
+    kind = doc["type"]
+    common = {
+        "id": doc["xt/id"],
+        "identity_hash": doc["identity_hash"],
+        "content_hash": doc["content_hash"],
+        "metadata_hash": doc["metadata_hash"],
+        "object_hash": doc["object_hash"],
+    }
+    if kind == "file":
+        return FileObject(
+            source=source_from_json(doc["source"]),
+            content=doc["content"],
+            file_type=doc["file_type"],
+            char_count=doc["char_count"],
+            file_hash=doc["file_hash"],
+            content_status=doc.get("content_status"),
+            **common,
+        )
+    if kind == "toolcall":
+        refs = doc.get("file_refs")
+        return ToolcallObject(
+            content=doc["content"],
+            tool=doc["tool"],
+            args=doc["args"],
+            status=doc["status"],
+            chat_ref=doc["chat_ref"],
+            args_display=doc.get("args_display"),
+            file_refs=tuple(refs) if refs is not None else None,
+            **common,
+        )
+    if kind == "system_prompt":
+        return SystemPromptObject(content=doc["content"], **common)
+    if kind == "chat":
+        return ChatObject(
+            session_ref=doc["session_ref"],
+            turns=tuple(doc["turns"]),
+            turn_count=doc["turn_count"],
+            toolcall_refs=tuple(doc["toolcall_refs"]),
+            **common,
+        )
+    if kind == "session":
+        window = doc["window"]
+        return SessionObject(
+            session_id=doc["session_id"],
+            chat_ref=doc["chat_ref"],
+            system_prompt_ref=doc["system_prompt_ref"],
+            session_index=tuple(doc["session_index"]),
+            metadata_pool=tuple(doc["metadata_pool"]),
+            active_set=tuple(doc["active_set"]),
+            pinned_set=tuple(doc["pinned_set"]),
+            seq=doc["seq"],
+            auto_active=tuple(doc["auto_active"]),
+            window=CollapseWindow(per_turn=window["per_turn"], turns=window["turns"]),
+            **common,
+        )
+    raise InvalidInput("document type", kind, "not an object type this project stores")

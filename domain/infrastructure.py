@@ -1,0 +1,170 @@
+"""The ``chat`` and ``session`` infrastructure objects (SSOT §2.6, §3.1) as snapshots of a state.
+
+The session's truth is its event log (see docs/decisions/0001-event-sourced-sessions.md): these
+objects are *snapshots* written at session start and then whenever the log has grown by as many
+bytes as the last snapshot had, so the bytes written per turn stay flat while any past state can
+still be rebuilt from a snapshot plus the log entries after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
+from pyrsistent import pmap, pset, pvector
+
+from domain import hashing
+from domain.chat import Turn, message_from_json, message_to_json
+from domain.session.state import CollapseWindow, SessionState
+
+__all__ = ["ChatObject", "SessionObject", "chat_id_for", "session_id_for", "state_from_snapshot"]
+
+
+def session_id_for(session_id: str) -> str:
+    """Id of the session object of session ``session_id``."""
+    return f"session:{session_id}"
+
+
+def chat_id_for(session_id: str) -> str:
+    """Id of the chat object of session ``session_id``."""
+    return f"chat:{session_id}"
+
+
+def _turn_to_json(turn: Turn) -> dict[str, Any]:
+    return {"number": turn.number, "messages": [message_to_json(m) for m in turn.messages]}
+
+
+@attrs.frozen
+class ChatObject:
+    """One version of a session's chat: every turn (§2.6)."""
+
+    type: ClassVar[str] = "chat"
+    id: str
+    identity_hash: str
+    session_ref: str
+    turns: tuple[dict[str, Any], ...]
+    """Turns in their stored JSON form: ``{"number", "messages": [...]}``."""
+    turn_count: int
+    """Turns begun by a user message (turn 0, the preamble, is not counted)."""
+    toolcall_refs: tuple[str, ...]
+    content_hash: None
+    metadata_hash: str
+    object_hash: str
+
+    @classmethod
+    def of(cls, state: SessionState) -> ChatObject:
+        """The chat of ``state``, with its hashes."""
+        turns = tuple(_turn_to_json(t) for t in state.turns)
+        refs = tuple(ref for t in state.turns for ref in t.toolcall_ids)
+        session_ref = session_id_for(state.session_id)
+        fields = {
+            "turns": list(turns),
+            "session_ref": session_ref,
+            "turn_count": len(state.turns) - 1,
+            "toolcall_refs": list(refs),
+        }
+        meta = hashing.metadata_hash(fields)
+        return cls(
+            id=state.chat_id,
+            identity_hash=hashing.identity_hash("chat", xt_id=state.chat_id),
+            session_ref=session_ref,
+            turns=turns,
+            turn_count=len(state.turns) - 1,
+            toolcall_refs=refs,
+            content_hash=None,
+            metadata_hash=meta,
+            object_hash=hashing.object_hash(hashing.ABSENT, None, meta),
+        )
+
+    def parsed_turns(self) -> list[Turn]:
+        return [
+            Turn(number=t["number"], messages=[message_from_json(m) for m in t["messages"]])
+            for t in self.turns
+        ]
+
+
+@attrs.frozen
+class SessionObject:
+    """One version of the session wrapper (§3.1): ids only, sets in first-encounter order.
+
+    Beyond the SSOT's fields it records what a snapshot needs to rebuild the state exactly: the
+    log position it reflects (``seq``), the auto-activated tool calls and the window sizes. These
+    extra fields are outside ``metadata_hash``, which covers exactly the SSOT's fields.
+    """
+
+    type: ClassVar[str] = "session"
+    id: str
+    identity_hash: str
+    session_id: str
+    chat_ref: str
+    system_prompt_ref: str
+    session_index: tuple[str, ...]
+    metadata_pool: tuple[str, ...]
+    active_set: tuple[str, ...]
+    pinned_set: tuple[str, ...]
+    content_hash: None
+    metadata_hash: str
+    object_hash: str
+    seq: int
+    """Number of session-log entries this snapshot reflects."""
+    auto_active: tuple[str, ...]
+    window: CollapseWindow
+
+    @classmethod
+    def of(cls, state: SessionState, seq: int) -> SessionObject:
+        """The session wrapper of ``state`` after log entry ``seq``."""
+        fields: dict[str, Any] = {
+            "session_id": state.session_id,
+            "chat_ref": state.chat_id,
+            "system_prompt_ref": state.system_prompt_id,
+            "session_index": list(state.index),
+            "metadata_pool": state.ordered(state.pool),
+            "active_set": state.ordered(state.active),
+            "pinned_set": state.ordered(state.pinned),
+        }
+        meta = hashing.metadata_hash(fields)
+        object_id = session_id_for(state.session_id)
+        return cls(
+            id=object_id,
+            identity_hash=hashing.identity_hash("session", xt_id=object_id),
+            session_id=state.session_id,
+            chat_ref=state.chat_id,
+            system_prompt_ref=state.system_prompt_id,
+            session_index=tuple(fields["session_index"]),
+            metadata_pool=tuple(fields["metadata_pool"]),
+            active_set=tuple(fields["active_set"]),
+            pinned_set=tuple(fields["pinned_set"]),
+            content_hash=None,
+            metadata_hash=meta,
+            object_hash=hashing.object_hash(hashing.ABSENT, None, meta),
+            seq=seq,
+            auto_active=tuple(state.ordered(state.auto_active)),
+            window=state.window,
+        )
+
+
+def state_from_snapshot(session: SessionObject, chat: ChatObject) -> SessionState:
+    """Rebuild the state a snapshot pair describes (the inverse of the two ``of`` methods)."""
+    turns = chat.parsed_turns()
+    toolcall_turn: dict[str, int] = {}
+    for turn in turns:
+        for ref in turn.toolcall_ids:
+            toolcall_turn[ref] = turn.number
+    index = session.session_index
+    kinds: Mapping[str, str] = {i: "toolcall" if i in toolcall_turn else "file" for i in index}
+    return SessionState(
+        session_id=session.session_id,
+        system_prompt_id=session.system_prompt_ref,
+        chat_id=session.chat_ref,
+        window=session.window,
+        index=pvector(index),
+        positions=pmap({object_id: n for n, object_id in enumerate(index)}),
+        kinds=pmap(kinds),
+        pool=pset(session.metadata_pool),
+        active=pset(session.active_set),
+        pinned=pset(session.pinned_set),
+        auto_active=pset(session.auto_active),
+        turns=pvector(turns),
+        toolcall_turn=pmap(toolcall_turn),
+    )
