@@ -6,6 +6,8 @@ filesystem adapter before a path reaches :meth:`MountTable.to_source`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import attrs
 
 from domain.errors import InvalidInput, InvalidPath
@@ -76,13 +78,17 @@ class MountMapping:
             raise InvalidInput("filesystem id", self.filesystem_id, "must not be empty")
 
 
+def _mappings(items: Iterable[MountMapping]) -> tuple[MountMapping, ...]:
+    return tuple(items)
+
+
 @attrs.frozen
 class MountTable:
     """The mounts an agent sees, plus the filesystem of every path under no mount."""
 
     default_filesystem_id: str
     """The agent's own filesystem: the host's for an unsandboxed agent, else the container's."""
-    mappings: tuple[MountMapping, ...] = attrs.field(default=(), converter=tuple)
+    mappings: tuple[MountMapping, ...] = attrs.field(default=(), converter=_mappings)
 
     def __attrs_post_init__(self) -> None:
         if not self.default_filesystem_id:

@@ -1,1 +1,1 @@
-"""filesystem."""
+"""Host filesystem adapters: identity, reading, and (issue 4) tracking."""

@@ -1,1 +1,5 @@
-"""memory."""
+"""The in-memory store: the embedded default, and the store for experiments and tests."""
+
+from adapters.memory.store import MemoryStore
+
+__all__ = ["MemoryStore"]

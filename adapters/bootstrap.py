@@ -1,0 +1,71 @@
+"""The composition root: production defaults wired in one place.
+
+Tests and embedders call :func:`build_service` with what they want to replace (a store, a file
+reader, mounts); everything else gets the default: the in-memory store, the system clock, random
+ids, the host's file reader confined to the workspace.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from adapters.filesystem.identity import host_filesystem_id
+from adapters.filesystem.reader import LocalFileReader
+from adapters.memory import MemoryStore
+from adapters.system import SystemClock, UuidIds
+from application.ports.clock import Clock
+from application.ports.files import FileReader
+from application.ports.ids import IdSource
+from application.ports.store import ObjectStore
+from application.service import ContextService
+from application.settings import Settings
+from domain.errors import InvalidInput
+from domain.mounts import MountMapping, MountTable
+
+__all__ = ["build_service", "open_store"]
+
+
+def open_store(spec: str = "memory", *, timeout: float = 30.0) -> ObjectStore:
+    """A store from a ``--store`` value: ``memory``, ``xtdb://HOST:PORT`` or ``auto`` (a local
+    RocksDB-backed XTDB node under the user's data directory, started if needed)."""
+    if spec == "memory":
+        return MemoryStore()
+    if spec.startswith("xtdb://") or spec == "auto":
+        from adapters import xtdb  # imported lazily: the embedded default needs no JVM
+
+        url = xtdb.ensure_local_node() if spec == "auto" else "http://" + spec[len("xtdb://") :]
+        return xtdb.open_store(url, timeout=timeout)
+    raise InvalidInput("store", spec, "use 'memory', 'xtdb://HOST:PORT' or 'auto'")
+
+
+def build_service(
+    *,
+    store: ObjectStore | None = None,
+    workspace: str | None = None,
+    roots: Sequence[str] | None = None,
+    mounts: Sequence[MountMapping] = (),
+    default_filesystem_id: str | None = None,
+    host_id: str | None = None,
+    files: FileReader | None = None,
+    clock: Clock | None = None,
+    ids: IdSource | None = None,
+    settings: Settings | None = None,
+) -> ContextService:
+    """A ready :class:`ContextService`.
+
+    ``workspace`` (default: the current directory) is the root reads are confined to unless
+    ``roots`` says otherwise. ``mounts`` translate a sandboxed agent's paths; paths under no mount
+    belong to ``default_filesystem_id`` (default: the host's, i.e. no sandbox).
+    """
+    host = host_filesystem_id(host_id or os.environ.get("SELFCTX_HOST_FILESYSTEM_ID"))
+    workspace = os.path.realpath(workspace or os.getcwd())
+    reader = files or LocalFileReader(host, roots=list(roots) if roots else [workspace])
+    return ContextService(
+        store=store if store is not None else MemoryStore(),
+        clock=clock or SystemClock(),
+        ids=ids or UuidIds(),
+        files=reader,
+        mounts=MountTable(default_filesystem_id or host, tuple(mounts)),
+        settings=settings,
+    )

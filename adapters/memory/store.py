@@ -1,0 +1,139 @@
+"""A bitemporal in-memory store: every version kept with its transaction id and time.
+
+Documents are kept as JSON text, exactly as a remote store would receive them, so a caller can
+never mutate a stored version and anything JSON cannot carry is refused at commit time, as XTDB
+would refuse it. ``bytes_received`` counts the JSON bytes of every committed document.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from application.ports.store import (
+    ConflictError,
+    Document,
+    Expect,
+    ObjectStore,
+    Receipt,
+    Version,
+)
+from domain.errors import InvalidInput
+
+__all__ = ["MemoryStore"]
+
+_LOG_TYPE = "session_log"
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _encode(doc: Document) -> str:
+    if not isinstance(doc, Mapping):
+        raise InvalidInput("document", doc, "must be a JSON object")
+    object_id = doc.get("xt/id")
+    if not isinstance(object_id, str) or not object_id:
+        raise InvalidInput("document id", object_id, "xt/id must be a non-empty string")
+    try:
+        return json.dumps(doc, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput("document", object_id, f"not representable as JSON: {exc}") from exc
+
+
+class MemoryStore(ObjectStore):
+    """The in-memory implementation of :class:`ObjectStore` (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # id -> versions as (tx_id, tx_time, json text), oldest first
+        self._versions: dict[str, list[tuple[int, str, str]]] = {}
+        self._types: dict[str, str] = {}
+        self._logs: dict[str, list[tuple[int, str]]] = {}  # session id -> [(seq, entry id)]
+        self._tx: list[tuple[int, str]] = []
+        self.bytes_received = 0
+        """JSON bytes of every document committed so far."""
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get(self, object_id: str) -> Document | None:
+        versions = self._versions.get(object_id)
+        return json.loads(versions[-1][2]) if versions else None
+
+    def get_many(self, object_ids: Iterable[str]) -> dict[str, Document]:
+        out = {}
+        for object_id in object_ids:
+            versions = self._versions.get(object_id)
+            if versions:
+                out[object_id] = json.loads(versions[-1][2])
+        return out
+
+    def history(self, object_id: str) -> list[Version]:
+        return [
+            Version(tx_id=tx_id, tx_time=tx_time, document=json.loads(text))
+            for tx_id, tx_time, text in self._versions.get(object_id, ())
+        ]
+
+    def _as_of(self, object_id: str, tx_id: int) -> Document | None:
+        versions = self._versions.get(object_id, ())
+        position = bisect.bisect_right([v[0] for v in versions], tx_id)
+        return json.loads(versions[position - 1][2]) if position else None
+
+    def get_as_of(self, object_id: str, tx_id: int) -> Document | None:
+        return self._as_of(object_id, tx_id)
+
+    def get_many_as_of(self, object_ids: Iterable[str], tx_id: int) -> dict[str, Document]:
+        out = {}
+        for object_id in object_ids:
+            doc = self._as_of(object_id, tx_id)
+            if doc is not None:
+                out[object_id] = doc
+        return out
+
+    def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
+        entries = self._logs.get(session_id, [])
+        start = bisect.bisect_right(entries, (after_seq, "\U0010ffff"))
+        return [json.loads(self._versions[entry_id][-1][2]) for _, entry_id in entries[start:]]
+
+    def ids_of_type(self, doc_type: str) -> list[str]:
+        return sorted(i for i, t in self._types.items() if t == doc_type)
+
+    def latest_tx(self) -> Receipt | None:
+        return Receipt(*self._tx[-1]) if self._tx else None
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
+        encoded = [(_encode(doc), doc) for doc in puts]
+        ids = [doc["xt/id"] for _, doc in encoded]
+        if len(set(ids)) != len(ids):
+            raise InvalidInput("commit", sorted(ids), "names the same document twice")
+        with self._lock:
+            failed = [
+                cond.object_id
+                for cond in expect
+                if self.get(cond.object_id) != (dict(cond.document) if cond.document else None)
+            ]
+            if failed:
+                raise ConflictError(failed, url="memory:", operation="commit")
+            tx_id = (self._tx[-1][0] + 1) if self._tx else 1
+            tx_time = _now()
+            for text, doc in encoded:
+                object_id = doc["xt/id"]
+                self._versions.setdefault(object_id, []).append((tx_id, tx_time, text))
+                self._types[object_id] = str(doc.get("type"))
+                if doc.get("type") == _LOG_TYPE:
+                    self._index_log_entry(doc)
+                self.bytes_received += len(text.encode("utf-8", "surrogatepass"))
+            self._tx.append((tx_id, tx_time))
+            return Receipt(tx_id=tx_id, tx_time=tx_time)
+
+    def _index_log_entry(self, doc: Mapping[str, Any]) -> None:
+        entries = self._logs.setdefault(str(doc["session_id"]), [])
+        key = (int(doc["seq"]), str(doc["xt/id"]))
+        if key not in entries:
+            bisect.insort(entries, key)

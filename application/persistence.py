@@ -1,0 +1,140 @@
+"""How a session is stored: one session-log entry per command, snapshots now and then.
+
+Each command that changes anything is committed as ONE transaction holding:
+
+* the object versions its events wrote (file, toolcall, system prompt documents);
+* its session-log entry ``log:{session_id}:{seq}`` (type ``session_log``): the events, with
+  object versions reduced to ``object_id`` and ``object_hash``;
+* sometimes a snapshot: new versions of the SSOT's ``session`` and ``chat`` documents, reflecting
+  the state right after this entry.
+
+The entry's id is a precondition (it must not exist yet), so two writers of one session cannot
+both append entry ``seq``: one gets a conflict and retries on fresh state. A snapshot is written
+at session start and whenever the log has grown, since the last snapshot, by at least as many bytes
+as that snapshot had. Snapshot bytes per turn therefore never exceed log bytes per turn, whatever
+the session's size, while rebuilding any past state reads one snapshot and at most a snapshot's
+worth of log. docs/decisions/0001-event-sourced-sessions.md records the design.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+
+from domain.chat import AssistantMessage, message_from_json, message_to_json
+from domain.indexing import Outcome
+from domain.session import events as e
+from domain.session.state import CollapseWindow
+
+__all__ = [
+    "LOG_TYPE",
+    "decode_events",
+    "document_size",
+    "encode_events",
+    "log_entry",
+    "log_entry_id",
+]
+
+LOG_TYPE: Final = "session_log"
+
+_EVENT_TYPES: Final[Mapping[str, type[Any]]] = {
+    cls.__name__: cls
+    for cls in (
+        e.SessionStarted,
+        e.SystemPromptSet,
+        e.UserMessageRecorded,
+        e.AssistantMessageRecorded,
+        e.ToolCallRecorded,
+        e.FileIndexed,
+        e.FileDiscovered,
+        e.FileDeleted,
+        e.ObjectEncountered,
+        e.ObjectActivated,
+        e.ObjectDeactivated,
+        e.ObjectPinned,
+        e.ObjectUnpinned,
+        e.SessionResumed,
+    )
+}
+
+
+def log_entry_id(session_id: str, seq: int) -> str:
+    """Id of entry ``seq`` of a session's log (zero-padded so ids sort by seq)."""
+    return f"log:{session_id}:{seq:09d}"
+
+
+def _value_to_json(value: Any) -> Any:
+    if isinstance(value, Outcome):
+        return value.value
+    if isinstance(value, CollapseWindow):
+        return {"per_turn": value.per_turn, "turns": value.turns}
+    if isinstance(value, AssistantMessage):
+        return message_to_json(value)
+    return value
+
+
+def encode_events(events: Iterable[e.Event]) -> list[dict[str, Any]]:
+    """Events as JSON objects, without object contents (``version`` is dropped)."""
+    out = []
+    for event in events:
+        data: dict[str, Any] = {"event": type(event).__name__}
+        for field in attrs.fields(type(event)):
+            if field.name != "version":
+                data[field.name] = _value_to_json(getattr(event, field.name))
+        out.append(data)
+    return out
+
+
+def _value_from_json(name: str, value: Any) -> Any:
+    if name == "outcome":
+        return Outcome(value)
+    if name == "window":
+        return CollapseWindow(per_turn=value["per_turn"], turns=value["turns"])
+    if name == "message":
+        return message_from_json(value)
+    return value
+
+
+def decode_events(data: Sequence[Mapping[str, Any]]) -> list[e.Event]:
+    """Inverse of :func:`encode_events` (``version`` is None on every decoded event)."""
+    out = []
+    for item in data:
+        cls = _EVENT_TYPES[item["event"]]
+        kwargs = {
+            field.name: _value_from_json(field.name, item[field.name])
+            for field in attrs.fields(cls)
+            if field.name != "version"
+        }
+        out.append(cls(**kwargs))
+    return out
+
+
+def log_entry(
+    session_id: str,
+    seq: int,
+    *,
+    command: str,
+    command_id: str,
+    at: str,
+    events: Iterable[e.Event],
+) -> dict[str, Any]:
+    """The session-log document of one command."""
+    return {
+        "xt/id": log_entry_id(session_id, seq),
+        "type": LOG_TYPE,
+        "session_id": session_id,
+        "seq": seq,
+        "command": command,
+        "command_id": command_id,
+        "at": at,
+        "events": encode_events(events),
+    }
+
+
+def document_size(doc: Mapping[str, Any]) -> int:
+    """Bytes of a document as compact UTF-8 JSON: the measure of the snapshot rule."""
+    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    return len(text.encode("utf-8", "surrogatepass"))

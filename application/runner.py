@@ -1,0 +1,282 @@
+"""Running commands against a stored session: read, decide, commit, retry on conflict.
+
+:class:`SessionRunner` is the one place where the pure session machine meets the store. A command
+is built from fresh reads, decided, and committed as one transaction whose preconditions are the
+versions it read; on a conflict the runner catches up with whatever the other writer committed and
+decides again, a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+
+import attrs
+
+from application.persistence import decode_events, document_size, log_entry, log_entry_id
+from application.ports.clock import Clock
+from application.ports.ids import IdSource
+from application.ports.store import ConflictError, Document, Expect, ObjectStore, StoreError
+from domain.documents import from_document, to_document
+from domain.errors import SessionNotFound
+from domain.infrastructure import (
+    ChatObject,
+    SessionObject,
+    chat_id_for,
+    session_id_for,
+    state_from_snapshot,
+)
+from domain.objects import ContentObject, FileObject, SystemPromptObject, ToolcallObject
+from domain.rendering import RenderedMessage
+from domain.session import events as e
+from domain.session.commands import Command
+from domain.session.machine import decide, fold
+from domain.session.state import SessionState
+
+__all__ = ["MAX_ATTEMPTS", "OpenSession", "Reads", "SessionRunner"]
+
+MAX_ATTEMPTS: Final = 5
+"""How many times a command is decided again after conflicts before the conflict is raised."""
+
+
+@attrs.define(eq=False)
+class OpenSession:
+    """A session as this client holds it between commands: state, position in the log, and the
+    latest known version of every object in its index."""
+
+    session_id: str
+    state: SessionState
+    seq: int
+    """Number of log entries folded into ``state``."""
+    system_prompt: SystemPromptObject
+    objects: dict[str, ContentObject]
+    snapshot_bytes: int
+    """Size of the last snapshot written (session plus chat document)."""
+    log_bytes_since_snapshot: int
+    stale: bool = False
+    """Set when a commit failed in a way that leaves its fate unknown: catch up before deciding."""
+    lock: threading.RLock = attrs.field(factory=threading.RLock)
+    line_cache: dict[str, tuple[str, str]] = attrs.field(factory=dict)
+    """Rendered metadata line per object id, with the object_hash it was rendered from."""
+    turn_cache: dict[tuple[int, int], tuple[RenderedMessage, ...]] = attrs.field(factory=dict)
+    """Rendered messages per (turn number, message count): past turns never change."""
+
+
+class Reads:
+    """Store reads made while building one command. What was read becomes the commit's
+    preconditions: a version is written only on top of the version the decision saw."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self._store = store
+        self.documents: dict[str, Document | None] = {}
+        self.objects: dict[str, Any] = {}
+
+    def stored(self, object_id: str) -> Any:
+        """The latest stored version of ``object_id`` (parsed), or None."""
+        if object_id not in self.documents:
+            self._remember(object_id, self._store.get(object_id))
+        return self.objects.get(object_id)
+
+    def stored_many(self, object_ids: Iterable[str]) -> dict[str, Any]:
+        """Latest stored versions of many objects in one round trip (absent ids map to None)."""
+        ids = list(dict.fromkeys(object_ids))
+        wanted = [i for i in ids if i not in self.documents]
+        if wanted:
+            found = self._store.get_many(wanted)
+            for object_id in wanted:
+                self._remember(object_id, found.get(object_id))
+        return {i: self.objects.get(i) for i in ids}
+
+    def stored_file(self, object_id: str) -> FileObject | None:
+        obj = self.stored(object_id)
+        if obj is not None and not isinstance(obj, FileObject):
+            raise StoreError(f"object {object_id!r} is a {obj.type}, not a file")
+        return obj
+
+    def _remember(self, object_id: str, doc: Document | None) -> None:
+        self.documents[object_id] = doc
+        if doc is not None:
+            self.objects[object_id] = from_document(doc)
+
+    def expectation(self, object_id: str) -> Expect:
+        """The precondition for writing a new version of ``object_id``."""
+        return Expect(object_id, self.documents.get(object_id))
+
+
+CommandBuilder = Callable[[Reads, SessionState], Command]
+
+
+class SessionRunner:
+    """Loads sessions and executes commands against them."""
+
+    def __init__(self, store: ObjectStore, clock: Clock, ids: IdSource) -> None:
+        self.store = store
+        self.clock = clock
+        self.ids = ids
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def exists(self, session_id: str) -> bool:
+        return self.store.get(session_id_for(session_id)) is not None
+
+    def load(self, session_id: str) -> OpenSession:
+        """Rebuild a session from its latest snapshot and the log entries after it."""
+        session_doc = self.store.get(session_id_for(session_id))
+        if session_doc is None:
+            raise SessionNotFound(session_id)
+        chat_doc = self.store.get(chat_id_for(session_id))
+        snapshot = from_document(session_doc)
+        chat = from_document(chat_doc) if chat_doc is not None else None
+        if not isinstance(snapshot, SessionObject) or not isinstance(chat, ChatObject):
+            raise StoreError(f"session {session_id!r} has a damaged snapshot")
+        prompt = self._system_prompt(snapshot.system_prompt_ref)
+        session = OpenSession(
+            session_id=session_id,
+            state=state_from_snapshot(snapshot, chat),
+            seq=snapshot.seq,
+            system_prompt=prompt,
+            objects={},
+            snapshot_bytes=document_size(session_doc) + document_size(chat_doc or {}),
+            log_bytes_since_snapshot=0,
+        )
+        self.catch_up(session)
+        session.objects.update(self._objects(session.state.index))
+        return session
+
+    def _system_prompt(self, object_id: str) -> SystemPromptObject:
+        doc = self.store.get(object_id)
+        obj = from_document(doc) if doc is not None else None
+        if not isinstance(obj, SystemPromptObject):
+            raise StoreError(f"system prompt {object_id!r} is missing from the store")
+        return obj
+
+    def _objects(self, object_ids: Iterable[str]) -> dict[str, ContentObject]:
+        ids = list(object_ids)
+        docs = self.store.get_many(ids)
+        missing = [i for i in ids if i not in docs]
+        if missing:
+            raise StoreError(f"objects in the session index are missing: {missing[:5]}")
+        out: dict[str, ContentObject] = {}
+        for object_id, doc in docs.items():
+            obj = from_document(doc)
+            assert isinstance(obj, FileObject | ToolcallObject)
+            out[object_id] = obj
+        return out
+
+    def catch_up(self, session: OpenSession) -> bool:
+        """Fold log entries other writers appended after ``session.seq``; True if there were any."""
+        entries = self.store.session_log(session.session_id, after_seq=session.seq)
+        if not entries:
+            session.stale = False
+            return False
+        changed: set[str] = set()
+        prompt_changed = False
+        for entry in entries:
+            events = decode_events(entry["events"])
+            session.state = fold(events, session.state)
+            session.seq = int(entry["seq"])
+            session.log_bytes_since_snapshot += document_size(entry)
+            for event in events:
+                if isinstance(event, e.SystemPromptSet):
+                    prompt_changed = True
+                elif hasattr(event, "object_id") and session.state.in_index(event.object_id):
+                    changed.add(event.object_id)
+        if changed:
+            session.objects.update(self._objects(changed))
+        if prompt_changed:
+            session.system_prompt = self._system_prompt(session.state.system_prompt_id)
+        session.stale = False
+        return True
+
+    # -- executing -------------------------------------------------------------------------
+
+    def execute(self, session: OpenSession, build: CommandBuilder) -> tuple[e.Event, ...]:
+        """Build a command from fresh reads, decide it and commit what it produced.
+
+        Returns the events (empty when the command changes nothing, in which case nothing is
+        written). Domain errors from building or deciding propagate and change nothing.
+        """
+        command_id = self.ids.new_id()
+        for _attempt in range(MAX_ATTEMPTS):
+            if session.stale:
+                self.catch_up(session)
+            reads = Reads(self.store)
+            command = build(reads, session.state)
+            events = decide(session.state, command)
+            if not events:
+                return events
+            try:
+                self._commit(session, command, command_id, events, reads)
+            except ConflictError:
+                # Either another writer of this session appended first (catch up), or an object
+                # we read changed underneath us (fresh reads on the next attempt).
+                self.catch_up(session)
+                continue
+            except StoreError:
+                session.stale = True
+                raise
+            return events
+        raise ConflictError(
+            [log_entry_id(session.session_id, session.seq + 1)], operation="commit (retried)"
+        )
+
+    def _commit(
+        self,
+        session: OpenSession,
+        command: Command,
+        command_id: str,
+        events: tuple[e.Event, ...],
+        reads: Reads,
+    ) -> None:
+        new_state = fold(events, session.state)
+        seq = session.seq + 1
+        puts: list[Document] = []
+        expect = [Expect(log_entry_id(session.session_id, seq), None)]
+        written: dict[str, Any] = {}
+        for event in events:
+            version = getattr(event, "version", None)
+            if version is None:
+                continue
+            written[version.id] = version
+            puts.append(to_document(version))
+            if isinstance(version, FileObject):
+                expect.append(reads.expectation(version.id))
+            elif isinstance(version, ToolcallObject):
+                expect.append(Expect(version.id, None))
+        entry = log_entry(
+            session.session_id,
+            seq,
+            command=type(command).__name__,
+            command_id=command_id,
+            at=self.clock.now(),
+            events=events,
+        )
+        puts.append(entry)
+        entry_bytes = document_size(entry)
+        snapshot_bytes = None
+        if seq == 1 or session.log_bytes_since_snapshot + entry_bytes >= session.snapshot_bytes:
+            session_doc = to_document(SessionObject.of(new_state, seq))
+            chat_doc = to_document(ChatObject.of(new_state))
+            puts += [session_doc, chat_doc]
+            snapshot_bytes = document_size(session_doc) + document_size(chat_doc)
+        self.store.commit(puts, expect)
+
+        # Durable: now the in-memory session may move on.
+        session.state = new_state
+        session.seq = seq
+        if snapshot_bytes is None:
+            session.log_bytes_since_snapshot += entry_bytes
+        else:
+            session.snapshot_bytes = snapshot_bytes
+            session.log_bytes_since_snapshot = 0
+        for object_id, version in written.items():
+            if isinstance(version, SystemPromptObject):
+                session.system_prompt = version
+            else:
+                session.objects[object_id] = version
+        for event in events:
+            if isinstance(event, e.ObjectEncountered) and event.object_id not in session.objects:
+                # Encountered without a new version (e.g. an unchanged file another session
+                # indexed): the version the decision read is the latest.
+                session.objects[event.object_id] = reads.objects[event.object_id]

@@ -1,0 +1,257 @@
+"""``ContextService``: the facade a harness embeds.
+
+One service serves many sessions; each public method names the session it acts on. Calls on one
+session are serialised by that session's lock (a watcher thread and the agent loop may call at
+once); different sessions proceed independently. Every method either completes and is durable, or
+raises a :class:`~domain.errors.SelfContextError` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from application.ports.clock import Clock
+from application.ports.files import FileReader
+from application.ports.ids import IdSource
+from application.ports.store import ObjectStore, Version
+from application.runner import OpenSession, SessionRunner
+from application.settings import Settings
+from application.usecases.base import Deps
+from application.usecases.chat import RecordToolCall, RecordTurn
+from application.usecases.context import (
+    ActionResult,
+    Activate,
+    AssembleContext,
+    Deactivate,
+    Pin,
+    Unpin,
+)
+from application.usecases.files import Discover, DiscoverReport, IndexFile, IndexResult
+from application.usecases.sessions import (
+    PastState,
+    ResumeReport,
+    ResumeSession,
+    StartSession,
+    StateAt,
+    validate_session_id,
+)
+from domain.chat import ToolCallRequest
+from domain.documents import from_document
+from domain.errors import SessionNotFound, UnknownObject
+from domain.mounts import MountTable
+from domain.objects import ContentObject, FileObject, SystemPromptObject, ToolcallObject, ToolStatus
+from domain.rendering import AssembledContext, render_context
+from domain.session.state import CollapseWindow, SessionState
+
+__all__ = ["ContextService"]
+
+
+class ContextService:
+    """Everything a harness does with the context manager, by session id."""
+
+    def __init__(
+        self,
+        *,
+        store: ObjectStore,
+        clock: Clock,
+        ids: IdSource,
+        files: FileReader,
+        mounts: MountTable,
+        settings: Settings | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings or Settings()
+        self.mounts = mounts
+        runner = SessionRunner(store, clock, ids)
+        deps = Deps(runner=runner, files=files, mounts=mounts, settings=self.settings)
+        self._deps = deps
+        self._runner = runner
+        self._sessions: dict[str, OpenSession] = {}
+        self._guard = threading.Lock()
+        self._start = StartSession(deps)
+        self._resume = ResumeSession(deps)
+        self._state_at = StateAt(deps)
+        self._index_file = IndexFile(deps)
+        self._discover = Discover(deps)
+        self._turn = RecordTurn(deps)
+        self._toolcall = RecordToolCall(deps)
+        self._activate = Activate(deps)
+        self._deactivate = Deactivate(deps)
+        self._pin = Pin(deps)
+        self._unpin = Unpin(deps)
+        self._assemble = AssembleContext(deps)
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def start_session(
+        self, session_id: str, system_prompt: str = "", *, window: CollapseWindow | None = None
+    ) -> None:
+        """Create a new session. Raises SessionExists if the id is taken (resume it instead)."""
+        session = self._start(session_id, system_prompt, window)
+        with self._guard:
+            self._sessions[session_id] = session
+
+    def resume_session(self, session_id: str) -> ResumeReport:
+        """Load a stored session, restore its sets and reconcile its files with their sources."""
+        session, report = self._resume(session_id)
+        with self._guard:
+            self._sessions[session_id] = session
+        return report
+
+    def open_session(self, session_id: str, system_prompt: str = "") -> ResumeReport | None:
+        """Start the session if it is new, resume it otherwise (None when it was started)."""
+        validate_session_id(session_id)
+        if self._runner.exists(session_id):
+            return self.resume_session(session_id)
+        self.start_session(session_id, system_prompt)
+        return None
+
+    def close_session(self, session_id: str) -> None:
+        """Forget the in-memory copy; everything is already stored."""
+        with self._guard:
+            self._sessions.pop(session_id, None)
+
+    def sessions(self) -> list[str]:
+        """Ids of every session in the store."""
+        prefix = "session:"
+        return [i[len(prefix) :] for i in self.store.ids_of_type("session")]
+
+    def _open(self, session_id: str) -> OpenSession:
+        with self._guard:
+            session = self._sessions.get(session_id)
+        if session is None:
+            validate_session_id(session_id)
+            raise SessionNotFound(session_id)
+        return session
+
+    # -- what the harness reports ---------------------------------------------------------
+
+    def index_file(
+        self, session_id: str, path: str, content: str | bytes | None = None
+    ) -> IndexResult:
+        """The agent read a file (``content`` is what it read; None reads it from the source)."""
+        session = self._open(session_id)
+        with session.lock:
+            return self._index_file(session, path, content)
+
+    def discover(
+        self, session_id: str, paths: Iterable[str], *, strict: bool = True
+    ) -> DiscoverReport:
+        """Paths seen in tool output: stubs into the index and metadata pool."""
+        session = self._open(session_id)
+        with session.lock:
+            return self._discover(session, paths, strict=strict)
+
+    def record_user_message(self, session_id: str, text: str) -> None:
+        """A user message: it begins a new turn."""
+        session = self._open(session_id)
+        with session.lock:
+            self._turn.user(session, text)
+
+    def record_assistant_message(
+        self, session_id: str, text: str, tool_calls: Sequence[ToolCallRequest] = ()
+    ) -> None:
+        """A model message with the tool calls it requested."""
+        session = self._open(session_id)
+        with session.lock:
+            self._turn.assistant(session, text, tool_calls)
+
+    def record_tool_call(
+        self,
+        session_id: str,
+        toolcall_id: str,
+        *,
+        tool: str,
+        args: Mapping[str, Any],
+        output: str | None,
+        status: ToolStatus = "ok",
+        args_display: str | None = None,
+        file_refs: Sequence[str] | None = None,
+    ) -> str:
+        """A tool's result: a toolcall object, auto-activated. Returns its id."""
+        session = self._open(session_id)
+        with session.lock:
+            return self._toolcall(
+                session,
+                toolcall_id,
+                tool=tool,
+                args=args,
+                output=output,
+                status=status,
+                args_display=args_display,
+                file_refs=file_refs,
+            ).id
+
+    # -- the agent's context tools ----------------------------------------------------------
+
+    def activate(self, session_id: str, object_id: str) -> ActionResult:
+        """Load an object's full content into the context."""
+        session = self._open(session_id)
+        with session.lock:
+            return self._activate(session, object_id)
+
+    def deactivate(self, session_id: str, object_id: str) -> ActionResult:
+        """Collapse an object to its metadata line."""
+        session = self._open(session_id)
+        with session.lock:
+            return self._deactivate(session, object_id)
+
+    def pin(self, session_id: str, object_id: str) -> ActionResult:
+        """Exempt an object from auto-collapse."""
+        session = self._open(session_id)
+        with session.lock:
+            return self._pin(session, object_id)
+
+    def unpin(self, session_id: str, object_id: str) -> ActionResult:
+        """Let auto-collapse apply to an object again."""
+        session = self._open(session_id)
+        with session.lock:
+            return self._unpin(session, object_id)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def assemble(self, session_id: str) -> AssembledContext:
+        """The context the model sees now."""
+        session = self._open(session_id)
+        with session.lock:
+            return self._assemble(session)
+
+    def state(self, session_id: str) -> SessionState:
+        """The session's current state (immutable)."""
+        return self._open(session_id).state
+
+    def log_position(self, session_id: str) -> int:
+        """How many commands the session has recorded."""
+        return self._open(session_id).seq
+
+    def object(self, session_id: str, object_id: str) -> ContentObject:
+        """The latest version of one of this session's objects."""
+        session = self._open(session_id)
+        obj = session.objects.get(object_id)
+        if obj is None:
+            raise UnknownObject(object_id, session_id)
+        return obj
+
+    def state_at(self, session_id: str, seq: int) -> PastState:
+        """The session as it was right after its ``seq``-th command, rebuilt from the store."""
+        return self._state_at(validate_session_id(session_id), seq)
+
+    def context_at(self, session_id: str, seq: int) -> AssembledContext:
+        """The exact context as it was right after the ``seq``-th command."""
+        past = self.state_at(session_id, seq)
+        docs = self.store.get_many_as_of(past.state.index, past.tx_id)
+        objects: dict[str, FileObject | ToolcallObject] = {}
+        for object_id, doc in docs.items():
+            obj = from_document(doc)
+            assert isinstance(obj, FileObject | ToolcallObject)
+            objects[object_id] = obj
+        prompt_doc = self.store.get_as_of(past.state.system_prompt_id, past.tx_id)
+        prompt = from_document(prompt_doc) if prompt_doc is not None else None
+        text = prompt.content if isinstance(prompt, SystemPromptObject) else ""
+        return render_context(past.state, objects, text, self.mounts.display_path)
+
+    def history(self, object_id: str) -> list[Version]:
+        """Every stored version of an object, oldest first."""
+        return self.store.history(object_id)

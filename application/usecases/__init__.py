@@ -1,0 +1,1 @@
+"""The application's use cases, one small class each; :mod:`application.service` composes them."""

@@ -1,0 +1,97 @@
+"""RecordTurn (user and assistant messages) and RecordToolCall (SSOT §5.7)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from application.runner import OpenSession, Reads
+from application.usecases.base import Deps
+from domain.chat import AssistantMessage, ToolCallRequest
+from domain.errors import DuplicateObject, InvalidContent, InvalidInput
+from domain.objects import ToolcallObject, ToolStatus
+from domain.session import commands as c
+from domain.session.state import SessionState
+
+__all__ = ["RecordToolCall", "RecordTurn"]
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(what, value, f"must be text, got {type(value).__name__}")
+    return value
+
+
+class RecordTurn:
+    """Append user and assistant messages to the chat; a user message begins a turn."""
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+
+    def user(self, session: OpenSession, text: str) -> None:
+        command = c.RecordUserMessage(_text(text, "user message"))
+        self._deps.runner.execute(session, lambda reads, state: command)
+
+    def assistant(
+        self, session: OpenSession, text: str, tool_calls: Sequence[ToolCallRequest] = ()
+    ) -> None:
+        ids = [call.id for call in tool_calls]
+        if len(set(ids)) != len(ids):
+            raise InvalidInput("tool calls", ids, "tool-call ids must be unique in a message")
+        command = c.RecordAssistantMessage(
+            AssistantMessage(_text(text, "assistant message"), tuple(tool_calls))
+        )
+        self._deps.runner.execute(session, lambda reads, state: command)
+
+
+class RecordToolCall:
+    """A tool finished: its output becomes a toolcall object, auto-activated."""
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+
+    def __call__(
+        self,
+        session: OpenSession,
+        toolcall_id: str,
+        *,
+        tool: str,
+        args: Mapping[str, Any],
+        output: str | None,
+        status: ToolStatus = "ok",
+        args_display: str | None = None,
+        file_refs: Sequence[str] | None = None,
+    ) -> ToolcallObject:
+        if output is not None and not isinstance(output, str):
+            raise InvalidContent(
+                toolcall_id, f"tool output must be text, got {type(output).__name__}"
+            )
+        limit = self._deps.settings.max_output_bytes
+        if (
+            output is not None
+            and len(output) > limit // 4
+            and len(output.encode("utf-8", "surrogatepass")) > limit
+        ):
+            raise InvalidContent(toolcall_id, f"tool output is over the limit of {limit} bytes")
+        toolcall = ToolcallObject.build(
+            _text(toolcall_id, "tool-call id"),
+            tool=_text(tool, "tool name"),
+            args=args,
+            output=output,
+            status=status,
+            chat_ref=session.state.chat_id,
+            args_display=args_display,
+            file_refs=file_refs,
+        )
+        known = session.objects.get(toolcall.id)
+        if known is not None and known.object_hash == toolcall.object_hash:
+            return toolcall  # the same call recorded again (a retry): nothing to do
+
+        def build(reads: Reads, state: SessionState) -> c.Command:
+            stored = reads.stored(toolcall.id)
+            if stored is not None and not state.in_index(toolcall.id):
+                raise DuplicateObject(toolcall.id, "another session's object has this id")
+            return c.RecordToolCall(toolcall)
+
+        self._deps.runner.execute(session, build)
+        return toolcall

@@ -1,0 +1,159 @@
+"""The agent's context tools (SSOT §3.3) and AssembleContext (§4)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+
+from application.runner import OpenSession, Reads
+from application.usecases.base import Deps, observe_source
+from domain.chat import Turn
+from domain.objects import FileObject, ToolcallObject
+from domain.rendering import (
+    AssembledContext,
+    RenderedMessage,
+    metadata_line,
+    render_context,
+    render_turn,
+)
+from domain.session import commands as c
+from domain.session import events as e
+from domain.session.machine import decide
+from domain.session.state import SessionState
+
+__all__ = ["ActionResult", "Activate", "AssembleContext", "Deactivate", "Pin", "Unpin"]
+
+
+@attrs.frozen
+class ActionResult:
+    """The answer to one of the agent's context tools."""
+
+    ok: bool
+    message: str
+    """A short sentence for the model."""
+
+
+def _describe(session: OpenSession, deps: Deps, object_id: str) -> str:
+    obj = session.objects[object_id]
+    if isinstance(obj, ToolcallObject):
+        return f"tool call {object_id} ({obj.tool})"
+    return f"file {deps.mounts.display_path(obj.source)}"
+
+
+class Activate:
+    """Load an object's content into the active set; a discovery stub is read first."""
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+
+    def __call__(self, session: OpenSession, object_id: str) -> ActionResult:
+        def build(reads: Reads, state: SessionState) -> c.Command:
+            # Validate first (unknown ids, other sessions' ids, infrastructure ids): reading a
+            # source for an id this session may not use would leak it.
+            decide(state, c.Activate(object_id))
+            obj = session.objects.get(object_id)
+            if isinstance(obj, FileObject) and obj.is_stub:
+                observed = observe_source(self._deps, obj.source)
+                stored = reads.stored_file(object_id)
+                return c.Activate(object_id, c.IndexFile(observed, stored, "activation"))
+            return c.Activate(object_id)
+
+        events = self._deps.runner.execute(session, build)
+        what = _describe(session, self._deps, object_id)
+        if not any(isinstance(ev, e.ObjectActivated) for ev in events):
+            return ActionResult(True, f"{what} is already active")
+        obj = session.objects[object_id]
+        if obj.content is None:
+            return ActionResult(True, f"activated {what}; it has no content ({_why_empty(obj)})")
+        return ActionResult(True, f"activated {what} ({len(obj.content)} characters)")
+
+
+def _why_empty(obj: FileObject | ToolcallObject) -> str:
+    if isinstance(obj, FileObject) and obj.content_status is not None:
+        return obj.content_status.replace("_", " ")
+    return "empty"
+
+
+class _SetCommand:
+    """Deactivate, Pin and Unpin: a command on one id, a message on what it did."""
+
+    command: type[c.Deactivate] | type[c.Pin] | type[c.Unpin]
+    done: str
+    noop: str
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+
+    def __call__(self, session: OpenSession, object_id: str) -> ActionResult:
+        command = self.command(object_id)
+        events = self._deps.runner.execute(session, lambda reads, state: command)
+        what = _describe(session, self._deps, object_id)
+        if events:
+            return ActionResult(True, f"{self.done} {what}")
+        return ActionResult(True, f"{what} {self.noop}")
+
+
+class Deactivate(_SetCommand):
+    """Collapse an object to its metadata line."""
+
+    command = c.Deactivate
+    done = "deactivated"
+    noop = "was not active"
+
+
+class Pin(_SetCommand):
+    """Exempt an object from auto-collapse."""
+
+    command = c.Pin
+    done = "pinned"
+    noop = "is already pinned"
+
+
+class Unpin(_SetCommand):
+    """Let the collapse window apply to an object again."""
+
+    command = c.Unpin
+    done = "unpinned"
+    noop = "was not pinned"
+
+
+class AssembleContext:
+    """Render the session's context (§4.1), reusing renderings that cannot have changed."""
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+
+    def __call__(self, session: OpenSession) -> AssembledContext:
+        objects = session.objects
+        lines = session.line_cache
+        display = self._deps.mounts.display_path
+
+        def line_of(object_id: str) -> str:
+            obj = objects[object_id]
+            cached = lines.get(object_id)
+            if cached is not None and cached[0] == obj.object_hash:
+                return cached[1]
+            path = display(obj.source) if isinstance(obj, FileObject) else None
+            line = metadata_line(obj, path)
+            lines[object_id] = (obj.object_hash, line)
+            return line
+
+        turns = session.turn_cache
+
+        def turn_messages(turn: Turn) -> Sequence[RenderedMessage]:
+            key = (turn.number, len(turn.messages))
+            cached = turns.get(key)
+            if cached is None:
+                cached = turns[key] = render_turn(turn, objects)
+                turns.pop((turn.number, len(turn.messages) - 1), None)
+            return cached
+
+        return render_context(
+            session.state,
+            objects,
+            session.system_prompt.content,
+            display,
+            metadata_line_of=line_of,
+            turn_messages=turn_messages,
+        )

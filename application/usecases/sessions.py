@@ -1,0 +1,188 @@
+"""StartSession and ResumeSession (SSOT §3.6), and rebuilding a session as it was."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+import attrs
+
+from application.persistence import decode_events
+from application.ports.files import SourceMissing, SourceUnavailable
+from application.runner import OpenSession, Reads
+from application.usecases.base import Deps, observe_source
+from domain.documents import from_document
+from domain.errors import InvalidInput, SessionExists, SessionNotFound
+from domain.infrastructure import (
+    ChatObject,
+    SessionObject,
+    chat_id_for,
+    session_id_for,
+    state_from_snapshot,
+)
+from domain.objects import FileObject, SystemPromptObject
+from domain.session import commands as c
+from domain.session.machine import fold
+from domain.session.state import INITIAL, CollapseWindow, SessionState
+
+__all__ = ["ResumeReport", "ResumeSession", "StartSession", "StateAt", "validate_session_id"]
+
+_SESSION_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+=-]{0,199}")
+
+
+def validate_session_id(session_id: object) -> str:
+    """Session ids appear inside object ids: letters, digits and ``._@+=-``, at most 200."""
+    if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
+        raise InvalidInput(
+            "session id",
+            session_id,
+            "use 1-200 letters, digits or ._@+=- characters, starting with a letter or digit",
+        )
+    return session_id
+
+
+class StartSession:
+    """Create a session: its system prompt, chat and session objects, and log entry 1."""
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+
+    def __call__(
+        self, session_id: str, system_prompt: str, window: CollapseWindow | None = None
+    ) -> OpenSession:
+        validate_session_id(session_id)
+        if not isinstance(system_prompt, str):
+            raise InvalidInput("system prompt", system_prompt, "must be text")
+        runner = self._deps.runner
+        if runner.exists(session_id):
+            raise SessionExists(session_id)
+        prompt = SystemPromptObject.build(f"system_prompt:{session_id}", system_prompt)
+        session = OpenSession(
+            session_id=session_id,
+            state=INITIAL,
+            seq=0,
+            system_prompt=prompt,
+            objects={},
+            snapshot_bytes=0,
+            log_bytes_since_snapshot=0,
+        )
+        command = c.StartSession(
+            session_id=session_id,
+            system_prompt=prompt,
+            chat_id=chat_id_for(session_id),
+            window=window or self._deps.settings.window,
+        )
+        runner.execute(session, lambda reads, state: command)
+        return session
+
+
+@attrs.frozen
+class ResumeReport:
+    """What reconciliation found when a session was resumed."""
+
+    session_id: str
+    updated: tuple[str, ...] = ()
+    """Files whose source changed while the session was paused (new versions written)."""
+    deleted: tuple[str, ...] = ()
+    """Files whose source is confirmed gone (null-content versions written)."""
+    orphaned: tuple[str, ...] = ()
+    """Files whose source cannot be reached from here (latest version kept)."""
+    unchanged: int = 0
+
+
+class ResumeSession:
+    """Restore every set, then reconcile sourced objects with their sources (§3.6)."""
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+
+    def __call__(self, session_id: str) -> tuple[OpenSession, ResumeReport]:
+        validate_session_id(session_id)
+        session = self._deps.runner.load(session_id)
+        report: dict[str, list[str]] = {"updated": [], "deleted": [], "orphaned": []}
+        unchanged = 0
+
+        def build(reads: Reads, state: SessionState) -> c.Command:
+            nonlocal unchanged
+            report.update(updated=[], deleted=[], orphaned=[])
+            unchanged = 0
+            files = [
+                obj
+                for obj in (session.objects[i] for i in state.index)
+                if isinstance(obj, FileObject) and not obj.is_stub
+            ]
+            stored = reads.stored_many(f.id for f in files)
+            reconciled: list[c.IndexFile | c.RecordDeletion] = []
+            for obj in files:
+                latest = stored[obj.id] or obj
+                try:
+                    observed = observe_source(self._deps, obj.source)
+                except SourceMissing:
+                    if not latest.is_deleted:
+                        reconciled.append(c.RecordDeletion(latest, "resume"))
+                        report["deleted"].append(obj.id)
+                    else:
+                        unchanged += 1
+                    continue
+                except SourceUnavailable:
+                    report["orphaned"].append(obj.id)
+                    continue
+                if latest.file_hash == observed.file_hash and not latest.is_stub:
+                    unchanged += 1
+                    continue
+                reconciled.append(c.IndexFile(observed, latest, "resume"))
+                report["updated"].append(obj.id)
+            return c.Resume(tuple(reconciled))
+
+        self._deps.runner.execute(session, build)
+        return session, ResumeReport(
+            session_id,
+            updated=tuple(report["updated"]),
+            deleted=tuple(report["deleted"]),
+            orphaned=tuple(report["orphaned"]),
+            unchanged=unchanged,
+        )
+
+
+@attrs.frozen
+class PastState:
+    """A session as it was right after one log entry."""
+
+    state: SessionState
+    seq: int
+    tx_id: int
+    """The transaction that wrote that log entry: read objects as of it."""
+
+
+class StateAt:
+    """Rebuild a session's state after any past command from stored versions alone."""
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+
+    def __call__(self, session_id: str, seq: int) -> PastState:
+        store = self._deps.runner.store
+        history = store.history(session_id_for(session_id))
+        if not history:
+            raise SessionNotFound(session_id)
+        snapshots = [v for v in history if int(v.document["seq"]) <= seq]
+        if not snapshots:
+            raise InvalidInput("log position", seq, "before the session started")
+        snap = snapshots[-1]
+        chat_versions = {v.tx_id: v for v in store.history(chat_id_for(session_id))}
+        session_obj = from_document(snap.document)
+        chat_obj = from_document(chat_versions[snap.tx_id].document)
+        assert isinstance(session_obj, SessionObject) and isinstance(chat_obj, ChatObject)
+        state = state_from_snapshot(session_obj, chat_obj)
+        entries = [
+            entry
+            for entry in store.session_log(session_id, after_seq=session_obj.seq)
+            if int(entry["seq"]) <= seq
+        ]
+        for entry in entries:
+            state = fold(decode_events(entry["events"]), state)
+        last = entries[-1]["xt/id"] if entries else None
+        tx_id = snap.tx_id if last is None else store.history(last)[0].tx_id
+        if seq > (int(entries[-1]["seq"]) if entries else session_obj.seq):
+            raise InvalidInput("log position", seq, "after the session's last command")
+        return PastState(state=state, seq=seq, tx_id=tx_id)
