@@ -1,0 +1,231 @@
+"""The behaviour every :class:`~application.ports.store.ObjectStore` must show.
+
+An adapter's test module subclasses :class:`StoreContract` and implements ``make_store()``::
+
+    class TestMemoryStore(StoreContract):
+        def make_store(self) -> ObjectStore:
+            return MemoryStore()
+
+The base class is not collected by pytest (its name does not start with ``Test``). Each test gets
+a store of its own from ``make_store()``; stores shared between tests (a real node) must at least
+give every test fresh ids, which the suite does by prefixing every id with a per-test nonce.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import pytest
+
+from application.ports.store import ConflictError, Expect, ObjectStore
+from domain.errors import InvalidInput
+
+__all__ = ["StoreContract"]
+
+
+class StoreContract:
+    """Abstract behaviour suite for object stores."""
+
+    def make_store(self) -> ObjectStore:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def store(self) -> Any:
+        store = self.make_store()
+        yield store
+        store.close()
+
+    @pytest.fixture
+    def ns(self) -> str:
+        """A prefix that makes this test's ids unique even in a store shared between tests."""
+        return f"t{uuid.uuid4().hex[:10]}-"
+
+    # -- put / get ---------------------------------------------------------------------------
+
+    def test_get_missing_is_none(self, store: ObjectStore, ns: str) -> None:
+        assert store.get(ns + "nothing") is None
+        assert store.get_many([ns + "a", ns + "b"]) == {}
+        assert store.history(ns + "nothing") == []
+
+    def test_put_then_get_round_trips_json_exactly(self, store: ObjectStore, ns: str) -> None:
+        doc = {
+            "xt/id": ns + "doc",
+            "type": "file",
+            "int": 42,
+            "negative": -7,
+            "big": 2**40,
+            "float": 1.5,
+            "tiny": 1e-7,
+            "null": None,
+            "bools": [True, False],
+            "text": "naïve — 日本語 😀 \"quoted\" \\ back\nline\ttab",
+            "empty": "",
+            "nested": {"list": [1, 2.25, {"deep": ["x", None]}], "map": {}},
+            "source": {"type": "filesystem", "filesystemId": "abc", "path": "/x/y.py"},
+        }
+        store.commit([doc])
+        assert store.get(ns + "doc") == doc
+        assert store.get_many([ns + "doc", ns + "missing"]) == {ns + "doc": doc}
+
+    def test_get_many_returns_every_existing_id(self, store: ObjectStore, ns: str) -> None:
+        docs = [{"xt/id": f"{ns}{i}", "type": "toolcall", "n": i} for i in range(50)]
+        store.commit(docs)
+        found = store.get_many([d["xt/id"] for d in docs] + [ns + "none"])
+        assert found == {d["xt/id"]: d for d in docs}
+
+    def test_invalid_documents_are_refused_and_nothing_is_written(
+        self, store: ObjectStore, ns: str
+    ) -> None:
+        good = {"xt/id": ns + "good", "type": "file"}
+        for bad in ({"type": "file"}, {"xt/id": "", "type": "x"}, {"xt/id": 7, "type": "x"}):
+            with pytest.raises(InvalidInput):
+                store.commit([good, bad])  # type: ignore[list-item]
+        with pytest.raises(InvalidInput):
+            store.commit([good, {"xt/id": ns + "nan", "value": float("nan")}])
+        with pytest.raises(InvalidInput):
+            store.commit([good, dict(good)])  # the same id twice in one commit
+        assert store.get(ns + "good") is None
+
+    # -- versions, history, as-of ------------------------------------------------------------
+
+    def test_versions_are_kept_in_order(self, store: ObjectStore, ns: str) -> None:
+        oid = ns + "versioned"
+        receipts = [store.commit([{"xt/id": oid, "type": "file", "v": v}]) for v in range(3)]
+        assert [r.tx_id for r in receipts] == sorted(r.tx_id for r in receipts)
+        assert len({r.tx_id for r in receipts}) == 3
+        history = store.history(oid)
+        assert [h.document["v"] for h in history] == [0, 1, 2]
+        assert [h.tx_id for h in history] == [r.tx_id for r in receipts]
+        assert all(h.tx_time for h in history)
+        assert store.get(oid) == {"xt/id": oid, "type": "file", "v": 2}
+
+    def test_identical_put_is_still_a_version(self, store: ObjectStore, ns: str) -> None:
+        # The store records what it is told; avoiding spurious versions is the caller's job
+        # (preconditions), so this behaviour must be the same in every store.
+        oid = ns + "same"
+        store.commit([{"xt/id": oid, "v": 1}])
+        store.commit([{"xt/id": oid, "v": 1}])
+        assert len(store.history(oid)) == 2
+
+    def test_as_of_by_transaction(self, store: ObjectStore, ns: str) -> None:
+        a, b = ns + "a", ns + "b"
+        r1 = store.commit([{"xt/id": a, "v": 1}])
+        r2 = store.commit([{"xt/id": a, "v": 2}, {"xt/id": b, "v": 1}])
+        r3 = store.commit([{"xt/id": b, "v": 2}])
+        assert store.get_as_of(a, r1.tx_id) == {"xt/id": a, "v": 1}
+        assert store.get_as_of(b, r1.tx_id) is None
+        assert store.get_as_of(a, r2.tx_id) == {"xt/id": a, "v": 2}
+        assert store.get_many_as_of([a, b], r2.tx_id) == {
+            a: {"xt/id": a, "v": 2},
+            b: {"xt/id": b, "v": 1},
+        }
+        assert store.get_many_as_of([a, b], r3.tx_id)[b] == {"xt/id": b, "v": 2}
+        latest = store.latest_tx()
+        assert latest is not None and latest.tx_id >= r3.tx_id
+
+    # -- atomic commits and preconditions ----------------------------------------------------
+
+    def test_failed_precondition_writes_nothing(self, store: ObjectStore, ns: str) -> None:
+        a, b = ns + "a", ns + "b"
+        store.commit([{"xt/id": a, "v": 1}])
+        with pytest.raises(ConflictError):
+            store.commit(
+                [{"xt/id": a, "v": 2}, {"xt/id": b, "v": 1}],
+                [Expect(a, {"xt/id": a, "v": 99})],
+            )
+        assert store.get(a) == {"xt/id": a, "v": 1}
+        assert store.get(b) is None
+        assert len(store.history(a)) == 1
+
+    def test_expect_absent(self, store: ObjectStore, ns: str) -> None:
+        a = ns + "a"
+        store.commit([{"xt/id": a, "v": 1}], [Expect(a, None)])
+        with pytest.raises(ConflictError):
+            store.commit([{"xt/id": a, "v": 2}], [Expect(a, None)])
+        assert store.get(a) == {"xt/id": a, "v": 1}
+
+    def test_expect_the_document_as_read(self, store: ObjectStore, ns: str) -> None:
+        a = ns + "a"
+        doc = {"xt/id": a, "n": 3, "f": 0.5, "m": {"x": [1, "two", None]}, "s": "é😀", "z": None}
+        store.commit([doc])
+        read = store.get(a)
+        assert read is not None
+        store.commit([{"xt/id": a, "n": 4}], [Expect(a, read)])
+        assert store.get(a) == {"xt/id": a, "n": 4}
+
+    def test_concurrent_writers_with_the_same_precondition_one_wins(
+        self, store: ObjectStore, ns: str
+    ) -> None:
+        target = ns + "contended"
+        store.commit([{"xt/id": target, "v": 0}])
+        base = store.get(target)
+        outcomes: list[str] = []
+        barrier = threading.Barrier(4)
+
+        def writer(n: int) -> None:
+            barrier.wait()
+            try:
+                store.commit([{"xt/id": target, "v": n + 1}], [Expect(target, base)])
+                outcomes.append("won")
+            except ConflictError:
+                outcomes.append("lost")
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(outcomes) == ["lost", "lost", "lost", "won"]
+        assert len(store.history(target)) == 2
+
+    def test_concurrent_writers_without_preconditions_all_land(
+        self, store: ObjectStore, ns: str
+    ) -> None:
+        def writer(n: int) -> None:
+            for i in range(10):
+                store.commit([{"xt/id": f"{ns}w{n}-{i}", "v": i}])
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        found = store.get_many(f"{ns}w{n}-{i}" for n in range(4) for i in range(10))
+        assert len(found) == 40
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def test_session_log_in_seq_order_after_a_position(self, store: ObjectStore, ns: str) -> None:
+        sid = ns + "session"
+        other = ns + "other"
+        for seq in (3, 1, 2, 10):
+            store.commit(
+                [
+                    {
+                        "xt/id": f"log:{sid}:{seq:09d}",
+                        "type": "session_log",
+                        "session_id": sid,
+                        "seq": seq,
+                        "events": [{"event": "X", "n": seq}],
+                    }
+                ]
+            )
+        store.commit(
+            [{"xt/id": f"log:{other}:1", "type": "session_log", "session_id": other, "seq": 1}]
+        )
+        assert [d["seq"] for d in store.session_log(sid)] == [1, 2, 3, 10]
+        assert [d["seq"] for d in store.session_log(sid, after_seq=2)] == [3, 10]
+        assert store.session_log(sid, after_seq=10) == []
+        assert store.session_log(ns + "unknown") == []
+        assert store.session_log(sid)[0]["events"] == [{"event": "X", "n": 1}]
+
+    def test_ids_of_type(self, store: ObjectStore, ns: str) -> None:
+        kind = ns + "kind"
+        store.commit([{"xt/id": ns + "b", "type": kind}, {"xt/id": ns + "a", "type": kind}])
+        store.commit([{"xt/id": ns + "c", "type": ns + "else"}])
+        assert store.ids_of_type(kind) == [ns + "a", ns + "b"]
+        # The latest version decides.
+        store.commit([{"xt/id": ns + "b", "type": ns + "else"}])
+        assert store.ids_of_type(kind) == [ns + "a"]
