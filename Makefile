@@ -1,0 +1,53 @@
+# The two commands of the README's quick start. Both create (or reuse) .venv in the project root.
+#   make demo   set up and run the main job on the embedded in-memory store
+#   make test   set up everything the test suite needs and run all of it
+# The suite needs: Python packages (PyPI), XTDB 1.24.5 jars (Maven Central, via Maven),
+# tokenizer data (a package registry), PostgreSQL (Debian packages) for the cluster test.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: demo test check pytest deps-test postgres clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	$(BIN)/selfctx demo
+
+# PostgreSQL server binaries for the two-node XTDB cluster test (skipped without them).
+postgres:
+	@if ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing PostgreSQL from Debian packages"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	else echo "PostgreSQL is not installed and cannot be installed here: the cluster test will be skipped"; fi
+
+deps-test: $(VENV)/.installed-dev postgres
+	$(BIN)/selfctx xtdb fetch
+	$(BIN)/selfctx tokenizer install
+
+check: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+pytest: deps-test
+	$(BIN)/pytest
+
+test: check pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
