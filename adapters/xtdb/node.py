@@ -1,0 +1,321 @@
+"""Start and stop XTDB nodes: one JVM per node, HTTP on 127.0.0.1 only.
+
+A node is ``java ... clojure.main -m xtdb.main -f <config>`` with the fetched jars and the
+project's HTTP server (``xtdb/src``) on the class path. The config is rendered from a template in
+``xtdb/config`` into the node's run directory, next to its log (``node.log``, where the JVM's
+stdout and stderr go directly, so nothing is lost if this Python process exits) and its pid file
+(``node.json``). :class:`XtdbNode` is the object tests and the CLI use; it is a context manager.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import string
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import attrs
+import httpx
+
+from adapters.xtdb import fetch, paths
+from adapters.xtdb.errors import NodeStartError, XtdbSetupError
+
+ConfigName = Literal["memory", "rocksdb", "postgres"]
+PID_FILE = "node.json"
+LOG_FILE = "node.log"
+CONFIG_FILE = "node.edn"
+_JAVA_OPTS_ENV = "SELFCTX_XTDB_JAVA_OPTS"
+# Modest defaults: tests run several nodes at once. Override with SELFCTX_XTDB_JAVA_OPTS.
+_DEFAULT_JAVA_OPTS = ("-Xms64m", "-Xmx768m", "-XX:MaxDirectMemorySize=512m", "-XX:+UseSerialGC")
+
+
+@attrs.frozen
+class PostgresTarget:
+    """Where a cluster node finds the PostgreSQL database holding its tx-log and documents."""
+
+    host: str
+    """Host name or address of the PostgreSQL server."""
+    port: int
+    """Its TCP port."""
+    dbname: str
+    """The database (created beforehand; XTDB creates its one table itself)."""
+    user: str
+    """The role XTDB connects as."""
+    password: str
+    """That role's password (written only into the node's 0600 config file)."""
+
+
+@attrs.frozen
+class RunInfo:
+    """The pid file of a running node: how to reach it and how to stop it."""
+
+    pid: int
+    """The JVM's process id."""
+    url: str
+    """Base URL of its HTTP API, e.g. ``http://127.0.0.1:3000``."""
+    config: str
+    """Which template it runs: memory, rocksdb or postgres."""
+    run_dir: str
+    """Folder of its config, log and pid file."""
+    data_dir: str
+    """Folder of its data (empty for an in-memory node)."""
+    started_at: float
+    """Unix time it answered its first status request."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (XTDB cannot bind port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _edn_string(value: str) -> str:
+    # A JSON string literal is a valid EDN string literal.
+    return json.dumps(value)
+
+
+def render_config(
+    config: ConfigName, *, port: int, data_dir: Path | None, postgres: PostgresTarget | None
+) -> str:
+    """The node's EDN config: ``xtdb/config/<config>.edn`` with its placeholders filled in."""
+    template = string.Template((paths.project_dir() / "config" / f"{config}.edn").read_text())
+    values: dict[str, str] = {"port": str(port)}
+    if config in ("rocksdb", "postgres"):
+        if data_dir is None:
+            raise XtdbSetupError(f"a {config} node needs a data directory")
+        values["index_dir"] = _edn_string(str(data_dir / "indexes"))
+        values["tx_log_dir"] = _edn_string(str(data_dir / "tx-log"))
+        values["doc_store_dir"] = _edn_string(str(data_dir / "documents"))
+    if config == "postgres":
+        if postgres is None:
+            raise XtdbSetupError("a postgres node needs a PostgresTarget")
+        values |= {
+            "pg_host": _edn_string(postgres.host),
+            "pg_port": str(postgres.port),
+            "pg_dbname": _edn_string(postgres.dbname),
+            "pg_user": _edn_string(postgres.user),
+            "pg_password": _edn_string(postgres.password),
+        }
+    return template.substitute(values)
+
+
+def log_tail(log_file: Path, lines: int = 40) -> str:
+    """The last ``lines`` lines of a node's log (where a failed start says why)."""
+    try:
+        with open(log_file, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def java_command(config_file: Path) -> list[str]:
+    """The JVM's argument list (no shell is involved)."""
+    project = paths.project_dir()
+    opts = os.environ.get(_JAVA_OPTS_ENV, "").split() or list(_DEFAULT_JAVA_OPTS)
+    classpath = os.pathsep.join(
+        [str(paths.lib_dir() / "*"), str(paths.classes_dir()), str(project / "src")]
+    )
+    return [
+        fetch.require_java(),
+        *opts,
+        # Without it XTDB warns and falls back to a slower LRU cache on JDK 9+.
+        "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED",
+        f"-Dlogback.configurationFile={project / 'logback.xml'}",
+        "-Dclojure.main.report=stderr",
+        "-Duser.timezone=UTC",
+        "-cp", classpath,
+        "clojure.main", "-m", "xtdb.main", "-f", str(config_file),
+    ]  # fmt: skip
+
+
+def wait_until_ready(
+    url: str, *, deadline: float, exited: Any, log_file: Path, sync: bool = True
+) -> dict[str, Any]:
+    """Poll ``/_xtdb/status`` until it answers, failing fast if the process exits.
+
+    ``exited()`` returns the exit code once the process is gone. With ``sync`` the node is also
+    made to index everything already in its tx-log (a restarted node replays it), so that reads
+    right after start see every acknowledged commit.
+    """
+    with httpx.Client(base_url=url, headers={"Accept": "application/json"}) as http:
+        while True:
+            code = exited(0.0)
+            if code is not None:
+                raise NodeStartError(
+                    f"the JVM exited with code {code}", log_file=str(log_file),
+                    log_tail=log_tail(log_file),
+                )  # fmt: skip
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise NodeStartError(
+                    f"no answer from {url}/_xtdb/status in time", log_file=str(log_file),
+                    log_tail=log_tail(log_file),
+                )  # fmt: skip
+            try:
+                status = http.get("/_xtdb/status", timeout=min(2.0, remaining))
+            except httpx.TransportError:
+                # Not listening yet: wait on the process itself, which also notices an exit.
+                exited(0.1)
+                continue
+            if status.status_code != 200:
+                exited(0.1)
+                continue
+            if sync:
+                timeout_ms = max(1, int((deadline - time.monotonic()) * 1000))
+                http.get("/_xtdb/sync", params={"timeout": timeout_ms},
+                         timeout=timeout_ms / 1000 + 5).raise_for_status()  # fmt: skip
+            body: dict[str, Any] = status.json()
+            return body
+
+
+class XtdbNode:
+    """One XTDB node process; ``with XtdbNode(config="memory") as node: node.url``.
+
+    ``config`` picks the template: ``memory`` (nothing persists), ``rocksdb`` (everything under
+    ``data_dir``) or ``postgres`` (tx-log and documents in ``postgres``, index under ``data_dir``).
+    ``run_dir`` holds the rendered config, the log and the pid file; it defaults to ``data_dir``,
+    or to a fresh temporary folder for an in-memory node. ``port`` defaults to a free one and is
+    kept across :meth:`stop` / :meth:`start`, so clients can reconnect to a restarted node.
+    """
+
+    def __init__(
+        self,
+        config: ConfigName = "memory",
+        data_dir: Path | str | None = None,
+        *,
+        port: int | None = None,
+        run_dir: Path | str | None = None,
+        postgres: PostgresTarget | None = None,
+        startup_timeout: float = 180.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config: ConfigName = config
+        self.data_dir = Path(data_dir).resolve() if data_dir is not None else None
+        self.port = port
+        run = run_dir if run_dir is not None else self.data_dir
+        self.run_dir = (
+            Path(run).resolve() if run is not None else Path(tempfile.mkdtemp(prefix="xtdb-"))
+        )
+        self.postgres = postgres
+        self.startup_timeout = startup_timeout
+        self.env = dict(env or {})
+        self.process: subprocess.Popen[bytes] | None = None
+        self.started_in: float | None = None
+        """Seconds the last :meth:`start` took until the node answered (and had synced)."""
+
+    @property
+    def url(self) -> str:
+        """Base URL of the node's HTTP API (valid once started)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        """Where the JVM's output goes."""
+        return self.run_dir / LOG_FILE
+
+    @property
+    def pid(self) -> int | None:
+        """The JVM's pid while it runs."""
+        return self.process.pid if self.process and self.process.poll() is None else None
+
+    def start(self, *, detach: bool = False) -> str:
+        """Fetch jars if needed, start the JVM, wait until it answers and has synced; its URL.
+
+        ``detach`` puts the JVM in its own session so it outlives this process and the
+        terminal (``selfctx xtdb start``). Raises :class:`NodeStartError` with the log's tail.
+        """
+        if self.pid is not None:
+            return self.url
+        fetch.fetch_jars()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.data_dir is not None:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or free_port()
+        config_file = self.run_dir / CONFIG_FILE
+        # The file may carry a database password, hence owner-only.
+        fd = os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(render_config(self.config, port=self.port, data_dir=self.data_dir,
+                                  postgres=self.postgres))  # fmt: skip
+        started = time.monotonic()
+        with open(self.log_file, "ab") as log:
+            log.write(f"\n=== starting {self.config} node on {self.url} ===\n".encode())
+            log.flush()
+            self.process = subprocess.Popen(
+                java_command(config_file),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                cwd=self.run_dir, env={**os.environ, "MALLOC_ARENA_MAX": "2", **self.env},
+                start_new_session=detach,
+            )  # fmt: skip
+        try:
+            wait_until_ready(
+                self.url, deadline=started + self.startup_timeout, exited=self._exited,
+                log_file=self.log_file,
+            )  # fmt: skip
+        except BaseException:
+            self.kill()
+            raise
+        self.started_in = time.monotonic() - started
+        info = RunInfo(self.process.pid, self.url, self.config, str(self.run_dir),
+                       str(self.data_dir or ""), time.time())  # fmt: skip
+        (self.run_dir / PID_FILE).write_text(json.dumps(attrs.asdict(info)))
+        return self.url
+
+    def _exited(self, wait: float) -> int | None:
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout=wait) if wait else self.process.poll()
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM (XTDB closes its stores), then SIGKILL if it has not exited in ``timeout``."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            # A suspended JVM handles SIGTERM only once it runs again.
+            self.process.send_signal(signal.SIGCONT)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        (self.run_dir / PID_FILE).unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: no shutdown hook runs (crash tests use this)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        (self.run_dir / PID_FILE).unlink(missing_ok=True)
+
+    def suspend(self) -> None:
+        """SIGSTOP: the node keeps its sockets but answers nothing, like a hung machine."""
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`suspend`."""
+        if self.pid is not None:
+            os.kill(self.pid, signal.SIGCONT)
+
+    def __enter__(self) -> XtdbNode:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:  # fmt: skip
+        self.stop()

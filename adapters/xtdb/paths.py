@@ -1,0 +1,72 @@
+"""Where XTDB's pieces live on this machine: the ``xtdb/`` project, the jar cache, node data.
+
+Every location can be overridden by an environment variable, so CI and tests can isolate them:
+
+- ``SELFCTX_XTDB_PROJECT``: the ``xtdb/`` folder (pom.xml, configs, the HTTP server source).
+  Default: ``xtdb/`` at the root of the source tree this package was installed from (editable).
+- ``SELFCTX_XTDB_HOME``: the jar cache. Default ``$XDG_CACHE_HOME/self-context-manager/xtdb-1.24.5``
+  (``~/.cache/...``); jars go to ``lib/`` below it, compiled namespaces to ``classes/``,
+  Maven's downloads to ``m2/``.
+- ``SELFCTX_XTDB_DATA``: the data directory of the local node ``--store auto`` uses. Default
+  ``$XDG_DATA_HOME/self-context-manager/xtdb`` (``~/.local/share/...``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from adapters.xtdb.errors import XtdbSetupError
+
+XTDB_VERSION = "1.24.5"
+"""The XTDB release the project runs (xtdb-core; see xtdb/pom.xml for the other pins)."""
+
+_APP = "self-context-manager"
+
+
+def project_dir() -> Path:
+    """The ``xtdb/`` folder holding pom.xml, the EDN config templates and the HTTP server."""
+    override = os.environ.get("SELFCTX_XTDB_PROJECT")
+    # adapters/xtdb/paths.py -> the source tree's root is two levels above this package.
+    candidate = Path(override) if override else Path(__file__).resolve().parents[2] / "xtdb"
+    if not (candidate / "pom.xml").is_file():
+        raise XtdbSetupError(
+            f"cannot find the xtdb/ project folder (looked for {candidate / 'pom.xml'}); "
+            "install self-context-manager from its source tree (pip install -e .) or set "
+            "SELFCTX_XTDB_PROJECT to the folder that holds xtdb/pom.xml"
+        )
+    return candidate
+
+
+def xtdb_home() -> Path:
+    """The cache folder holding the fetched jars (``lib/``) and Maven's repository (``m2/``)."""
+    override = os.environ.get("SELFCTX_XTDB_HOME")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / _APP / f"xtdb-{XTDB_VERSION}"
+
+
+def lib_dir() -> Path:
+    """Every jar a node needs, fetched once by :func:`adapters.xtdb.fetch.fetch_jars`."""
+    return xtdb_home() / "lib"
+
+
+def classes_dir() -> Path:
+    """XTDB's Clojure namespaces compiled once after fetching (see ``xtdb/aot.clj``)."""
+    return xtdb_home() / "classes"
+
+
+def default_data_dir() -> Path:
+    """The data directory of the local RocksDB node that ``--store auto`` starts or reuses."""
+    override = os.environ.get("SELFCTX_XTDB_DATA")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / _APP / "xtdb"
+
+
+def default_memory_run_dir() -> Path:
+    """Where a background in-memory node keeps its pid file and log (it has no data)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / _APP / "xtdb-memory"

@@ -1,0 +1,266 @@
+(ns selfctx.http-server
+  "The HTTP front of the XTDB 1.24 nodes that self-context-manager runs.
+
+  It serves the part of XTDB 1.x's REST API (`/_xtdb/...`) that the Python adapter uses, with the
+  same paths, parameters, status codes and JSON shapes as `xtdb-http-server`, so the adapter works
+  against either. It exists because `com.xtdb/xtdb-http-server` (and the Clojars-only libraries
+  under it) cannot be fetched from the Maven Central the project is restricted to; see
+  docs/xtdb.md. It needs nothing beyond the JDK's built-in HTTP server and clojure.data.json,
+  which xtdb-core already depends on.
+
+  Deliberate differences from xtdb-http-server, each because the upstream behaviour is a trap:
+  - JSON integers are read as Long, never Integer, so a document read back through JSON and sent
+    again as a `match` document has the same content hash (upstream issue #2528).
+  - Timestamps keep their milliseconds (upstream truncates to whole seconds).
+  - A malformed tx-op gets a 400 that says what is wrong (upstream: `Malformed request`).
+  - Only JSON responses; the server binds to the given host (default 127.0.0.1) only."
+  (:require [clojure.data.json :as json]
+            [clojure.edn :as edn]
+            [clojure.instant :as instant]
+            [clojure.string :as str]
+            [clojure.tools.logging :as log]
+            [xtdb.api :as xt]
+            [xtdb.codec :as c]
+            [xtdb.system :as sys])
+  (:import [com.sun.net.httpserver HttpExchange HttpHandler HttpServer]
+           [java.io Closeable]
+           [java.net InetSocketAddress URLDecoder]
+           [java.nio.charset StandardCharsets]
+           [java.time Duration]
+           [java.util.concurrent ExecutorService Executors TimeoutException]
+           [xtdb.api NodeOutOfSyncException]))
+
+;; ---- JSON ----------------------------------------------------------------------------------
+
+;; Content hashes and ids print as their 40-hex form, like upstream.
+(extend xtdb.codec.Id json/JSONWriter {:-write (fn [x out opts] (json/-write (str x) out opts))})
+(extend xtdb.codec.EDNId json/JSONWriter {:-write (fn [x out opts] (json/-write (str x) out opts))})
+
+(defn- key->json
+  "Document keys keep their namespace (`:xt/id` -> \"xt/id\"); data.json's default drops it."
+  [k]
+  (if (keyword? k) (subs (str k) 1) (str k)))
+
+(defn- camel-case
+  "`:xtdb.api/tx-id` -> \"txId\": upstream's casing of the top-level keys of system maps."
+  [k]
+  (let [[head & tail] (str/split (name k) #"-")]
+    (apply str head (map str/capitalize tail))))
+
+(defn- camel-keys [m]
+  (into {} (map (fn [[k v]] [(camel-case k) v])) m))
+
+(defn- write-json ^bytes [body]
+  (.getBytes (json/write-str body :key-fn key->json :escape-unicode false :escape-slash false)
+             StandardCharsets/UTF_8))
+
+(defn- read-json [^String s]
+  ;; Every object key becomes a keyword at every depth, as upstream's jsonista mapper does, so
+  ;; documents written as JSON can be queried with `:attr` and compared with EDN literals.
+  (json/read-str s :key-fn keyword))
+
+;; ---- requests and responses ----------------------------------------------------------------
+
+(defn- query-params [^HttpExchange ex]
+  (let [raw (.getRawQuery (.getRequestURI ex))]
+    (into {}
+          (for [pair (when raw (str/split raw #"&"))
+                :when (seq pair)
+                :let [[k v] (str/split pair #"=" 2)
+                      decode #(URLDecoder/decode (str %) StandardCharsets/UTF_8)]]
+            ;; camelCase and kebab-case spellings are both accepted upstream.
+            [(-> (decode k) (str/replace #"([a-z])([A-Z])" "$1-$2") str/lower-case keyword)
+             (decode (or v ""))]))))
+
+(defn- body-string ^String [^HttpExchange ex]
+  (String. (.readAllBytes (.getRequestBody ex)) StandardCharsets/UTF_8))
+
+(defn- respond [^HttpExchange ex status body]
+  (let [^bytes bytes (write-json body)]
+    (doto (.getResponseHeaders ex)
+      (.set "Content-Type" "application/json; charset=utf-8"))
+    (.sendResponseHeaders ex (int status) (alength bytes))
+    (with-open [out (.getResponseBody ex)]
+      (.write out bytes))))
+
+(defn- bad-request [message & [data]]
+  (throw (ex-info message (merge {::status 400} data))))
+
+(defn- ->long [params k]
+  (when-let [v (get params k)]
+    (try (Long/parseLong v)
+         (catch NumberFormatException _ (bad-request (str "not an integer: " (name k) "=" v))))))
+
+(defn- ->date [params k]
+  (when-let [v (get params k)]
+    (try (instant/read-instant-date v)
+         (catch Exception _ (bad-request (str "not a timestamp: " (name k) "=" v))))))
+
+(defn- ->duration [params k]
+  (some-> (->long params k) Duration/ofMillis))
+
+(defn- flag? [params k] (= "true" (get params k)))
+
+(defn- db-for [node params]
+  (let [tx-id (->long params :tx-id)
+        tx-time (->date params :tx-time)]
+    (xt/db node (cond-> {}
+                  (->date params :valid-time) (assoc ::xt/valid-time (->date params :valid-time))
+                  tx-id (assoc ::xt/tx {::xt/tx-id tx-id})
+                  (and tx-time (not tx-id)) (assoc ::xt/tx-time tx-time)))))
+
+(defn- eid-of [params]
+  (cond
+    (contains? params :eid-edn) (c/read-edn-string-with-readers (:eid-edn params))
+    (contains? params :eid-json) (json/read-str (:eid-json params) :key-fn keyword)
+    (contains? params :eid) (:eid params)
+    :else (bad-request "Missing eid")))
+
+;; ---- tx-ops in JSON ------------------------------------------------------------------------
+
+(defn- op-time [v]
+  (try (instant/read-instant-date v)
+       (catch Exception _ (bad-request (str "not a valid time in a tx-op: " (pr-str v))))))
+
+(defn- json->doc [doc]
+  (when-not (and (map? doc) (contains? doc :xt/id))
+    (bad-request (str "a document must be an object with an \"xt/id\": " (pr-str doc))))
+  ;; Transaction functions are installed as EDN source, as upstream.
+  (cond-> doc (string? (:xt/fn doc)) (update :xt/fn edn/read-string)))
+
+(defn- json->tx-op [op]
+  (when-not (and (vector? op) (string? (first op)))
+    (bad-request (str "a tx-op must be an array starting with its name: " (pr-str op))))
+  (let [[op-name & args] op
+        times #(mapv op-time %)]
+    (case op-name
+      "put" (let [[doc & ts] args] (into [::xt/put (json->doc doc)] (times ts)))
+      "delete" (let [[eid & ts] args] (into [::xt/delete eid] (times ts)))
+      "match" (let [[eid doc & ts] args]
+                (into [::xt/match eid (some-> doc json->doc)] (times ts)))
+      "evict" [::xt/evict (first args)]
+      "fn" (into [::xt/fn (first args)] (rest args))
+      (bad-request (str "unknown tx-op " (pr-str op-name)
+                        "; expected put, delete, match, evict or fn")))))
+
+;; ---- handlers ------------------------------------------------------------------------------
+
+(defn- tx->json [tx]
+  (when tx (camel-keys (select-keys tx [::xt/tx-id ::xt/tx-time]))))
+
+(defn- submit-tx [node ex _params]
+  (let [body (try (read-json (body-string ex))
+                  (catch Exception e (bad-request (str "request body is not JSON: " (.getMessage e)))))
+        ops (:tx-ops body)]
+    (when-not (vector? ops) (bad-request "the body must be {\"tx-ops\": [...]}"))
+    [202 (tx->json (xt/submit-tx node (mapv json->tx-op ops)))]))
+
+(defn- await-tx [node _ params]
+  (let [tx-id (or (->long params :tx-id) (bad-request "Missing tx-id"))]
+    [200 (tx->json (xt/await-tx node {::xt/tx-id tx-id} (->duration params :timeout)))]))
+
+(defn- tx-committed [node _ params]
+  (let [tx-id (or (->long params :tx-id) (bad-request "Missing tx-id"))]
+    [200 {"txCommitted?" (xt/tx-committed? node {::xt/tx-id tx-id})}]))
+
+(defn- latest-tx [k f]
+  (fn [node _ _]
+    (if-let [tx (f node)]
+      [200 (tx->json tx)]
+      [404 {"error" (str "No " k " found.")}])))
+
+(defn- sync-node [node _ params]
+  [200 {"txTime" (xt/sync node (->duration params :timeout))}])
+
+(defn- status [node _ _]
+  [200 (camel-keys (xt/status node))])
+
+(defn- entity [node _ params]
+  (let [eid (eid-of params)
+        db (db-for node params)]
+    (if (flag? params :history)
+      (let [order (keyword (get params :sort-order "asc"))
+            history (xt/entity-history db eid order
+                                       {:with-docs? (flag? params :with-docs)
+                                        :with-corrections? (flag? params :with-corrections)})]
+        [200 (mapv camel-keys history)])
+      (if-let [doc (xt/entity db eid)]
+        [200 doc]
+        [404 {"error" (str eid " entity not found")}]))))
+
+(defn- query [node ex params]
+  (let [{q :query in-args :in-args}
+        (try (c/read-edn-string-with-readers (body-string ex))
+             (catch Exception e (bad-request (str "request body is not EDN: " (.getMessage e)))))]
+    (when-not q (bad-request "No query provided."))
+    [200 (vec (apply xt/q (db-for node params) q in-args))]))
+
+(defn- tx-log [node _ params]
+  (with-open [log (xt/open-tx-log node (->long params :after-tx-id) false)]
+    [200 (mapv tx->json (iterator-seq log))]))
+
+(def ^:private routes
+  {["POST" "/_xtdb/submit-tx"] submit-tx
+   ["GET" "/_xtdb/await-tx"] await-tx
+   ["GET" "/_xtdb/tx-committed"] tx-committed
+   ["GET" "/_xtdb/latest-completed-tx"] (latest-tx "latest-completed-tx" xt/latest-completed-tx)
+   ["GET" "/_xtdb/latest-submitted-tx"] (latest-tx "latest-submitted-tx" xt/latest-submitted-tx)
+   ["GET" "/_xtdb/sync"] sync-node
+   ["GET" "/_xtdb/status"] status
+   ["GET" "/_xtdb/entity"] entity
+   ["POST" "/_xtdb/query"] query
+   ["GET" "/_xtdb/tx-log"] tx-log})
+
+(defn- error-body [^Throwable e]
+  {"error" (or (ex-message e) (.getName (class e)))
+   "class" (.getName (class e))})
+
+(defn- handle [node ^HttpExchange ex]
+  (try
+    (let [path (.getPath (.getRequestURI ex))
+          handler (get routes [(.getRequestMethod ex) path])
+          [status body] (if handler
+                          (try
+                            (handler node ex (query-params ex))
+                            (catch clojure.lang.ExceptionInfo e
+                              (if-let [s (::status (ex-data e))]
+                                [s {"error" (ex-message e)}]
+                                (throw e)))
+                            ;; Upstream answers these with 400 and the exception's data.
+                            (catch xtdb.IllegalArgumentException e [400 (error-body e)])
+                            (catch NodeOutOfSyncException e [400 (error-body e)])
+                            (catch TimeoutException e
+                              [500 (assoc (error-body e) "type" "exception")]))
+                          [404 {"error" (str "no route " (.getRequestMethod ex) " " path)}])]
+      (respond ex status body))
+    (catch Throwable e
+      (log/warn e "request failed:" (str (.getRequestURI ex)))
+      (try (respond ex 500 (assoc (error-body e) "type" "exception"))
+           (catch Throwable _ nil)))
+    (finally
+      (.close ex))))
+
+;; ---- the module ----------------------------------------------------------------------------
+
+(defrecord SelfctxHttpServer [^HttpServer server ^ExecutorService pool]
+  Closeable
+  (close [_]
+    (.stop server 0)
+    (.shutdownNow pool)))
+
+(defn ->server
+  "XTDB module: `{:selfctx.http-server/server {:port 3000 :host \"127.0.0.1\"}}` in a node's EDN
+  config starts this server next to the node."
+  {::sys/deps {:xtdb-node :xtdb/node}
+   ::sys/args {:port {:spec ::sys/nat-int :doc "Port to listen on" :default 3000}
+               :host {:spec ::sys/string :doc "Address to bind" :default "127.0.0.1"}
+               :threads {:spec ::sys/pos-int :doc "Request threads" :default 32}}}
+  [{:keys [xtdb-node port host threads]}]
+  ;; Awaits block a thread each, so the pool is larger than the core count.
+  (let [pool (Executors/newFixedThreadPool (int threads))
+        server (HttpServer/create (InetSocketAddress. ^String host (int port)) 128)]
+    (.createContext server "/" (reify HttpHandler (handle [_ ex] (handle xtdb-node ex))))
+    (.setExecutor server pool)
+    (.start server)
+    (log/info "HTTP server started on port: " (.getPort (.getAddress server)) "host:" host)
+    (->SelfctxHttpServer server pool)))
