@@ -28,7 +28,7 @@ from domain.infrastructure import (
     state_from_snapshot,
 )
 from domain.objects import ContentObject, FileObject, SystemPromptObject, ToolcallObject
-from domain.rendering import RenderedMessage
+from domain.rendering import RenderCache
 from domain.session import events as e
 from domain.session.commands import Command
 from domain.session.machine import decide, fold
@@ -57,10 +57,13 @@ class OpenSession:
     stale: bool = False
     """Set when a commit failed in a way that leaves its fate unknown: catch up before deciding."""
     lock: threading.RLock = attrs.field(factory=threading.RLock)
-    line_cache: dict[str, tuple[str, str]] = attrs.field(factory=dict)
-    """Rendered metadata line per object id, with the object_hash it was rendered from."""
-    turn_cache: dict[tuple[int, int], tuple[RenderedMessage, ...]] = attrs.field(factory=dict)
-    """Rendered messages per (turn number, message count): past turns never change."""
+    render_cache: RenderCache = attrs.field(factory=RenderCache)
+    """What assembly rendered last time; told about every object whose version changes."""
+
+    def remember(self, obj: ContentObject) -> None:
+        """Record a newer version of one of the session's objects."""
+        self.objects[obj.id] = obj
+        self.render_cache.invalidate(obj.id)
 
 
 class Reads:
@@ -183,7 +186,8 @@ class SessionRunner:
                 elif hasattr(event, "object_id") and session.state.in_index(event.object_id):
                     changed.add(event.object_id)
         if changed:
-            session.objects.update(self._objects(changed))
+            for obj in self._objects(changed).values():
+                session.remember(obj)
         if prompt_changed:
             session.system_prompt = self._system_prompt(session.state.system_prompt_id)
         session.stale = False
@@ -270,13 +274,13 @@ class SessionRunner:
         else:
             session.snapshot_bytes = snapshot_bytes
             session.log_bytes_since_snapshot = 0
-        for object_id, version in written.items():
+        for version in written.values():
             if isinstance(version, SystemPromptObject):
                 session.system_prompt = version
             else:
-                session.objects[object_id] = version
+                session.remember(version)
         for event in events:
             if isinstance(event, e.ObjectEncountered) and event.object_id not in session.objects:
                 # Encountered without a new version (e.g. an unchanged file another session
                 # indexed): the version the decision read is the latest.
-                session.objects[event.object_id] = reads.objects[event.object_id]
+                session.remember(reads.objects[event.object_id])

@@ -96,6 +96,16 @@ class Turn:
     def toolcall_ids(self) -> tuple[str, ...]:
         return tuple(m.toolcall_id for m in self.messages if isinstance(m, ToolResult))
 
+    def last_toolcall_ids(self, count: int) -> tuple[str, ...]:
+        """The ids of the last ``count`` tool results of the turn (scans from the end)."""
+        found: list[str] = []
+        for message in reversed(self.messages):
+            if isinstance(message, ToolResult):
+                found.append(message.toolcall_id)
+                if len(found) == count:
+                    break
+        return tuple(reversed(found))
+
 
 def message_to_json(message: ChatMessage) -> dict[str, Any]:
     """The stored form of a chat message (used in the chat document and the session log)."""

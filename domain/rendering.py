@@ -7,8 +7,7 @@ active content section (an issue decision; see docs/decisions/0002-tool-outputs-
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 
 import attrs
 
@@ -19,6 +18,7 @@ from domain.session.state import SessionState
 __all__ = [
     "ActiveBlock",
     "AssembledContext",
+    "RenderCache",
     "RenderedMessage",
     "active_block_text",
     "metadata_line",
@@ -126,39 +126,91 @@ def _turn_messages(turn: Turn, objects: Mapping[str, ContentObject]) -> Iterator
             yield RenderedMessage("tool", toolcall_ref(obj), toolcall_id=obj.id)
 
 
+@attrs.define(eq=False)
+class RenderCache:
+    """Memoised renderings for one session, so each turn's assembly costs little more than what
+    changed since the last one. Past turns never change and the metadata pool only grows at the
+    end; an object whose version changes must be reported with :meth:`invalidate`."""
+
+    lines: list[str] = attrs.field(factory=list)
+    """Metadata lines of ``line_ids``, in index order."""
+    line_ids: list[str] = attrs.field(factory=list)
+    stale: set[str] = attrs.field(factory=set)
+    """Ids whose object changed since their line was rendered."""
+    chat: list[RenderedMessage] = attrs.field(factory=list)
+    chat_turns: int = 0
+    """Turns fully or partly rendered into ``chat``."""
+    last_turn_length: int = 0
+    """Messages of the last rendered turn already in ``chat``."""
+
+    def invalidate(self, object_id: str) -> None:
+        self.stale.add(object_id)
+
+
+def _metadata(
+    state: SessionState, cache: RenderCache, line_of: Callable[[str], str]
+) -> tuple[str, ...]:
+    index = state.index
+    if len(state.pool) != len(index):  # some object left the pool: no shortcut
+        cache.lines, cache.line_ids, cache.stale = [], [], set()
+        return tuple(line_of(i) for i in index if i in state.pool)
+    known = len(cache.line_ids)
+    if known > len(index) or (known and index[known - 1] != cache.line_ids[-1]):
+        cache.lines, cache.line_ids, known = [], [], 0  # a different session state: start over
+    if cache.stale:
+        for object_id in cache.stale:
+            position = state.positions.get(object_id)
+            if position is not None and position < known:
+                cache.lines[position] = line_of(object_id)
+        cache.stale.clear()
+    for object_id in index[known:]:
+        cache.line_ids.append(object_id)
+        cache.lines.append(line_of(object_id))
+    return tuple(cache.lines)
+
+
+def _chat(
+    state: SessionState, cache: RenderCache, objects: Mapping[str, ContentObject]
+) -> tuple[RenderedMessage, ...]:
+    turns = state.turns
+    if cache.chat_turns > len(turns) or (
+        cache.chat_turns and cache.last_turn_length > len(turns[cache.chat_turns - 1].messages)
+    ):
+        cache.chat, cache.chat_turns, cache.last_turn_length = [], 0, 0
+    if cache.chat_turns:
+        last = turns[cache.chat_turns - 1]
+        new = last.messages[cache.last_turn_length :]
+        cache.chat.extend(_turn_messages(Turn(last.number, new), objects))
+        cache.last_turn_length = len(last.messages)
+    for turn in turns[cache.chat_turns :]:
+        cache.chat.extend(_turn_messages(turn, objects))
+        cache.chat_turns += 1
+        cache.last_turn_length = len(turn.messages)
+    return tuple(cache.chat)
+
+
 def render_context(
     state: SessionState,
     objects: Mapping[str, ContentObject],
     system_prompt: str,
     display_path: Callable[[Source], str],
-    metadata_line_of: Callable[[str], str] | None = None,
-    turn_messages: Callable[[Turn], Sequence[RenderedMessage]] | None = None,
+    cache: RenderCache | None = None,
 ) -> AssembledContext:
     """Assemble the context of ``state`` (§4.1) from the latest known object versions.
 
-    ``metadata_line_of`` and ``turn_messages`` let a caller supply cached renderings (a past
-    turn renders the same every time, and so does an unchanged object); by default everything is
-    rendered here.
+    With a ``cache`` (one per session), only what changed since the previous call is rendered.
     """
-    if metadata_line_of is None:
 
-        def metadata_line_of(object_id: str) -> str:
-            obj = objects[object_id]
-            path = display_path(obj.source) if isinstance(obj, FileObject) else None
-            return metadata_line(obj, path)
+    def line_of(object_id: str) -> str:
+        obj = objects[object_id]
+        path = display_path(obj.source) if isinstance(obj, FileObject) else None
+        return metadata_line(obj, path)
 
-    if turn_messages is None:
-
-        def turn_messages(turn: Turn) -> Sequence[RenderedMessage]:
-            return render_turn(turn, objects)
-
-    pool = state.pool
-    if len(pool) == len(state.index):  # nothing demoted: the pool is the whole index
-        metadata = tuple(map(metadata_line_of, state.index))
-    else:
-        metadata = tuple(metadata_line_of(i) for i in state.index if i in pool)
+    cache = cache if cache is not None else RenderCache()
     active = tuple(ActiveBlock(i, objects[i].content) for i in state.ordered(state.active))
-    chat = tuple(itertools.chain.from_iterable(map(turn_messages, state.turns)))
     return AssembledContext(
-        system_prompt=system_prompt, metadata=metadata, chat=chat, active=active
+        system_prompt=system_prompt,
+        metadata=_metadata(state, cache, line_of),
+        chat=_chat(state, cache, objects),
+        active=active,
     )

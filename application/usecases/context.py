@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import attrs
 
 from application.runner import OpenSession, Reads
 from application.usecases.base import Deps, observe_source
-from domain.chat import Turn
 from domain.objects import FileObject, ToolcallObject
 from domain.rendering import (
     AssembledContext,
-    RenderedMessage,
-    metadata_line,
     render_context,
-    render_turn,
 )
 from domain.session import commands as c
 from domain.session import events as e
@@ -125,35 +119,10 @@ class AssembleContext:
         self._deps = deps
 
     def __call__(self, session: OpenSession) -> AssembledContext:
-        objects = session.objects
-        lines = session.line_cache
-        display = self._deps.mounts.display_path
-
-        def line_of(object_id: str) -> str:
-            obj = objects[object_id]
-            cached = lines.get(object_id)
-            if cached is not None and cached[0] == obj.object_hash:
-                return cached[1]
-            path = display(obj.source) if isinstance(obj, FileObject) else None
-            line = metadata_line(obj, path)
-            lines[object_id] = (obj.object_hash, line)
-            return line
-
-        turns = session.turn_cache
-
-        def turn_messages(turn: Turn) -> Sequence[RenderedMessage]:
-            key = (turn.number, len(turn.messages))
-            cached = turns.get(key)
-            if cached is None:
-                cached = turns[key] = render_turn(turn, objects)
-                turns.pop((turn.number, len(turn.messages) - 1), None)
-            return cached
-
         return render_context(
             session.state,
-            objects,
+            session.objects,
             session.system_prompt.content,
-            display,
-            metadata_line_of=line_of,
-            turn_messages=turn_messages,
+            self._deps.mounts.display_path,
+            session.render_cache,
         )

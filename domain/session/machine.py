@@ -181,7 +181,7 @@ def window_collapses(state: SessionState) -> list[str]:
             continue
         recent = recent_by_turn.get(turn)
         if recent is None:
-            recent = frozenset(state.turns[turn].toolcall_ids[-window.per_turn :])
+            recent = frozenset(state.turns[turn].last_toolcall_ids(window.per_turn))
             recent_by_turn[turn] = recent
         if object_id not in recent:
             out.append(object_id)

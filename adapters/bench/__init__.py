@@ -1,0 +1,1 @@
+"""Benchmarks behind ``selfctx bench``: each prints figures (medians, ratios), never asserts."""
