@@ -3,8 +3,8 @@
 Every hash is SHA-256 over UTF-8 bytes, as lowercase hex. Structured inputs go through
 :func:`stable_stringify`, which yields exactly what JavaScript's ``JSON.stringify`` yields for the
 same value once every object's keys are sorted; a TypeScript client therefore computes the same ids
-and hashes as this module. ``docs/specification.md`` states the rules in prose and
-``tests/golden/hash_vectors.json`` pins them with vectors checked against Node.js.
+and hashes as this module. ``docs/hashing.md`` states the rules in prose and
+``tests/golden/hash_vectors.json`` pins them with vectors computed by Node.js.
 """
 
 from __future__ import annotations
@@ -12,8 +12,11 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping, Sequence
-from typing import Final
+from collections.abc import Callable, Mapping, Sequence
+from json.encoder import encode_basestring
+from typing import Any, Final
+
+from domain.errors import InvalidInput
 
 __all__ = [
     "ABSENT",
@@ -50,26 +53,12 @@ class Absent:
 ABSENT: Final = Absent()
 
 _MAX_SAFE = 2**53
+# Beyond this many bits an int has too many digits for repr() (sys.int_info.default_max_str_digits)
+_PRINTABLE_INT_BITS = 10_000
+_NOT_A_DOUBLE = "not exactly a JavaScript number (an IEEE 754 double), so hashes would differ"
 
-# Characters JSON.stringify escapes: '"', '\', C0 controls, and UTF-16 surrogates that are not
-# part of a pair. A Python str holds code points, so an astral character is one code point and
-# never matches; a surrogate code point is lone unless a high one is directly followed by a low one.
-_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\ud800-\udfff]')
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _SURROGATE_PAIR = re.compile(r"[\ud800-\udbff][\udc00-\udfff]")
-_SHORT_ESCAPES = {
-    '"': '\\"',
-    "\\": "\\\\",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-}
-
-
-def _escape_char(match: re.Match[str]) -> str:
-    ch = match.group()
-    return _SHORT_ESCAPES.get(ch) or f"\\u{ord(ch):04x}"
 
 
 def _join_pair(match: re.Match[str]) -> str:
@@ -77,32 +66,41 @@ def _join_pair(match: re.Match[str]) -> str:
     return chr(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
 
 
+def _escape_lone(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
 def _string(value: str) -> str:
-    if _NEEDS_ESCAPE.search(value) is None:
-        return f'"{value}"'
-    # Two surrogate code points in a row are one astral character to JavaScript: join them
-    # first so that only truly lone surrogates are escaped.
-    value = _SURROGATE_PAIR.sub(_join_pair, value)
-    return '"' + _NEEDS_ESCAPE.sub(_escape_char, value) + '"'
+    # json's encode_basestring escapes '"', '\' and C0 controls exactly as JSON.stringify does
+    # (short forms, else \u00xx in lowercase) and leaves all else raw. It does not know about
+    # UTF-16, so strings holding surrogate code points take the slow path below.
+    if value.isascii() or _SURROGATE.search(value) is None:
+        return encode_basestring(value)
+    # Two surrogate code points in a row are one astral character to JavaScript: join them first
+    # so that only truly lone surrogates are escaped, as \udxxx.
+    joined = _SURROGATE_PAIR.sub(_join_pair, value)
+    return _SURROGATE.sub(_escape_lone, encode_basestring(joined))
 
 
 def _float(value: float) -> str:
-    """ECMAScript ``Number::toString`` for a finite double (non-finite values are ``null``)."""
-    if not math.isfinite(value):
-        return "null"
+    """ECMAScript ``Number::toString`` for a double; non-finite values are ``null``."""
     if value == 0:
         return "0"  # also -0
+    # repr gives the shortest digit string that round-trips, as ECMAScript requires; only the
+    # layout differs.
+    text = float.__repr__(value)
+    if "e" not in text:
+        if text[-1] == "0" and text[-2] == ".":
+            return text[:-2]
+        if text[-1] in "fn":  # inf, -inf, nan
+            return "null"
+        return text  # positional in both languages here (1e-4 <= |value| < 1e16)
     if value < 0:
         return "-" + _float(-value)
-    # repr gives the shortest digit string that round-trips, as ECMAScript requires.
-    mantissa, _, exp_text = repr(value).partition("e")
-    int_part, _, frac_part = mantissa.partition(".")
-    digits = int_part + frac_part
-    n = len(int_part) + (int(exp_text) if exp_text else 0)
-    stripped = digits.lstrip("0")
-    n -= len(digits) - len(stripped)
-    digits = stripped.rstrip("0")
+    mantissa, _, exp_text = text.partition("e")
+    digits = mantissa.replace(".", "")  # one non-zero digit before the point
     k = len(digits)
+    n = int(exp_text) + 1  # the decimal point sits after n digits
     if k <= n <= 21:
         return digits + "0" * (n - k)
     if 0 < n <= 21:
@@ -110,61 +108,114 @@ def _float(value: float) -> str:
     if -6 < n <= 0:
         return "0." + "0" * (-n) + digits
     exponent = n - 1
-    sign = "+" if exponent >= 0 else "-"
-    head = digits[0] if k == 1 else digits[0] + "." + digits[1:]
-    return f"{head}e{sign}{abs(exponent)}"
+    head = digits if k == 1 else digits[0] + "." + digits[1:]
+    return f"{head}e{'+' if exponent >= 0 else '-'}{abs(exponent)}"
 
 
 def _int(value: int) -> str:
     if -_MAX_SAFE <= value <= _MAX_SAFE:
-        return str(value)
-    as_float = float(value)
-    if as_float != value:
-        raise ValueError(
-            f"integer {value} is not exactly representable as a JavaScript number; "
-            "hashes would differ between implementations"
-        )
+        return int.__repr__(value)
+    try:
+        as_float = float(value)
+    except OverflowError:
+        as_float = math.inf
+    if as_float != value:  # Python compares int and float exactly
+        if value.bit_length() > _PRINTABLE_INT_BITS:
+            digits = math.floor(math.log10(abs(value))) + 1
+            raise InvalidInput("JSON number", f"<integer of {digits} digits>", _NOT_A_DOUBLE)
+        written = "" if as_float == math.inf else f"; JavaScript would write {_float(as_float)}"
+        raise InvalidInput("JSON number", value, _NOT_A_DOUBLE + written)
     return _float(as_float)
 
 
-def _utf16_key(key: str) -> bytes:
-    return key.encode("utf-16-be", "surrogatepass")
+def _null(_: object) -> str:
+    return "null"
 
 
-def _stringify(value: object, in_array: bool) -> str | None:
-    if value is None:
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _array(value: Sequence[object]) -> str:
+    return "[" + ",".join([_value(item) for item in value]) + "]"
+
+
+def _object(value: Mapping[Any, object]) -> str:
+    for key in value:
+        if type(key) is not str or not key.isascii():
+            return _object_by_utf16(value)
+    # For ASCII keys, code point order is UTF-16 code unit order.
+    parts = []
+    for key in sorted(value):
+        item = value[key]
+        if item is not ABSENT:
+            parts.append(_string(key) + ":" + _value(item))
+    return "{" + ",".join(parts) + "}"
+
+
+def _object_by_utf16(value: Mapping[Any, object]) -> str:
+    """Keys sorted by UTF-16 code units, as JavaScript's ``sort`` orders strings: an astral
+    character (a surrogate pair, 0xD800-0xDBFF first) sorts before U+E000-U+FFFF, unlike code
+    point order."""
+    by_units: dict[bytes, tuple[str, object]] = {}
+    for key in value:
+        if not isinstance(key, str):
+            raise TypeError(f"object keys must be strings, got {_show(key)} ({type(key).__name__})")
+        text = str.__str__(key)
+        units = text.encode("utf-16-be", "surrogatepass")
+        if units in by_units:
+            raise InvalidInput(
+                "object key", key, f"JavaScript reads it as the same key as {by_units[units][0]!r}"
+            )
+        by_units[units] = (text, value[key])
+    parts = [
+        _string(text) + ":" + _value(item)
+        for text, item in (by_units[units] for units in sorted(by_units))
+        if item is not ABSENT
+    ]
+    return "{" + ",".join(parts) + "}"
+
+
+_WRITERS: Final[dict[type, Callable[[Any], str]]] = {
+    str: _string,
+    dict: _object,
+    int: _int,
+    float: _float,
+    list: _array,
+    tuple: _array,
+    type(None): _null,
+    bool: _bool,
+}
+
+
+def _value(value: object) -> str:
+    """The text of ``value`` where JSON.stringify writes undefined as null (arrays)."""
+    writer = _WRITERS.get(type(value))
+    if writer is not None:
+        return writer(value)
+    if value is ABSENT:
         return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
+    # Subclasses (str-based enums, IntEnum, ...) are written as the plain value they hold, never
+    # through their own __str__, __format__ or __repr__.
     if isinstance(value, str):
-        return _string(value)
+        return _string(str.__str__(value))
     if isinstance(value, int):
-        return _int(value)
+        return _int(int.__int__(value))
     if isinstance(value, float):
-        return _float(value)
-    if isinstance(value, Absent):
-        return "null" if in_array else None
+        return _float(float.__float__(value))
     if isinstance(value, Mapping):
-        parts = []
-        for key in sorted(value, key=_check_key_then_utf16):
-            text = _stringify(value[key], in_array=False)
-            if text is not None:
-                parts.append(_string(key) + ":" + text)
-        return "{" + ",".join(parts) + "}"
-    if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
-        return "[" + ",".join(_stringify(item, in_array=True) or "null" for item in value) + "]"
+        return _object(value)
+    if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray | memoryview):
+        return _array(value)
     raise TypeError(
-        f"stable_stringify cannot serialise a {type(value).__name__}: use dicts, lists, strings, "
-        "numbers, booleans and None"
+        f"stable_stringify cannot serialise {_show(value)} ({type(value).__name__}): use dicts, "
+        "lists, strings, numbers, booleans and None (sets as lists in first-encounter order)"
     )
 
 
-def _check_key_then_utf16(key: object) -> bytes:
-    if not isinstance(key, str):
-        raise TypeError(f"object keys must be strings, got {type(key).__name__} {key!r}")
-    return _utf16_key(key)
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def stable_stringify(value: object) -> str:
@@ -172,14 +223,18 @@ def stable_stringify(value: object) -> str:
 
     No whitespace; non-ASCII characters are written raw; ``"``, ``\\``, control characters and lone
     surrogates are escaped as ``JSON.stringify`` escapes them; numbers are formatted as ECMAScript
-    formats them (``2.0`` gives ``2``, ``1e21`` gives ``1e+21``, ``-0`` gives ``0``); ``None`` is
-    ``null``; :data:`ABSENT` values are left out of objects. A top-level :data:`ABSENT` is an error
-    (``JSON.stringify(undefined)`` is not a string).
+    formats them (``2.0`` gives ``2``, ``1e21`` gives ``1e+21``, ``-0`` gives ``0``, NaN and
+    infinities give ``null``); ``None`` is ``null``; :data:`ABSENT` values are left out of objects
+    and are ``null`` in arrays.
+
+    Raises :class:`TypeError` for a top-level :data:`ABSENT` (``JSON.stringify(undefined)`` is
+    not a string), a non-string key or a value of another type, and
+    :class:`~domain.errors.InvalidInput` for an int that is not exactly a double or for two keys
+    that JavaScript would read as one.
     """
-    text = _stringify(value, in_array=False)
-    if text is None:
-        raise TypeError("stable_stringify of ABSENT has no text (JSON.stringify(undefined))")
-    return text
+    if value is ABSENT:
+        raise TypeError("stable_stringify(ABSENT) has no text, as JSON.stringify(undefined)")
+    return _value(value)
 
 
 def _utf8(text: str) -> bytes:
@@ -189,7 +244,7 @@ def _utf8(text: str) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         joined = _SURROGATE_PAIR.sub(_join_pair, text)
-        return re.sub(r"[\ud800-\udfff]", "\ufffd", joined).encode("utf-8")
+        return _SURROGATE.sub("\ufffd", joined).encode("utf-8")
 
 
 def sha256_hex(text: str) -> str:
@@ -198,7 +253,7 @@ def sha256_hex(text: str) -> str:
 
 
 def identity_hash(
-    type: str,  # noqa: A002 - the SSOT's own name for the field
+    type: str,  # the SSOT's own name for the field, though it shadows the builtin
     *,
     source: Mapping[str, object] | None = None,
     xt_id: str | None = None,
@@ -233,7 +288,7 @@ def metadata_hash(fields: Mapping[str, object]) -> str:
 
 
 def object_hash(
-    file_hash: str | None | Absent,
+    file_hash: str | Absent | None,
     content_hash: str | None,
     metadata_hash: str,
 ) -> str:
