@@ -1,1 +1,24 @@
-"""xtdb."""
+"""XTDB 1.x: the store adapter over its HTTP API, and the launcher of local nodes.
+
+The composition root needs :func:`open_store` (``--store xtdb://host:port``) and
+:func:`ensure_local_node` (``--store auto``); tests use :class:`XtdbNode`.
+"""
+
+from adapters.xtdb.client import XtdbClient
+from adapters.xtdb.errors import NodeStartError, XtdbSetupError
+from adapters.xtdb.fetch import fetch_jars
+from adapters.xtdb.local import ensure_local_node
+from adapters.xtdb.node import PostgresTarget, XtdbNode
+from adapters.xtdb.store import XtdbStore, open_store
+
+__all__ = [
+    "NodeStartError",
+    "PostgresTarget",
+    "XtdbClient",
+    "XtdbNode",
+    "XtdbSetupError",
+    "XtdbStore",
+    "ensure_local_node",
+    "fetch_jars",
+    "open_store",
+]

@@ -139,10 +139,17 @@ def fetch_jars(*, settings: Path | None = None, timeout: float = _MAVEN_TIMEOUT_
         staging = home / "lib.partial"
         shutil.rmtree(staging, ignore_errors=True)
         cmd = [
-            mvn, "-B", "-s", str(settings), "-f", str(pom),
+            mvn,
+            "-B",
+            "-s",
+            str(settings),
+            "-f",
+            str(pom),
             f"-Dmaven.repo.local={home / 'm2'}",
-            _COPY_GOAL, f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
-        ]  # fmt: skip
+            _COPY_GOAL,
+            f"-DoutputDirectory={staging}",
+            "-DincludeScope=runtime",
+        ]
         try:
             proc = subprocess.run(
                 cmd, capture_output=True, text=True, timeout=timeout, check=False, cwd=home
@@ -174,10 +181,16 @@ def _compile_ahead(java: str, lib: Path, classes: Path, project: Path, timeout: 
     shutil.rmtree(classes, ignore_errors=True)
     classes.mkdir(parents=True)
     cmd = [
-        java, "-Xmx768m", f"-Dclojure.compile.path={classes}",
+        java,
+        "-Xmx768m",
+        f"-Dclojure.compile.path={classes}",
         f"-Dlogback.configurationFile={project / 'logback.xml'}",
-        "-cp", f"{lib / '*'}:{classes}", "clojure.main", str(project / "aot.clj"), str(lib),
-    ]  # fmt: skip
+        "-cp",
+        f"{lib / '*'}:{classes}",
+        "clojure.main",
+        str(project / "aot.clj"),
+        str(lib),
+    ]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:

@@ -135,9 +135,14 @@ def java_command(config_file: Path) -> list[str]:
         f"-Dlogback.configurationFile={project / 'logback.xml'}",
         "-Dclojure.main.report=stderr",
         "-Duser.timezone=UTC",
-        "-cp", classpath,
-        "clojure.main", "-m", "xtdb.main", "-f", str(config_file),
-    ]  # fmt: skip
+        "-cp",
+        classpath,
+        "clojure.main",
+        "-m",
+        "xtdb.main",
+        "-f",
+        str(config_file),
+    ]
 
 
 def wait_until_ready(
@@ -154,15 +159,17 @@ def wait_until_ready(
             code = exited(0.0)
             if code is not None:
                 raise NodeStartError(
-                    f"the JVM exited with code {code}", log_file=str(log_file),
+                    f"the JVM exited with code {code}",
+                    log_file=str(log_file),
                     log_tail=log_tail(log_file),
-                )  # fmt: skip
+                )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise NodeStartError(
-                    f"no answer from {url}/_xtdb/status in time", log_file=str(log_file),
+                    f"no answer from {url}/_xtdb/status in time",
+                    log_file=str(log_file),
                     log_tail=log_tail(log_file),
-                )  # fmt: skip
+                )
             try:
                 status = http.get("/_xtdb/status", timeout=min(2.0, remaining))
             except httpx.TransportError:
@@ -174,8 +181,9 @@ def wait_until_ready(
                 continue
             if sync:
                 timeout_ms = max(1, int((deadline - time.monotonic()) * 1000))
-                http.get("/_xtdb/sync", params={"timeout": timeout_ms},
-                         timeout=timeout_ms / 1000 + 5).raise_for_status()  # fmt: skip
+                http.get(
+                    "/_xtdb/sync", params={"timeout": timeout_ms}, timeout=timeout_ms / 1000 + 5
+                ).raise_for_status()
             body: dict[str, Any] = status.json()
             return body
 
@@ -247,29 +255,43 @@ class XtdbNode:
         # The file may carry a database password, hence owner-only.
         fd = os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(render_config(self.config, port=self.port, data_dir=self.data_dir,
-                                  postgres=self.postgres))  # fmt: skip
+            f.write(
+                render_config(
+                    self.config, port=self.port, data_dir=self.data_dir, postgres=self.postgres
+                )
+            )
         started = time.monotonic()
         with open(self.log_file, "ab") as log:
             log.write(f"\n=== starting {self.config} node on {self.url} ===\n".encode())
             log.flush()
             self.process = subprocess.Popen(
                 java_command(config_file),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.run_dir, env={**os.environ, "MALLOC_ARENA_MAX": "2", **self.env},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.run_dir,
+                env={**os.environ, "MALLOC_ARENA_MAX": "2", **self.env},
                 start_new_session=detach,
-            )  # fmt: skip
+            )
         try:
             wait_until_ready(
-                self.url, deadline=started + self.startup_timeout, exited=self._exited,
+                self.url,
+                deadline=started + self.startup_timeout,
+                exited=self._exited,
                 log_file=self.log_file,
-            )  # fmt: skip
+            )
         except BaseException:
             self.kill()
             raise
         self.started_in = time.monotonic() - started
-        info = RunInfo(self.process.pid, self.url, self.config, str(self.run_dir),
-                       str(self.data_dir or ""), time.time())  # fmt: skip
+        info = RunInfo(
+            self.process.pid,
+            self.url,
+            self.config,
+            str(self.run_dir),
+            str(self.data_dir or ""),
+            time.time(),
+        )
         (self.run_dir / PID_FILE).write_text(json.dumps(attrs.asdict(info)))
         return self.url
 
@@ -315,7 +337,9 @@ class XtdbNode:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.stop()

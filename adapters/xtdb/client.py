@@ -1,0 +1,230 @@
+"""A thin client over XTDB 1.x's HTTP API (``/_xtdb/...``), with an injected ``httpx.Client``.
+
+Every request asks for JSON (the server's default is EDN). Every failure becomes one of the
+store port's errors, carrying the node's URL and the operation, raised ``from`` the httpx error:
+
+- no connection, or no answer in time: :class:`StoreUnavailable`;
+- an error status (400 bad request or out-of-sync basis, 500 ...): :class:`StoreRejected`;
+  a server-side wait that timed out (500 ``TimeoutException``) is :class:`StoreUnavailable`;
+- a body that is not the JSON expected (malformed, truncated, wrong shape):
+  :class:`StoreProtocolError`.
+
+Timeouts are per call, in seconds; the caller divides its own deadline between its calls.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from application.ports.store import StoreProtocolError, StoreRejected, StoreUnavailable
+
+_JSON = {"Accept": "application/json"}
+_EDN_BODY = {"Accept": "application/json", "Content-Type": "application/edn"}
+_JSON_BODY = {"Accept": "application/json", "Content-Type": "application/json"}
+
+
+class XtdbClient:
+    """Calls to one XTDB node; ``http`` must have the node's base URL (``http://host:port``)."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self.http = http
+        self.url = str(http.base_url).rstrip("/")
+
+    # -- transport ---------------------------------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        operation: str,
+        *,
+        timeout: float,
+        params: dict[str, Any] | None = None,
+        content: bytes | None = None,
+        headers: dict[str, str] = _JSON,
+        missing_ok: bool = False,
+    ) -> Any:
+        where = {"url": self.url, "operation": operation}
+        try:
+            response = self.http.request(
+                method, path, params=params, content=content, headers=headers, timeout=timeout
+            )
+            body = response.content  # read fully here, so a cut-off body fails inside the try
+        except httpx.TimeoutException as exc:
+            raise StoreUnavailable(f"no answer within {timeout:.2f} s", **where) from exc
+        except httpx.RemoteProtocolError as exc:
+            if "without sending" in str(exc):  # the node went away before answering at all
+                raise StoreUnavailable(f"the node closed the connection: {exc}", **where) from exc
+            raise StoreProtocolError(f"broken HTTP answer: {exc}", **where) from exc
+        except httpx.DecodingError as exc:
+            raise StoreProtocolError(f"undecodable answer: {exc}", **where) from exc
+        except httpx.TransportError as exc:
+            raise StoreUnavailable(f"cannot reach the node: {exc}", **where) from exc
+        if response.status_code == 404 and missing_ok:
+            return None
+        if response.status_code >= 400:
+            message = _error_message(body)
+            if response.status_code == 500 and b"TimeoutException" in body:
+                raise StoreUnavailable(f"the node timed out: {message}", **where)
+            raise StoreRejected(
+                f"HTTP {response.status_code}: {message}", status=response.status_code, **where
+            )
+        try:
+            return json.loads(body)
+        except ValueError as exc:  # includes UnicodeDecodeError
+            raise StoreProtocolError(
+                f"the answer is not JSON ({exc}): {body[:200]!r}", **where
+            ) from exc
+
+    def _shape_error(self, operation: str, answer: Any) -> StoreProtocolError:
+        return StoreProtocolError(
+            f"unexpected answer: {str(answer)[:200]}", url=self.url, operation=operation
+        )
+
+    def _tx(self, operation: str, answer: Any) -> dict[str, Any]:
+        """A ``{"txId": int, "txTime": str}`` answer, checked."""
+        if not (
+            isinstance(answer, dict)
+            and isinstance(answer.get("txId"), int)
+            and isinstance(answer.get("txTime"), str)
+        ):
+            raise self._shape_error(operation, answer)
+        return answer
+
+    # -- endpoints ---------------------------------------------------------------------------
+
+    def status(self, *, timeout: float) -> dict[str, Any]:
+        """``GET /_xtdb/status``: version, index version, KV store."""
+        answer = self._call("GET", "/_xtdb/status", "status", timeout=timeout)
+        if not isinstance(answer, dict):
+            raise self._shape_error("status", answer)
+        return answer
+
+    def submit_tx(self, body: bytes, *, timeout: float) -> dict[str, Any]:
+        """``POST /_xtdb/submit-tx`` with a JSON ``{"tx-ops": [...]}`` body; ``{txId, txTime}``."""
+        answer = self._call(
+            "POST",
+            "/_xtdb/submit-tx",
+            "submit-tx",
+            timeout=timeout,
+            content=body,
+            headers=_JSON_BODY,
+        )
+        return self._tx("submit-tx", answer)
+
+    def await_tx(self, tx_id: int, *, wait: float, timeout: float) -> dict[str, Any]:
+        """Block until the node has indexed ``tx_id`` (server-side ``wait`` seconds at most)."""
+        params = {"tx-id": tx_id, "timeout": max(1, int(wait * 1000))}
+        answer = self._call("GET", "/_xtdb/await-tx", "await-tx", timeout=timeout, params=params)
+        return self._tx("await-tx", answer)
+
+    def tx_committed(self, tx_id: int, *, timeout: float) -> bool:
+        """Whether an indexed transaction was applied (False: a ``match`` failed)."""
+        answer = self._call(
+            "GET",
+            "/_xtdb/tx-committed",
+            "tx-committed",
+            timeout=timeout,
+            params={"tx-id": tx_id},
+        )
+        committed = answer.get("txCommitted?") if isinstance(answer, dict) else None
+        if not isinstance(committed, bool):
+            raise self._shape_error("tx-committed", answer)
+        return committed
+
+    def entity(
+        self, eid: str, *, valid_time: str, timeout: float, tx_id: int | None = None
+    ) -> dict[str, Any] | None:
+        """The document of string id ``eid`` at the basis, or None."""
+        params: dict[str, Any] = {"eid": eid, "valid-time": valid_time}
+        if tx_id is not None:
+            params["tx-id"] = tx_id
+        answer = self._call(
+            "GET", "/_xtdb/entity", "entity", timeout=timeout, params=params, missing_ok=True
+        )
+        if answer is not None and not isinstance(answer, dict):
+            raise self._shape_error("entity", answer)
+        return answer
+
+    def entity_history(self, eid: str, *, valid_time: str, timeout: float) -> list[Any]:
+        """Every version of ``eid``, ascending, with documents."""
+        params = {
+            "eid": eid,
+            "history": "true",
+            "sort-order": "asc",
+            "with-docs": "true",
+            "valid-time": valid_time,
+        }
+        answer = self._call("GET", "/_xtdb/entity", "history", timeout=timeout, params=params)
+        if not isinstance(answer, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("txId"), int) for e in answer
+        ):
+            raise self._shape_error("history", answer)
+        return answer
+
+    def query(
+        self,
+        edn_body: str,
+        *,
+        operation: str,
+        valid_time: str,
+        timeout: float,
+        tx_id: int | None = None,
+    ) -> list[Any]:
+        """``POST /_xtdb/query`` with an EDN ``{:query ... :in-args [...]}`` body; the rows."""
+        params: dict[str, Any] = {"valid-time": valid_time}
+        if tx_id is not None:
+            params["tx-id"] = tx_id
+        answer = self._call(
+            "POST",
+            "/_xtdb/query",
+            operation,
+            timeout=timeout,
+            params=params,
+            content=edn_body.encode("utf-8"),
+            headers=_EDN_BODY,
+        )
+        if not isinstance(answer, list) or not all(isinstance(row, list) for row in answer):
+            raise self._shape_error(operation, answer)
+        return answer
+
+    def latest_completed_tx(self, *, timeout: float) -> dict[str, Any] | None:
+        """The latest transaction this node has indexed (committed or not), or None."""
+        answer = self._call(
+            "GET",
+            "/_xtdb/latest-completed-tx",
+            "latest-completed-tx",
+            timeout=timeout,
+            missing_ok=True,
+        )
+        return None if answer is None else self._tx("latest-completed-tx", answer)
+
+    def tx_log(self, after_tx_id: int | None, *, timeout: float) -> list[dict[str, Any]]:
+        """Committed transactions after ``after_tx_id`` (all if None), oldest first."""
+        params = {} if after_tx_id is None else {"after-tx-id": after_tx_id}
+        answer = self._call("GET", "/_xtdb/tx-log", "tx-log", timeout=timeout, params=params)
+        if not isinstance(answer, list):
+            raise self._shape_error("tx-log", answer)
+        return [self._tx("tx-log", entry) for entry in answer]
+
+    def sync(self, *, wait: float, timeout: float) -> None:
+        """Block until the node has indexed everything submitted to its tx-log so far."""
+        params = {"timeout": max(1, int(wait * 1000))}
+        self._call("GET", "/_xtdb/sync", "sync", timeout=timeout, params=params)
+
+
+def _error_message(body: bytes) -> str:
+    """The ``error`` of a JSON error body, else the body's start (error shapes vary by route)."""
+    text = body[:500].decode("utf-8", "replace")
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return text or "(empty body)"
+    if isinstance(parsed, dict):
+        for key in ("error", "xtdb.error/message", "message", "class"):
+            if isinstance(parsed.get(key), str):
+                return str(parsed[key])
+    return text

@@ -1,0 +1,240 @@
+"""The object store port over an XTDB 1.x node.
+
+One :meth:`XtdbStore.commit` is one XTDB transaction: a ``match`` op per precondition (a document,
+or null for "must not exist"), then a ``put`` per document. XTDB applies a transaction whole or
+not at all when it indexes it; the store awaits the transaction by id, then asks whether it was
+committed, and raises :class:`ConflictError` if a ``match`` failed. Nothing ever sleeps, and no
+read depends on a clock: every read is pinned to a far-future valid time, so it returns the
+latest version as of the node's latest transaction (or as of ``tx_id``), whatever the clocks of
+the node, PostgreSQL and this machine say.
+
+Documents go out as JSON and come back as JSON. The node (``xtdb/src/selfctx/http_server.clj``)
+reads JSON integers as 64-bit longs and keeps every map, list, string and null as sent, so a
+document read back and given as an :class:`Expect` hashes the same and its ``match`` passes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from adapters.xtdb import edn
+from adapters.xtdb.client import XtdbClient
+from application.ports.store import (
+    ConflictError,
+    Document,
+    Expect,
+    ObjectStore,
+    Receipt,
+    StoreError,
+    Version,
+)
+from domain.errors import InvalidInput
+
+__all__ = ["XtdbStore", "open_store"]
+
+# Later than any transaction time, earlier than the dates XTDB mishandles (Long/MAX_VALUE).
+_VALID_TIME = "9999-12-31T00:00:00Z"
+
+_PULL_BY_ID = "{:find [(pull ?e [*])] :in [[?id ...]] :where [[?e :xt/id ?id]]}"
+_SESSION_LOG = (
+    "{:find [(pull ?e [*]) ?seq] :in [?sid ?after]"
+    ' :where [[?e :type "session_log"] [?e :session_id ?sid] [?e :seq ?seq] [(> ?seq ?after)]]'
+    " :order-by [[?seq :asc]]}"
+)
+_IDS_OF_TYPE = "{:find [?e] :in [?type] :where [[?e :type ?type]]}"
+
+
+def _json_bytes(value: Any, what: str) -> bytes:
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput("document", what, f"not representable as JSON: {exc}") from exc
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate has no UTF-8 form; as a \\u escape it reaches the node intact.
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+def _check(doc: Document) -> dict[str, Any]:
+    if not isinstance(doc, Mapping):
+        raise InvalidInput("document", doc, "must be a JSON object")
+    object_id = doc.get("xt/id")
+    if not isinstance(object_id, str) or not object_id:
+        raise InvalidInput("document id", object_id, "xt/id must be a non-empty string")
+    return dict(doc)
+
+
+class XtdbStore(ObjectStore):
+    """:class:`ObjectStore` on an XTDB 1.x node reached through ``client``.
+
+    ``timeout`` (seconds) bounds every method: a stopped or hung node makes the call raise
+    :class:`StoreUnavailable` within it. ``bytes_sent`` counts the request bodies of commits.
+    """
+
+    def __init__(self, client: XtdbClient, *, timeout: float = 10.0, owns_http: bool = False):
+        self.client = client
+        self.timeout = timeout
+        self.url = client.url
+        self._owns_http = owns_http
+        self._lock = threading.Lock()
+        self.bytes_sent = 0
+        """Bytes of every submit-tx request body sent so far (the benchmarks report it)."""
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self.timeout
+
+    @staticmethod
+    def _left(deadline: float) -> float:
+        # Never hand httpx a zero or negative timeout: it would mean "no limit" or fail oddly.
+        return max(0.05, deadline - time.monotonic())
+
+    def _pull(self, ids: Iterable[str], tx_id: int | None, operation: str) -> dict[str, Document]:
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return {}
+        body = f"{{:query {_PULL_BY_ID} :in-args [{edn.dumps(wanted)}]}}"
+        rows = self.client.query(
+            body, operation=operation, valid_time=_VALID_TIME, timeout=self.timeout, tx_id=tx_id
+        )
+        # Results are a bag: the same document may come back more than once.
+        return {row[0]["xt/id"]: row[0] for row in rows if row and isinstance(row[0], dict)}
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get(self, object_id: str) -> Document | None:
+        return self.client.entity(object_id, valid_time=_VALID_TIME, timeout=self.timeout)
+
+    def get_many(self, object_ids: Iterable[str]) -> dict[str, Document]:
+        return self._pull(object_ids, None, "get-many")
+
+    def get_as_of(self, object_id: str, tx_id: int) -> Document | None:
+        # A query, not /entity: upstream's /entity ignores tx-id, /query honours it.
+        return self._pull([object_id], tx_id, "get-as-of").get(object_id)
+
+    def get_many_as_of(self, object_ids: Iterable[str], tx_id: int) -> dict[str, Document]:
+        return self._pull(object_ids, tx_id, "get-many-as-of")
+
+    def history(self, object_id: str) -> list[Version]:
+        entries = self.client.entity_history(
+            object_id, valid_time=_VALID_TIME, timeout=self.timeout
+        )
+        versions = [
+            Version(tx_id=e["txId"], tx_time=str(e.get("txTime")), document=e["doc"])
+            for e in entries
+            if isinstance(e.get("doc"), dict)  # a delete has no document
+        ]
+        return sorted(versions, key=lambda v: v.tx_id)
+
+    def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
+        body = f"{{:query {_SESSION_LOG} :in-args [{edn.dumps(session_id)} {int(after_seq)}]}}"
+        rows = self.client.query(
+            body, operation="session-log", valid_time=_VALID_TIME, timeout=self.timeout
+        )
+        entries = {row[0]["xt/id"]: row[0] for row in rows if row and isinstance(row[0], dict)}
+        return sorted(entries.values(), key=lambda d: (d["seq"], d["xt/id"]))
+
+    def ids_of_type(self, doc_type: str) -> list[str]:
+        body = f"{{:query {_IDS_OF_TYPE} :in-args [{edn.dumps(doc_type)}]}}"
+        rows = self.client.query(
+            body, operation="ids-of-type", valid_time=_VALID_TIME, timeout=self.timeout
+        )
+        return sorted({row[0] for row in rows if row and isinstance(row[0], str)})
+
+    def latest_tx(self) -> Receipt | None:
+        deadline = self._deadline()
+        latest = self.client.latest_completed_tx(timeout=self._left(deadline))
+        if latest is None:
+            return None
+        if self.client.tx_committed(latest["txId"], timeout=self._left(deadline)):
+            return Receipt(tx_id=latest["txId"], tx_time=latest["txTime"])
+        # The latest transaction failed a precondition; the tx-log lists committed ones only.
+        window = 16
+        while True:
+            after = latest["txId"] - window
+            entries = self.client.tx_log(
+                after if after >= 0 else None, timeout=self._left(deadline)
+            )
+            entries = [e for e in entries if e["txId"] <= latest["txId"]]
+            if entries:
+                last = max(entries, key=lambda e: e["txId"])
+                return Receipt(tx_id=last["txId"], tx_time=last["txTime"])
+            if after < 0:
+                return None
+            window *= 8
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
+        docs = [_check(doc) for doc in puts]
+        ids = [doc["xt/id"] for doc in docs]
+        if len(set(ids)) != len(ids):
+            raise InvalidInput("commit", sorted(ids), "names the same document twice")
+        # Preconditions first: each match sees the state before this transaction's puts.
+        ops: list[list[Any]] = [
+            ["match", e.object_id, None if e.document is None else dict(e.document)] for e in expect
+        ]
+        ops += [["put", doc] for doc in docs]
+        body = _json_bytes({"tx-ops": ops}, ", ".join(ids) or "commit")
+        deadline = self._deadline()
+        tx = self.client.submit_tx(body, timeout=self._left(deadline))
+        with self._lock:
+            self.bytes_sent += len(body)
+        self.await_tx(tx["txId"], deadline=deadline)
+        if not self.client.tx_committed(tx["txId"], timeout=self._left(deadline)):
+            raise ConflictError(self._stale(expect), url=self.url, operation="commit")
+        return Receipt(tx_id=tx["txId"], tx_time=tx["txTime"])
+
+    def await_tx(self, tx_id: int, *, deadline: float | None = None) -> None:
+        """Block until this node has indexed transaction ``tx_id`` (written through any node of
+        the cluster), so that reads here see it. Raises :class:`StoreUnavailable` on timeout."""
+        deadline = deadline or self._deadline()
+        left = self._left(deadline)
+        # The server gives up a little before the HTTP timeout, so its answer still arrives.
+        self.client.await_tx(tx_id, wait=max(0.001, left - 0.25), timeout=left)
+
+    def _stale(self, expect: Sequence[Expect]) -> list[str]:
+        """The expected ids whose latest version now differs (all of them if that fails)."""
+        try:
+            current = self.get_many(e.object_id for e in expect)
+        except StoreError:
+            return [e.object_id for e in expect]
+        stale = [
+            e.object_id
+            for e in expect
+            if current.get(e.object_id) != (None if e.document is None else dict(e.document))
+        ]
+        return stale or [e.object_id for e in expect]
+
+    def close(self) -> None:
+        """Close the HTTP connections if this store opened them (see :func:`open_store`)."""
+        if self._owns_http:
+            self.client.http.close()
+
+
+def open_store(url: str, *, timeout: float = 10.0) -> XtdbStore:
+    """An :class:`XtdbStore` on the node at ``url`` (``xtdb://host:port`` or ``http://...``).
+
+    Checks that the node answers and lets it index everything already in its tx-log, so the
+    store's first reads see every commit made before it was opened (through any node).
+    """
+    base = url.rstrip("/")
+    if base.startswith("xtdb://"):
+        base = "http://" + base.removeprefix("xtdb://")
+    http = httpx.Client(base_url=base, headers={"Accept": "application/json"}, timeout=timeout)
+    store = XtdbStore(XtdbClient(http), timeout=timeout, owns_http=True)
+    try:
+        store.client.status(timeout=timeout)
+        store.client.sync(wait=max(0.001, timeout - 0.25), timeout=timeout)
+    except BaseException:
+        http.close()
+        raise
+    return store
