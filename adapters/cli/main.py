@@ -16,6 +16,7 @@ from domain.errors import SelfContextError
 # Modules that contribute sub-commands, in the order `selfctx --help` lists them.
 COMMAND_MODULES = (
     "adapters.cli.demo",
+    "adapters.cli.xtdb_cmd",
 )
 
 
