@@ -1,0 +1,143 @@
+"""Fixtures of the core suite: a deterministic clock and id source, an in-memory file system, and
+services over a store chosen by ``store_factory``.
+
+``store_factory`` is parametrised by :data:`STORE_KINDS`. Only ``memory`` runs today; to run every
+service-level test on XTDB as well, add ``pytest.param("xtdb", marks=pytest.mark.xtdb)`` to
+:data:`STORE_KINDS` — the ``xtdb`` branch below asks for the session-scoped node fixture
+(``xtdb_node``, from ``tests/xtdb/``) only when that parameter runs. A store shared between tests
+(a real node) gets a per-test namespace, so file and session ids never collide across tests.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, settings
+
+from adapters.memory import MemoryStore
+from application.ports.store import ObjectStore
+from application.service import ContextService
+from application.settings import Settings
+from domain.mounts import MountMapping, MountTable
+from tests.support import CountingClock, CountingIds, FakeFileReader, WrappedStore
+
+# -- Hypothesis profiles: modest by default (CI has 2 cores), longer on request -----------------
+settings.register_profile("default", max_examples=40, deadline=None)
+settings.register_profile(
+    "long", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True)
+settings.load_profile(os.environ.get("SELFCTX_HYPOTHESIS_PROFILE", "default"))
+
+STORE_KINDS: list[Any] = [pytest.param("memory", id="memory")]
+"""Store back-ends every service-level test runs on (see the module docstring to add XTDB)."""
+
+
+@attrs.frozen
+class StoreFactory:
+    """How to get a fresh store of one kind, and whether its data outlives a test."""
+
+    kind: str
+    make: Callable[[], ObjectStore]
+    shared: bool
+    """True when stores of this kind see other tests' data (one XTDB node for the run)."""
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_factory(request: pytest.FixtureRequest) -> StoreFactory:
+    kind = request.param
+    if kind == "memory":
+        return StoreFactory("memory", MemoryStore, shared=False)
+    if kind == "xtdb":  # pragma: no cover - enabled once tests/xtdb provides the node
+        from adapters.xtdb import open_store
+
+        node = request.getfixturevalue("xtdb_node")
+        return StoreFactory("xtdb", lambda: open_store(node.url), shared=True)
+    raise AssertionError(f"unknown store kind {kind!r}")
+
+
+@pytest.fixture
+def ns(store_factory: StoreFactory) -> str:
+    """A per-test prefix for ids that live in a shared store ('' for private stores)."""
+    return f"t{uuid.uuid4().hex[:8]}-" if store_factory.shared else ""
+
+
+@pytest.fixture
+def host_id(ns: str) -> str:
+    """The host's filesystem id."""
+    return f"{ns}host-fs"
+
+
+@pytest.fixture
+def store(store_factory: StoreFactory) -> Iterator[WrappedStore]:
+    """The test's store, wrapped so tests can count what it receives and inject failures."""
+    wrapped = WrappedStore(store_factory.make())
+    yield wrapped
+    wrapped.close()
+
+
+@pytest.fixture
+def files(host_id: str) -> FakeFileReader:
+    return FakeFileReader(host_id)
+
+
+@pytest.fixture
+def clock() -> CountingClock:
+    return CountingClock()
+
+
+@pytest.fixture
+def ids() -> CountingIds:
+    return CountingIds()
+
+
+class MakeService(Protocol):
+    def __call__(
+        self,
+        *,
+        store: ObjectStore | None = ...,
+        files: FakeFileReader | None = ...,
+        mounts: tuple[MountMapping, ...] = ...,
+        default_filesystem_id: str | None = ...,
+        settings: Settings | None = ...,
+    ) -> ContextService: ...
+
+
+@pytest.fixture
+def make_service(
+    store: WrappedStore,
+    files: FakeFileReader,
+    clock: CountingClock,
+    ids: CountingIds,
+    host_id: str,
+) -> MakeService:
+    """Build a :class:`ContextService` (by default over the test's store and fake files)."""
+
+    def make(
+        *,
+        store: ObjectStore | None = store,
+        files: FakeFileReader | None = files,
+        mounts: tuple[MountMapping, ...] = (),
+        default_filesystem_id: str | None = None,
+        settings: Settings | None = None,
+    ) -> ContextService:
+        return ContextService(
+            store=store if store is not None else WrappedStore(MemoryStore()),
+            clock=clock,
+            ids=ids,
+            files=files if files is not None else FakeFileReader(host_id),
+            mounts=MountTable(default_filesystem_id or host_id, mounts),
+            settings=settings,
+        )
+
+    return make
+
+
+@pytest.fixture
+def service(make_service: MakeService) -> ContextService:
+    return make_service()

@@ -1,0 +1,217 @@
+"""Test doubles and helpers shared by the core test suite. No mocking library: every double is a
+small real implementation of a port, and tests assert on what it recorded."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from application.ports.clock import Clock
+from application.ports.files import (
+    FileReader,
+    FileSnapshot,
+    SourceMissing,
+    SourceUnreachable,
+)
+from application.ports.ids import IdSource
+from application.ports.store import (
+    Document,
+    Expect,
+    ObjectStore,
+    Receipt,
+    StoreUnavailable,
+    Version,
+)
+from domain.objects import Source
+
+__all__ = [
+    "CONTAINER_FS",
+    "CountingClock",
+    "CountingIds",
+    "FakeFileReader",
+    "StoreProbe",
+    "WrappedStore",
+    "file_id",
+    "json_bytes",
+    "utf16_len",
+]
+
+CONTAINER_FS = "container-fs"
+"""Filesystem id of a sandbox's own files: the fake reader cannot read them from the host."""
+
+
+class CountingClock(Clock):
+    """A clock that starts at a fixed instant and moves one second per call."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def now(self) -> str:
+        self.calls += 1
+        minutes, seconds = divmod(self.calls, 60)
+        hours, minutes = divmod(minutes, 60)
+        return f"2026-01-01T{hours:02d}:{minutes:02d}:{seconds:02d}.000000Z"
+
+
+class CountingIds(IdSource):
+    """Ids ``id-000001``, ``id-000002``, ... (fixed width, so documents do not grow with them)."""
+
+    def __init__(self, prefix: str = "id") -> None:
+        self.prefix = prefix
+        self.issued = 0
+
+    def new_id(self) -> str:
+        self.issued += 1
+        return f"{self.prefix}-{self.issued:06d}"
+
+
+class FakeFileReader(FileReader):
+    """An in-memory filesystem map: ``(filesystem id, path) -> bytes``.
+
+    Only the filesystems in ``readable`` can be read (by default the host's); a source on any
+    other filesystem is unreachable, as a container's files are from the host. A readable path
+    that holds no file is confirmed deleted (:class:`SourceMissing`); paths marked with
+    :meth:`make_unreachable` raise :class:`SourceUnreachable` (permission denied, mount gone).
+    """
+
+    def __init__(self, host_id: str) -> None:
+        self.host_id = host_id
+        self.readable: set[str] = {host_id}
+        self.files: dict[tuple[str, str], bytes] = {}
+        self.unreachable: set[tuple[str, str]] = set()
+        self.reads: list[str] = []
+        """Every path :meth:`read` was asked for, in order."""
+
+    def write(self, path: str, data: str | bytes, filesystem_id: str | None = None) -> None:
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+        self.files[(filesystem_id or self.host_id, path)] = raw
+
+    def delete(self, path: str, filesystem_id: str | None = None) -> None:
+        del self.files[(filesystem_id or self.host_id, path)]
+
+    def make_unreachable(self, path: str, filesystem_id: str | None = None) -> None:
+        self.unreachable.add((filesystem_id or self.host_id, path))
+
+    def read(self, source: Source, max_bytes: int) -> FileSnapshot:
+        self.reads.append(source.path)
+        key = (source.filesystem_id, source.path)
+        if source.filesystem_id not in self.readable:
+            raise SourceUnreachable(source, "it lives on another filesystem, not readable here")
+        if key in self.unreachable:
+            raise SourceUnreachable(source, "permission denied")
+        data = self.files.get(key)
+        if data is None:
+            raise SourceMissing(source, "the file does not exist")
+        digest = hashlib.sha256(data).hexdigest()
+        return FileSnapshot(
+            data=data if len(data) <= max_bytes else None, size=len(data), file_hash=digest
+        )
+
+
+def file_id(filesystem_id: str, path: str) -> str:
+    """The id every client computes for a file (SSOT §2.5), worked out here without the domain's
+    hashing module: SHA-256 of the sorted-key JSON of ``{type, source}`` (plain ``json.dumps``
+    equals JavaScript's for the ASCII strings tests use)."""
+    assert (filesystem_id + path).isascii()
+    source = {"type": "filesystem", "filesystemId": filesystem_id, "path": path}
+    text = json.dumps({"type": "file", "source": source}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def utf16_len(text: str) -> int:
+    """JavaScript's ``length`` of a string: UTF-16 code units."""
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def json_bytes(doc: Mapping[str, Any]) -> int:
+    """Size of a document as compact UTF-8 JSON, the way a store receives it."""
+    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+class WrappedStore(ObjectStore):
+    """Delegates to a real store, counting what it is sent, and fails commits on request.
+
+    ``fail_commits = n`` makes the next ``n`` commits raise :class:`StoreUnavailable` before
+    anything reaches the inner store. ``lose_acks = n`` makes the next ``n`` commits reach the
+    inner store (durably) and then raise, as a connection that drops after the write would.
+    ``on_commit`` runs before each commit reaches the inner store (to interleave another writer).
+    """
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.commits = 0
+        """Commits that reached the inner store."""
+        self.bytes_committed = 0
+        """JSON bytes of every document in those commits."""
+        self.committed: list[list[Document]] = []
+        self.fail_commits = 0
+        self.lose_acks = 0
+        self.on_commit: Callable[[], None] | None = None
+
+    def get(self, object_id: str) -> Document | None:
+        return self.inner.get(object_id)
+
+    def get_many(self, object_ids: Iterable[str]) -> dict[str, Document]:
+        return self.inner.get_many(object_ids)
+
+    def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
+        if self.fail_commits:
+            self.fail_commits -= 1
+            raise StoreUnavailable("injected failure", operation="commit")
+        hook, self.on_commit = self.on_commit, None
+        if hook is not None:
+            hook()
+        receipt = self.inner.commit(puts, expect)
+        self.commits += 1
+        self.bytes_committed += sum(json_bytes(d) for d in puts)
+        self.committed.append([dict(d) for d in puts])
+        if self.lose_acks:
+            self.lose_acks -= 1
+            raise StoreUnavailable("injected: connection lost after the write", operation="commit")
+        return receipt
+
+    def history(self, object_id: str) -> list[Version]:
+        return self.inner.history(object_id)
+
+    def get_as_of(self, object_id: str, tx_id: int) -> Document | None:
+        return self.inner.get_as_of(object_id, tx_id)
+
+    def get_many_as_of(self, object_ids: Iterable[str], tx_id: int) -> dict[str, Document]:
+        return self.inner.get_many_as_of(object_ids, tx_id)
+
+    def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
+        return self.inner.session_log(session_id, after_seq)
+
+    def ids_of_type(self, doc_type: str) -> list[str]:
+        return self.inner.ids_of_type(doc_type)
+
+    def latest_tx(self) -> Receipt | None:
+        return self.inner.latest_tx()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@attrs.frozen
+class StoreProbe:
+    """What a store holds, cheaply: compare one taken before an operation with one after."""
+
+    latest_tx: Receipt | None
+    commits: int
+    bytes_committed: int
+    inner_bytes: int | None
+    """``MemoryStore.bytes_received`` when the inner store is the in-memory one."""
+
+    @classmethod
+    def of(cls, store: WrappedStore) -> StoreProbe:
+        return cls(
+            latest_tx=store.latest_tx(),
+            commits=store.commits,
+            bytes_committed=store.bytes_committed,
+            inner_bytes=getattr(store.inner, "bytes_received", None),
+        )
