@@ -209,6 +209,7 @@ class SessionRunner:
             command = build(reads, session.state)
             events = decide(session.state, command)
             if not events:
+                self._refresh(session, reads, session.state)
                 return events
             try:
                 self._commit(session, command, command_id, events, reads)
@@ -274,13 +275,21 @@ class SessionRunner:
         else:
             session.snapshot_bytes = snapshot_bytes
             session.log_bytes_since_snapshot = 0
+        self._refresh(session, reads, new_state)
         for version in written.values():
             if isinstance(version, SystemPromptObject):
                 session.system_prompt = version
             else:
                 session.remember(version)
-        for event in events:
-            if isinstance(event, e.ObjectEncountered) and event.object_id not in session.objects:
-                # Encountered without a new version (e.g. an unchanged file another session
-                # indexed): the version the decision read is the latest.
-                session.remember(reads.objects[event.object_id])
+
+    @staticmethod
+    def _refresh(session: OpenSession, reads: Reads, state: SessionState) -> None:
+        """Adopt the versions a decision read for objects in the index: they are the latest in
+        the store (e.g. an unchanged file that was encountered, re-read or activated after another
+        session wrote a version this one had not seen)."""
+        for object_id, obj in reads.objects.items():
+            if not state.in_index(object_id) or not isinstance(obj, FileObject | ToolcallObject):
+                continue
+            known = session.objects.get(object_id)
+            if known is None or known.object_hash != obj.object_hash:
+                session.remember(obj)
