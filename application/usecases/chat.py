@@ -83,6 +83,9 @@ class RecordToolCall:
             args_display=args_display,
             file_refs=file_refs,
         )
+        if session.stale:
+            # A commit's answer was lost: it may hold this very call, so learn its fate first.
+            self._deps.runner.catch_up(session)
         known = session.objects.get(toolcall.id)
         if known is not None and known.object_hash == toolcall.object_hash:
             return toolcall  # the same call recorded again (a retry): nothing to do
