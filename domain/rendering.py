@@ -137,6 +137,10 @@ class RenderCache:
     line_ids: list[str] = attrs.field(factory=list)
     stale: set[str] = attrs.field(factory=set)
     """Ids whose object changed since their line was rendered."""
+    active_ids: object = None
+    """The active set ``active_order`` was computed from."""
+    active_order: list[str] = attrs.field(factory=list)
+    blocks: dict[str, ActiveBlock] = attrs.field(factory=dict)
     chat: list[RenderedMessage] = attrs.field(factory=list)
     chat_turns: int = 0
     """Turns fully or partly rendered into ``chat``."""
@@ -167,6 +171,23 @@ def _metadata(
         cache.line_ids.append(object_id)
         cache.lines.append(line_of(object_id))
     return tuple(cache.lines)
+
+
+def _active(
+    state: SessionState, cache: RenderCache, objects: Mapping[str, ContentObject]
+) -> tuple[ActiveBlock, ...]:
+    if cache.active_ids is not state.active:  # the set is immutable: same object, same order
+        cache.active_order = state.ordered(state.active)
+        cache.active_ids = state.active
+    blocks = cache.blocks
+    out = []
+    for object_id in cache.active_order:
+        content = objects[object_id].content
+        block = blocks.get(object_id)
+        if block is None or block.content is not content:
+            block = blocks[object_id] = ActiveBlock(object_id, content)
+        out.append(block)
+    return tuple(out)
 
 
 def _chat(
@@ -207,10 +228,9 @@ def render_context(
         return metadata_line(obj, path)
 
     cache = cache if cache is not None else RenderCache()
-    active = tuple(ActiveBlock(i, objects[i].content) for i in state.ordered(state.active))
     return AssembledContext(
         system_prompt=system_prompt,
         metadata=_metadata(state, cache, line_of),
         chat=_chat(state, cache, objects),
-        active=active,
+        active=_active(state, cache, objects),
     )

@@ -24,7 +24,9 @@ SIZES = (100, 1_000, 10_000)
 SESSION = "bench"
 ROOT = "/bench/project"
 
-_OUTPUT = "\n".join(f"line {i}: some realistic tool output text, a path/to/file.py:{i}" for i in range(30))
+_OUTPUT = "\n".join(
+    f"line {i}: some realistic tool output text, a path/to/file.py:{i}" for i in range(30)
+)
 _FILE = "\n".join(f"def function_{i}(x):\n    return x * {i}\n" for i in range(60))
 
 
@@ -36,9 +38,14 @@ def _tool_turn(service: ContextService, call_id: str, n: int) -> None:
     service.record_tool_call(SESSION, call_id, tool="bash", args=args, output=f"{n}\n{_OUTPUT}")
 
 
+KEEP_ACTIVE_FILES = 5
+"""Like a tidy agent, the filler deactivates read files once five newer ones are active."""
+
+
 def fill_session(service: ContextService, size: int) -> None:
     """Start the session and fill it with ``size`` content objects (80% tool calls, 10% files
     read in full, 10% discovered)."""
+    read: list[str] = []
     service.start_session(SESSION, "You are a coding agent working in /bench/project.")
     files = size // 5
     calls = size - files
@@ -54,7 +61,12 @@ def fill_session(service: ContextService, size: int) -> None:
         if made_files < files:
             path = f"{ROOT}/src/module_{made_files}.py"
             if made_files % 2 == 0:
-                service.index_file(SESSION, path, content=f"# module {made_files}\n{_FILE}")
+                result = service.index_file(
+                    SESSION, path, content=f"# module {made_files}\n{_FILE}"
+                )
+                read.append(result.object_id)
+                if len(read) > KEEP_ACTIVE_FILES:
+                    service.deactivate(SESSION, read.pop(0))
             else:
                 service.discover(SESSION, [path])
             made_files += 1

@@ -135,5 +135,9 @@ class MemoryStore(ObjectStore):
     def _index_log_entry(self, doc: Mapping[str, Any]) -> None:
         entries = self._logs.setdefault(str(doc["session_id"]), [])
         key = (int(doc["seq"]), str(doc["xt/id"]))
-        if key not in entries:
-            bisect.insort(entries, key)
+        if not entries or entries[-1] < key:
+            entries.append(key)  # the usual case: positions arrive in order
+            return
+        position = bisect.bisect_left(entries, key)
+        if position == len(entries) or entries[position] != key:
+            entries.insert(position, key)
