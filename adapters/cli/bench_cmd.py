@@ -34,8 +34,13 @@ def _core(args: argparse.Namespace) -> int:
     print(f"{'objects':>8} {'median ms':>10} {'p95 ms':>8} {'bytes/turn':>11}")
     for size in result["per_turn_ms"]:
         t = result["per_turn_ms"][size]
-        print(f"{size:>8} {t['median']:>10.3f} {t['p95']:>8.3f} {result['bytes_per_turn'][size]:>11.1f}")
-    first, last = next(iter(result["bytes_per_turn"].values())), list(result["bytes_per_turn"].values())[-1]
+        print(
+            f"{size:>8} {t['median']:>10.3f} {t['p95']:>8.3f} {result['bytes_per_turn'][size]:>11.1f}"
+        )
+    first, last = (
+        next(iter(result["bytes_per_turn"].values())),
+        list(result["bytes_per_turn"].values())[-1],
+    )
     print(f"bytes per turn, largest over smallest session: {last / first:.2f}x")
     return 0
 
@@ -43,7 +48,9 @@ def _core(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("bench", help="run a benchmark and print its figures")
     benches = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
-    core = benches.add_parser("core", help="per-turn cost and bytes per turn on the in-memory store")
+    core = benches.add_parser(
+        "core", help="per-turn cost and bytes per turn on the in-memory store"
+    )
     core.add_argument("--json", action="store_true", help="print one JSON object")
     core.add_argument("--sizes", help="comma-separated session sizes (default 100,1000,10000)")
     core.set_defaults(handler=_core)
