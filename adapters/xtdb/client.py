@@ -56,7 +56,7 @@ class XtdbClient:
         except httpx.TimeoutException as exc:
             raise StoreUnavailable(f"no answer within {timeout:.2f} s", **where) from exc
         except httpx.RemoteProtocolError as exc:
-            if "without sending" in str(exc):  # the node went away before answering at all
+            if "without sending a response" in str(exc):  # gone before answering at all
                 raise StoreUnavailable(f"the node closed the connection: {exc}", **where) from exc
             raise StoreProtocolError(f"broken HTTP answer: {exc}", **where) from exc
         except httpx.DecodingError as exc:

@@ -110,6 +110,9 @@ def stop_background(run_dir: Path, *, timeout: float = 30.0) -> bool:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(info.pid, signal.SIGKILL)
             _wait_for_exit(info.pid, 10.0)
+        # If this process started the node (tests, an embedding program), reap the zombie.
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(info.pid, os.WNOHANG)
     (run_dir / PID_FILE).unlink(missing_ok=True)
     return running
 
