@@ -46,6 +46,8 @@ def _require_started(state: SessionState) -> None:
 
 
 def _require_content_object(state: SessionState, object_id: str) -> None:
+    if not isinstance(object_id, str):
+        raise InvalidInput("object id", object_id, "must be text")
     if state.in_index(object_id):
         return
     if object_id.startswith(INFRASTRUCTURE_PREFIXES):
