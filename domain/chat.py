@@ -26,9 +26,22 @@ __all__ = [
 ]
 
 
+def _tuples_as_lists(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_tuples_as_lists(v) for v in value]
+    if isinstance(value, list):
+        return [_tuples_as_lists(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _tuples_as_lists(v) for k, v in value.items()}
+    return value
+
+
 def freeze_json(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A JSON object made immutable (nested dicts and lists become pyrsistent maps and vectors)."""
-    return cast(Mapping[str, Any], freeze(value))
+    """A JSON object made immutable (nested dicts and lists become pyrsistent maps and vectors).
+
+    Tuples are JSON arrays too: they become vectors, as they would after a trip through the store.
+    """
+    return cast(Mapping[str, Any], freeze(_tuples_as_lists(value)))
 
 
 @attrs.frozen
