@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,43 @@ def _text(value: object, what: str) -> str:
     return value
 
 
+def _name(value: object, what: str) -> str:
+    text = _text(value, what)
+    if not text:
+        raise InvalidInput(what, value, "must not be empty")
+    return text
+
+
+def _check_json(value: object, what: str, whole: object) -> None:
+    """Refuse what a JSON document cannot carry exactly, naming the whole value (``whole``)."""
+    if value is None or isinstance(value, bool | int | str):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInput(what, whole, f"{value!r} is not a JSON number")
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidInput(what, whole, f"object key {key!r} is not a string")
+            _check_json(item, what, whole)
+        return
+    if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
+        for item in value:
+            _check_json(item, what, whole)
+        return
+    raise InvalidInput(what, whole, f"a {type(value).__name__} is not a JSON value")
+
+
+def _tool_call_request(call: object) -> ToolCallRequest:
+    if not isinstance(call, ToolCallRequest):
+        raise InvalidInput("tool call", call, "must be a ToolCallRequest")
+    _name(call.id, "tool-call id")
+    _name(call.name, "tool name")
+    _check_json(call.arguments, "tool arguments", call.arguments)
+    return call
+
+
 class RecordTurn:
     """Append user and assistant messages to the chat; a user message begins a turn."""
 
@@ -35,6 +73,9 @@ class RecordTurn:
     def assistant(
         self, session: OpenSession, text: str, tool_calls: Sequence[ToolCallRequest] = ()
     ) -> None:
+        if isinstance(tool_calls, str | bytes) or not isinstance(tool_calls, Sequence):
+            raise InvalidInput("tool calls", tool_calls, "must be a sequence of ToolCallRequest")
+        tool_calls = [_tool_call_request(call) for call in tool_calls]
         ids = [call.id for call in tool_calls]
         if len(set(ids)) != len(ids):
             raise InvalidInput("tool calls", ids, "tool-call ids must be unique in a message")
@@ -73,6 +114,8 @@ class RecordToolCall:
             and len(output.encode("utf-8", "surrogatepass")) > limit
         ):
             raise InvalidContent(toolcall_id, f"tool output is over the limit of {limit} bytes")
+        if isinstance(args, Mapping):
+            _check_json(args, "tool args", args)
         toolcall = ToolcallObject.build(
             _text(toolcall_id, "tool-call id"),
             tool=_text(tool, "tool name"),
