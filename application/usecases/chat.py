@@ -12,6 +12,7 @@ from domain.chat import AssistantMessage, ToolCallRequest
 from domain.errors import DuplicateObject, InvalidContent, InvalidInput
 from domain.objects import ToolcallObject, ToolStatus
 from domain.session import commands as c
+from domain.session.machine import INFRASTRUCTURE_PREFIXES
 from domain.session.state import SessionState
 
 __all__ = ["RecordToolCall", "RecordTurn"]
@@ -116,8 +117,11 @@ class RecordToolCall:
             raise InvalidContent(toolcall_id, f"tool output is over the limit of {limit} bytes")
         if isinstance(args, Mapping):
             _check_json(args, "tool args", args)
+        if _text(toolcall_id, "tool-call id").startswith(INFRASTRUCTURE_PREFIXES):
+            # Refused before the store is read: the answer must not depend on what exists.
+            raise InvalidInput("tool-call id", toolcall_id, "uses an infrastructure prefix")
         toolcall = ToolcallObject.build(
-            _text(toolcall_id, "tool-call id"),
+            toolcall_id,
             tool=_text(tool, "tool name"),
             args=args,
             output=output,
