@@ -8,6 +8,7 @@ import attrs
 from pyrsistent import PMap, PSet, PVector, pmap, pset, pvector
 
 from domain.chat import Turn
+from domain.errors import InvalidInput
 
 __all__ = ["INITIAL", "CollapseWindow", "SessionState"]
 
@@ -22,8 +23,11 @@ class CollapseWindow:
     """... and while its turn is among the N most recent turns."""
 
     def __attrs_post_init__(self) -> None:
+        sizes = (self.per_turn, self.turns)
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in sizes):
+            raise InvalidInput("collapse window", sizes, "sizes must be integers")
         if self.per_turn < 1 or self.turns < 1:
-            raise ValueError("collapse window sizes must be at least 1")
+            raise InvalidInput("collapse window", sizes, "sizes must be at least 1")
 
 
 def _turn_zero() -> PVector[Turn]:
