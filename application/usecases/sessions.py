@@ -161,6 +161,8 @@ class StateAt:
         self._deps = deps
 
     def __call__(self, session_id: str, seq: int) -> PastState:
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise InvalidInput("log position", seq, "must be an integer")
         store = self._deps.runner.store
         history = store.history(session_id_for(session_id))
         if not history:
