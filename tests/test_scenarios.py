@@ -996,3 +996,17 @@ def test_chat_message_parts_are_kept_exactly(service: ContextService, sid: str) 
         AssistantMessage("", (call,)),
         ToolResult("c-1"),
     ]
+
+
+def test_tuples_in_tool_arguments_replay_as_they_were_recorded(
+    make_service: MakeService, service: ContextService, sid: str
+) -> None:
+    call = ToolCallRequest("c-1", "edit", {"lines": (1, 2), "nested": {"pair": ("a", "b")}})
+    service.record_assistant_message(sid, "", [call])
+    service.record_tool_call(sid, "c-1", tool="edit", args={"span": (3, 4)}, output="ok")
+    live = service.state(sid)
+    assert service.state_at(sid, service.log_position(sid)).state == live
+    fresh = make_service()
+    fresh.resume_session(sid)
+    assert fresh.state(sid) == live
+    assert fresh.object(sid, "c-1") == service.object(sid, "c-1")
