@@ -120,7 +120,7 @@ def log_tail(log_file: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def java_command(config_file: Path) -> list[str]:
+def java_command(config_file: Path, tmp_dir: Path) -> list[str]:
     """The JVM's argument list (no shell is involved)."""
     project = paths.project_dir()
     opts = os.environ.get(_JAVA_OPTS_ENV, "").split() or list(_DEFAULT_JAVA_OPTS)
@@ -135,6 +135,10 @@ def java_command(config_file: Path) -> list[str]:
         f"-Dlogback.configurationFile={project / 'logback.xml'}",
         "-Dclojure.main.report=stderr",
         "-Duser.timezone=UTC",
+        # XTDB extracts RocksDB's native library to one fixed path under the temp folder, which
+        # every JVM on the machine shares: two nodes starting at once rewrite the file under each
+        # other and one dies of SIGBUS. A temp folder per node keeps them apart.
+        f"-Djava.io.tmpdir={tmp_dir}",
         "-cp",
         classpath,
         "clojure.main",
@@ -260,12 +264,14 @@ class XtdbNode:
                     self.config, port=self.port, data_dir=self.data_dir, postgres=self.postgres
                 )
             )
+        tmp_dir = self.run_dir / "tmp"
+        tmp_dir.mkdir(exist_ok=True)
         started = time.monotonic()
         with open(self.log_file, "ab") as log:
             log.write(f"\n=== starting {self.config} node on {self.url} ===\n".encode())
             log.flush()
             self.process = subprocess.Popen(
-                java_command(config_file),
+                java_command(config_file, tmp_dir),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

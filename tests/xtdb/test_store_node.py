@@ -1,0 +1,170 @@
+"""What the XTDB store does on a real node beyond the shared contract: match semantics of JSON
+values, one request per batch read, ids that need escaping, latest_tx after a conflict."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import closing
+
+import httpx
+import pytest
+
+from adapters.xtdb import XtdbClient, XtdbNode, XtdbStore, open_store
+from application.ports.store import ConflictError, Expect
+
+pytestmark = pytest.mark.xtdb
+
+
+@pytest.fixture
+def ns() -> str:
+    return f"n{uuid.uuid4().hex[:10]}-"
+
+
+@pytest.fixture
+def store(xtdb_node: XtdbNode) -> Iterator[XtdbStore]:
+    store = open_store(xtdb_node.url, timeout=10.0)
+    yield store
+    store.close()
+
+
+VALUES = {
+    "int": 1,
+    "zero": 0,
+    "negative": -123456789,
+    "long": 2**53 + 1,
+    "max": 2**63 - 1,
+    "float": 1.0,
+    "fraction": 0.1,
+    "exp": 1e-300,
+    "huge": 1.7976931348623157e308,
+    "null": None,
+    "true": True,
+    "empty_list": [],
+    "empty_map": {},
+    "nested": {"a": {"b": {"c": [1, 2.5, None, "x", {"d": []}]}}},
+    "unicode": "héllo — 日本語 😀 \u2028 \x00 \x1f",
+    "keys": {"with space": 1, "ns/name": 2, "": 3, "ü": 4, "a/b/c": 5},
+    "list_of_maps": [{"z": 1, "a": 2}, {"a": 2, "z": 1}],
+}
+
+
+@pytest.mark.parametrize("field", sorted(VALUES))
+def test_a_document_read_back_matches_as_a_precondition(
+    store: XtdbStore, xtdb_node: XtdbNode, ns: str, field: str
+) -> None:
+    doc = {"xt/id": ns + field, "type": "probe", field: VALUES[field]}
+    store.commit([doc])
+    # Read through a second client, as another process would.
+    with closing(open_store(xtdb_node.url, timeout=10.0)) as other:
+        read = other.get(ns + field)
+    assert read == doc
+    assert json.dumps(read, sort_keys=True) == json.dumps(doc, sort_keys=True)
+    store.commit([dict(doc, v=2)], [Expect(ns + field, read)])
+    assert store.get(ns + field) == dict(doc, v=2)
+
+
+def test_an_int_is_not_a_float_for_match(store: XtdbStore, ns: str) -> None:
+    # XTDB compares content hashes: 1 and 1.0 differ there, though Python says 1 == 1.0.
+    store.commit([{"xt/id": ns + "n", "v": 1}])
+    with pytest.raises(ConflictError):
+        store.commit(
+            [{"xt/id": ns + "n", "v": 2}], [Expect(ns + "n", {"xt/id": ns + "n", "v": 1.0})]
+        )
+    # Key order does not matter: documents are maps.
+    store.commit([{"xt/id": ns + "m", "a": 1, "b": 2}])
+    store.commit(
+        [{"xt/id": ns + "m", "v": 3}], [Expect(ns + "m", {"b": 2, "a": 1, "xt/id": ns + "m"})]
+    )
+
+
+@pytest.mark.parametrize(
+    "suffix",
+    ["a b", "slash/and?query&x=y", "plus+percent%20hash#", "ünïcødé 😀", "'quote\"", ":kw"],
+)
+def test_ids_that_need_escaping(store: XtdbStore, ns: str, suffix: str) -> None:
+    oid = ns + suffix
+    receipt = store.commit([{"xt/id": oid, "type": ns + "esc", "v": 1}])
+    store.commit([{"xt/id": oid, "type": ns + "esc", "v": 2}])
+    assert store.get(oid) == {"xt/id": oid, "type": ns + "esc", "v": 2}
+    assert store.get_many([oid]) == {oid: {"xt/id": oid, "type": ns + "esc", "v": 2}}
+    assert [v.document["v"] for v in store.history(oid)] == [1, 2]
+    assert store.get_as_of(oid, receipt.tx_id) == {"xt/id": oid, "type": ns + "esc", "v": 1}
+    assert store.ids_of_type(ns + "esc") == [oid]
+
+
+def counting_store(url: str) -> tuple[XtdbStore, list[httpx.Request]]:
+    sent: list[httpx.Request] = []
+    http = httpx.Client(base_url=url, event_hooks={"request": [sent.append]})
+    return XtdbStore(XtdbClient(http), timeout=10.0, owns_http=True), sent
+
+
+def test_batch_reads_are_one_request_each(xtdb_node: XtdbNode, ns: str) -> None:
+    store, sent = counting_store(xtdb_node.url)
+    docs = [{"xt/id": f"{ns}{i:04d}", "type": ns + "batch", "n": i} for i in range(500)]
+    logs = [
+        {"xt/id": f"{ns}log{i}", "type": "session_log", "session_id": ns, "seq": i}
+        for i in range(1, 301)
+    ]
+    receipt = store.commit(docs + logs)
+    ids = [d["xt/id"] for d in docs]
+    for read in (
+        lambda: store.get_many(ids),
+        lambda: store.get_many_as_of(ids, receipt.tx_id),
+        lambda: store.session_log(ns, after_seq=100),
+        lambda: store.ids_of_type(ns + "batch"),
+    ):
+        sent.clear()
+        result = read()
+        assert len(result) in (200, 500)
+        assert [(r.method, r.url.path) for r in sent] == [("POST", "/_xtdb/query")]
+    assert [e["seq"] for e in store.session_log(ns, after_seq=100)] == list(range(101, 301))
+    store.close()
+
+
+def test_a_commit_is_three_requests_and_its_bytes_are_counted(xtdb_node: XtdbNode, ns: str) -> None:
+    store, sent = counting_store(xtdb_node.url)
+    doc = {"xt/id": ns + "x", "text": "é" * 100}
+    store.commit([doc], [Expect(ns + "x", None)])
+    paths = [r.url.path for r in sent]
+    assert paths == ["/_xtdb/submit-tx", "/_xtdb/await-tx", "/_xtdb/tx-committed"]
+    body = sent[0].content
+    assert store.bytes_sent == len(body)
+    assert json.loads(body) == {"tx-ops": [["match", ns + "x", None], ["put", doc]]}
+    assert len(body) < 300, "JSON is compact and UTF-8, not \\u-escaped"
+    store.close()
+
+
+def test_latest_tx_skips_a_transaction_that_failed(store: XtdbStore, ns: str) -> None:
+    good = store.commit([{"xt/id": ns + "a", "v": 1}])
+    with pytest.raises(ConflictError) as info:
+        store.commit([{"xt/id": ns + "b", "v": 1}], [Expect(ns + "a", None)])
+    assert info.value.object_ids == (ns + "a",)
+    latest = store.latest_tx()
+    assert latest is not None
+    # Other tests share the node and may commit meanwhile, but never the failed transaction.
+    assert latest.tx_id >= good.tx_id
+    assert store.get(ns + "b") is None
+
+
+def test_reads_see_a_commit_made_by_another_client_at_once(
+    xtdb_node: XtdbNode, store: XtdbStore, ns: str
+) -> None:
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with closing(open_store(xtdb_node.url, timeout=10.0)) as other:
+                for i in range(20):
+                    other.commit([{"xt/id": f"{ns}{i}", "v": i}])
+                    # Acknowledged means visible to every store on the node, with no waiting.
+                    assert store.get(f"{ns}{i}") == {"xt/id": f"{ns}{i}", "v": i}
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    thread.join()
+    assert errors == []
