@@ -28,11 +28,12 @@ from application.usecases.context import (
     Pin,
     Unpin,
 )
-from application.usecases.files import Discover, DiscoverReport, IndexFile, IndexResult
+from application.usecases.files import Discover, DiscoverReport, IndexFile, IndexResult, resolve
 from application.usecases.sessions import (
     PastState,
     ResumeReport,
     ResumeSession,
+    SetSystemPrompt,
     StartSession,
     StateAt,
     validate_session_id,
@@ -73,6 +74,7 @@ class ContextService:
         self._start = StartSession(deps)
         self._resume = ResumeSession(deps)
         self._state_at = StateAt(deps)
+        self._set_prompt = SetSystemPrompt(deps)
         self._index_file = IndexFile(deps)
         self._discover = Discover(deps)
         self._turn = RecordTurn(deps)
@@ -128,6 +130,16 @@ class ContextService:
 
     # -- what the harness reports ---------------------------------------------------------
 
+    def set_system_prompt(self, session_id: str, text: str) -> bool:
+        """Replace the system prompt; True if it changed (a new version was written)."""
+        session = self._open(session_id)
+        with session.lock:
+            return self._set_prompt(session, text)
+
+    def object_id_for(self, path: str) -> str:
+        """The id of the file object an agent-visible path names (whether or not it exists)."""
+        return FileObject.identity_of(resolve(self._deps, path))
+
     def index_file(
         self, session_id: str, path: str, content: str | bytes | None = None
     ) -> IndexResult:
@@ -169,8 +181,10 @@ class ContextService:
         status: ToolStatus = "ok",
         args_display: str | None = None,
         file_refs: Sequence[str] | None = None,
+        activate: bool = True,
     ) -> str:
-        """A tool's result: a toolcall object, auto-activated. Returns its id."""
+        """A tool's result: a toolcall object, auto-activated unless ``activate`` is False (a
+        whole-file read whose file object is active instead). Returns its id."""
         session = self._open(session_id)
         with session.lock:
             return self._toolcall(
@@ -182,6 +196,7 @@ class ContextService:
                 status=status,
                 args_display=args_display,
                 file_refs=file_refs,
+                activate=activate,
             ).id
 
     # -- the agent's context tools ----------------------------------------------------------

@@ -103,6 +103,7 @@ class RecordToolCall:
         status: ToolStatus = "ok",
         args_display: str | None = None,
         file_refs: Sequence[str] | None = None,
+        activate: bool = True,
     ) -> ToolcallObject:
         if output is not None and not isinstance(output, str):
             raise InvalidContent(
@@ -141,7 +142,7 @@ class RecordToolCall:
             stored = reads.stored(toolcall.id)
             if stored is not None and not state.in_index(toolcall.id):
                 raise DuplicateObject(toolcall.id, "another session's object has this id")
-            return c.RecordToolCall(toolcall)
+            return c.RecordToolCall(toolcall, activate)
 
         self._deps.runner.execute(session, build)
         return toolcall

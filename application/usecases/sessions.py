@@ -188,3 +188,20 @@ class StateAt:
         if seq > (int(entries[-1]["seq"]) if entries else session_obj.seq):
             raise InvalidInput("log position", seq, "after the session's last command")
         return PastState(state=state, seq=seq, tx_id=tx_id)
+
+
+class SetSystemPrompt:
+    """Give the session's system prompt a new version (nothing is written if it is unchanged)."""
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+
+    def __call__(self, session: OpenSession, text: str) -> bool:
+        if not isinstance(text, str):
+            raise InvalidInput("system prompt", text, "must be text")
+        prompt = SystemPromptObject.build(session.state.system_prompt_id, text)
+        if prompt.object_hash == session.system_prompt.object_hash:
+            return False
+        command = c.SetSystemPrompt(prompt)
+        self._deps.runner.execute(session, lambda reads, state: command)
+        return True

@@ -80,6 +80,9 @@ class RecordToolCall:
 
     toolcall: ToolcallObject
     """The toolcall object's single version."""
+    activate: bool = True
+    """Auto-activate it (SSOT §5.7). False for a call whose output is recorded as a file object
+    (a whole-file read, see docs/decisions/0006): the file is active instead."""
 
 
 @attrs.frozen

@@ -102,16 +102,18 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
             return [e.UserMessageRecorded(text)]
         case c.RecordAssistantMessage(message=message):
             return [e.AssistantMessageRecorded(message)]
-        case c.RecordToolCall(toolcall=toolcall):
+        case c.RecordToolCall(toolcall=toolcall, activate=activate):
             if toolcall.id.startswith(INFRASTRUCTURE_PREFIXES):
                 raise InvalidInput("tool-call id", toolcall.id, "uses an infrastructure prefix")
             if state.in_index(toolcall.id):
                 raise DuplicateObject(toolcall.id, "this session already recorded that tool call")
-            return [
+            recorded: list[e.Event] = [
                 e.ToolCallRecorded(toolcall.id, toolcall.object_hash, toolcall),
                 e.ObjectEncountered(toolcall.id, "toolcall"),
-                e.ObjectActivated(toolcall.id, auto=True),
             ]
+            if activate:
+                recorded.append(e.ObjectActivated(toolcall.id, auto=True))
+            return recorded
         case c.IndexFile():
             return _index_events(state, cmd)
         case c.Discover(found=found):
@@ -171,7 +173,7 @@ def window_collapses(state: SessionState) -> list[str]:
     ``window.turns`` most recent turns.
     """
     window = state.window
-    oldest_kept_turn = state.current_turn - window.turns + 1
+    oldest_kept_turn = state.current_turn - window.turns
     recent_by_turn: dict[int, frozenset[str]] = {}
     out = []
     for object_id in state.auto_active:

@@ -1,0 +1,250 @@
+"""Cursor-based ingestion: each call the harness hands over its whole message list; every message
+is recorded exactly once.
+
+The ingestor remembers the harness's list as it last saw it (its *view*, as fingerprints) and every
+message it recorded (a multiset of fingerprints). A list that extends the view is consumed from
+the cursor. A list that is a prefix of the view (a retry, a truncation) records nothing. A list
+that diverges (the harness compacted or edited its history) is reconciled message by message:
+whatever was already recorded is recognised by its fingerprint and skipped, the rest is recorded
+after the existing history. Nothing recorded is ever removed, and nothing is recorded twice: tool
+messages are identified by their provider call id, other messages by role, text and the call ids
+they carry (docs/decisions/0007-ingestion-cursor.md states the one ambiguity this leaves).
+"""
+
+from __future__ import annotations
+
+import collections
+import posixpath
+from collections.abc import Sequence
+
+import attrs
+
+from adapters.harness.messages import MalformedMessage, Message
+from adapters.harness.recognise import FileEdit, FileRead, FileWrite, Listing, recognise
+from application.ports.files import SourceUnavailable
+from application.service import ContextService
+from domain.chat import AssistantMessage, ToolCallRequest, UserMessage
+from domain.errors import InvalidInput, SelfContextError
+from domain.objects import FileObject, ToolStatus
+
+__all__ = ["IngestResult", "Ingestor"]
+
+
+@attrs.frozen
+class IngestResult:
+    """What one call consumed."""
+
+    consumed: int
+    """Messages recorded by this call."""
+    diverged: bool
+    """The list did not extend the previous one; it was reconciled."""
+    total: int
+    """Messages recorded over the session's life."""
+
+
+def _fingerprint(role: str, text: str, call_ids: Sequence[str] = (), call_id: str = "") -> str:
+    if role == "tool":
+        return Message("tool", "", tool_call_id=call_id).fingerprint
+    calls = tuple(ToolCallRequest(i, "x") for i in call_ids)
+    return Message(role, text, calls).fingerprint  # type: ignore[arg-type]
+
+
+def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class Ingestor:
+    """Feeds one session from a harness's message lists."""
+
+    def __init__(
+        self,
+        service: ContextService,
+        session_id: str,
+        *,
+        cwd: str = "/",
+        roots: Sequence[str] = ("/",),
+    ) -> None:
+        self.service = service
+        self.session_id = session_id
+        self.cwd = posixpath.normpath(cwd)
+        self.roots = tuple(posixpath.normpath(r) for r in roots)
+        self.view: list[str] = []
+        self.recorded: collections.Counter[str] = collections.Counter()
+        self.calls: dict[str, ToolCallRequest] = {}
+        self.answered: set[str] = set()
+        self.total = 0
+        self._restore()
+
+    def _restore(self) -> None:
+        """Rebuild view and memory from the stored chat (after a resume: nothing is re-recorded
+        when the harness sends the same list again)."""
+        state = self.service.state(self.session_id)
+        prompt_fp = _fingerprint("system", self.service.assemble(self.session_id).system_prompt)
+        view = [prompt_fp] if state.turns else []
+        for turn in state.turns:
+            for message in turn.messages:
+                if isinstance(message, UserMessage):
+                    fp = _fingerprint("user", message.text)
+                elif isinstance(message, AssistantMessage):
+                    fp = _fingerprint("assistant", message.text, [c.id for c in message.tool_calls])
+                    for call in message.tool_calls:
+                        self.calls[call.id] = call
+                else:
+                    fp = _fingerprint("tool", "", call_id=message.toolcall_id)
+                    self.answered.add(message.toolcall_id)
+                view.append(fp)
+                self.recorded[fp] += 1
+                self.total += 1
+        self.view = view
+
+    # -- planning --------------------------------------------------------------------------
+
+    def _plan(self, messages: Sequence[Message]) -> tuple[list[Message], bool]:
+        fps = [m.fingerprint for m in messages]
+        prefix = _common_prefix(self.view, fps)
+        if prefix == len(fps):
+            return [], False  # nothing beyond what we have seen (a retry or a truncation)
+        if prefix == len(self.view):
+            return list(messages[prefix:]), False
+        # Divergence: skip what was already recorded, in order of appearance.
+        available = collections.Counter(self.recorded)
+        available.subtract(fps[:prefix])
+        new = []
+        for message, fp in zip(messages[prefix:], fps[prefix:], strict=True):
+            if available[fp] > 0:
+                available[fp] -= 1
+            else:
+                new.append(message)
+        return new, True
+
+    def _validate(self, new: Sequence[Message]) -> None:
+        """Refuse the whole list before recording anything."""
+        calls = dict(self.calls)
+        answered = set(self.answered)
+        for message in new:
+            if message.role == "assistant":
+                for call in message.tool_calls:
+                    if call.id in calls:
+                        raise MalformedMessage(message.index, f"tool call id {call.id!r} is reused")
+                    calls[call.id] = call
+            elif message.role == "tool":
+                call_id = message.tool_call_id or ""
+                if call_id not in calls:
+                    raise MalformedMessage(
+                        message.index,
+                        f"tool result for {call_id!r}, which no assistant message requested",
+                    )
+                if call_id in answered:
+                    raise MalformedMessage(
+                        message.index, f"a second result for tool call {call_id!r}"
+                    )
+                answered.add(call_id)
+
+    # -- recording -------------------------------------------------------------------------
+
+    def ingest(self, messages: Sequence[Message]) -> IngestResult:
+        """Record what is new in ``messages`` (the harness's whole list, parsed)."""
+        lead = 0
+        while lead < len(messages) and messages[lead].role == "system":
+            lead += 1
+        leading = {id(m) for m in messages[:lead]}
+        new, diverged = self._plan(messages)
+        new = [m for m in new if id(m) not in leading]  # they are the system prompt, not chat
+        self._validate(new)
+        if lead:
+            prompt = "\n\n".join(m.text for m in messages[:lead])
+            self.service.set_system_prompt(self.session_id, prompt)
+        consumed = 0
+        try:
+            for message in new:
+                self._record(message)
+                self.recorded[message.fingerprint] += 1
+                consumed += 1
+        finally:
+            self.total += consumed
+            if consumed == len(new):
+                self.view = [m.fingerprint for m in messages]
+            elif not diverged:
+                # Only part of an append was recorded: the view is the list up to it.
+                self.view = [m.fingerprint for m in messages[: len(self.view) + consumed]]
+        return IngestResult(consumed=consumed, diverged=diverged, total=self.total)
+
+    def _record(self, message: Message) -> None:
+        sid = self.session_id
+        if message.role == "user":
+            self.service.record_user_message(sid, message.text)
+        elif message.role == "system":  # in mid-conversation: kept, as a marked user message
+            self.service.record_user_message(sid, f"[system] {message.text}")
+        elif message.role == "assistant":
+            self.service.record_assistant_message(sid, message.text, message.tool_calls)
+            for call in message.tool_calls:
+                self.calls[call.id] = call
+        else:
+            call = self.calls[message.tool_call_id or ""]
+            self._record_tool_result(call, message)
+            self.answered.add(call.id)
+
+    def _record_tool_result(self, call: ToolCallRequest, message: Message) -> None:
+        sid = self.session_id
+        args = dict(call.arguments)
+        status: ToolStatus = "fail" if message.is_error or _failed(message.text) else "ok"
+        effects = recognise(call.name, args, message.text, self.cwd)
+        read_ids: list[str] = []
+        for effect in effects:
+            if isinstance(effect, FileRead) and self._allowed(effect.path):
+                read_ids += self._index(effect.path, effect.content)
+        self.service.record_tool_call(
+            sid,
+            call.id,
+            tool=call.name,
+            args=args,
+            output=message.text,
+            status=status,
+            file_refs=read_ids or None,
+            activate=not read_ids,
+        )
+        for effect in effects:
+            if isinstance(effect, Listing):
+                paths = [p for p in effect.paths if self._allowed(p)]
+                if paths:
+                    self.service.discover(sid, paths, strict=False)
+            elif isinstance(effect, FileWrite) and self._allowed(effect.path):
+                self._index(effect.path, effect.content)
+            elif isinstance(effect, FileEdit) and self._allowed(effect.path):
+                self._index(effect.path, self._edited(effect))
+
+    def _allowed(self, path: str) -> bool:
+        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in self.roots)
+
+    def _index(self, path: str, content: str | None) -> list[str]:
+        """Index a file with known content, or from its source when the content is unknown;
+        a source that cannot be read leaves the tool call alone."""
+        try:
+            return [self.service.index_file(self.session_id, path, content).object_id]
+        except (SourceUnavailable, InvalidInput):
+            return []  # store errors are not caught: they must reach the harness
+
+    def _edited(self, edit: FileEdit) -> str | None:
+        """The file's text after a replacement, when its current text is known exactly."""
+        try:
+            obj = self.service.object(self.session_id, self.service.object_id_for(edit.path))
+        except SelfContextError:
+            return None
+        if (
+            isinstance(obj, FileObject)
+            and obj.content is not None
+            and obj.content.count(edit.old) == 1
+        ):
+            return obj.content.replace(edit.old, edit.new, 1)
+        return None
+
+
+def _failed(output: str) -> bool:
+    """mini-swe-agent style outputs carry the return code."""
+    head = output[:40]
+    return head.startswith("<returncode>") and not head.startswith("<returncode>0</returncode>")

@@ -1,0 +1,250 @@
+"""Provider message lists in, one neutral form out: OpenAI chat completions and Anthropic Messages.
+
+Parsing validates the whole list before anything is recorded: a malformed message raises
+:class:`MalformedMessage` naming its index, so a harness bug never leaves half a list ingested.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from domain.chat import ToolCallRequest
+from domain.errors import InvalidInput
+
+__all__ = [
+    "FORMATS",
+    "MAX_MESSAGE_CHARS",
+    "Format",
+    "MalformedMessage",
+    "Message",
+    "parse_anthropic",
+    "parse_messages",
+    "parse_openai",
+]
+
+Format = Literal["openai", "anthropic"]
+FORMATS: tuple[Format, ...] = ("openai", "anthropic")
+
+MAX_MESSAGE_CHARS = 8 * 1024 * 1024
+"""Longest text a single message may carry (larger ones are refused, not truncated)."""
+
+
+class MalformedMessage(InvalidInput):
+    """A message of a harness's list is not valid for its format. Nothing was recorded."""
+
+    kind = "malformed_message"
+
+    def __init__(self, index: int, reason: str) -> None:
+        self.index = index
+        InvalidInput.__init__(self, "message", index, reason)
+        self.args = (f"message {index}: {reason}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@attrs.frozen
+class Message:
+    """One message in the neutral form the ingestor records."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    text: str
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+    """For ``assistant``: the calls it requested."""
+    tool_call_id: str | None = None
+    """For ``tool``: the call this result answers."""
+    is_error: bool = False
+    """For ``tool``: the provider marked the result as an error."""
+    index: int = attrs.field(default=-1, eq=False)
+    """Position in the harness's list (for error messages)."""
+
+    @property
+    def fingerprint(self) -> str:
+        """Identity of the message for the cursor: tool messages by their call id (unique), the
+        others by role, text and requested call ids."""
+        if self.role == "tool":
+            key: list[Any] = ["tool", self.tool_call_id]
+        else:
+            key = [self.role, self.text, [c.id for c in self.tool_calls]]
+        blob = json.dumps(key, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def _text(value: Any, index: int, what: str) -> str:
+    if not isinstance(value, str):
+        raise MalformedMessage(index, f"{what} must be a string, got {type(value).__name__}")
+    if len(value) > MAX_MESSAGE_CHARS:
+        raise MalformedMessage(
+            index, f"{what} has {len(value)} characters, over {MAX_MESSAGE_CHARS}"
+        )
+    return value
+
+
+def _parts_text(parts: Any, index: int, what: str) -> str:
+    """Text of content given as a string or as a list of ``{"type": "text", "text": ...}`` parts
+    (images and other non-text parts are replaced by a marker)."""
+    if isinstance(parts, str) or parts is None:
+        return _text(parts if parts is not None else "", index, what)
+    if not isinstance(parts, list):
+        raise MalformedMessage(index, f"{what} must be a string or a list of parts")
+    out = []
+    for part in parts:
+        if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+            raise MalformedMessage(index, f"{what} has a part that is not a typed object")
+        if part["type"] == "text":
+            out.append(_text(part.get("text"), index, f"{what} text part"))
+        else:
+            out.append(f"[{part['type']}]")
+    return _text("".join(out), index, what)
+
+
+def _arguments(raw: Any, index: int) -> dict[str, Any]:
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    if not isinstance(raw, str):
+        raise MalformedMessage(index, "tool call arguments must be a JSON string or object")
+    if not raw.strip():
+        return {}
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        # Models do emit broken JSON; keep the call, with the raw text, rather than refuse it.
+        return {"_raw": raw, "_error": f"invalid JSON: {exc.msg}"}
+    return parsed if isinstance(parsed, dict) else {"_value": parsed}
+
+
+def _check_id(value: Any, index: int, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise MalformedMessage(index, f"{what} must be a non-empty string")
+    if len(value) > 256:
+        raise MalformedMessage(index, f"{what} is longer than 256 characters")
+    return value
+
+
+def parse_openai(messages: Sequence[Any]) -> list[Message]:
+    """Parse an OpenAI chat-completions message list."""
+    if not isinstance(messages, list):
+        raise MalformedMessage(-1, "the messages must be a list")
+    out: list[Message] = []
+    for index, raw in enumerate(messages):
+        if not isinstance(raw, Mapping):
+            raise MalformedMessage(index, "a message must be a JSON object")
+        role = raw.get("role")
+        if role in ("system", "developer"):
+            out.append(
+                Message("system", _parts_text(raw.get("content"), index, "content"), index=index)
+            )
+        elif role == "user":
+            out.append(
+                Message("user", _parts_text(raw.get("content"), index, "content"), index=index)
+            )
+        elif role == "assistant":
+            calls = raw.get("tool_calls") or []
+            if not isinstance(calls, list):
+                raise MalformedMessage(index, "tool_calls must be a list")
+            requests = []
+            for call in calls:
+                if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
+                    raise MalformedMessage(index, "a tool call needs a function object")
+                function = call["function"]
+                requests.append(
+                    ToolCallRequest(
+                        _check_id(call.get("id"), index, "tool call id"),
+                        _check_id(function.get("name"), index, "tool name"),
+                        _arguments(function.get("arguments", "{}"), index),
+                    )
+                )
+            text = _parts_text(raw.get("content"), index, "content")
+            out.append(Message("assistant", text, tuple(requests), index=index))
+        elif role == "tool":
+            call_id = _check_id(raw.get("tool_call_id"), index, "tool_call_id")
+            text = _parts_text(raw.get("content"), index, "content")
+            out.append(Message("tool", text, tool_call_id=call_id, index=index))
+        else:
+            raise MalformedMessage(index, f"unknown role {role!r}")
+    return out
+
+
+def _tool_result_text(block: Mapping[str, Any], index: int) -> str:
+    content = block.get("content", "")
+    return _parts_text(content, index, "tool_result content")
+
+
+def parse_anthropic(messages: Sequence[Any], system: Any = None) -> list[Message]:
+    """Parse an Anthropic Messages list (and its separate ``system``). A user message's
+    ``tool_result`` blocks become tool messages; its text blocks, if any, a user message."""
+    if not isinstance(messages, list):
+        raise MalformedMessage(-1, "the messages must be a list")
+    out: list[Message] = []
+    if system is not None:
+        out.append(Message("system", _parts_text(system, -1, "system"), index=-1))
+    for index, raw in enumerate(messages):
+        if not isinstance(raw, Mapping):
+            raise MalformedMessage(index, "a message must be a JSON object")
+        role = raw.get("role")
+        content = raw.get("content")
+        if role not in ("user", "assistant"):
+            raise MalformedMessage(
+                index, f"unknown role {role!r} (Anthropic has user and assistant)"
+            )
+        if isinstance(content, str):
+            out.append(Message(role, _text(content, index, "content"), index=index))
+            continue
+        if not isinstance(content, list):
+            raise MalformedMessage(index, "content must be a string or a list of blocks")
+        texts: list[str] = []
+        calls: list[ToolCallRequest] = []
+        for block in content:
+            if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+                raise MalformedMessage(index, "a content block must be a typed object")
+            kind = block["type"]
+            if kind == "text":
+                texts.append(_text(block.get("text"), index, "text block"))
+            elif kind == "tool_use" and role == "assistant":
+                arguments = block.get("input", {})
+                if not isinstance(arguments, Mapping):
+                    raise MalformedMessage(index, "tool_use input must be an object")
+                calls.append(
+                    ToolCallRequest(
+                        _check_id(block.get("id"), index, "tool_use id"),
+                        _check_id(block.get("name"), index, "tool name"),
+                        dict(arguments),
+                    )
+                )
+            elif kind == "tool_result" and role == "user":
+                out.append(
+                    Message(
+                        "tool",
+                        _tool_result_text(block, index),
+                        tool_call_id=_check_id(block.get("tool_use_id"), index, "tool_use_id"),
+                        is_error=bool(block.get("is_error", False)),
+                        index=index,
+                    )
+                )
+            elif kind in ("thinking", "redacted_thinking", "image", "document"):
+                if kind in ("image", "document"):
+                    texts.append(f"[{kind}]")
+            else:
+                raise MalformedMessage(index, f"a {role} message cannot hold a {kind!r} block")
+        text = "\n".join(texts)
+        if role == "assistant":
+            out.append(Message("assistant", text, tuple(calls), index=index))
+        elif texts:
+            out.append(Message("user", text, index=index))
+    return out
+
+
+def parse_messages(messages: Any, fmt: str, system: Any = None) -> list[Message]:
+    """Parse ``messages`` in format ``fmt`` (``openai`` or ``anthropic``)."""
+    if fmt == "openai":
+        if system is not None:
+            return parse_openai([{"role": "system", "content": system}, *messages])
+        return parse_openai(messages)
+    if fmt == "anthropic":
+        return parse_anthropic(messages, system)
+    raise InvalidInput("format", fmt, f"use one of {list(FORMATS)}")

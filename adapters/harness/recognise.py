@@ -1,0 +1,293 @@
+"""What a finished tool call means for files: a whole-file read, a write, an edit, or a listing.
+
+Recognition is conservative: a read counts only when the output is certainly the whole file (a
+plain ``cat``, a ``view`` without a range, a ``head``/``sed -n`` whose output ended before its
+limit); anything partial stays a tool call and nothing more. Listings yield candidate paths,
+resolved against the command's working directory; the ingestor keeps only those under the
+allowed roots.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "Effect",
+    "FileEdit",
+    "FileRead",
+    "FileWrite",
+    "Listing",
+    "recognise",
+    "unwrap_output",
+]
+
+
+@attrs.frozen
+class FileRead:
+    """The output is the whole content of ``path``."""
+
+    path: str
+    content: str
+
+
+@attrs.frozen
+class FileWrite:
+    """``path`` was written; ``content`` is its new text when the call says it, else None (the
+    file must be read from disk, if it can be)."""
+
+    path: str
+    content: str | None = None
+
+
+@attrs.frozen
+class FileEdit:
+    """``path`` had ``old`` replaced by ``new`` (once)."""
+
+    path: str
+    old: str
+    new: str
+
+
+@attrs.frozen
+class Listing:
+    """Paths (absolute, agent-visible) seen in a listing."""
+
+    paths: tuple[str, ...]
+
+
+Effect = FileRead | FileWrite | FileEdit | Listing
+
+_MINI = re.compile(r"\A<returncode>(-?\d+)</returncode>\s*<output>\n?(.*)</output>\s*\Z", re.S)
+_CAT_N_HEADER = re.compile(r"\AHere's the result of running `cat -n` on (\S+):\r?\n")
+_CAT_N_LINE = re.compile(r"\A *(\d+)\t(.*)\Z", re.S)
+_DIR_HEADER = re.compile(r"\AHere's the files and directories up to \d+ levels deep in (\S+)")
+_SHELL_OPS = {"|", "||", "&&", ";", ">", ">>", "<", "2>", "&", "2>&1", "|&"}
+_KNOWN_NAMES = {"Makefile", "Dockerfile", "LICENSE", "README", "Cargo.lock", "Gemfile", "Rakefile"}
+
+
+def unwrap_output(output: str) -> tuple[str, int | None]:
+    """The command's own output and exit code, without a harness's wrapping (mini-swe-agent's
+    ``<returncode>``/``<output>``, SWE-agent's ``OBSERVATION:`` prefix)."""
+    match = _MINI.match(output)
+    if match:
+        return match.group(2), int(match.group(1))
+    if output.startswith("OBSERVATION:\n"):
+        return output[len("OBSERVATION:\n") :], None
+    return output, None
+
+
+def _resolve(cwd: str, path: str) -> str:
+    return posixpath.normpath(posixpath.join(cwd, path))
+
+
+def _split_cd(command: str, cwd: str) -> tuple[str, str]:
+    """Strip leading ``cd DIR &&`` steps, following them."""
+    while True:
+        match = re.match(r"\s*cd\s+(\"[^\"]*\"|'[^']*'|[^\s;&|]+)\s*(&&|;)\s*", command)
+        if not match:
+            return command.strip(), cwd
+        target = match.group(1).strip("\"'")
+        cwd = _resolve(cwd, target)
+        command = command[match.end() :]
+
+
+def _tokens(command: str) -> list[str] | None:
+    try:
+        return shlex.split(command, comments=False)
+    except ValueError:
+        return None
+
+
+def _simple(tokens: list[str]) -> bool:
+    return not any(t in _SHELL_OPS or t.startswith((">", "<", "|")) for t in tokens)
+
+
+def _cat_n_content(text: str) -> str | None:
+    """File content from ``cat -n`` style output (every line numbered from 1 consecutively)."""
+    lines = text.replace("\r\n", "\n").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    out = []
+    for expected, line in enumerate(lines, start=1):
+        match = _CAT_N_LINE.match(line)
+        if not match or int(match.group(1)) != expected:
+            return None
+        out.append(match.group(2))
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def _shell_effects(command: str, output: str, code: int | None, cwd: str) -> Iterator[Effect]:
+    command, cwd = _split_cd(command, cwd)
+    tokens = _tokens(command)
+    if not tokens:
+        return
+    program = posixpath.basename(tokens[0])
+    simple = _simple(tokens)
+    if code not in (None, 0):
+        if program in ("grep", "rg") and code == 1:
+            return  # grep found nothing: no listing, nothing else
+        if program not in ("find", "grep", "rg"):
+            return
+    if program == "cat" and simple:
+        files = [t for t in tokens[1:] if not t.startswith("-")]
+        flags = [t for t in tokens[1:] if t.startswith("-")]
+        if len(files) == 1 and not flags:
+            yield FileRead(_resolve(cwd, files[0]), output)
+        elif len(files) == 1 and flags == ["-n"]:
+            content = _cat_n_content(output)
+            if content is not None:
+                yield FileRead(_resolve(cwd, files[0]), content)
+    elif program == "head" and simple:
+        yield from _head(tokens, output, cwd)
+    elif program == "sed" and simple and len(tokens) == 4 and tokens[1] == "-n":
+        match = re.fullmatch(r"1,(\d+)p", tokens[2])
+        if match and output.count("\n") < int(match.group(1)):
+            yield FileRead(_resolve(cwd, tokens[3]), output)
+    elif program == "sed" and "-i" in tokens and simple:
+        target = tokens[-1]
+        yield FileWrite(_resolve(cwd, target))
+    elif simple is False and re.search(
+        r"(?:^|\s)(?:cat|echo|printf)\b[^|]*>\s*([^\s;&|]+)", command
+    ):
+        for target in re.findall(r">\s*([^\s;&|>]+)", command):
+            if not target.startswith(("&", "/dev/")):
+                yield FileWrite(_resolve(cwd, target.strip("\"'")))
+    elif program in ("find", "ls", "grep", "rg", "tree", "git"):
+        paths = tuple(_listing(program, tokens, output, cwd))
+        if paths:
+            yield Listing(paths)
+
+
+def _head(tokens: list[str], output: str, cwd: str) -> Iterator[Effect]:
+    limit, files, args = 10, [], iter(tokens[1:])
+    for token in args:
+        if token == "-n":
+            count = next(args, "")
+            if not count.isdigit():
+                return
+            limit = int(count)
+        elif re.fullmatch(r"-n?\d+", token):
+            limit = int(token.lstrip("-n"))
+        elif token.startswith("-"):
+            return
+        else:
+            files.append(token)
+    lines = output.count("\n") + (0 if output.endswith("\n") or not output else 1)
+    if len(files) == 1 and lines < limit:
+        yield FileRead(_resolve(cwd, files[0]), output)
+
+
+def _plausible_file(name: str) -> bool:
+    if not name or name in (".", "..") or "\x00" in name or len(name) > 255:
+        return False
+    if any(c in name for c in "*?[]{}<>|\"'`$"):
+        return False
+    base = name.rsplit("/", 1)[-1]
+    return ("." in base.strip(".")) or base in _KNOWN_NAMES
+
+
+def _listing(program: str, tokens: list[str], output: str, cwd: str) -> Iterator[str]:
+    lines = [line.rstrip("\r") for line in output.split("\n") if line.strip()]
+    if program == "find" or (program == "git" and tokens[1:2] == ["ls-files"]):
+        for line in lines:
+            if not line.startswith(("find:", "fatal:")) and _plausible_file(line.strip()):
+                yield _resolve(cwd, line.strip())
+    elif program in ("grep", "rg"):
+        names_only = any(
+            t in ("-l", "--files-with-matches") or re.fullmatch(r"-\w*l\w*", t) for t in tokens[1:]
+        )
+        for line in lines:
+            if line.startswith(("Binary file", "grep:")):
+                continue
+            path = line if names_only else line.split(":", 1)[0] if ":" in line else ""
+            if path and _plausible_file(path):
+                yield _resolve(cwd, path)
+    elif program == "ls":
+        targets = [t for t in tokens[1:] if not t.startswith("-")]
+        long_format = any(t.startswith("-") and "l" in t for t in tokens[1:])
+        base = _resolve(cwd, targets[0]) if len(targets) == 1 else cwd
+        if len(targets) > 1:
+            return  # several directories: sections are ambiguous without -R headers
+        for line in lines:
+            if line.startswith("total ") or line.endswith(":"):
+                continue
+            if long_format:
+                fields = line.split(None, 8)
+                if len(fields) < 9 or not fields[0].startswith("-"):
+                    continue  # directories, links and devices are not files
+                name = fields[8]
+            else:
+                name = line.strip()
+            if _plausible_file(name):
+                yield _resolve(base, name)
+    elif program == "tree":
+        stack: list[str] = []
+        root = _resolve(cwd, next((t for t in tokens[1:] if not t.startswith("-")), "."))
+        for line in lines:
+            match = re.match(r"^((?:[│ ] {3}|    )*)[├└]── (.+)$", line)
+            if not match:
+                continue
+            depth = len(match.group(1)) // 4
+            del stack[depth:]
+            stack.append(match.group(2).strip())
+            if _plausible_file(stack[-1]):
+                yield _resolve(root, "/".join(stack))
+
+
+def _editor_effects(args: Mapping[str, Any], output: str) -> Iterator[Effect]:
+    """SWE-agent's and OpenHands' ``str_replace_editor``."""
+    command, path = args.get("command"), args.get("path")
+    if not isinstance(path, str) or not path.startswith("/"):
+        return
+    if command == "view":
+        dir_match = _DIR_HEADER.match(output)
+        if dir_match:
+            found = [line.strip() for line in output.splitlines()[1:]]
+            yield Listing(tuple(p for p in found if p.startswith("/") and _plausible_file(p)))
+            return
+        header = _CAT_N_HEADER.match(output)
+        if header and not args.get("view_range"):
+            content = _cat_n_content(output[header.end() :])
+            if content is not None:
+                yield FileRead(path, content)
+    elif command == "create" and isinstance(args.get("file_text"), str):
+        yield FileWrite(path, args["file_text"])
+    elif command == "str_replace" and isinstance(args.get("old_str"), str):
+        if "has been edited" in output or "was edited" in output or not output:
+            yield FileEdit(path, args["old_str"], str(args.get("new_str") or ""))
+    elif command in ("insert", "undo_edit"):
+        yield FileWrite(path)
+
+
+def recognise(tool: str, args: Mapping[str, Any], output: str, cwd: str) -> list[Effect]:
+    """File effects of one finished tool call. ``output`` is the text the model saw."""
+    text, code = unwrap_output(output)
+    name = tool.lower()
+    if name in ("bash", "execute_bash", "shell", "run", "terminal") and isinstance(
+        args.get("command"), str
+    ):
+        return list(_shell_effects(args["command"], text, code, cwd))
+    if name in ("str_replace_editor", "edit_file", "text_editor"):
+        return list(_editor_effects(args, text))
+    path = args.get("path", args.get("file_path"))
+    if not isinstance(path, str) or not path:
+        return []
+    path = _resolve(cwd, path)
+    if name in ("read", "read_file", "view") and not any(
+        k in args for k in ("offset", "limit", "view_range", "start_line", "end_line")
+    ):
+        return [FileRead(path, text)]
+    if name in ("write", "write_file", "create_file"):
+        content = args.get("content", args.get("file_text"))
+        return [FileWrite(path, content if isinstance(content, str) else None)]
+    if name in ("edit", "replace") and isinstance(args.get("old_string", args.get("old")), str):
+        old = args.get("old_string", args.get("old"))
+        new = args.get("new_string", args.get("new", ""))
+        return [FileEdit(path, str(old), str(new))]
+    return []

@@ -1,0 +1,58 @@
+"""``HarnessSession``: what a harness plugs in — its message list in, a provider request out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from adapters.harness.ingest import Ingestor, IngestResult
+from adapters.harness.messages import parse_messages
+from adapters.harness.render import to_anthropic, to_openai
+from adapters.harness.tools import ToolAnswer, handle_context_tool, tool_schemas
+from application.service import ContextService
+from domain.errors import InvalidInput
+
+__all__ = ["HarnessSession"]
+
+
+class HarnessSession:
+    """One agent session seen from a harness, in one provider format.
+
+    ``ingest`` takes the harness's whole message list every time; ``request`` returns what to
+    send to the provider instead; ``tools`` and ``handle`` give the model its context tools.
+    """
+
+    def __init__(
+        self,
+        service: ContextService,
+        session_id: str,
+        fmt: str = "openai",
+        *,
+        system_prompt: str = "",
+        cwd: str = "/",
+        roots: Sequence[str] = ("/",),
+    ) -> None:
+        if fmt not in ("openai", "anthropic"):
+            raise InvalidInput("format", fmt, "use 'openai' or 'anthropic'")
+        self.service = service
+        self.session_id = session_id
+        self.format = fmt
+        service.open_session(session_id, system_prompt)
+        self.ingestor = Ingestor(service, session_id, cwd=cwd, roots=roots)
+
+    def ingest(self, messages: Sequence[Mapping[str, Any]], system: Any = None) -> IngestResult:
+        """Record what is new in the harness's list (Anthropic's ``system`` goes separately)."""
+        return self.ingestor.ingest(parse_messages(messages, self.format, system))
+
+    def request(self) -> dict[str, Any]:
+        """The provider request body parts (``messages``, and ``system`` for Anthropic)."""
+        context = self.service.assemble(self.session_id)
+        return to_openai(context) if self.format == "openai" else to_anthropic(context)
+
+    def tools(self) -> list[dict[str, Any]]:
+        """Schemas of the context tools, to add to the harness's own tools."""
+        return tool_schemas(self.format)
+
+    def handle(self, name: str, arguments: Mapping[str, Any]) -> ToolAnswer:
+        """Run a context tool call the model made."""
+        return handle_context_tool(self.service, self.session_id, name, arguments)
