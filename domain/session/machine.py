@@ -173,7 +173,7 @@ def window_collapses(state: SessionState) -> list[str]:
     ``window.turns`` most recent turns.
     """
     window = state.window
-    oldest_kept_turn = state.current_turn - window.turns
+    oldest_kept_turn = state.current_turn - window.turns + 1
     recent_by_turn: dict[int, frozenset[str]] = {}
     out = []
     for object_id in state.auto_active:
