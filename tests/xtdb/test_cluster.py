@@ -1,0 +1,123 @@
+"""Two XTDB nodes sharing one PostgreSQL (tx-log and documents), each with its own RocksDB
+index: what one node writes, the other reads once it has awaited the transaction."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from adapters.xtdb import XtdbNode, open_store
+from application.ports.store import ConflictError, Expect
+from tests.xtdb.pg import LocalPostgres, find_bin_dir
+
+pytestmark = [pytest.mark.xtdb, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[LocalPostgres]:
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        pytest.skip(
+            "PostgreSQL server binaries not found (looked in /usr/lib/postgresql/*/bin, on PATH "
+            "and in $SELFCTX_PG_BIN); install the Debian package 'postgresql' to run this test"
+        )
+    with LocalPostgres(bin_dir) as pg:
+        yield pg
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    postgres: LocalPostgres, xtdb_jars: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[XtdbNode, XtdbNode]]:
+    root = tmp_path_factory.mktemp("cluster")
+    nodes = tuple(
+        XtdbNode("postgres", root / name, postgres=postgres.target) for name in ("a", "b")
+    )
+    errors: list[BaseException] = []
+
+    def start(node: XtdbNode) -> None:
+        try:
+            node.start()
+        except BaseException as exc:
+            errors.append(exc)
+
+    # Both at once: the first start creates the shared table under an advisory lock.
+    threads = [threading.Thread(target=start, args=(n,)) for n in nodes]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        yield nodes[0], nodes[1]
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def test_a_write_through_a_is_read_through_b(cluster: tuple[XtdbNode, XtdbNode]) -> None:
+    a, b = cluster
+    with closing(open_store(a.url)) as on_a, closing(open_store(b.url)) as on_b:
+        doc = {"xt/id": "shared", "type": "file", "v": 1, "m": {"x": [1, 2.5, None]}}
+        first = on_a.commit([doc])
+        on_b.await_tx(first.tx_id)
+        assert on_b.get("shared") == doc
+        second = on_a.commit([dict(doc, v=2)], [Expect("shared", doc)])
+        on_b.await_tx(second.tx_id)
+        assert [v.document["v"] for v in on_b.history("shared")] == [1, 2]
+        assert [v.tx_id for v in on_b.history("shared")] == [first.tx_id, second.tx_id]
+        assert on_b.get_as_of("shared", first.tx_id) == doc
+        assert on_b.ids_of_type("file") == ["shared"]
+
+
+def test_preconditions_hold_across_nodes(cluster: tuple[XtdbNode, XtdbNode]) -> None:
+    a, b = cluster
+    with closing(open_store(a.url)) as on_a, closing(open_store(b.url)) as on_b:
+        base = {"xt/id": "contended", "v": 0}
+        on_b.await_tx(on_a.commit([base]).tx_id)
+        read_by_b = on_b.get("contended")
+        on_a.commit([{"xt/id": "contended", "v": "a"}], [Expect("contended", base)])
+        # B has not necessarily indexed A's write yet; the log orders the two all the same.
+        with pytest.raises(ConflictError):
+            on_b.commit([{"xt/id": "contended", "v": "b"}], [Expect("contended", read_by_b)])
+        assert on_b.get("contended") == {"xt/id": "contended", "v": "a"}
+        assert on_a.get("contended") == {"xt/id": "contended", "v": "a"}
+
+
+def test_the_log_lives_in_postgres(
+    cluster: tuple[XtdbNode, XtdbNode], postgres: LocalPostgres
+) -> None:
+    a, _b = cluster
+    with closing(open_store(a.url)) as on_a:
+        receipts = [on_a.commit([{"xt/id": f"gap-{i}", "v": i}]) for i in range(3)]
+    # Documents and transactions share one table, so transaction ids have gaps.
+    assert all(r2.tx_id - r1.tx_id >= 2 for r1, r2 in itertools.pairwise(receipts))
+    topics = postgres.psql("SELECT string_agg(DISTINCT topic, ',' ORDER BY topic) FROM tx_events")
+    assert topics == "docs,txs"
+    # A node started now, on an empty index, replays the shared log before it answers.
+    late = XtdbNode("postgres", Path(a.run_dir).parent / "late", postgres=postgres.target)
+    with late, closing(open_store(late.url)) as on_late:
+        assert on_late.get_many(["gap-0", "gap-1", "gap-2"]) == {
+            f"gap-{i}": {"xt/id": f"gap-{i}", "v": i} for i in range(3)
+        }
+
+
+def test_follower_latency_is_bounded(cluster: tuple[XtdbNode, XtdbNode]) -> None:
+    """B polls the shared log; a write through A is visible on B within a second."""
+    a, b = cluster
+    with closing(open_store(a.url)) as on_a, closing(open_store(b.url)) as on_b:
+        lags = []
+        for i in range(5):
+            receipt = on_a.commit([{"xt/id": f"lag-{i}", "v": i}])
+            started = time.monotonic()
+            on_b.await_tx(receipt.tx_id)
+            lags.append(time.monotonic() - started)
+            assert on_b.get(f"lag-{i}") == {"xt/id": f"lag-{i}", "v": i}
+        assert max(lags) < 1.0, lags
