@@ -17,6 +17,7 @@ from domain.errors import SelfContextError
 COMMAND_MODULES = (
     "adapters.cli.demo",
     "adapters.cli.xtdb_cmd",
+    "adapters.cli.bench_cmd",
     "adapters.cli.tokenizer_cmd",
 )
 
