@@ -27,7 +27,7 @@ import attrs
 from domain.chat import AssistantMessage, message_from_json, message_to_json
 from domain.indexing import Outcome
 from domain.session import events as e
-from domain.session.state import CollapseWindow
+from domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = [
     "LOG_TYPE",
@@ -71,6 +71,8 @@ def _value_to_json(value: Any) -> Any:
         return value.value
     if isinstance(value, CollapseWindow):
         return {"per_turn": value.per_turn, "turns": value.turns}
+    if isinstance(value, PolicyConfig):
+        return policy_to_json(value)
     if isinstance(value, AssistantMessage):
         return message_to_json(value)
     return value
@@ -95,6 +97,8 @@ def _value_from_json(name: str, value: Any) -> Any:
         return CollapseWindow(per_turn=value["per_turn"], turns=value["turns"])
     if name == "message":
         return message_from_json(value)
+    if name == "policy":
+        return policy_from_json(value)
     return value
 
 
@@ -106,10 +110,18 @@ def decode_events(data: Sequence[Mapping[str, Any]]) -> list[e.Event]:
         kwargs = {
             field.name: _value_from_json(field.name, item[field.name])
             for field in attrs.fields(cls)
-            if field.name != "version"
+            if field.name != "version" and field.name in item  # later fields have defaults
         }
         out.append(cls(**kwargs))
     return out
+
+
+def policy_to_json(policy: PolicyConfig) -> dict[str, Any]:
+    return {f.name: getattr(policy, f.name) for f in attrs.fields(PolicyConfig)}
+
+
+def policy_from_json(data: Mapping[str, Any]) -> PolicyConfig:
+    return PolicyConfig(**{k: v for k, v in data.items() if k in attrs.fields_dict(PolicyConfig)})
 
 
 def log_entry(

@@ -16,6 +16,7 @@ from pyrsistent import PVector, freeze, pvector, thaw
 __all__ = [
     "AssistantMessage",
     "ChatMessage",
+    "ContextNote",
     "ToolCallRequest",
     "ToolResult",
     "Turn",
@@ -86,7 +87,15 @@ class ToolResult:
     """Id of the toolcall object holding the output."""
 
 
-ChatMessage: TypeAlias = UserMessage | AssistantMessage | ToolResult
+@attrs.frozen
+class ContextNote:
+    """A line the context manager itself adds to the chat (what a budget collapse did)."""
+
+    text: str
+    """The note."""
+
+
+ChatMessage: TypeAlias = UserMessage | AssistantMessage | ToolResult | ContextNote
 
 
 def _messages(items: Iterable[ChatMessage]) -> PVector[ChatMessage]:
@@ -133,6 +142,8 @@ def message_to_json(message: ChatMessage) -> dict[str, Any]:
                 for c in message.tool_calls
             ],
         }
+    if isinstance(message, ContextNote):
+        return {"role": "note", "text": message.text}
     return {"role": "tool", "toolcall_ref": message.toolcall_id}
 
 
@@ -151,4 +162,6 @@ def message_from_json(data: Mapping[str, Any]) -> ChatMessage:
         )
     if role == "tool":
         return ToolResult(toolcall_id=data["toolcall_ref"])
+    if role == "note":
+        return ContextNote(text=data["text"])
     raise ValueError(f"unknown chat message role {role!r}")

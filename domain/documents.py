@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
+import attrs
 from pyrsistent import thaw
 
 from domain.errors import InvalidInput
@@ -19,7 +20,7 @@ from domain.objects import (
     ToolcallObject,
     source_from_json,
 )
-from domain.session.state import CollapseWindow
+from domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = ["StoredObject", "from_document", "to_document"]
 
@@ -91,6 +92,9 @@ def to_document(obj: StoredObject) -> dict[str, Any]:
             seq=obj.seq,
             auto_active=list(obj.auto_active),
             window={"per_turn": obj.window.per_turn, "turns": obj.window.turns},
+            policy={f.name: getattr(obj.policy, f.name) for f in attrs.fields(PolicyConfig)},
+            last_used=[[i, n] for i, n in obj.last_used],
+            use_clock=obj.use_clock,
         )
     doc.update(_hashes(obj))
     return doc
@@ -161,6 +165,9 @@ def _from_document(doc: Mapping[str, Any]) -> StoredObject:
             seq=doc["seq"],
             auto_active=tuple(doc["auto_active"]),
             window=CollapseWindow(per_turn=window["per_turn"], turns=window["turns"]),
+            policy=PolicyConfig(**doc.get("policy", {})),
+            last_used=tuple((str(i), int(n)) for i, n in doc.get("last_used", [])),
+            use_clock=int(doc.get("use_clock", 0)),
             **common,
         )
     raise InvalidInput("document type", kind, "not an object type this project stores")

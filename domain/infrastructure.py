@@ -16,7 +16,7 @@ from pyrsistent import pmap, pset, pvector
 
 from domain import hashing
 from domain.chat import Turn, message_from_json, message_to_json
-from domain.session.state import CollapseWindow, SessionState
+from domain.session.state import CollapseWindow, PolicyConfig, SessionState
 
 __all__ = ["ChatObject", "SessionObject", "chat_id_for", "session_id_for", "state_from_snapshot"]
 
@@ -110,6 +110,10 @@ class SessionObject:
     """Number of session-log entries this snapshot reflects."""
     auto_active: tuple[str, ...]
     window: CollapseWindow
+    policy: PolicyConfig = PolicyConfig()
+    last_used: tuple[tuple[str, int], ...] = ()
+    """(id, tick) for every object ever activated, in index order."""
+    use_clock: int = 0
 
     @classmethod
     def of(cls, state: SessionState, seq: int) -> SessionObject:
@@ -141,6 +145,9 @@ class SessionObject:
             seq=seq,
             auto_active=tuple(state.ordered(state.auto_active)),
             window=state.window,
+            policy=state.policy,
+            last_used=tuple((i, state.last_used[i]) for i in state.ordered(pset(state.last_used))),
+            use_clock=state.use_clock,
         )
 
 
@@ -158,6 +165,9 @@ def state_from_snapshot(session: SessionObject, chat: ChatObject) -> SessionStat
         system_prompt_id=session.system_prompt_ref,
         chat_id=session.chat_ref,
         window=session.window,
+        policy=session.policy,
+        last_used=pmap(dict(session.last_used)),
+        use_clock=session.use_clock,
         index=pvector(index),
         positions=pmap({object_id: n for n, object_id in enumerate(index)}),
         kinds=pmap(kinds),

@@ -11,7 +11,14 @@ from collections.abc import Callable, Iterator, Mapping
 
 import attrs
 
-from domain.chat import AssistantMessage, ToolCallRequest, ToolResult, Turn, UserMessage
+from domain.chat import (
+    AssistantMessage,
+    ContextNote,
+    ToolCallRequest,
+    ToolResult,
+    Turn,
+    UserMessage,
+)
 from domain.objects import ContentObject, FileObject, Source, ToolcallObject
 from domain.session.state import SessionState
 
@@ -124,6 +131,8 @@ def _turn_messages(turn: Turn, objects: Mapping[str, ContentObject]) -> Iterator
             obj = objects[message.toolcall_id]
             assert isinstance(obj, ToolcallObject)
             yield RenderedMessage("tool", toolcall_ref(obj), toolcall_id=obj.id)
+        elif isinstance(message, ContextNote):
+            yield RenderedMessage("user", f"[context] {message.text}")
 
 
 @attrs.define(eq=False)

@@ -12,10 +12,11 @@ import attrs
 
 from domain.chat import AssistantMessage
 from domain.objects import FileObject, SystemPromptObject, ToolcallObject
-from domain.session.state import CollapseWindow
+from domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = [
     "Activate",
+    "CollapseToFit",
     "Command",
     "Deactivate",
     "Discover",
@@ -47,7 +48,9 @@ class StartSession:
     chat_id: str
     """Id of the session's chat object."""
     window: CollapseWindow = CollapseWindow()
-    """Auto-collapse window sizes."""
+    """Auto-collapse window sizes (used by the ``ssot`` policy)."""
+    policy: PolicyConfig = PolicyConfig()
+    """Layout and collapse policy."""
 
 
 @attrs.frozen
@@ -150,6 +153,16 @@ class Unpin:
 
 
 @attrs.frozen
+class CollapseToFit:
+    """Token-driven collapse chosen by the layout policy: deactivate these objects and note it."""
+
+    object_ids: tuple[str, ...]
+    """Active objects to collapse (unpinned)."""
+    note: str
+    """One line for the model saying what was collapsed and why."""
+
+
+@attrs.frozen
 class Resume:
     """The session is resumed: reconcile sourced objects with their sources (§3.6)."""
 
@@ -171,4 +184,5 @@ Command: TypeAlias = (
     | Pin
     | Unpin
     | Resume
+    | CollapseToFit
 )

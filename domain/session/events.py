@@ -15,10 +15,11 @@ from domain.chat import AssistantMessage
 from domain.indexing import Outcome
 from domain.objects import FileObject, SystemPromptObject, ToolcallObject
 from domain.session.commands import Trigger
-from domain.session.state import CollapseWindow
+from domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = [
     "AssistantMessageRecorded",
+    "ContextNoteRecorded",
     "Event",
     "FileDeleted",
     "FileDiscovered",
@@ -49,6 +50,7 @@ class SessionStarted:
     object_hash: str
     """object_hash of the first system prompt version."""
     version: SystemPromptObject | None = _version_field
+    policy: PolicyConfig = PolicyConfig()
 
 
 @attrs.frozen
@@ -154,6 +156,13 @@ class ObjectUnpinned:
 
 
 @attrs.frozen
+class ContextNoteRecorded:
+    """The context manager appended a note to the chat (e.g. what a budget collapse did)."""
+
+    text: str
+
+
+@attrs.frozen
 class SessionResumed:
     """The session was resumed; reconciliation events follow in the same batch."""
 
@@ -173,4 +182,5 @@ Event: TypeAlias = (
     | ObjectPinned
     | ObjectUnpinned
     | SessionResumed
+    | ContextNoteRecorded
 )

@@ -13,7 +13,7 @@ from functools import reduce
 
 import attrs
 
-from domain.chat import ChatMessage, ToolResult, Turn, UserMessage
+from domain.chat import ChatMessage, ContextNote, ToolResult, Turn, UserMessage
 from domain.errors import DuplicateObject, InvalidInput, NotAContentObject, UnknownObject
 from domain.indexing import Outcome, decide_deletion, decide_discovery, decide_full_index
 from domain.session import commands as c
@@ -91,7 +91,13 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
         prompt = cmd.system_prompt
         return [
             e.SessionStarted(
-                cmd.session_id, prompt.id, cmd.chat_id, cmd.window, prompt.object_hash, prompt
+                cmd.session_id,
+                prompt.id,
+                cmd.chat_id,
+                cmd.window,
+                prompt.object_hash,
+                prompt,
+                policy=cmd.policy,
             )
         ]
     _require_started(state)
@@ -152,6 +158,17 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
         case c.Unpin(object_id=object_id):
             _require_content_object(state, object_id)
             return [e.ObjectUnpinned(object_id)] if object_id in state.pinned else []
+        case c.CollapseToFit(object_ids=object_ids, note=note):
+            out = []
+            for object_id in dict.fromkeys(object_ids):
+                _require_content_object(state, object_id)
+                if object_id in state.pinned:
+                    raise InvalidInput("object", object_id, "is pinned; a pin is never collapsed")
+                if object_id in state.active:
+                    out.append(e.ObjectDeactivated(object_id, by="budget"))
+            if out and note:
+                out.append(e.ContextNoteRecorded(note))
+            return out
         case c.Resume(reconciled=reconciled):
             out = [e.SessionResumed()]
             for item in reconciled:
@@ -200,6 +217,8 @@ def decide(state: SessionState, command: c.Command) -> tuple[e.Event, ...]:
     """
     primary = _decide_primary(state, command)
     after = fold(primary, state)
+    if not after.policy.uses_window:
+        return tuple(primary)
     collapses = [e.ObjectDeactivated(oid, by="window") for oid in window_collapses(after)]
     return (*primary, *collapses)
 
@@ -214,6 +233,7 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
                 system_prompt_id=event.system_prompt_id,
                 chat_id=event.chat_id,
                 window=event.window,
+                policy=event.policy,
             )
         case e.UserMessageRecorded(text=text):
             turn = Turn(number=len(state.turns), messages=(UserMessage(text),))
@@ -244,6 +264,8 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
                 pool=state.pool.add(object_id),
                 active=state.active.add(object_id),
                 auto_active=auto_active,
+                last_used=state.last_used.set(object_id, state.use_clock + 1),
+                use_clock=state.use_clock + 1,
             )
         case e.ObjectDeactivated(object_id=object_id):
             return attrs.evolve(
@@ -251,6 +273,8 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
                 active=state.active.discard(object_id),
                 auto_active=state.auto_active.discard(object_id),
             )
+        case e.ContextNoteRecorded(text=text):
+            return _append_to_current_turn(state, ContextNote(text))
         case e.ObjectPinned(object_id=object_id):
             return attrs.evolve(state, pinned=state.pinned.add(object_id))
         case e.ObjectUnpinned(object_id=object_id):

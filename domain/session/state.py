@@ -10,7 +10,7 @@ from pyrsistent import PMap, PSet, PVector, pmap, pset, pvector
 from domain.chat import Turn
 from domain.errors import InvalidInput
 
-__all__ = ["INITIAL", "CollapseWindow", "SessionState"]
+__all__ = ["INITIAL", "POLICY_NAMES", "CollapseWindow", "PolicyConfig", "SessionState"]
 
 
 @attrs.frozen
@@ -30,6 +30,46 @@ class CollapseWindow:
             raise InvalidInput("collapse window", sizes, "sizes must be at least 1")
 
 
+POLICY_NAMES = ("ssot", "inline")
+"""Layout and collapse policies: ``ssot`` is the SSOT's four sections and sliding window;
+``inline`` keeps the prompt append-only and collapses in batches (docs/decisions/0008)."""
+
+
+def _positive_or_none(value: int | None, what: str) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise InvalidInput(what, value, "must be a positive integer or None")
+
+
+@attrs.frozen
+class PolicyConfig:
+    """How a session's context is laid out and collapsed; chosen when the session starts."""
+
+    name: str = "ssot"
+    """One of :data:`POLICY_NAMES`."""
+    trigger_tokens: int | None = None
+    """Collapse in a batch once the prompt exceeds this many tokens (None: never)."""
+    clear_at_least: int = 0
+    """A batch collapse clears at least this many tokens, so each cache break pays for itself."""
+    budget_tokens: int | None = None
+    """Hard limit: collapse (least recently used first, then largest) until the prompt fits."""
+    emergency_truncation: bool = False
+    """When the chat alone exceeds the budget: drop the oldest whole turns from the prompt (never
+    from the store) instead of raising ``BudgetExceeded``."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.name not in POLICY_NAMES:
+            raise InvalidInput("policy", self.name, f"known policies are {list(POLICY_NAMES)}")
+        _positive_or_none(self.trigger_tokens, "trigger_tokens")
+        _positive_or_none(self.budget_tokens, "budget_tokens")
+        if not isinstance(self.clear_at_least, int) or self.clear_at_least < 0:
+            raise InvalidInput("clear_at_least", self.clear_at_least, "must be >= 0")
+
+    @property
+    def uses_window(self) -> bool:
+        """The sliding window applies only to the SSOT policy."""
+        return self.name == "ssot"
+
+
 def _turn_zero() -> PVector[Turn]:
     return pvector([Turn(number=0)])
 
@@ -47,6 +87,7 @@ class SessionState:
     system_prompt_id: str = ""
     chat_id: str = ""
     window: CollapseWindow = CollapseWindow()
+    policy: PolicyConfig = PolicyConfig()
     index: PVector[str] = attrs.field(factory=pvector)
     """Session index: every content object encountered, in first-encounter order."""
     positions: PMap[str, int] = attrs.field(factory=pmap)
@@ -66,6 +107,10 @@ class SessionState:
     """The chat, turn 0 being whatever came before the first user message."""
     toolcall_turn: PMap[str, int] = attrs.field(factory=pmap)
     """Turn number of each tool call."""
+    last_used: PMap[str, int] = attrs.field(factory=pmap)
+    """For each object ever activated, when it last was (a counter): "least recently used"."""
+    use_clock: int = 0
+    """Ticks at every activation."""
 
     @property
     def started(self) -> bool:
