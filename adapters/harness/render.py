@@ -41,7 +41,7 @@ _NO_RESULT = "no result was recorded for this tool call"
 class InvalidRequest(InvalidInput):
     """An assembled request breaks its provider's rules (a bug if it ever happens)."""
 
-    kind = "invalid_request"
+    kind = "invalid_provider_request"
 
 
 def _arguments_json(arguments: Mapping[str, Any]) -> str:
