@@ -37,7 +37,8 @@ class HarnessSession:
         self.service = service
         self.session_id = session_id
         self.format = fmt
-        service.open_session(session_id, system_prompt)
+        self.resumed = service.open_session(session_id, system_prompt)
+        """What reconciliation found if the session was resumed; None if it was started."""
         self.ingestor = Ingestor(service, session_id, cwd=cwd, roots=roots)
 
     def ingest(self, messages: Sequence[Mapping[str, Any]], system: Any = None) -> IngestResult:
