@@ -85,7 +85,8 @@ class Ingestor:
         when the harness sends the same list again)."""
         state = self.service.state(self.session_id)
         prompt_fp = _fingerprint("system", self.service.assemble(self.session_id).system_prompt)
-        view = [prompt_fp] if state.turns else []
+        # Turn 0 always exists: only a session with recorded messages has a prompt in its view.
+        view = [prompt_fp] if any(turn.messages for turn in state.turns) else []
         for turn in state.turns:
             for message in turn.messages:
                 if isinstance(message, UserMessage):
