@@ -67,6 +67,12 @@ _MINI = re.compile(r"\A<returncode>(-?\d+)</returncode>\s*<output>\n?(.*)</outpu
 _CAT_N_HEADER = re.compile(r"\AHere's the result of running `cat -n` on (\S+):\r?\n")
 _CAT_N_LINE = re.compile(r"\A *(\d+)\t(.*)\Z", re.S)
 _DIR_HEADER = re.compile(r"\AHere's the files and directories up to \d+ levels deep in (\S+)")
+_CLIPPED = "<response clipped>"
+"""What the editors put where they cut a long ``view`` (the rest is a note, not the file)."""
+_MINI_CUT = re.compile(
+    r"\A<returncode>-?\d+</returncode>\s*(?:<warning>.*?</warning>\s*)?<output_head>", re.S
+)
+"""mini-swe-agent's wrapping of an output it cut in the middle: never a whole file."""
 _SHELL_OPS = {"|", "||", "&&", ";", ">", ">>", "<", "2>", "&", "2>&1", "|&"}
 _KNOWN_NAMES = {"Makefile", "Dockerfile", "LICENSE", "README", "Cargo.lock", "Gemfile", "Rakefile"}
 
@@ -108,17 +114,25 @@ def _simple(tokens: list[str]) -> bool:
     return not any(t in _SHELL_OPS or t.startswith((">", "<", "|")) for t in tokens)
 
 
-def _cat_n_content(text: str) -> str | None:
-    """File content from ``cat -n`` style output (every line numbered from 1 consecutively)."""
+def _cat_n_content(text: str, *, editor: bool = False) -> str | None:
+    """File content from ``cat -n`` style output (every line numbered from 1 consecutively).
+
+    ``editor``: the output of an editor ``view`` (SWE-agent, OpenHands), which numbers the lines
+    of ``content.split("\\n")``: an empty last line stands for the final newline, and SWE-agent's
+    recorded observations lose its trailing tab. Coreutils ``cat -n`` numbers no such line."""
     lines = text.replace("\r\n", "\n").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    if editor and lines and re.fullmatch(r" *\d+", lines[-1]):
+        lines[-1] += "\t"
     out = []
     for expected, line in enumerate(lines, start=1):
         match = _CAT_N_LINE.match(line)
         if not match or int(match.group(1)) != expected:
             return None
         out.append(match.group(2))
+    if editor:
+        return "\n".join(out)
     return "\n".join(out) + ("\n" if out else "")
 
 
@@ -252,8 +266,8 @@ def _editor_effects(args: Mapping[str, Any], output: str) -> Iterator[Effect]:
             yield Listing(tuple(p for p in found if p.startswith("/") and _plausible_file(p)))
             return
         header = _CAT_N_HEADER.match(output)
-        if header and not args.get("view_range"):
-            content = _cat_n_content(output[header.end() :])
+        if header and not args.get("view_range") and _CLIPPED not in output:
+            content = _cat_n_content(output[header.end() :], editor=True)
             if content is not None:
                 yield FileRead(path, content)
     elif command == "create" and isinstance(args.get("file_text"), str):
@@ -272,6 +286,8 @@ def recognise(tool: str, args: Mapping[str, Any], output: str, cwd: str) -> list
     if name in ("bash", "execute_bash", "shell", "run", "terminal") and isinstance(
         args.get("command"), str
     ):
+        if _MINI_CUT.match(output):
+            return []  # a cut output: neither a whole file nor a complete listing
         return list(_shell_effects(args["command"], text, code, cwd))
     if name in ("str_replace_editor", "edit_file", "text_editor"):
         return list(_editor_effects(args, text))
