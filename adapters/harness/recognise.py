@@ -138,6 +138,9 @@ def _cat_n_content(text: str, *, editor: bool = False) -> str | None:
 
 def _shell_effects(command: str, output: str, code: int | None, cwd: str) -> Iterator[Effect]:
     command, cwd = _split_cd(command, cwd)
+    first_line = command.split("\n", 1)[0]
+    if "<<" in first_line:
+        command = first_line  # a here-document's body is data, not shell syntax
     tokens = _tokens(command)
     if not tokens:
         return
