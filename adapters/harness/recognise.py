@@ -176,9 +176,70 @@ def _shell_effects(command: str, output: str, code: int | None, cwd: str) -> Ite
             if not target.startswith(("&", "/dev/")):
                 yield FileWrite(_resolve(cwd, target.strip("\"'")))
     elif program in ("find", "ls", "grep", "rg", "tree", "git"):
-        paths = tuple(_listing(program, tokens, output, cwd))
+        lister = _lister(tokens)
+        if lister is None:
+            return
+        paths = tuple(_listing(*lister, output, cwd))
         if paths:
             yield Listing(paths)
+
+
+_LINE_FILTERS = {"head", "tail", "sort", "uniq"}
+_CHAINS = {"&&", "||", ";", "&", "|&"}
+
+
+def _lister(tokens: list[str]) -> tuple[str, list[str]] | None:
+    """The program whose output format the listing has, and its arguments: the first command of
+    a pipeline whose later stages only keep or reorder lines (``head``, ``sort``, ``grep PAT``),
+    or ``find ... | xargs grep``. None when the output is someone else's (a chain with ``&&`` or
+    ``;``, a pipe into ``wc``, ``cat``, ``awk``...): its lines are not paths."""
+    stages: list[list[str]] = [[]]
+    redirected = False
+    for n, token in enumerate(tokens):
+        if redirected:
+            redirected = False  # the target of a redirection: not an argument
+        elif re.match(r"\d*(?:>>?|<)(?:&\d+)?", token):
+            redirected = re.fullmatch(r"\d*(?:>>?|<)", token) is not None
+        elif token == "|":
+            stages.append([])
+        elif token in _CHAINS and not (token == ";" and n and tokens[n - 1] in ("{}", "+")):
+            return None
+        else:
+            stages[-1].append(token)
+    program, args = posixpath.basename(stages[0][0]), stages[0]
+    for stage in stages[1:]:
+        name = posixpath.basename(stage[0]) if stage else ""
+        if name in _LINE_FILTERS or (
+            name == "grep" and all(re.fullmatch(r"-[viEFwxP]+|-e", t) for t in _flags(stage))
+        ):
+            continue
+        if program == "find" and name == "xargs" and stage[1:2] and stage[1] in ("grep", "rg"):
+            program, args = "xargs-grep", stage[1:]  # grep over many files: names shown
+            continue
+        return None
+    if program == "find" and not _find_prints_paths(args):
+        return None
+    return program, args
+
+
+def _flags(tokens: list[str]) -> list[str]:
+    return [t for t in tokens[1:] if t.startswith("-")]
+
+
+def _find_prints_paths(tokens: list[str]) -> bool:
+    """``find`` prints one path per line unless told otherwise (``-printf``, ``-ls``) or made to
+    run another command, whose output is only names with ``grep -l``."""
+    if any(t in ("-printf", "-fprintf", "-ls", "-fls", "-print0") for t in tokens):
+        return False
+    for n, token in enumerate(tokens):
+        if token in ("-exec", "-execdir", "-ok", "-okdir"):
+            command = tokens[n + 1 : n + 2]
+            if command not in (["grep"], ["rg"]) or not any(
+                t in ("-l", "-L", "--files-with-matches") or re.fullmatch(r"-\w*l\w*", t)
+                for t in tokens[n + 2 :]
+            ):
+                return False
+    return True
 
 
 def _head(tokens: list[str], output: str, cwd: str) -> Iterator[Effect]:
@@ -215,7 +276,7 @@ def _listing(program: str, tokens: list[str], output: str, cwd: str) -> Iterator
         for line in lines:
             if not line.startswith(("find:", "fatal:")) and _plausible_file(line.strip()):
                 yield _resolve(cwd, line.strip())
-    elif program in ("grep", "rg"):
+    elif program in ("grep", "rg", "xargs-grep"):
         names_only = any(
             t in ("-l", "--files-with-matches") or re.fullmatch(r"-\w*l\w*", t) for t in tokens[1:]
         )
