@@ -280,6 +280,8 @@ def _listing(program: str, tokens: list[str], output: str, cwd: str) -> Iterator
         names_only = any(
             t in ("-l", "--files-with-matches") or re.fullmatch(r"-\w*l\w*", t) for t in tokens[1:]
         )
+        if not names_only and program != "xargs-grep" and not _grep_names_lines(tokens):
+            return  # its lines are the file's content, not "path:content"
         for line in lines:
             if line.startswith(("Binary file", "grep:")):
                 continue
@@ -316,6 +318,58 @@ def _listing(program: str, tokens: list[str], output: str, cwd: str) -> Iterator
             stack.append(match.group(2).strip())
             if _plausible_file(stack[-1]):
                 yield _resolve(root, "/".join(stack))
+
+
+_GREP_VALUE_FLAGS = "efmABCdD"
+"""Short options of grep that take a value (``-e PATTERN``, ``-A 5``...)."""
+_GREP_VALUE_LONG = {"--regexp", "--file", "--max-count", "--after-context", "--before-context"}
+_GREP_VALUE_LONG |= {"--context", "--devices", "--directories", "--binary-files", "--label"}
+
+
+def _grep_names_lines(tokens: list[str]) -> bool:
+    """Whether grep (or rg) prefixes its lines with the file name: recursive, ``-H``, or several
+    files (a glob counts as several); a single file is searched without names."""
+    recursive = tokens[0] == "rg"
+    names: bool | None = None
+    pattern_given = False
+    operands: list[str] = []
+    args = iter(tokens[1:])
+    for token in args:
+        if token == "--":
+            operands += list(args)
+        elif token.startswith("--"):
+            option = token.split("=", 1)[0]
+            if option in ("--recursive", "--dereference-recursive"):
+                recursive = True
+            elif option == "--with-filename":
+                names = True
+            elif option == "--no-filename":
+                names = False
+            if option in ("--regexp", "--file"):
+                pattern_given = True
+            if option in _GREP_VALUE_LONG and "=" not in token:
+                next(args, None)
+        elif token.startswith("-") and len(token) > 1:
+            for n, flag in enumerate(token[1:]):
+                if flag in "rR":
+                    recursive = True
+                elif flag == "H":
+                    names = True
+                elif flag == "h":
+                    names = False
+                elif flag in _GREP_VALUE_FLAGS:
+                    pattern_given = pattern_given or flag in "ef"
+                    if n == len(token) - 2:
+                        next(args, None)  # the value is the next token
+                    break
+        else:
+            operands.append(token)
+    files = operands if pattern_given else operands[1:]
+    if names is not None:
+        return names
+    if recursive:
+        return not (tokens[0] == "rg" and len(files) == 1 and _plausible_file(files[0]))
+    return len(files) > 1 or any(c in f for f in files for c in "*?[")
 
 
 def _editor_effects(args: Mapping[str, Any], output: str) -> Iterator[Effect]:
