@@ -27,6 +27,7 @@ from domain.infrastructure import (
     session_id_for,
     state_from_snapshot,
 )
+from domain.inline import InlineCache
 from domain.objects import ContentObject, FileObject, SystemPromptObject, ToolcallObject
 from domain.rendering import RenderCache
 from domain.session import events as e
@@ -59,11 +60,16 @@ class OpenSession:
     lock: threading.RLock = attrs.field(factory=threading.RLock)
     render_cache: RenderCache = attrs.field(factory=RenderCache)
     """What assembly rendered last time; told about every object whose version changes."""
+    inline_cache: InlineCache = attrs.field(factory=InlineCache)
+    """The same for the ``inline`` layout."""
+    token_cache: dict[str, int] = attrs.field(factory=dict)
+    """Token counts of texts this session's prompts contained."""
 
     def remember(self, obj: ContentObject) -> None:
         """Record a newer version of one of the session's objects."""
         self.objects[obj.id] = obj
         self.render_cache.invalidate(obj.id)
+        self.inline_cache.invalidate(obj.id)
 
 
 class Reads:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from domain.session.state import CollapseWindow
+from domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = ["Settings"]
 
@@ -15,6 +15,8 @@ class Settings:
 
     window: CollapseWindow = CollapseWindow()
     """Auto-collapse window for new sessions (SSOT default: 5 per turn, 3 turns)."""
+    policy: PolicyConfig = PolicyConfig()
+    """Layout and collapse policy for new sessions (see ``application.policies``)."""
     max_file_bytes: int = 2 * 1024 * 1024
     """Files larger than this are indexed as metadata only (content null, reason shown)."""
     max_output_bytes: int = 8 * 1024 * 1024

@@ -23,7 +23,7 @@ from adapters.harness.messages import MalformedMessage, Message
 from adapters.harness.recognise import FileEdit, FileRead, FileWrite, Listing, recognise
 from application.ports.files import SourceUnavailable
 from application.service import ContextService
-from domain.chat import AssistantMessage, ToolCallRequest, UserMessage
+from domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
 from domain.errors import InvalidInput, SelfContextError
 from domain.objects import FileObject, ToolStatus
 
@@ -78,13 +78,14 @@ class Ingestor:
         self.calls: dict[str, ToolCallRequest] = {}
         self.answered: set[str] = set()
         self.total = 0
+        self.inline = service.state(session_id).policy.name == "inline"
         self._restore()
 
     def _restore(self) -> None:
         """Rebuild view and memory from the stored chat (after a resume: nothing is re-recorded
         when the harness sends the same list again)."""
         state = self.service.state(self.session_id)
-        prompt_fp = _fingerprint("system", self.service.assemble(self.session_id).system_prompt)
+        prompt_fp = _fingerprint("system", self.service.system_prompt(self.session_id))
         # Turn 0 always exists: only a session with recorded messages has a prompt in its view.
         view = [prompt_fp] if any(turn.messages for turn in state.turns) else []
         for turn in state.turns:
@@ -95,9 +96,11 @@ class Ingestor:
                     fp = _fingerprint("assistant", message.text, [c.id for c in message.tool_calls])
                     for call in message.tool_calls:
                         self.calls[call.id] = call
-                else:
+                elif isinstance(message, ToolResult):
                     fp = _fingerprint("tool", "", call_id=message.toolcall_id)
                     self.answered.add(message.toolcall_id)
+                else:
+                    continue  # the context manager's own notes are not the harness's messages
                 view.append(fp)
                 self.recorded[fp] += 1
                 self.total += 1
@@ -207,7 +210,9 @@ class Ingestor:
             output=message.text,
             status=status,
             file_refs=read_ids or None,
-            activate=not read_ids,
+            # ssot: the file is active instead (decision 0006); inline: the read's message is
+            # where the file's content shows, so the tool call itself stays visible.
+            activate=not read_ids or self.inline,
         )
         for effect in effects:
             if isinstance(effect, Listing):

@@ -7,8 +7,11 @@ from typing import Any, Final
 
 import attrs
 
+from application.ports.store import StoreError
 from application.service import ContextService
 from domain.errors import InvalidInput, SelfContextError
+from domain.inline import handle
+from domain.objects import FileObject, ToolcallObject
 
 __all__ = ["CONTEXT_TOOLS", "ToolAnswer", "handle_context_tool", "is_context_tool", "tool_schemas"]
 
@@ -53,9 +56,12 @@ def handle_context_tool(
     service: ContextService, session_id: str, name: str, arguments: Mapping[str, Any]
 ) -> ToolAnswer:
     """Run one context tool; every refusal becomes a short answer, never an exception — except
-    store failures, which the harness must see."""
-    from application.ports.store import StoreError
+    store failures, which the harness must see.
 
+    Under the ``inline`` policy the prompt is append-only, so ``activate`` answers with the
+    object's content (the tool result is where it shows) instead of expanding it in place, and
+    ``deactivate`` of a file collapses the tool messages that show it.
+    """
     if name not in CONTEXT_TOOLS:
         return ToolAnswer(
             False, f"unknown tool {name!r}; the context tools are {sorted(CONTEXT_TOOLS)}"
@@ -64,9 +70,54 @@ def handle_context_tool(
     if not isinstance(object_id, str) or not object_id:
         return ToolAnswer(False, f"{name} needs an 'id' argument: the id shown in an object's line")
     try:
+        if service.state(session_id).policy.name == "inline":
+            return _inline(service, session_id, name, object_id)
         result = getattr(service, name)(session_id, object_id)
     except StoreError:
         raise
     except SelfContextError as exc:
         return ToolAnswer(False, f"{name} {object_id}: {exc}")
     return ToolAnswer(result.ok, result.message)
+
+
+def _inline(service: ContextService, session_id: str, name: str, ref: str) -> ToolAnswer:
+    obj = service.object(session_id, ref)
+    state = service.state(session_id)
+    label = handle(state, obj.id)
+    if name == "activate":
+        if isinstance(obj, FileObject) and obj.is_stub:
+            service.activate(session_id, obj.id)  # reads the source, or says why it cannot
+            obj = service.object(session_id, obj.id)
+        if isinstance(obj, FileObject):
+            what = f"file {service.mounts.display_path(obj.source)}"
+        else:
+            what = f"output of {obj.tool} ({obj.status})"
+        status = obj.content_status if isinstance(obj, FileObject) else None
+        body = obj.content if obj.content is not None else f"(no content: {status or 'empty'})"
+        return ToolAnswer(True, f"[{label} {what}]\n{body}")
+    if isinstance(obj, FileObject) and name == "deactivate":
+        showing = [
+            t
+            for t in state.ordered(state.active)
+            if isinstance(o := service.object(session_id, t), ToolcallObject)
+            and (
+                obj.id in (o.file_refs or ())
+                or (o.tool == "activate" and _target(service, session_id, o) == obj.id)
+            )
+        ]
+        for t in showing:
+            service.deactivate(session_id, t)
+        service.deactivate(session_id, obj.id)
+        return ToolAnswer(True, f"collapsed {len(showing)} messages showing {label}")
+    result = getattr(service, name)(session_id, obj.id)
+    return ToolAnswer(result.ok, result.message.replace(obj.id, label))
+
+
+def _target(service: ContextService, session_id: str, call: ToolcallObject) -> str | None:
+    ref = call.args.get("id")
+    if not isinstance(ref, str):
+        return None
+    try:
+        return service.object(session_id, ref).id
+    except SelfContextError:
+        return None

@@ -1,4 +1,4 @@
-"""The agent's context tools (SSOT §3.3) and AssembleContext (§4)."""
+"""The agent's context tools (SSOT §3.3)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,12 @@ import attrs
 from application.runner import OpenSession, Reads
 from application.usecases.base import Deps, observe_source
 from domain.objects import FileObject, ToolcallObject
-from domain.rendering import (
-    AssembledContext,
-    render_context,
-)
 from domain.session import commands as c
 from domain.session import events as e
 from domain.session.machine import decide
 from domain.session.state import SessionState
 
-__all__ = ["ActionResult", "Activate", "AssembleContext", "Deactivate", "Pin", "Unpin"]
+__all__ = ["ActionResult", "Activate", "Deactivate", "Pin", "Unpin"]
 
 
 @attrs.frozen
@@ -110,19 +106,3 @@ class Unpin(_SetCommand):
     command = c.Unpin
     done = "unpinned"
     noop = "was not pinned"
-
-
-class AssembleContext:
-    """Render the session's context (§4.1), reusing renderings that cannot have changed."""
-
-    def __init__(self, deps: Deps) -> None:
-        self._deps = deps
-
-    def __call__(self, session: OpenSession) -> AssembledContext:
-        return render_context(
-            session.state,
-            session.objects,
-            session.system_prompt.content,
-            self._deps.mounts.display_path,
-            session.render_cache,
-        )

@@ -23,7 +23,7 @@ from domain.infrastructure import (
 from domain.objects import FileObject, SystemPromptObject
 from domain.session import commands as c
 from domain.session.machine import fold
-from domain.session.state import INITIAL, CollapseWindow, SessionState
+from domain.session.state import INITIAL, CollapseWindow, PolicyConfig, SessionState
 
 __all__ = ["ResumeReport", "ResumeSession", "StartSession", "StateAt", "validate_session_id"]
 
@@ -48,7 +48,11 @@ class StartSession:
         self._deps = deps
 
     def __call__(
-        self, session_id: str, system_prompt: str, window: CollapseWindow | None = None
+        self,
+        session_id: str,
+        system_prompt: str,
+        window: CollapseWindow | None = None,
+        policy: PolicyConfig | None = None,
     ) -> OpenSession:
         validate_session_id(session_id)
         if not isinstance(system_prompt, str):
@@ -71,6 +75,7 @@ class StartSession:
             system_prompt=prompt,
             chat_id=chat_id_for(session_id),
             window=window or self._deps.settings.window,
+            policy=policy or self._deps.settings.policy,
         )
         runner.execute(session, lambda reads, state: command)
         return session

@@ -52,6 +52,9 @@ class PolicyConfig:
     """A batch collapse clears at least this many tokens, so each cache break pays for itself."""
     budget_tokens: int | None = None
     """Hard limit: collapse (least recently used first, then largest) until the prompt fits."""
+    keep_recent: int = 3
+    """The most recent tool outputs a batch collapse never touches (the model may not have seen
+    them yet)."""
     emergency_truncation: bool = False
     """When the chat alone exceeds the budget: drop the oldest whole turns from the prompt (never
     from the store) instead of raising ``BudgetExceeded``."""
@@ -61,8 +64,10 @@ class PolicyConfig:
             raise InvalidInput("policy", self.name, f"known policies are {list(POLICY_NAMES)}")
         _positive_or_none(self.trigger_tokens, "trigger_tokens")
         _positive_or_none(self.budget_tokens, "budget_tokens")
-        if not isinstance(self.clear_at_least, int) or self.clear_at_least < 0:
-            raise InvalidInput("clear_at_least", self.clear_at_least, "must be >= 0")
+        for what in ("clear_at_least", "keep_recent"):
+            value = getattr(self, what)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InvalidInput(what, value, "must be an integer >= 0")
 
     @property
     def uses_window(self) -> bool:

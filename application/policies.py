@@ -1,0 +1,37 @@
+"""The named layout and collapse policies a session can be started with.
+
+``ssot`` is the SSOT exactly: system prompt, metadata pool, chat, active content, and the sliding
+window of 5 tool outputs per turn over 3 turns. ``inline`` is the cache-aware policy of
+docs/decisions/0008-cache-aware-layout.md: an append-only prompt, collapsed in batches. Its numbers
+were chosen by ``selfctx bench context`` (docs/benchmarks.md); any field can be overridden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+
+from domain.errors import InvalidInput
+from domain.session.state import POLICY_NAMES, PolicyConfig
+
+__all__ = ["DEFAULT_POLICY", "POLICIES", "policy_by_name"]
+
+POLICIES: Final[Mapping[str, PolicyConfig]] = {
+    "ssot": PolicyConfig("ssot"),
+    "inline": PolicyConfig("inline", trigger_tokens=5000, clear_at_least=3000, keep_recent=2),
+}
+DEFAULT_POLICY: Final = "ssot"
+"""The policy sessions get when none is named."""
+
+
+def policy_by_name(name: str | None = None, **overrides: Any) -> PolicyConfig:
+    """A named policy (default :data:`DEFAULT_POLICY`), with any fields overridden."""
+    chosen = POLICIES.get(name or DEFAULT_POLICY)
+    if chosen is None:
+        raise InvalidInput("policy", name, f"known policies are {list(POLICY_NAMES)}")
+    try:
+        return attrs.evolve(chosen, **overrides)
+    except TypeError as exc:
+        raise InvalidInput("policy settings", overrides, str(exc)) from exc
