@@ -12,12 +12,15 @@ from collections.abc import Sequence
 
 from adapters.filesystem.identity import host_filesystem_id
 from adapters.filesystem.reader import LocalFileReader
+from adapters.filesystem.tracker import WatchdogTracker
 from adapters.memory import MemoryStore
+from adapters.mounts import UnconfiguredMounts, load_mount_config
 from adapters.system import SystemClock, UuidIds
 from application.ports.clock import Clock
 from application.ports.files import FileReader
 from application.ports.ids import IdSource
 from application.ports.store import ObjectStore
+from application.ports.tracking import SourceTracker
 from application.service import ContextService
 from application.settings import Settings
 from domain.errors import InvalidInput
@@ -51,21 +54,46 @@ def build_service(
     clock: Clock | None = None,
     ids: IdSource | None = None,
     settings: Settings | None = None,
+    mounts_file: str | None = None,
+    track: bool = False,
+    tracker: SourceTracker | None = None,
+    mount_detector: UnconfiguredMounts | None = None,
 ) -> ContextService:
     """A ready :class:`ContextService`.
 
     ``workspace`` (default: the current directory) is the root reads are confined to unless
     ``roots`` says otherwise. ``mounts`` translate a sandboxed agent's paths; paths under no mount
     belong to ``default_filesystem_id`` (default: the host's, i.e. no sandbox).
+
+    ``mounts_file`` (default: ``$SELFCTX_MOUNTS``) is a TOML mount configuration
+    (``adapters.mounts``); its mappings come after ``mounts``, and its default filesystem applies
+    unless ``default_filesystem_id`` is given. ``track=True`` watches the files sessions read
+    with watchdog (or pass a ``tracker``); call ``service.close()`` to stop it. A
+    ``mount_detector`` is told the device of every file read and flags mounts nobody configured.
     """
     host = host_filesystem_id(host_id or os.environ.get("SELFCTX_HOST_FILESYSTEM_ID"))
     workspace = os.path.realpath(workspace or os.getcwd())
-    reader = files or LocalFileReader(host, roots=list(roots) if roots else [workspace])
+    mounts_file = mounts_file or os.environ.get("SELFCTX_MOUNTS") or None
+    mappings = tuple(mounts)
+    default_fs = default_filesystem_id
+    if mounts_file:
+        config = load_mount_config(mounts_file)
+        mappings += config.mappings(host)
+        default_fs = default_fs or config.default_filesystem_id(host)
+    reader_roots = list(roots) if roots else [workspace]
+    if mount_detector is not None:
+        mount_detector.configure(reader_roots, [m.canonical_prefix for m in mappings])
+    reader = files or LocalFileReader(
+        host, roots=reader_roots, on_stat=mount_detector.observe if mount_detector else None
+    )
+    if tracker is None and track:
+        tracker = WatchdogTracker(host)
     return ContextService(
         store=store if store is not None else MemoryStore(),
         clock=clock or SystemClock(),
         ids=ids or UuidIds(),
         files=reader,
-        mounts=MountTable(default_filesystem_id or host, tuple(mounts)),
+        mounts=MountTable(default_fs or host, mappings),
         settings=settings,
+        tracker=tracker,
     )

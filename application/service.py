@@ -16,6 +16,7 @@ from application.ports.clock import Clock
 from application.ports.files import FileReader
 from application.ports.ids import IdSource
 from application.ports.store import ObjectStore, Version
+from application.ports.tracking import SourceTracker
 from application.runner import OpenSession, SessionRunner
 from application.settings import Settings
 from application.usecases.base import Deps
@@ -38,6 +39,7 @@ from application.usecases.sessions import (
     StateAt,
     validate_session_id,
 )
+from application.usecases.tracking import RefreshReport, TrackSources
 from domain.chat import ToolCallRequest
 from domain.documents import from_document
 from domain.errors import SessionNotFound, UnknownObject
@@ -61,8 +63,12 @@ class ContextService:
         files: FileReader,
         mounts: MountTable,
         settings: Settings | None = None,
+        tracker: SourceTracker | None = None,
     ) -> None:
         self.store = store
+        self.tracker = tracker
+        """Watches the files open sessions have read (None: no watching; ``rehash`` still works).
+        Its ``failures()`` lists every error raised on its thread."""
         self.settings = settings or Settings()
         self.mounts = mounts
         runner = SessionRunner(store, clock, ids)
@@ -84,6 +90,9 @@ class ContextService:
         self._pin = Pin(deps)
         self._unpin = Unpin(deps)
         self._assemble = AssembleContext(deps)
+        self._tracking = TrackSources(deps, tracker, self._open_sessions)
+        if tracker is not None:
+            tracker.start(self._tracking.on_changes)
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -100,6 +109,7 @@ class ContextService:
         session, report = self._resume(session_id)
         with self._guard:
             self._sessions[session_id] = session
+        self._tracking.track(session)  # re-establish watchers (SSOT §3.6 step 6)
         return report
 
     def open_session(self, session_id: str, system_prompt: str = "") -> ResumeReport | None:
@@ -113,7 +123,23 @@ class ContextService:
     def close_session(self, session_id: str) -> None:
         """Forget the in-memory copy; everything is already stored."""
         with self._guard:
-            self._sessions.pop(session_id, None)
+            session = self._sessions.pop(session_id, None)
+        if session is not None:
+            self._tracking.release(session)
+
+    def close(self) -> None:
+        """Stop tracking (changes already seen are still written). Sessions stay stored."""
+        if self.tracker is not None:
+            self.tracker.close()
+
+    def rehash(self, session_id: str) -> RefreshReport:
+        """Re-read every file the session has read and write new versions for what changed
+        (or was deleted) while nobody watched: what the watcher may have missed."""
+        return self._tracking.rehash(self._open(session_id))
+
+    def _open_sessions(self) -> list[OpenSession]:
+        with self._guard:
+            return list(self._sessions.values())
 
     def sessions(self) -> list[str]:
         """Ids of every session in the store."""
@@ -146,7 +172,9 @@ class ContextService:
         """The agent read a file (``content`` is what it read; None reads it from the source)."""
         session = self._open(session_id)
         with session.lock:
-            return self._index_file(session, path, content)
+            result = self._index_file(session, path, content)
+            self._tracking.track(session, [result.object_id])
+            return result
 
     def discover(
         self, session_id: str, paths: Iterable[str], *, strict: bool = True
@@ -154,7 +182,9 @@ class ContextService:
         """Paths seen in tool output: stubs into the index and metadata pool."""
         session = self._open(session_id)
         with session.lock:
-            return self._discover(session, paths, strict=strict)
+            report = self._discover(session, paths, strict=strict)
+            self._tracking.track(session, [found.object_id for found in report.found])
+            return report
 
     def record_user_message(self, session_id: str, text: str) -> None:
         """A user message: it begins a new turn."""
@@ -205,7 +235,9 @@ class ContextService:
         """Load an object's full content into the context."""
         session = self._open(session_id)
         with session.lock:
-            return self._activate(session, object_id)
+            result = self._activate(session, object_id)
+            self._tracking.track(session, [object_id])
+            return result
 
     def deactivate(self, session_id: str, object_id: str) -> ActionResult:
         """Collapse an object to its metadata line."""

@@ -7,7 +7,7 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from application.ports.files import (
     FileReader,
@@ -28,6 +28,20 @@ def _within(path: str, root: str) -> bool:
     return root == "/" or path == root or path.startswith(root + "/")
 
 
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
 class LocalFileReader(FileReader):
     """Reads files of the host filesystem under the allowed roots; refuses everything else.
 
@@ -35,10 +49,19 @@ class LocalFileReader(FileReader):
     with the same path exists here (SSOT §5.8).
     """
 
-    def __init__(self, host_filesystem_id: str, roots: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        host_filesystem_id: str,
+        roots: Sequence[str] | None = None,
+        *,
+        on_stat: Callable[[str, int], None] | None = None,
+    ) -> None:
         self.host_filesystem_id = host_filesystem_id
         self.roots = tuple(os.path.realpath(normalize_absolute(r)) for r in roots) if roots else ()
         """Canonical allowed roots; empty means the whole host filesystem."""
+        self.on_stat = on_stat
+        """Told ``(canonical path, st_dev)`` of every file read, from the stat the read makes
+        anyway (the mount detector of ``adapters.mounts`` listens here)."""
 
     def _check_roots(self, source: Source, real: str) -> None:
         if self.roots and not any(_within(real, root) for root in self.roots):
@@ -59,9 +82,13 @@ class LocalFileReader(FileReader):
         real = os.path.realpath(source.path)
         self._check_roots(source, real)
         try:
-            # O_NONBLOCK: opening a FIFO must not wait for a writer.
+            # Look before opening: opening a device or a FIFO can have effects of its own.
+            mode = os.stat(real).st_mode
+            if not stat.S_ISREG(mode):
+                raise SourceUnreachable(source, f"it is {_kind(mode)}")
+            # O_NONBLOCK: should it have been swapped for a FIFO since, do not wait for a writer.
             fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             if os.path.isdir(os.path.dirname(real)):
                 raise SourceMissing(source, "the file does not exist") from None
             raise SourceUnreachable(source, "its directory is not there") from None
@@ -72,8 +99,9 @@ class LocalFileReader(FileReader):
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-                raise SourceUnreachable(source, f"it is {kind}")
+                raise SourceUnreachable(source, f"it is {_kind(info.st_mode)}")
+            if self.on_stat is not None:
+                self.on_stat(real, info.st_dev)
             digest = hashlib.sha256()
             chunks: list[bytes] = []
             size = 0

@@ -1,0 +1,221 @@
+"""Tracking (SSOT §5.8, §5.9): keep the objects of open sessions in step with their sources.
+
+Two ways in, one protocol. A tracker's hint (a watcher event) and the re-hash pass (on demand)
+both re-read the source and run full indexing: a new version only when ``file_hash`` differs, a
+null-content version when the source is confirmed gone, nothing when it cannot be reached (the
+object is orphaned; its latest version stays). Set membership never changes.
+
+What is written is object versions only, each on top of the exact version it was decided against
+(a commit precondition), so two clients reporting the same bytes produce one version. No session
+log entry is written (decision 0006): the versions are in the store with their transaction times,
+which is all that rebuilding a past context needs, and a change seen by one client is not one
+session's event. Every open session holding the object adopts the new version, so its next
+assembled context shows it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final
+
+import attrs
+
+from application.ports.files import SourceMissing, SourceUnavailable
+from application.ports.store import ConflictError
+from application.ports.tracking import SourceChange, SourceTracker
+from application.runner import MAX_ATTEMPTS, OpenSession, Reads
+from application.usecases.base import Deps, observe_source
+from domain.documents import to_document
+from domain.indexing import Outcome, decide_deletion, decide_full_index
+from domain.objects import FileObject, Source
+
+__all__ = ["RefreshReport", "TrackSources"]
+
+
+@attrs.frozen
+class RefreshReport:
+    """What one refresh (a batch of hints, or a re-hash pass) did."""
+
+    updated: tuple[str, ...] = ()
+    """Objects that got a new version with what is on disk now (created for a renamed file's new
+    path)."""
+    deleted: tuple[str, ...] = ()
+    """Objects whose source is confirmed gone: a null-content version was written."""
+    orphaned: tuple[str, ...] = ()
+    """Objects whose source cannot be read from here now: nothing written, latest version kept."""
+    unchanged: int = 0
+    """Sources whose stored version already matched."""
+    skipped: tuple[str, ...] = ()
+    """New paths of renamed files that were not indexed (unreadable, or outside the roots)."""
+
+
+_GONE: Final = "gone"
+
+
+class TrackSources:
+    """Watches the files open sessions hold, and refreshes objects from their sources.
+
+    ``sessions`` returns the sessions open in this client right now; the tracker may be None (no
+    watching: the re-hash pass still works).
+    """
+
+    def __init__(
+        self,
+        deps: Deps,
+        tracker: SourceTracker | None,
+        sessions: Callable[[], Iterable[OpenSession]],
+    ) -> None:
+        self._deps = deps
+        self._tracker = tracker
+        self._sessions = sessions
+        self._lock = threading.Lock()
+        self._watched: dict[str, Source] = {}
+        """Object id -> the source watched for it."""
+
+    # -- watching -----------------------------------------------------------------------------
+
+    def track(self, session: OpenSession, object_ids: Iterable[str] | None = None) -> None:
+        """Watch the sources of these objects of ``session`` (all of its index when None).
+
+        Only files that have been read are watched: a discovery stub holds no content that
+        could go stale (decision 0008), and tool calls have no source. Sources on another
+        filesystem are refused by the tracker, which never reads them.
+        """
+        if self._tracker is None:
+            return
+        ids = list(session.state.index) if object_ids is None else list(object_ids)
+        for object_id in ids:
+            obj = session.objects.get(object_id)
+            if not isinstance(obj, FileObject) or obj.is_stub:
+                continue
+            # Asked every time (cheap, idempotent): a watch may have ended since, e.g. when its
+            # directory was removed.
+            if self._tracker.watch(obj.source):
+                with self._lock:
+                    self._watched[object_id] = obj.source
+
+    def release(self, session: OpenSession) -> None:
+        """Stop watching what ``session`` held and no other open session holds."""
+        if self._tracker is None:
+            return
+        others = [s for s in self._sessions() if s is not session]
+        with self._lock:
+            candidates = [i for i in session.state.index if i in self._watched]
+        for object_id in candidates:
+            if any(object_id in other.objects for other in others):
+                continue
+            with self._lock:
+                source = self._watched.pop(object_id, None)
+            if source is not None:
+                self._tracker.unwatch(source)
+
+    def watched(self) -> dict[str, Source]:
+        """Object id -> source, for every object watched now."""
+        with self._lock:
+            return dict(self._watched)
+
+    # -- refreshing ---------------------------------------------------------------------------
+
+    def on_changes(self, changes: Sequence[SourceChange]) -> None:
+        """The tracker's handler: refresh what it reported (errors propagate to the tracker,
+        which records them)."""
+        self.refresh(changes)
+
+    def rehash(self, session: OpenSession) -> RefreshReport:
+        """Re-read every file ``session`` has read and index what changed: the pass that catches
+        whatever the watcher missed. Discovery stubs are not read (decision 0004)."""
+        with session.lock:
+            files = [
+                obj
+                for obj in (session.objects.get(i) for i in session.state.index)
+                if isinstance(obj, FileObject) and not obj.is_stub
+            ]
+        report = self.refresh([SourceChange(f.source) for f in files])
+        self.track(session, [f.id for f in files])
+        return report
+
+    def refresh(self, changes: Sequence[SourceChange]) -> RefreshReport:
+        """Full indexing (trigger ``watcher``) of each changed source, written as object
+        versions and adopted by every open session that holds the object."""
+        observed: dict[str, FileObject | str] = {}
+        orphaned: list[str] = []
+        skipped: list[str] = []
+        for change in changes:
+            object_id = FileObject.identity_of(change.source)
+            try:
+                source = change.source
+                if change.renamed_from is not None:
+                    # A new path the tracker saw: canonicalise and confine it like any other.
+                    source = self._deps.files.canonical(source)
+                    object_id = FileObject.identity_of(source)
+                observed[object_id] = observe_source(self._deps, source)
+            except SourceMissing:
+                if change.renamed_from is None:
+                    observed[object_id] = _GONE
+                else:
+                    skipped.append(change.source.path)
+            except SourceUnavailable:
+                if change.renamed_from is not None:
+                    skipped.append(change.source.path)
+                elif change.gone:
+                    observed[object_id] = _GONE  # the unlink was seen: confirmed deleted
+                else:
+                    orphaned.append(object_id)
+        written, unchanged = self._persist(observed) if observed else ({}, 0)
+        return RefreshReport(
+            updated=tuple(i for i, v in written.items() if not v.is_deleted),
+            deleted=tuple(i for i, v in written.items() if v.is_deleted),
+            orphaned=tuple(orphaned),
+            unchanged=unchanged,
+            skipped=tuple(skipped),
+        )
+
+    def _persist(self, observed: dict[str, FileObject | str]) -> tuple[dict[str, FileObject], int]:
+        """Write what changed in one commit, on top of the versions read; retry on conflict."""
+        store = self._deps.runner.store
+        for _attempt in range(MAX_ATTEMPTS):
+            reads = Reads(store)
+            stored = reads.stored_many(observed)
+            puts = []
+            expect = []
+            written: dict[str, FileObject] = {}
+            latest: dict[str, FileObject] = {}
+            unchanged = 0
+            for object_id, seen in observed.items():
+                previous = stored[object_id]
+                if previous is not None and not isinstance(previous, FileObject):
+                    continue  # not a file object: never overwrite another kind
+                if isinstance(seen, FileObject):
+                    outcome, version = decide_full_index(previous, seen)
+                else:
+                    outcome, version = decide_deletion(previous)
+                if version is not None:
+                    written[object_id] = version
+                    puts.append(to_document(version))
+                    expect.append(reads.expectation(object_id))
+                if outcome is Outcome.UNCHANGED:
+                    unchanged += 1
+                if version is not None:
+                    latest[object_id] = version
+                elif previous is not None:
+                    latest[object_id] = previous
+            if puts:
+                try:
+                    store.commit(puts, expect)
+                except ConflictError:
+                    continue  # another client wrote first: decide again on what it wrote
+            self._adopt(latest)
+            return written, unchanged
+        raise ConflictError(sorted(observed), operation="tracking commit (retried)")
+
+    def _adopt(self, latest: dict[str, FileObject]) -> None:
+        """Every open session holding one of these objects learns its latest version."""
+        if not latest:
+            return
+        for session in self._sessions():
+            with session.lock:
+                for object_id, version in latest.items():
+                    known = session.objects.get(object_id)
+                    if known is not None and known.object_hash != version.object_hash:
+                        session.remember(version)
