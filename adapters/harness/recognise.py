@@ -292,20 +292,28 @@ def _listing(program: str, tokens: list[str], output: str, cwd: str) -> Iterator
         targets = [t for t in tokens[1:] if not t.startswith("-")]
         long_format = any(t.startswith("-") and "l" in t for t in tokens[1:])
         base = _resolve(cwd, targets[0]) if len(targets) == 1 else cwd
-        if len(targets) > 1:
+        recursive = "--recursive" in tokens[1:] or any(
+            re.fullmatch(r"-[A-Za-z]*R[A-Za-z]*", t) for t in tokens[1:]
+        )
+        if len(targets) > 1 and not recursive:
             return  # several directories: sections are ambiguous without -R headers
         for line in lines:
-            if line.startswith("total ") or line.endswith(":"):
+            if line.startswith("total "):
+                continue
+            if line.endswith(":"):
+                if recursive:  # "-R" prints "DIR:" before each directory's entries
+                    base = _resolve(cwd, line[:-1])
                 continue
             if long_format:
                 fields = line.split(None, 8)
                 if len(fields) < 9 or not fields[0].startswith("-"):
                     continue  # directories, links and devices are not files
-                name = fields[8]
+                names = [fields[8]]
             else:
-                name = line.strip()
-            if _plausible_file(name):
-                yield _resolve(base, name)
+                names = line.split()  # on a terminal, ls prints several names per line
+            for name in names:
+                if _plausible_file(name):
+                    yield _resolve(base, name)
     elif program == "tree":
         stack: list[str] = []
         root = _resolve(cwd, next((t for t in tokens[1:] if not t.startswith("-")), "."))
