@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "adapters.cli.xtdb_cmd",
     "adapters.cli.bench_cmd",
     "adapters.cli.tokenizer_cmd",
+    "adapters.cli.serve_cmd",
 )
 
 

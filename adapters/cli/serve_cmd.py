@@ -1,0 +1,84 @@
+"""``selfctx serve --stdio``: JSON-RPC 2.0 for harnesses in any language (one message per line).
+
+stdout carries the protocol and nothing else: anything else that would print there (a library's
+banner, a stray ``print``) is sent to stderr, with the logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import IO, Any
+
+from adapters.bootstrap import build_service, open_store
+from adapters.harness.stdio import StdioServer
+
+
+def _serve(args: argparse.Namespace, protocol: IO[bytes]) -> None:
+    workspace = os.path.realpath(args.workspace or os.getcwd())
+    roots = [os.path.realpath(r) for r in args.root] or [workspace]
+    store = open_store(args.store)
+    try:
+        service = build_service(store=store, workspace=workspace, roots=roots)
+        server = StdioServer(service, cwd=workspace, roots=roots)
+        logging.getLogger("selfctx.serve").info(
+            "ready: store %s, workspace %s, roots %s", args.store, workspace, roots
+        )
+        server.serve(sys.stdin.buffer, protocol)
+    finally:
+        store.close()
+
+
+def _run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level.upper(),
+        format="selfctx serve: %(levelname)s %(message)s",
+    )
+    stdout = sys.stdout
+    sys.stdout = sys.stderr  # only the server writes to the real stdout
+    try:
+        _serve(args, stdout.buffer)
+    finally:
+        sys.stdout = stdout
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve harnesses over JSON-RPC 2.0 on stdin/stdout (one message per line)",
+        description="Serve the context manager as JSON-RPC 2.0, one message per line on "
+        "stdin/stdout; logs go to stderr. See docs/harness.md for the methods.",
+    )
+    parser.add_argument(
+        "--stdio",
+        action="store_true",
+        required=True,
+        help="speak JSON-RPC on stdin/stdout (the only transport so far)",
+    )
+    parser.add_argument(
+        "--store", default="memory", help="memory (default), xtdb://HOST:PORT or auto"
+    )
+    parser.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="the agent's working directory: relative paths in commands resolve against it, "
+        "and it is the allowed root unless --root is given (default: the current directory)",
+    )
+    parser.add_argument(
+        "--root",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="a directory files may be read from (repeatable; default: the workspace)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="stderr log level (default: info)",
+    )
+    parser.set_defaults(handler=_run)
