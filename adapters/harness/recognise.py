@@ -290,7 +290,7 @@ def _listing(program: str, tokens: list[str], output: str, cwd: str) -> Iterator
                 yield _resolve(cwd, path)
     elif program == "ls":
         targets = [t for t in tokens[1:] if not t.startswith("-")]
-        long_format = any(t.startswith("-") and "l" in t for t in tokens[1:])
+        long_format = any(re.fullmatch(r"-[A-Za-z]*l[A-Za-z]*", t) for t in tokens[1:])
         base = _resolve(cwd, targets[0]) if len(targets) == 1 else cwd
         recursive = "--recursive" in tokens[1:] or any(
             re.fullmatch(r"-[A-Za-z]*R[A-Za-z]*", t) for t in tokens[1:]
@@ -312,7 +312,11 @@ def _listing(program: str, tokens: list[str], output: str, cwd: str) -> Iterator
             else:
                 names = line.split()  # on a terminal, ls prints several names per line
             for name in names:
-                if _plausible_file(name):
+                if not _plausible_file(name):
+                    continue
+                if len(targets) == 1 and name == targets[0] and not recursive:
+                    yield _resolve(cwd, name)  # ls of a file prints it as it was given
+                else:
                     yield _resolve(base, name)
     elif program == "tree":
         stack: list[str] = []
