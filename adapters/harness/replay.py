@@ -1,0 +1,229 @@
+"""Replaying a recorded trajectory through the context manager, one model call at a time.
+
+For each call the original harness made, the replay hands a :class:`HarnessSession` the message
+list the harness sent (it ingests what is new), asks for the managed request, and measures both
+with one :class:`PromptCounter`: the *naive* prompt is the harness's own list, the *managed* one
+is ours. A context tool the recorded model called (``activate``, ``deactivate``, ``pin``,
+``unpin``, as in the project's own example session) is run on the session right before its result
+is ingested, as a harness would. The caller builds the service (and so picks the store); the
+replay never reads a host file as long as the service's default filesystem is not the host's
+(:func:`replay_filesystem_id`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from adapters.harness.render import to_anthropic, to_openai
+from adapters.harness.session import HarnessSession
+from adapters.harness.tokens import PromptCounter
+from adapters.harness.tools import is_context_tool
+from adapters.harness.trajectories import ModelCall, Trajectory
+from application.service import ContextService
+from domain.errors import InvalidInput
+
+__all__ = [
+    "CallFigures",
+    "Observer",
+    "ReplayReport",
+    "replay",
+    "replay_filesystem_id",
+    "session_id_for",
+    "totals",
+]
+
+
+@attrs.frozen
+class CallFigures:
+    """What one model call would have been sent, naive and managed."""
+
+    call: int
+    """1-based number of the call in its trajectory."""
+    messages: int
+    """Length of the harness's list for this call."""
+    naive_tokens: int
+    managed_tokens: int
+    objects: int
+    """Objects in the session index."""
+    active: int
+    """Objects whose full content is in the prompt."""
+    collapsed: int
+    """Objects shown as their metadata line only (pool minus active)."""
+    pinned: int
+    log_position: int
+    """The session's log position when the request was assembled (``selfctx show`` reads it)."""
+    recorded_prompt_tokens: int | None = None
+    """What the original provider billed for this call, when recorded."""
+
+    def to_json(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class ReplayReport:
+    """One trajectory's replay."""
+
+    trajectory: str
+    format: str
+    session_id: str
+    tokenizer: str
+    calls: tuple[CallFigures, ...]
+    recorded_prompt_tokens: int | None = None
+    """The original harness's own total of prompt tokens, when recorded."""
+
+    @property
+    def naive_tokens(self) -> int:
+        return sum(c.naive_tokens for c in self.calls)
+
+    @property
+    def managed_tokens(self) -> int:
+        return sum(c.managed_tokens for c in self.calls)
+
+    @property
+    def peak_naive(self) -> int:
+        return max((c.naive_tokens for c in self.calls), default=0)
+
+    @property
+    def peak_managed(self) -> int:
+        return max((c.managed_tokens for c in self.calls), default=0)
+
+    def total(self) -> dict[str, Any]:
+        return {
+            "naive_tokens": self.naive_tokens,
+            "managed_tokens": self.managed_tokens,
+            "peak_naive": self.peak_naive,
+            "peak_managed": self.peak_managed,
+            "recorded_prompt_tokens": self.recorded_prompt_tokens,
+        }
+
+
+def totals(reports: Sequence[ReplayReport]) -> dict[str, Any]:
+    """Totals over several replays (peaks are the largest single prompt)."""
+    recorded = [r.recorded_prompt_tokens for r in reports]
+    return {
+        "naive_tokens": sum(r.naive_tokens for r in reports),
+        "managed_tokens": sum(r.managed_tokens for r in reports),
+        "peak_naive": max((r.peak_naive for r in reports), default=0),
+        "peak_managed": max((r.peak_managed for r in reports), default=0),
+        "recorded_prompt_tokens": (
+            sum(r for r in recorded if r is not None)
+            if recorded and all(r is not None for r in recorded)
+            else None
+        ),
+    }
+
+
+Observer = Callable[[int, ModelCall, HarnessSession, Mapping[str, Any]], None]
+"""Called at each model call with its number, the call, the session and the managed request."""
+
+
+def session_id_for(trajectory: Trajectory, suffix: str = "") -> str:
+    """A valid session id naming the trajectory (``replay-<name>[-<suffix>]``)."""
+    base = re.sub(r"[^A-Za-z0-9._@+=-]+", "-", f"replay-{trajectory.name}").strip("-")
+    return f"{base}-{suffix}"[:200] if suffix else base[:200]
+
+
+def replay_filesystem_id(trajectory: Trajectory) -> str:
+    """The filesystem the trajectory's paths belong to: the one it names, else one of its own
+    (never the host's, so no host file is ever read for a recorded path)."""
+    return trajectory.filesystem_id or f"replay:{trajectory.format}:{trajectory.name}"
+
+
+def replay(
+    trajectory: Trajectory,
+    service: ContextService,
+    counter: PromptCounter,
+    *,
+    session_id: str | None = None,
+    request_format: str = "openai",
+    observe: Observer | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayReport:
+    """Replay every model call of ``trajectory`` into a new session of ``service``; then ingest
+    the rest of the stream (results after the last call), so the stored session is complete."""
+    if request_format not in ("openai", "anthropic"):
+        raise InvalidInput("format", request_format, "use 'openai' or 'anthropic'")
+    session_id = session_id or session_id_for(trajectory)
+    if session_id in service.sessions():
+        raise InvalidInput("session id", session_id, "a session with this id exists already")
+    session = HarnessSession(
+        service, session_id, "openai", cwd=trajectory.cwd, roots=[trajectory.workspace]
+    )
+    feed = _Feed(session, trajectory.messages)
+    figures = []
+    total = len(trajectory.calls)
+    for number, call in enumerate(trajectory.calls, 1):
+        feed.advance(call.position)
+        context = service.assemble(session_id)
+        request = to_openai(context) if request_format == "openai" else to_anthropic(context)
+        state = service.state(session_id)
+        figures.append(
+            CallFigures(
+                call=number,
+                messages=call.position,
+                naive_tokens=counter(trajectory.messages[: call.position]),
+                managed_tokens=counter(request),
+                objects=len(state.index),
+                active=len(state.active),
+                collapsed=len(state.pool) - len(state.active),
+                pinned=len(state.pinned),
+                log_position=service.log_position(session_id),
+                recorded_prompt_tokens=call.recorded_prompt_tokens,
+            )
+        )
+        if observe is not None:
+            observe(number, call, session, request)
+        if progress is not None:
+            progress(number, total)
+    feed.advance(len(trajectory.messages))
+    return ReplayReport(
+        trajectory=trajectory.name,
+        format=trajectory.format,
+        session_id=session_id,
+        tokenizer=counter.name,
+        calls=tuple(figures),
+        recorded_prompt_tokens=trajectory.recorded_prompt_tokens,
+    )
+
+
+class _Feed:
+    """Hands the session growing prefixes of the stream, running context tools on the way."""
+
+    def __init__(self, session: HarnessSession, messages: Sequence[Mapping[str, Any]]) -> None:
+        self.session = session
+        self.messages = messages
+        self.done = 0
+        self.context_calls: dict[str, tuple[str, dict[str, Any]]] = {}
+        for message in messages:
+            for call in message.get("tool_calls") or ():
+                name = call["function"]["name"]
+                if is_context_tool(name):
+                    self.context_calls[call["id"]] = (name, _arguments(call))
+
+    def advance(self, end: int) -> None:
+        """Ingest ``messages[:end]``; a context tool's result first runs the tool."""
+        for index in range(self.done, end):
+            message = self.messages[index]
+            call = self.context_calls.get(str(message.get("tool_call_id")))
+            if message.get("role") == "tool" and call is not None:
+                self.session.ingest(list(self.messages[:index]))
+                self.session.handle(*call)
+        if end > self.done or end == 0:
+            self.session.ingest(list(self.messages[:end]))
+        self.done = max(self.done, end)
+
+
+def _arguments(call: Mapping[str, Any]) -> dict[str, Any]:
+    raw = call["function"].get("arguments")
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    try:
+        parsed = json.loads(raw or "{}")
+    except (TypeError, json.JSONDecodeError):
+        return {}
+    return parsed if isinstance(parsed, dict) else {}

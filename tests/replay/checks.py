@@ -1,0 +1,82 @@
+"""What every replayed model call must satisfy (issue 5): each answered tool call is an object
+holding its exact output; every collapsed output comes back byte-identical when activated (and
+collapses again when deactivated); the request is valid for both provider formats; the session's
+set invariants hold."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from adapters.harness import HarnessSession, to_anthropic, to_openai
+from adapters.harness.render import validate_anthropic, validate_openai
+from adapters.harness.trajectories import ModelCall, Trajectory
+from domain.objects import ToolcallObject
+
+
+@attrs.define
+class CallChecker:
+    """An observer for :func:`adapters.harness.replay.replay` that asserts at every call.
+
+    ``activate_every`` limits the byte-identity check to every n-th call (1: every call); the
+    last call is always checked in full.
+    """
+
+    trajectory: Trajectory
+    activate_every: int = 1
+    outputs: dict[str, str] = attrs.field(init=False)
+    calls_checked: int = 0
+    activations: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        self.outputs = self.trajectory.tool_outputs()
+
+    def __call__(
+        self, number: int, call: ModelCall, session: HarnessSession, request: Mapping[str, Any]
+    ) -> None:
+        service, sid = session.service, session.session_id
+        state = service.state(sid)
+        # the session invariants
+        assert state.active <= state.pool, "active ⊄ pool"
+        assert state.pool <= set(state.index), "pool ⊄ index"
+        assert state.pinned <= set(state.index), "pinned ⊄ index"
+        # each answered tool call is an object with its exact output
+        answered = [
+            m["tool_call_id"]
+            for m in self.trajectory.messages[: call.position]
+            if m["role"] == "tool"
+        ]
+        for call_id in answered:
+            obj = service.object(sid, call_id)
+            assert isinstance(obj, ToolcallObject), call_id
+            assert obj.content == self.outputs[call_id], call_id
+            assert state.in_index(call_id), call_id
+        # the request is valid for its provider, in both formats
+        validate_openai(request)
+        context = service.assemble(sid)
+        validate_openai(to_openai(context))
+        validate_anthropic(to_anthropic(context))
+        # every collapsed output comes back byte-identical
+        last = number == len(self.trajectory.calls)
+        if last or number % self.activate_every == 0:
+            collapsed = [i for i in state.ordered(state.pool - state.active) if i in self.outputs]
+            for object_id in collapsed:
+                self._round_trip(session, object_id)
+        self.calls_checked += 1
+
+    def _round_trip(self, session: HarnessSession, object_id: str) -> None:
+        service, sid = session.service, session.session_id
+        before = service.state(sid).active
+        answer = session.handle("activate", {"id": object_id})
+        assert answer.ok, answer.message
+        context = service.assemble(sid)
+        blocks = {b.object_id: b.content for b in context.active}
+        assert blocks[object_id] == self.outputs[object_id], object_id
+        expected = f"ACTIVE_CONTENT id={object_id}\n{self.outputs[object_id]}"
+        assert expected in to_openai(context)["messages"][-1]["content"]
+        answer = session.handle("deactivate", {"id": object_id})
+        assert answer.ok, answer.message
+        assert service.state(sid).active == before
+        self.activations += 1

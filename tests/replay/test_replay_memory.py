@@ -1,0 +1,36 @@
+"""Every trajectory of the development set, replayed end to end on the in-memory store, with the
+full checks at every model call (``checks.CallChecker``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapters.bootstrap import build_service
+from adapters.harness.replay import replay, replay_filesystem_id
+from adapters.harness.tokens import PromptCounter
+from adapters.harness.trajectories import Trajectory
+from adapters.memory import MemoryStore
+from adapters.tokenizer import EstimateTokenizer
+from tests.replay.checks import CallChecker
+from tests.replay.data import trajectory_params
+
+
+@pytest.mark.parametrize("trajectory", trajectory_params())
+def test_replay_on_memory_checks_every_call(trajectory: Trajectory, tmp_path) -> None:
+    service = build_service(
+        store=MemoryStore(),
+        workspace=str(tmp_path),
+        default_filesystem_id=replay_filesystem_id(trajectory),
+    )
+    checker = CallChecker(trajectory)
+    report = replay(trajectory, service, PromptCounter(EstimateTokenizer()), observe=checker)
+
+    assert checker.calls_checked == len(trajectory.calls) == len(report.calls)
+    assert [c.call for c in report.calls] == list(range(1, len(trajectory.calls) + 1))
+    # after the replay the whole stream is stored: every answered call is an object
+    state = service.state(report.session_id)
+    for call_id in trajectory.tool_outputs():
+        assert state.in_index(call_id)
+    # the managed prompt never shows a collapsed output, so it cannot be larger than the naive
+    # one by more than its metadata lines and active files
+    assert report.naive_tokens > 0 and report.managed_tokens > 0
