@@ -320,7 +320,13 @@ def _listing(program: str, tokens: list[str], output: str, cwd: str) -> Iterator
                     yield _resolve(base, name)
     elif program == "tree":
         stack: list[str] = []
-        root = _resolve(cwd, next((t for t in tokens[1:] if not t.startswith("-")), "."))
+        operands, args = [], iter(tokens[1:])
+        for token in args:
+            if token in ("-L", "-P", "-I", "-o", "-H", "-T", "--filelimit", "--charset"):
+                next(args, None)  # an option's value, not the directory
+            elif not token.startswith("-"):
+                operands.append(token)
+        root = _resolve(cwd, operands[0] if operands else ".")
         for line in lines:
             match = re.match(r"^((?:[│ ] {3}|    )*)[├└]── (.+)$", line)
             if not match:
