@@ -16,6 +16,8 @@ from domain.errors import SelfContextError
 # Modules that contribute sub-commands, in the order `selfctx --help` lists them.
 COMMAND_MODULES = (
     "adapters.cli.demo",
+    "adapters.cli.replay_cmd",
+    "adapters.cli.inspect_cmd",
     "adapters.cli.xtdb_cmd",
     "adapters.cli.bench_cmd",
     "adapters.cli.tokenizer_cmd",
