@@ -407,12 +407,18 @@ def _editor_effects(args: Mapping[str, Any], output: str) -> Iterator[Effect]:
             if content is not None:
                 yield FileRead(path, content)
     elif command == "create" and isinstance(args.get("file_text"), str):
-        yield FileWrite(path, args["file_text"])
+        if not _editor_refused(output):
+            yield FileWrite(path, args["file_text"])
     elif command == "str_replace" and isinstance(args.get("old_str"), str):
         if "has been edited" in output or "was edited" in output or not output:
             yield FileEdit(path, args["old_str"], str(args.get("new_str") or ""))
     elif command in ("insert", "undo_edit"):
         yield FileWrite(path)
+
+
+def _editor_refused(output: str) -> bool:
+    """The editor reported that it did nothing (``create`` over an existing file, a bad path)."""
+    return output.lstrip().startswith(("ERROR", "Error")) or "Cannot overwrite" in output
 
 
 def recognise(tool: str, args: Mapping[str, Any], output: str, cwd: str) -> list[Effect]:
