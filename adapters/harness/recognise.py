@@ -84,7 +84,8 @@ def unwrap_output(output: str) -> tuple[str, int | None]:
     if match:
         return match.group(2), int(match.group(1))
     if output.startswith("OBSERVATION:\n"):
-        return output[len("OBSERVATION:\n") :], None
+        # SWE-agent reads commands through a terminal, which ends every line with CRLF.
+        return output[len("OBSERVATION:\n") :].replace("\r\n", "\n"), None
     return output, None
 
 
