@@ -134,9 +134,15 @@ def _blocks(message: RenderedMessage, errors: Mapping[str, bool]) -> list[dict[s
     return blocks
 
 
-def to_anthropic(context: AssembledContext) -> dict[str, Any]:
-    """``{"system": [...], "messages": [...]}`` for the Messages API."""
-    system = [{"type": "text", "text": context.system_prompt or "(no system prompt)"}]
+def to_anthropic(context: AssembledContext, *, cache_control: bool = True) -> dict[str, Any]:
+    """``{"system": [...], "messages": [...]}`` for the Messages API.
+
+    With ``cache_control``, two cache breakpoints mark the end of the stable prefix: the last
+    system block, and the last block of the chat (before the active content, which changes from
+    turn to turn in the SSOT layout; in the inline layout nothing follows the chat)."""
+    system: list[dict[str, Any]] = [
+        {"type": "text", "text": context.system_prompt or "(no system prompt)"}
+    ]
     if context.metadata:
         system.append({"type": "text", "text": _metadata_text(context)})
     errors = {m.toolcall_id or "": m.text.endswith("status=fail") for m in context.chat}
@@ -157,6 +163,9 @@ def to_anthropic(context: AssembledContext) -> dict[str, Any]:
         messages.insert(
             0, {"role": "user", "content": [{"type": "text", "text": "(session start)"}]}
         )
+    if cache_control:
+        system[-1]["cache_control"] = {"type": "ephemeral"}
+        messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
     if context.active:
         active = {"type": "text", "text": _active_text(context)}
         if messages[-1]["role"] == "user":
