@@ -242,9 +242,10 @@ def parse_anthropic(messages: Sequence[Any], system: Any = None) -> list[Message
 def parse_messages(messages: Any, fmt: str, system: Any = None) -> list[Message]:
     """Parse ``messages`` in format ``fmt`` (``openai`` or ``anthropic``)."""
     if fmt == "openai":
-        if system is not None:
-            return parse_openai([{"role": "system", "content": system}, *messages])
-        return parse_openai(messages)
+        parsed = parse_openai(messages)
+        if system is not None:  # index -1: not one of the list's messages
+            parsed.insert(0, Message("system", _parts_text(system, -1, "system"), index=-1))
+        return parsed
     if fmt == "anthropic":
         return parse_anthropic(messages, system)
     raise InvalidInput("format", fmt, f"use one of {list(FORMATS)}")
