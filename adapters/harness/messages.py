@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -15,6 +16,7 @@ import attrs
 
 from domain.chat import ToolCallRequest
 from domain.errors import InvalidInput
+from domain.hashing import stable_stringify
 
 __all__ = [
     "FORMATS",
@@ -103,8 +105,30 @@ def _parts_text(parts: Any, index: int, what: str) -> str:
     return _text("".join(out), index, what)
 
 
+def _json_problem(value: Any) -> str | None:
+    """Why ``value`` is not JSON that the store keeps exactly (NaN, infinities, integers no
+    double holds, non-string keys, other types), or None."""
+    try:
+        stable_stringify(value)  # refuses inexact integers, odd keys and types; writes NaN as null
+    except (TypeError, InvalidInput) as exc:
+        return str(exc)
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"{item!r} is not a JSON number"
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return None
+
+
 def _arguments(raw: Any, index: int) -> dict[str, Any]:
     if isinstance(raw, Mapping):
+        problem = _json_problem(raw)
+        if problem is not None:
+            raise MalformedMessage(index, f"tool call arguments are not JSON: {problem}")
         return dict(raw)
     if not isinstance(raw, str):
         raise MalformedMessage(index, "tool call arguments must be a JSON string or object")
@@ -115,6 +139,9 @@ def _arguments(raw: Any, index: int) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         # Models do emit broken JSON; keep the call, with the raw text, rather than refuse it.
         return {"_raw": raw, "_error": f"invalid JSON: {exc.msg}"}
+    problem = _json_problem(parsed)
+    if problem is not None:  # NaN, 1e400, huge integers: broken JSON for the store, kept raw too
+        return {"_raw": raw, "_error": f"invalid JSON: {problem}"}
     return parsed if isinstance(parsed, dict) else {"_value": parsed}
 
 
