@@ -258,7 +258,7 @@ def parse_anthropic(messages: Sequence[Any], system: Any = None) -> list[Message
                     texts.append(f"[{kind}]")
             else:
                 raise MalformedMessage(index, f"a {role} message cannot hold a {kind!r} block")
-        text = "\n".join(texts)
+        text = _text("\n".join(texts), index, "content")
         if role == "assistant":
             out.append(Message("assistant", text, tuple(calls), index=index))
         elif texts:
