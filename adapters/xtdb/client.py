@@ -150,12 +150,17 @@ class XtdbClient:
         return answer
 
     def entity_history(self, eid: str, *, valid_time: str, timeout: float) -> list[Any]:
-        """Every version of ``eid``, ascending, with documents."""
+        """Every version of ``eid``, ascending, with documents.
+
+        With corrections: two transactions in the same millisecond get the same default valid
+        time, and without corrections XTDB lists only the later one of them.
+        """
         params = {
             "eid": eid,
             "history": "true",
             "sort-order": "asc",
             "with-docs": "true",
+            "with-corrections": "true",
             "valid-time": valid_time,
         }
         answer = self._call("GET", "/_xtdb/entity", "history", timeout=timeout, params=params)

@@ -168,3 +168,22 @@ def test_reads_see_a_commit_made_by_another_client_at_once(
     thread.start()
     thread.join()
     assert errors == []
+
+
+def test_history_keeps_versions_written_in_the_same_millisecond(store: XtdbStore, ns: str) -> None:
+    # A transaction's valid time is its tx time, in milliseconds; concurrent commits share one
+    # often enough, and XTDB then lists only the later version unless asked for corrections.
+    def write(n: int) -> None:
+        for i in range(40):
+            store.commit([{"xt/id": ns + "hot", "writer": n, "i": i}])
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    history = store.history(ns + "hot")
+    assert len(history) == 240
+    assert [v.tx_id for v in history] == sorted(v.tx_id for v in history)
+    assert store.get(ns + "hot") == history[-1].document
+    assert store.get_as_of(ns + "hot", history[100].tx_id) == history[100].document
