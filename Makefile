@@ -23,8 +23,10 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@ $(VENV)/.installed
 
+# The main job: replay the example agent session the project ships (naive vs managed tokens per
+# model call), then print the context the model saw at the last call.
 demo: $(VENV)/.installed
-	$(BIN)/selfctx demo
+	$(BIN)/selfctx replay adapters/cli/sample_session.json --show -1
 
 # PostgreSQL server binaries for the two-node XTDB cluster test (skipped without them).
 postgres:
