@@ -113,7 +113,7 @@ def run_replays(
         if persistent:
             trajectory = trajectory.with_call_id_prefix(f"{session_id}/")
         bar = ProgressBar(err, trajectory.name) if progress else None
-        keep = ShowCall(show)
+        keep = ShowCall(len(trajectory.calls) + 1 + show if show is not None and show < 0 else show)
         try:
             reports.append(
                 replay(
@@ -147,12 +147,13 @@ def print_table(report: ReplayReport, trajectory: Trajectory, out: TextIO) -> No
     for note in trajectory.notes:
         print(f"  note: {note}", file=out)
     head = f"{'call':>5} {'msgs':>5} {'naive':>9} {'managed':>9} {'change':>8} {'active':>7} "
-    head += f"{'collapsed':>9}" + (f" {'recorded':>9}" if recorded else "")
+    head += f"{'collapsed':>9} {'unread':>6}" + (f" {'recorded':>9}" if recorded else "")
     print(head, file=out)
     for c in report.calls:
         line = (
             f"{c.call:>5} {c.messages:>5} {c.naive_tokens:>9,} {c.managed_tokens:>9,} "
-            f"{_pct(c.managed_tokens, c.naive_tokens):>8} {c.active:>7} {c.collapsed:>9}"
+            f"{_pct(c.managed_tokens, c.naive_tokens):>8} {c.active:>7} {c.collapsed:>9} "
+            f"{c.unread:>6}"
         )
         if recorded:
             rec = c.recorded_prompt_tokens
@@ -275,7 +276,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--store", default="memory", help="memory (default), xtdb://HOST:PORT or auto"
     )
-    parser.add_argument("--show", type=int, metavar="N", help="print the context at call N")
+    parser.add_argument(
+        "--show", type=int, metavar="N", help="print the context at call N (-1: the last)"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--session", help="session id (default: replay-<trajectory name>...)")
     parser.add_argument(

@@ -26,6 +26,7 @@ from adapters.harness.tools import is_context_tool
 from adapters.harness.trajectories import ModelCall, Trajectory
 from application.service import ContextService
 from domain.errors import InvalidInput
+from domain.objects import FileObject
 
 __all__ = [
     "CallFigures",
@@ -53,7 +54,9 @@ class CallFigures:
     active: int
     """Objects whose full content is in the prompt."""
     collapsed: int
-    """Objects shown as their metadata line only (pool minus active)."""
+    """Objects shown as their metadata line only (pool minus active), discovery stubs aside."""
+    unread: int
+    """Discovery stubs: files seen listed, never read (a metadata line too)."""
     pinned: int
     log_position: int
     """The session's log position when the request was assembled (``selfctx show`` reads it)."""
@@ -75,6 +78,8 @@ class ReplayReport:
     calls: tuple[CallFigures, ...]
     recorded_prompt_tokens: int | None = None
     """The original harness's own total of prompt tokens, when recorded."""
+    context_answers: tuple[tuple[str, str], ...] = ()
+    """``(call id, answer)`` of each context tool the replay ran, in order."""
 
     @property
     def naive_tokens(self) -> int:
@@ -162,6 +167,7 @@ def replay(
         context = service.assemble(session_id)
         request = to_openai(context) if request_format == "openai" else to_anthropic(context)
         state = service.state(session_id)
+        unread = sum(1 for i in state.pool - state.active if _is_stub(service, session_id, i))
         figures.append(
             CallFigures(
                 call=number,
@@ -170,7 +176,8 @@ def replay(
                 managed_tokens=counter(request),
                 objects=len(state.index),
                 active=len(state.active),
-                collapsed=len(state.pool) - len(state.active),
+                collapsed=len(state.pool) - len(state.active) - unread,
+                unread=unread,
                 pinned=len(state.pinned),
                 log_position=service.log_position(session_id),
                 recorded_prompt_tokens=call.recorded_prompt_tokens,
@@ -188,6 +195,7 @@ def replay(
         tokenizer=counter.name,
         calls=tuple(figures),
         recorded_prompt_tokens=trajectory.recorded_prompt_tokens,
+        context_answers=tuple(feed.answers),
     )
 
 
@@ -199,6 +207,7 @@ class _Feed:
         self.messages = messages
         self.done = 0
         self.context_calls: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.answers: list[tuple[str, str]] = []
         for message in messages:
             for call in message.get("tool_calls") or ():
                 name = call["function"]["name"]
@@ -209,13 +218,19 @@ class _Feed:
         """Ingest ``messages[:end]``; a context tool's result first runs the tool."""
         for index in range(self.done, end):
             message = self.messages[index]
-            call = self.context_calls.get(str(message.get("tool_call_id")))
+            call_id = str(message.get("tool_call_id"))
+            call = self.context_calls.get(call_id)
             if message.get("role") == "tool" and call is not None:
                 self.session.ingest(list(self.messages[:index]))
-                self.session.handle(*call)
+                self.answers.append((call_id, self.session.handle(*call).message))
         if end > self.done or end == 0:
             self.session.ingest(list(self.messages[:end]))
         self.done = max(self.done, end)
+
+
+def _is_stub(service: ContextService, session_id: str, object_id: str) -> bool:
+    obj = service.object(session_id, object_id)
+    return isinstance(obj, FileObject) and obj.file_hash is None and obj.content_status is None
 
 
 def _arguments(call: Mapping[str, Any]) -> dict[str, Any]:
