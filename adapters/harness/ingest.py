@@ -172,7 +172,8 @@ class Ingestor:
         finally:
             self.total += consumed
             if consumed == len(new):
-                self.view = [m.fingerprint for m in messages]
+                if diverged or len(messages) > len(self.view):  # a prefix keeps the longer view
+                    self.view = [m.fingerprint for m in messages]
             elif not diverged:
                 # Only part of an append was recorded: the view is the list up to it.
                 self.view = [m.fingerprint for m in messages[: len(self.view) + consumed]]
