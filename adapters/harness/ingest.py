@@ -42,11 +42,24 @@ class IngestResult:
     """Messages recorded over the session's life."""
 
 
+_SYSTEM_MARK = "[system] "
+"""How a system message in mid-conversation is kept: as a user message with this mark."""
+
+
 def _fingerprint(role: str, text: str, call_ids: Sequence[str] = (), call_id: str = "") -> str:
     if role == "tool":
         return Message("tool", "", tool_call_id=call_id).fingerprint
+    if role == "system":  # known by the form it is recorded in, so a resume recognises it
+        role, text = "user", _SYSTEM_MARK + text
     calls = tuple(ToolCallRequest(i, "x") for i in call_ids)
     return Message(role, text, calls).fingerprint  # type: ignore[arg-type]
+
+
+def _key(message: Message) -> str:
+    """The fingerprint the cursor uses for a message of the harness's list."""
+    if message.role == "system":
+        return _fingerprint("system", message.text)
+    return message.fingerprint
 
 
 def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
@@ -109,7 +122,7 @@ class Ingestor:
     # -- planning --------------------------------------------------------------------------
 
     def _plan(self, messages: Sequence[Message]) -> tuple[list[Message], bool]:
-        fps = [m.fingerprint for m in messages]
+        fps = [_key(m) for m in messages]
         prefix = _common_prefix(self.view, fps)
         if prefix == len(fps):
             return [], False  # nothing beyond what we have seen (a retry or a truncation)
@@ -167,16 +180,16 @@ class Ingestor:
         try:
             for message in new:
                 self._record(message)
-                self.recorded[message.fingerprint] += 1
+                self.recorded[_key(message)] += 1
                 consumed += 1
         finally:
             self.total += consumed
             if consumed == len(new):
                 if diverged or len(messages) > len(self.view):  # a prefix keeps the longer view
-                    self.view = [m.fingerprint for m in messages]
+                    self.view = [_key(m) for m in messages]
             elif not diverged:
                 # Only part of an append was recorded: the view is the list up to it.
-                self.view = [m.fingerprint for m in messages[: len(self.view) + consumed]]
+                self.view = [_key(m) for m in messages[: len(self.view) + consumed]]
         return IngestResult(consumed=consumed, diverged=diverged, total=self.total)
 
     def _record(self, message: Message) -> None:
@@ -184,7 +197,7 @@ class Ingestor:
         if message.role == "user":
             self.service.record_user_message(sid, message.text)
         elif message.role == "system":  # in mid-conversation: kept, as a marked user message
-            self.service.record_user_message(sid, f"[system] {message.text}")
+            self.service.record_user_message(sid, _SYSTEM_MARK + message.text)
         elif message.role == "assistant":
             self.service.record_assistant_message(sid, message.text, message.tool_calls)
             for call in message.tool_calls:
