@@ -135,6 +135,8 @@ class Ingestor:
         for message, fp in zip(messages[prefix:], fps[prefix:], strict=True):
             if available[fp] > 0:
                 available[fp] -= 1
+            elif message.tool_calls and all(c.id in self.calls for c in message.tool_calls):
+                continue  # an assistant message the harness edited: its calls say which it is
             else:
                 new.append(message)
         return new, True
