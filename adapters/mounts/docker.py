@@ -83,7 +83,9 @@ def mounts_from_docker_inspect(
     container_id = entry.get("Id")
     if not isinstance(container_id, str) or not container_id:
         raise MountConfigError(where, "the container has no 'Id'")
-    raw_mounts = entry.get("Mounts") or []
+    raw_mounts = entry.get("Mounts")
+    if raw_mounts is None:  # docker prints null for a container without mounts
+        raw_mounts = []
     if not isinstance(raw_mounts, list):
         raise MountConfigError(where, "'Mounts' must be a list")
     specs = []

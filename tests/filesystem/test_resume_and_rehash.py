@@ -1,0 +1,160 @@
+"""Resume after changes made while no client ran (SSOT §3.6), and the re-hash pass that catches
+what a watcher missed, on real files. The re-hash tests run without watchdog: events are hints,
+this path must stand on its own (STYLE.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from adapters.memory import MemoryStore
+from application.ports.store import ConflictError
+from application.ports.tracking import SourceChange
+from domain.objects import FileObject, FilesystemSource
+from tests.filesystem.conftest import MakeFsService
+from tests.filesystem.helpers import eventually, history, write
+from tests.support import WrappedStore
+
+
+@pytest.fixture
+def sid(ns: str) -> str:
+    return f"{ns}resume"
+
+
+def test_resume_reconciles_edits_and_deletes_made_while_no_client_ran(
+    make_fs_service: MakeFsService, workspace: Path, sid: str
+) -> None:
+    edited, deleted, same = workspace / "edited.py", workspace / "deleted.py", workspace / "same.py"
+    for path in (edited, deleted, same):
+        write(path, f"# {path.name}\n")
+    first = make_fs_service()
+    first.start_session(sid)
+    ids = {p.name: first.index_file(sid, str(p)).object_id for p in (edited, deleted, same)}
+    first.deactivate(sid, ids["same.py"])
+    before = first.state(sid)
+    first.close()  # the client stops: nobody watches any more
+
+    write(edited, "# edited while paused\n")
+    deleted.unlink()
+
+    second = make_fs_service()
+    report = second.resume_session(sid)
+
+    assert report.updated == (ids["edited.py"],)
+    assert report.deleted == (ids["deleted.py"],)
+    assert report.unchanged == 1 and report.orphaned == ()
+    assert history(second, ids["edited.py"])[-1] == ("# edited while paused\n", None)
+    assert history(second, ids["deleted.py"])[-1] == (None, "deleted")
+    state = second.state(sid)
+    assert (state.index, state.pool, state.active) == (before.index, before.pool, before.active)
+
+    # Watchers are re-established for every file that was read, deleted ones included.
+    assert second.tracker is not None
+    assert {s.path for s in second.tracker.watching()} == {str(edited), str(deleted), str(same)}
+    write(same, "# changed after resume\n")
+    eventually(lambda: len(second.history(ids["same.py"])) == 2, "the watcher after resume")
+    write(deleted, "# back again\n")
+    eventually(
+        lambda: history(second, ids["deleted.py"])[-1] == ("# back again\n", None),
+        "the deleted file's return",
+    )
+
+
+def test_rehash_catches_changes_no_watcher_saw(
+    make_fs_service: MakeFsService, workspace: Path, sid: str
+) -> None:
+    changed, removed, kept = workspace / "c.txt", workspace / "r.txt", workspace / "k.txt"
+    for path in (changed, removed, kept):
+        write(path, path.name)
+    service = make_fs_service(track=False)
+    service.start_session(sid)
+    ids = {p.name: service.index_file(sid, str(p)).object_id for p in (changed, removed, kept)}
+    service.discover(sid, [str(workspace / "stub.txt")])  # stubs are not re-read
+    seq = service.log_position(sid)
+
+    write(changed, "c.txt, changed")
+    removed.unlink()
+    report = service.rehash(sid)
+
+    assert report.updated == (ids["c.txt"],)
+    assert report.deleted == (ids["r.txt"],)
+    assert report.unchanged == 1 and report.orphaned == ()
+    assert service.object(sid, ids["c.txt"]).content == "c.txt, changed"
+    assert service.object(sid, ids["r.txt"]).content is None
+    assert service.log_position(sid) == seq  # object versions only (decision 0006)
+    assert service.rehash(sid) == type(report)(unchanged=3)  # a second pass finds nothing new
+
+
+def test_refreshing_the_same_change_from_two_clients_writes_one_version(
+    make_fs_service: MakeFsService, workspace: Path, ns: str
+) -> None:
+    """Deterministic version of two watchers racing: the second commit conflicts, re-reads, and
+    finds the bytes already stored."""
+    path = workspace / "raced.py"
+    write(path, "v1\n")
+    store = WrappedStore(MemoryStore())
+    one = make_fs_service(track=False, store=store)
+    two = make_fs_service(track=False, store=store)
+    one.start_session(f"{ns}a")
+    two.start_session(f"{ns}b")
+    oid = one.index_file(f"{ns}a", str(path)).object_id
+    two.index_file(f"{ns}b", str(path))
+    write(path, "v2\n")
+
+    # Client two's commit is preceded by client one's: two decided on v1 and must conflict.
+    store.on_commit = lambda: one.rehash(f"{ns}a")
+    report = two.rehash(f"{ns}b")
+
+    assert report.updated == () and report.unchanged == 1
+    assert history(one, oid) == [("v1\n", None), ("v2\n", None)]
+    assert two.object(f"{ns}b", oid).content == "v2\n"
+
+
+def test_endless_conflicts_give_up_and_write_nothing(
+    make_fs_service: MakeFsService, workspace: Path, sid: str
+) -> None:
+    path = workspace / "contested.txt"
+    write(path, "1")
+    store = WrappedStore(MemoryStore())
+    service = make_fs_service(track=False, store=store)
+    service.start_session(sid)
+    oid = service.index_file(sid, str(path)).object_id
+    n = 0
+
+    def interfere() -> None:  # another writer always gets there first with other bytes
+        nonlocal n
+        n += 1
+        doc = dict(store.get(oid) or {})
+        doc["file_hash"] = f"other-{n}"
+        store.inner.commit([doc])
+        store.on_commit = interfere
+
+    store.on_commit = interfere
+    write(path, "2")
+    with pytest.raises(ConflictError):
+        service.rehash(sid)
+    store.on_commit = None
+    hashes = [v.document["file_hash"] for v in service.history(oid)]
+    assert len(hashes) == 1 + n and all(h.startswith("other-") for h in hashes[1:])
+
+
+def test_a_renamed_files_new_path_outside_the_roots_is_skipped(
+    make_fs_service: MakeFsService, workspace: Path, tmp_path: Path, sid: str, host_id: str
+) -> None:
+    """The use case canonicalises a new path before indexing it, like any path."""
+    outside = tmp_path / "outside.txt"
+    write(outside, "secret")
+    link = workspace / "link.txt"
+    os.symlink(outside, link)
+    old = FilesystemSource(host_id, str(workspace / "was.txt"))
+    service = make_fs_service(track=False)
+    service.start_session(sid)
+
+    report = service._tracking.refresh(  # the tracker's entry point, called directly
+        [SourceChange(FilesystemSource(host_id, str(link)), renamed_from=old)]
+    )
+
+    assert report.skipped == (str(link),)
+    assert service.history(FileObject.identity_of(FilesystemSource(host_id, str(outside)))) == []
