@@ -26,6 +26,7 @@ from application.service import ContextService
 from domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
 from domain.errors import InvalidInput, SelfContextError
 from domain.objects import FileObject, ToolStatus
+from domain.session.machine import INFRASTRUCTURE_PREFIXES
 
 __all__ = ["IngestResult", "Ingestor"]
 
@@ -150,6 +151,11 @@ class Ingestor:
                 for call in message.tool_calls:
                     if call.id in calls:
                         raise MalformedMessage(message.index, f"tool call id {call.id!r} is reused")
+                    if call.id.startswith(INFRASTRUCTURE_PREFIXES):
+                        raise MalformedMessage(
+                            message.index,
+                            f"tool call id {call.id!r} uses a prefix of the session's own objects",
+                        )
                     calls[call.id] = call
             elif message.role == "tool":
                 call_id = message.tool_call_id or ""
