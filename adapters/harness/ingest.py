@@ -169,6 +169,12 @@ class Ingestor:
                         message.index, f"a second result for tool call {call_id!r}"
                     )
                 answered.add(call_id)
+                limit = self.service.settings.max_output_bytes
+                text = message.text
+                if len(text) > limit // 4 and len(text.encode("utf-8", "surrogatepass")) > limit:
+                    raise MalformedMessage(
+                        message.index, f"the tool output is over the limit of {limit} bytes"
+                    )
 
     # -- recording -------------------------------------------------------------------------
 
