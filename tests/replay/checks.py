@@ -5,7 +5,7 @@ set invariants hold."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -29,6 +29,9 @@ class CallChecker:
     outputs: dict[str, str] = attrs.field(init=False)
     calls_checked: int = 0
     activations: int = 0
+    seen: dict[int, tuple[int, str]] = attrs.field(factory=dict)
+    """Per call: the log position and the context's text, before any check changed anything."""
+    session: HarnessSession | None = None
 
     def __attrs_post_init__(self) -> None:
         self.outputs = self.trajectory.tool_outputs()
@@ -38,6 +41,8 @@ class CallChecker:
     ) -> None:
         service, sid = session.service, session.session_id
         state = service.state(sid)
+        self.session = session
+        self.seen[number] = (service.log_position(sid), service.assemble(sid).to_text())
         # the session invariants
         assert state.active <= state.pool, "active ⊄ pool"
         assert state.pool <= set(state.index), "pool ⊄ index"
@@ -65,6 +70,15 @@ class CallChecker:
             for object_id in collapsed:
                 self._round_trip(session, object_id)
         self.calls_checked += 1
+
+    def check_past(self, calls: Iterable[int]) -> None:
+        """The context rebuilt from stored versions at each call's log position is the context
+        the call saw (what ``selfctx show`` relies on)."""
+        for number in calls:
+            position, text = self.seen[number]
+            assert self.session is not None
+            rebuilt = self.session.service.context_at(self.session.session_id, position).to_text()
+            assert rebuilt == text, f"call {number}: context_at({position}) differs"
 
     def _round_trip(self, session: HarnessSession, object_id: str) -> None:
         service, sid = session.service, session.session_id

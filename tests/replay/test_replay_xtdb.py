@@ -1,0 +1,64 @@
+"""Replays on a real XTDB node: one trajectory of each format (the smallest) and the shipped
+example session, with the per-call checks (the byte-identity round trip on every 10th call and the
+last), and the context rebuilt from stored versions compared with what the calls saw."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from adapters.bootstrap import build_service
+from adapters.harness.replay import replay, replay_filesystem_id, session_id_for
+from adapters.harness.tokens import PromptCounter
+from adapters.harness.trajectories import Trajectory, load
+from adapters.tokenizer import EstimateTokenizer
+from adapters.xtdb import XtdbNode, open_store
+from adapters.xtdb.store import XtdbStore
+from tests.replay.checks import CallChecker
+from tests.replay.data import trajectory_params
+
+pytestmark = [pytest.mark.xtdb, pytest.mark.slow]
+
+SAMPLE = Path(__file__).parents[2] / "adapters" / "cli" / "sample_session.json"
+SUBSET = {
+    "sqlfluff__sqlfluff-2419",  # mini-swe-agent
+    "pydantic__pydantic.acb0f10f.pr_8316",  # SWE-agent
+    "multi_swe_bench_ponyc#1",  # OpenHands
+    "resolver_pr_viewer#1",  # OpenHands, resolver schema
+}
+
+
+@pytest.fixture
+def store(xtdb_node: XtdbNode) -> Iterator[XtdbStore]:
+    store = open_store(xtdb_node.url, timeout=30.0)
+    yield store
+    store.close()
+
+
+def _params() -> list[object]:
+    return [*trajectory_params(SUBSET), pytest.param(load(SAMPLE)[0], id="sample_session")]
+
+
+@pytest.mark.parametrize("trajectory", _params())
+def test_replay_on_xtdb(trajectory: Trajectory, store: XtdbStore, tmp_path: Path) -> None:
+    # The node is shared by the whole run: tool-call ids (object ids) and the filesystem get a
+    # namespace of this test's own (except the sample's filesystem, which its file fixes: its
+    # files are the same objects in every session, as they should be).
+    ns = f"t{uuid.uuid4().hex[:8]}"
+    filesystem = trajectory.filesystem_id or f"{ns}:{replay_filesystem_id(trajectory)}"
+    trajectory = trajectory.with_call_id_prefix(f"{ns}/")
+    service = build_service(store=store, workspace=str(tmp_path), default_filesystem_id=filesystem)
+    checker = CallChecker(trajectory, activate_every=10)
+    report = replay(
+        trajectory,
+        service,
+        PromptCounter(EstimateTokenizer()),
+        session_id=session_id_for(trajectory, ns),
+        observe=checker,
+    )
+    assert checker.calls_checked == len(trajectory.calls) == len(report.calls)
+    last = len(trajectory.calls)
+    checker.check_past(sorted({1, max(last // 2, 1), last}))
