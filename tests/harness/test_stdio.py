@@ -345,9 +345,10 @@ def lines(request: dict[str, Any]) -> str:
 
 
 ORPHAN = [{"role": "tool", "tool_call_id": "call_zzz", "content": "x"}]
-REUSED = [  # a different message with a call id already recorded
+REUSED = [  # a new message (one of its calls is new) that reuses a recorded call id
     {"role": "assistant", "content": "once more", "tool_calls": [
-        {"id": "call_a", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+        {"id": "call_a", "type": "function", "function": {"name": "bash", "arguments": "{}"}},
+        {"id": "call_new", "type": "function", "function": {"name": "bash", "arguments": "{}"}},
     ]},
 ]  # fmt: skip
 
