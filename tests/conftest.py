@@ -17,14 +17,20 @@ from typing import Any, Protocol
 
 import attrs
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from adapters.memory import MemoryStore
 from application.ports.store import ObjectStore
 from application.service import ContextService
 from application.settings import Settings
 from domain.mounts import MountMapping, MountTable
-from tests.support import CountingClock, CountingIds, FakeFileReader, WrappedStore
+from tests.support import (
+    CountingClock,
+    CountingIds,
+    FakeFileReader,
+    WrappedStore,
+    compose_service,
+)
 
 # -- Hypothesis profiles: modest by default (CI has 2 cores), longer on request -----------------
 settings.register_profile("default", max_examples=40, deadline=None)
@@ -32,6 +38,9 @@ settings.register_profile(
     "long", max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True)
+settings.register_profile(  # find a failure fast, without shrinking it (mutation runs)
+    "noshrink", max_examples=40, deadline=None, phases=[Phase.explicit, Phase.generate]
+)
 settings.load_profile(os.environ.get("SELFCTX_HYPOTHESIS_PROFILE", "default"))
 
 STORE_KINDS: list[Any] = [pytest.param("memory", id="memory")]
@@ -126,7 +135,7 @@ def make_service(
         default_filesystem_id: str | None = None,
         settings: Settings | None = None,
     ) -> ContextService:
-        return ContextService(
+        return compose_service(
             store=store if store is not None else WrappedStore(MemoryStore()),
             clock=clock,
             ids=ids,

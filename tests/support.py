@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 
+from adapters.tokenizer import EstimateTokenizer
 from application.ports.clock import Clock
 from application.ports.files import (
     FileReader,
@@ -26,6 +27,9 @@ from application.ports.store import (
     StoreUnavailable,
     Version,
 )
+from application.service import ContextService
+from application.settings import Settings
+from domain.mounts import MountTable
 from domain.objects import Source
 
 __all__ = [
@@ -35,6 +39,7 @@ __all__ = [
     "FakeFileReader",
     "StoreProbe",
     "WrappedStore",
+    "compose_service",
     "file_id",
     "json_bytes",
     "utf16_len",
@@ -110,6 +115,27 @@ class FakeFileReader(FileReader):
         return FileSnapshot(
             data=data if len(data) <= max_bytes else None, size=len(data), file_hash=digest
         )
+
+
+def compose_service(
+    *,
+    store: ObjectStore,
+    files: FileReader,
+    clock: Clock,
+    ids: IdSource,
+    mounts: MountTable,
+    settings: Settings | None = None,
+) -> ContextService:
+    """The composition every test uses: a :class:`ContextService` over the given doubles."""
+    return ContextService(
+        store=store,
+        clock=clock,
+        ids=ids,
+        files=files,
+        mounts=mounts,
+        tokenizer=EstimateTokenizer(),
+        settings=settings,
+    )
 
 
 def file_id(filesystem_id: str, path: str) -> str:
