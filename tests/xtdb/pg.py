@@ -158,7 +158,7 @@ class LocalPostgres:
             check=True,
             **self._as,
         )
-        return done.stdout.strip()
+        return str(done.stdout).strip()
 
     def stop(self) -> None:
         """Fast shutdown (SIGINT), then remove every file."""

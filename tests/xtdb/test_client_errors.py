@@ -37,7 +37,7 @@ def store_on(handler: Handler, requests: list[httpx.Request] | None = None) -> X
     return XtdbStore(XtdbClient(http), timeout=2.0, owns_http=True)
 
 
-def raising(exc: type[httpx.HTTPError], message: str) -> Handler:
+def raising(exc: type[httpx.TransportError], message: str) -> Handler:
     def handler(request: httpx.Request) -> httpx.Response:
         raise exc(message, request=request)
 
@@ -66,7 +66,9 @@ def check(err: StoreError, operation: str) -> None:
         (httpx.RemoteProtocolError, "Server disconnected without sending a response."),
     ],
 )
-def test_unreachable_node_is_store_unavailable(exc: type[httpx.HTTPError], message: str) -> None:
+def test_unreachable_node_is_store_unavailable(
+    exc: type[httpx.TransportError], message: str
+) -> None:
     store = store_on(raising(exc, message))
     with pytest.raises(StoreUnavailable) as info:
         store.get("a")

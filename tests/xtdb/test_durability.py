@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from adapters.xtdb import XtdbNode, XtdbStore, open_store
-from application.ports.store import Expect, ObjectStore, StoreError, StoreUnavailable
+from application.ports.store import (
+    Expect,
+    ObjectStore,
+    StoreError,
+    StoreProtocolError,
+    StoreUnavailable,
+)
 from contracts.store import StoreContract
 
 pytestmark = pytest.mark.xtdb
@@ -86,7 +92,8 @@ def test_kill_9_loses_no_acknowledged_commit(rocksdb_node: XtdbNode) -> None:
     thread.join(30)
     store.close()
     assert not thread.is_alive()
-    assert failure and isinstance(failure[0], StoreUnavailable), failure
+    # Typically "connection refused"; a node killed while it answered would cut the body short.
+    assert failure and isinstance(failure[0], StoreUnavailable | StoreProtocolError), failure
     assert len(acked) >= target
 
     rocksdb_node.start()

@@ -8,6 +8,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import closing
+from typing import Any
 
 import httpx
 import pytest
@@ -30,7 +31,7 @@ def store(xtdb_node: XtdbNode) -> Iterator[XtdbStore]:
     store.close()
 
 
-VALUES = {
+VALUES: dict[str, Any] = {
     "int": 1,
     "zero": 0,
     "negative": -123456789,
@@ -103,13 +104,15 @@ def counting_store(url: str) -> tuple[XtdbStore, list[httpx.Request]]:
 
 def test_batch_reads_are_one_request_each(xtdb_node: XtdbNode, ns: str) -> None:
     store, sent = counting_store(xtdb_node.url)
-    docs = [{"xt/id": f"{ns}{i:04d}", "type": ns + "batch", "n": i} for i in range(500)]
+    docs: list[dict[str, Any]] = [
+        {"xt/id": f"{ns}{i:04d}", "type": ns + "batch", "n": i} for i in range(500)
+    ]
     logs = [
         {"xt/id": f"{ns}log{i}", "type": "session_log", "session_id": ns, "seq": i}
         for i in range(1, 301)
     ]
     receipt = store.commit(docs + logs)
-    ids = [d["xt/id"] for d in docs]
+    ids = [str(d["xt/id"]) for d in docs]
     for read in (
         lambda: store.get_many(ids),
         lambda: store.get_many_as_of(ids, receipt.tx_id),
