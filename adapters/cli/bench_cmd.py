@@ -45,6 +45,40 @@ def _core(args: argparse.Namespace) -> int:
     return 0
 
 
+def _watch(args: argparse.Namespace) -> int:
+    from adapters.bench.watch import run_watch  # imported here: it starts watchdog threads
+
+    result = run_watch(
+        files=args.files,
+        dirs=args.dirs,
+        edits=args.edits,
+        idle_seconds=args.idle_seconds,
+        progress=_progress(args.json),
+    )
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    lat = result["latency_ms"]
+    print(f"edit to stored version over {result['edits']} edits, {result['watched_files']} files")
+    print(f"  p50 {lat['p50']} ms, p95 {lat['p95']} ms, max {lat['max']} ms")
+    print(f"idle CPU: {result['idle_cpu_percent']} %")
+    return 0
+
+
+def _register_watch(benches: Any) -> None:
+    watch = benches.add_parser(
+        "watch", help="latency from a file edit to its stored version; idle CPU while watching"
+    )
+    watch.add_argument("--json", action="store_true", help="print one JSON object")
+    watch.add_argument("--files", type=int, default=5_000, help="files watched (default 5000)")
+    watch.add_argument("--dirs", type=int, default=50, help="directories they are in (50)")
+    watch.add_argument("--edits", type=int, default=200, help="edits timed (default 200)")
+    watch.add_argument(
+        "--idle-seconds", type=float, default=10.0, help="idle window for CPU (default 10)"
+    )
+    watch.set_defaults(handler=_watch)
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("bench", help="run a benchmark and print its figures")
     benches = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
@@ -54,3 +88,4 @@ def register(subparsers: Any) -> None:
     core.add_argument("--json", action="store_true", help="print one JSON object")
     core.add_argument("--sizes", help="comma-separated session sizes (default 100,1000,10000)")
     core.set_defaults(handler=_core)
+    _register_watch(benches)
