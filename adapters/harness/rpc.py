@@ -1,0 +1,282 @@
+"""JSON-RPC 2.0, one JSON value per line: framing, request checks, parameter checks, errors.
+
+:class:`LineServer` answers lines by calling the methods of its ``methods`` table; what the
+methods do is the subclass's business (``adapters.harness.stdio``). Every failure becomes an error
+object: the standard codes for the protocol's own failures, ``SERVER_ERROR`` with the project's
+stable ``kind`` for a deliberate error (:mod:`domain.errors`), ``INTERNAL_ERROR`` for a bug. The
+server keeps serving after each of them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Mapping
+from typing import IO, Any, ClassVar
+
+import attrs
+
+from domain.errors import SelfContextError
+
+__all__ = [
+    "ARRAY",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "OBJECT",
+    "PARSE_ERROR",
+    "SERVER_ERROR",
+    "STR",
+    "STRINGS",
+    "Check",
+    "LineServer",
+    "Method",
+    "RpcError",
+    "method",
+]
+
+log = logging.getLogger("selfctx.serve")
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+SERVER_ERROR = -32000
+"""Code of every deliberate error of the context manager; ``data.kind`` says which one."""
+
+
+class RpcError(Exception):
+    """A JSON-RPC error: a code, a stable ``kind`` and the details that go into ``data``."""
+
+    def __init__(self, code: int, kind: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.kind = kind
+        self.message = message
+        self.details = details
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "data": {"kind": self.kind, **self.details},
+        }
+
+    @classmethod
+    def bad_params(cls, param: str, reason: str, **details: Any) -> RpcError:
+        return cls(INVALID_PARAMS, "invalid_params", f"{param}: {reason}", param=param, **details)
+
+
+_DETAILS = (
+    "index", "session_id", "object_id", "object_ids", "what", "reason", "where",
+    "operation", "url", "status",
+)  # fmt: skip
+
+
+def project_error(exc: SelfContextError) -> RpcError:
+    """A deliberate error of the context manager, with the values it names."""
+    details: dict[str, Any] = {}
+    for name in _DETAILS:
+        value = getattr(exc, name, None)
+        if isinstance(value, tuple) and all(isinstance(v, str) for v in value):
+            details[name] = list(value)
+        elif isinstance(value, str | int) and not isinstance(value, bool) and value != "":
+            details[name] = value
+    path = getattr(exc, "path", None) or getattr(getattr(exc, "source", None), "path", None)
+    if isinstance(path, str):
+        details["path"] = path
+    return RpcError(SERVER_ERROR, exc.kind, str(exc)[:2000], **details)
+
+
+# -- parameters ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Check:
+    """What one parameter must be."""
+
+    description: str
+    test: Callable[[Any], bool]
+
+
+STR = Check("a string", lambda v: isinstance(v, str))
+STRINGS = Check(
+    "an array of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)
+)
+ARRAY = Check("an array", lambda v: isinstance(v, list))
+OBJECT = Check("an object", lambda v: isinstance(v, dict))
+
+
+@attrs.frozen
+class Method:
+    """One method: what runs it, and its parameters."""
+
+    run: Callable[[Any, dict[str, Any]], Any]
+    """Called with the server and the checked parameters."""
+    required: Mapping[str, Check]
+    optional: Mapping[str, Check]
+
+    def params(self, raw: Any) -> dict[str, Any]:
+        """The call's parameters, checked: named, none missing, none unknown, each well typed.
+        An optional parameter given as null counts as absent."""
+        if raw is None:
+            raw = {}
+        if isinstance(raw, list):
+            raise RpcError(INVALID_PARAMS, "invalid_params", "use named parameters (a JSON object)")
+        unknown = sorted(set(raw) - set(self.required) - set(self.optional))
+        if unknown:
+            known = sorted({*self.required, *self.optional})
+            raise RpcError.bad_params(
+                unknown[0], f"unknown parameter(s) {unknown}; this method takes {known}"
+            )
+        out: dict[str, Any] = {}
+        for name, check in (*self.required.items(), *self.optional.items()):
+            value = raw.get(name)
+            if value is None:
+                if name in self.required:
+                    raise RpcError.bad_params(name, "is required")
+                continue
+            if not check.test(value):
+                raise RpcError.bad_params(name, f"must be {check.description}")
+            out[name] = value
+        return out
+
+
+def method(
+    table: dict[str, Method],
+    name: str,
+    required: Mapping[str, Check],
+    optional: Mapping[str, Check] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated function in ``table`` as the method ``name``."""
+
+    def register(run: Callable[..., Any]) -> Callable[..., Any]:
+        table[name] = Method(run, required, optional or {})
+        return run
+
+    return register
+
+
+# -- the server ---------------------------------------------------------------------------
+
+
+class LineServer:
+    """Answers JSON-RPC 2.0 lines with the methods of ``methods``; one request at a time."""
+
+    methods: ClassVar[Mapping[str, Method]] = {}
+
+    def serve(self, instream: IO[bytes], outstream: IO[bytes]) -> None:
+        """Answer every line of ``instream`` until it ends, then :meth:`close`."""
+        try:
+            for raw in instream:
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    not_utf8 = RpcError(PARSE_ERROR, "parse_error", f"not UTF-8: {exc}")
+                    answer: str | None = _dump(_error(None, not_utf8))
+                else:
+                    if not line.strip():
+                        continue
+                    answer = self.handle_line(line)
+                if answer is not None:
+                    try:
+                        outstream.write(answer.encode("ascii") + b"\n")
+                        outstream.flush()
+                    except BrokenPipeError:
+                        log.info("the client closed its end; stopping")
+                        return
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Called once the input has ended."""
+
+    def handle_line(self, line: str) -> str | None:
+        """The response line to one input line, or None when nothing is due."""
+        try:
+            payload = json.loads(line)
+        except ValueError as exc:
+            return _dump(_error(None, RpcError(PARSE_ERROR, "parse_error", f"invalid JSON: {exc}")))
+        if isinstance(payload, list):
+            if not payload:
+                empty = RpcError(INVALID_REQUEST, "invalid_request", "an empty batch")
+                return _dump(_error(None, empty))
+            answers = [a for a in (self.handle(item) for item in payload) if a is not None]
+            return _dump(answers) if answers else None
+        answer = self.handle(payload)
+        return None if answer is None else _dump(answer)
+
+    def handle(self, request: Any) -> dict[str, Any] | None:
+        """The response object to one request, or None for a notification."""
+        if not isinstance(request, dict):
+            return _error(None, RpcError(INVALID_REQUEST, "invalid_request", "not an object"))
+        request_id = request.get("id")
+        if not _valid_id(request_id):
+            bad_id = RpcError(
+                INVALID_REQUEST, "invalid_request", "id must be a string, a number or null"
+            )
+            return _error(None, bad_id)
+        shape = _shape_error(request)
+        if shape is not None:
+            return _error(request_id, RpcError(INVALID_REQUEST, "invalid_request", shape))
+        name = request["method"]
+        notification = "id" not in request
+        try:
+            result = self.call(name, request.get("params"))
+            if notification:
+                return None
+            response = {"jsonrpc": "2.0", "id": request_id, "result": result}
+            _dump(response)  # a result that cannot be encoded is an internal error, below
+            return response
+        except RpcError as exc:
+            failure = exc
+        except SelfContextError as exc:
+            failure = project_error(exc)
+        except Exception as exc:  # a bug: report it, keep serving
+            log.exception("internal error in %s", name)
+            failure = RpcError(
+                INTERNAL_ERROR, "internal_error", f"{type(exc).__name__}: {exc}", method=name
+            )
+        log.info("%s: %s (%s)", name, failure.message, failure.kind)
+        return None if notification else _error(request_id, failure)
+
+    def call(self, name: str, params: Any) -> Any:
+        """Run one method with its (unchecked) parameters."""
+        spec = self.methods.get(name)
+        if spec is None:
+            raise RpcError(
+                METHOD_NOT_FOUND,
+                "method_not_found",
+                f"no method {name!r}; the methods are {sorted(self.methods)}",
+                method=name,
+            )
+        return spec.run(self, spec.params(params))
+
+
+def _shape_error(request: Mapping[str, Any]) -> str | None:
+    if request.get("jsonrpc") != "2.0":
+        return 'jsonrpc must be "2.0"'
+    if not isinstance(request.get("method"), str):
+        return "method must be a string"
+    params = request.get("params")
+    if params is not None and not isinstance(params, dict | list):
+        return "params must be an object"
+    return None
+
+
+def _valid_id(value: Any) -> bool:
+    if value is None or isinstance(value, str):
+        return True
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _error(request_id: Any, error: RpcError) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": error.to_json()}
+
+
+def _dump(value: Any) -> str:
+    # ASCII output: newlines inside strings are escaped, and lone surrogates cannot break it.
+    return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
