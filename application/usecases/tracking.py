@@ -7,7 +7,7 @@ object is orphaned; its latest version stays). Set membership never changes.
 
 What is written is object versions only, each on top of the exact version it was decided against
 (a commit precondition), so two clients reporting the same bytes produce one version. No session
-log entry is written (decision 0006): the versions are in the store with their transaction times,
+log entry is written (decision 0009): the versions are in the store with their transaction times,
 which is all that rebuilding a past context needs, and a change seen by one client is not one
 session's event. Every open session holding the object adopts the new version, so its next
 assembled context shows it.
@@ -79,7 +79,7 @@ class TrackSources:
         """Watch the sources of these objects of ``session`` (all of its index when None).
 
         Only files that have been read are watched: a discovery stub holds no content that
-        could go stale (decision 0008), and tool calls have no source. Sources on another
+        could go stale (decision 0011), and tool calls have no source. Sources on another
         filesystem are refused by the tracker, which never reads them.
         """
         if self._tracker is None:

@@ -83,7 +83,7 @@ def test_rehash_catches_changes_no_watcher_saw(
     assert report.unchanged == 1 and report.orphaned == ()
     assert service.object(sid, ids["c.txt"]).content == "c.txt, changed"
     assert service.object(sid, ids["r.txt"]).content is None
-    assert service.log_position(sid) == seq  # object versions only (decision 0006)
+    assert service.log_position(sid) == seq  # object versions only (decision 0009)
     assert service.rehash(sid) == type(report)(unchanged=3)  # a second pass finds nothing new
 
 

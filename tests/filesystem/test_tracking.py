@@ -113,7 +113,7 @@ def test_a_rename_deletes_the_old_source_and_indexes_the_new_path(
     assert history(service, oid) == [("def f(): pass\n", None), (None, "deleted")]
     assert history(service, new_id) == [("def f(): pass\n", None)]
     # Set membership never changes on a watcher event: the new path enters the session when the
-    # agent reads or discovers it, and then its content is already indexed (decision 0007).
+    # agent reads or discovers it, and then its content is already indexed (decision 0010).
     assert new_id not in service.state(sid).index
     found = service.discover(sid, [str(new)]).found[0]
     assert found.object_id == new_id
@@ -266,7 +266,7 @@ def test_watcher_writes_are_object_versions_not_session_log_entries(
     write(path, "12\n")
 
     eventually(lambda: len(service.history(oid)) == 2, "the edit's version")
-    assert service.log_position(sid) == seq  # decision 0006
+    assert service.log_position(sid) == seq  # decision 0009
     # The past stays exact: the context after the read shows the first version, the live one
     # the second.
     assert service.context_at(sid, seq).active[-1].text.endswith("1\n")
