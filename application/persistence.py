@@ -19,6 +19,7 @@ worth of log. docs/decisions/0001-event-sourced-sessions.md records the design.
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -41,23 +42,9 @@ __all__ = [
 LOG_TYPE: Final = "session_log"
 
 _EVENT_TYPES: Final[Mapping[str, type[Any]]] = {
+    # Every member of the Event union, so a new event type can never be written but not read.
     cls.__name__: cls
-    for cls in (
-        e.SessionStarted,
-        e.SystemPromptSet,
-        e.UserMessageRecorded,
-        e.AssistantMessageRecorded,
-        e.ToolCallRecorded,
-        e.FileIndexed,
-        e.FileDiscovered,
-        e.FileDeleted,
-        e.ObjectEncountered,
-        e.ObjectActivated,
-        e.ObjectDeactivated,
-        e.ObjectPinned,
-        e.ObjectUnpinned,
-        e.SessionResumed,
-    )
+    for cls in typing.get_args(e.Event)
 }
 
 
