@@ -1,0 +1,194 @@
+"""Stored documents: every object type survives ``to_document`` -> JSON -> ``from_document``, and
+a snapshot pair rebuilds exactly the state it was taken of."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from domain.chat import AssistantMessage, ToolCallRequest
+from domain.documents import StoredObject, from_document, to_document
+from domain.errors import InvalidInput, SelfContextError
+from domain.infrastructure import ChatObject, SessionObject, state_from_snapshot
+from domain.objects import FileObject, FilesystemSource, SystemPromptObject, ToolcallObject
+from domain.session import commands as c
+from domain.session.machine import decide, fold
+from domain.session.state import INITIAL, POLICY_NAMES, CollapseWindow, PolicyConfig, SessionState
+
+TEXT = st.text(max_size=12)
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXT,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=8,
+)
+ARGS = st.dictionaries(TEXT, JSON, max_size=4)
+SOURCES = st.builds(
+    FilesystemSource,
+    filesystem_id=st.text(min_size=1, max_size=8),
+    path=st.lists(st.text(min_size=1, max_size=6), max_size=3).map(lambda p: "/" + "/".join(p)),
+)
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@st.composite
+def files(draw: st.DrawFn) -> FileObject:
+    source = draw(SOURCES)
+    kind = draw(st.sampled_from(["text", "stub", "deleted", "binary", "too_large"]))
+    if kind == "stub":
+        return FileObject.stub(source)
+    content = draw(TEXT)
+    version = FileObject.build(source, content=content, file_hash=sha(content))
+    if kind == "deleted":
+        return version.deleted()
+    if kind in ("binary", "too_large"):
+        return FileObject.build(
+            source,
+            content=None,
+            file_hash=sha(content),
+            content_status=kind,  # type: ignore[arg-type]
+        )
+    return version
+
+
+TOOLCALLS = st.builds(
+    ToolcallObject.build,
+    st.text(min_size=1, max_size=8).filter(lambda i: ":" not in i),
+    tool=st.text(min_size=1, max_size=8),
+    args=ARGS,
+    output=st.none() | TEXT,
+    status=st.sampled_from(["ok", "fail"]),
+    chat_ref=st.just("chat:s"),
+    args_display=st.none() | TEXT,
+    file_refs=st.none() | st.lists(st.text(min_size=1, max_size=8), max_size=3),
+)
+PROMPTS = st.builds(SystemPromptObject.build, st.just("system_prompt:s"), TEXT)
+
+CALL_IDS = st.sampled_from(["t1", "t2", "t3", "t4", "t5"])
+COMMANDS = st.one_of(
+    TEXT.map(c.RecordUserMessage),
+    st.builds(
+        lambda text, calls: c.RecordAssistantMessage(AssistantMessage(text, tuple(calls))),
+        TEXT,
+        st.lists(
+            st.builds(ToolCallRequest, CALL_IDS, TEXT, ARGS), max_size=2, unique_by=lambda r: r.id
+        ),
+    ),
+    st.builds(
+        lambda call, activate: c.RecordToolCall(call, activate),
+        st.builds(
+            ToolcallObject.build,
+            CALL_IDS,
+            tool=st.just("bash"),
+            args=ARGS,
+            output=TEXT,
+            status=st.just("ok"),
+            chat_ref=st.just("chat:s"),
+        ),
+        st.booleans(),
+    ),
+    st.builds(
+        lambda sources: c.Discover(tuple((FileObject.stub(s), None) for s in sources)),
+        st.lists(SOURCES, max_size=2),
+    ),
+    st.builds(c.Activate, CALL_IDS),
+    st.builds(c.Deactivate, CALL_IDS),
+    st.builds(c.Pin, CALL_IDS),
+    st.builds(c.Unpin, CALL_IDS),
+)
+POLICIES = st.builds(
+    PolicyConfig,
+    name=st.sampled_from(POLICY_NAMES),
+    trigger_tokens=st.none() | st.integers(1, 10**6),
+    budget_tokens=st.none() | st.integers(1, 10**6),
+)
+
+
+@st.composite
+def states(draw: st.DrawFn) -> SessionState:
+    prompt = draw(PROMPTS)
+    window = CollapseWindow(draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    state = fold(decide(INITIAL, c.StartSession("s", prompt, "chat:s", window, draw(POLICIES))))
+    for command in draw(st.lists(COMMANDS, max_size=25)):
+        with contextlib.suppress(SelfContextError):  # refused: changes nothing
+            state = fold(decide(state, command), state)
+    return state
+
+
+STORED = st.one_of(
+    files(),
+    TOOLCALLS,
+    PROMPTS,
+    states().map(ChatObject.of),
+    st.builds(SessionObject.of, states(), st.integers(1, 10**6)),
+)
+
+
+def through_json(doc: dict[str, Any]) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(json.dumps(doc, ensure_ascii=False, allow_nan=False))
+    return loaded
+
+
+@given(STORED)
+def test_every_object_round_trips_through_its_document(obj: StoredObject) -> None:
+    doc = to_document(obj)
+    assert all(isinstance(k, str) for k in doc)
+    assert doc["xt/id"] == obj.id and doc["type"] == obj.type
+    assert from_document(doc) == obj
+    assert from_document(through_json(doc)) == obj
+
+
+@given(states(), st.integers(1, 1000))
+def test_a_snapshot_pair_rebuilds_the_state_exactly(state: SessionState, seq: int) -> None:
+    session = from_document(through_json(to_document(SessionObject.of(state, seq))))
+    chat = from_document(through_json(to_document(ChatObject.of(state))))
+    assert isinstance(session, SessionObject) and isinstance(chat, ChatObject)
+    assert session.seq == seq
+    assert state_from_snapshot(session, chat) == state
+
+
+def test_optional_fields_are_absent_not_null() -> None:
+    call = ToolcallObject.build("t", tool="x", args={}, output="o", status="ok", chat_ref="chat:s")
+    doc = to_document(call)
+    assert "args_display" not in doc and "file_refs" not in doc
+    text = FileObject.build(FilesystemSource("h", "/a"), content="a", file_hash=sha("a"))
+    assert "content_status" not in to_document(text)
+    assert to_document(text.deleted())["content_status"] == "deleted"
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"xt/id": "x", "type": "folder"},
+        {"xt/id": "x", "type": "file"},
+        {"xt/id": "x"},
+        {
+            "xt/id": "x",
+            "type": "file",
+            "source": {"type": "s3", "bucket": "b", "key": "k"},
+            "identity_hash": "x",
+            "content": None,
+            "file_type": "",
+            "char_count": 0,
+            "file_hash": None,
+            "content_hash": None,
+            "metadata_hash": "m",
+            "object_hash": "o",
+        },
+    ],
+)
+def test_documents_of_unknown_shape_are_refused(doc: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInput):
+        from_document(doc)
