@@ -86,7 +86,7 @@ def _sessions(args: argparse.Namespace) -> int:
         rows.append(
             {
                 "session": session_id,
-                "turns": len(state.turns),
+                "turns": state.current_turn,
                 "log_position": position,
                 "objects": len(state.index),
                 "active": len(state.active),
@@ -118,7 +118,7 @@ def _show(args: argparse.Namespace) -> int:
         raise InvalidInput("--at-turn", args.at_turn, "give --at-turn or --at-position, not both")
     if args.at_turn is not None:
         position, turns = turn_end(service, sid, args.at_turn)
-        where = f"after turn {args.at_turn} of {turns}"
+        where = f"after turn {args.at_turn} (turns 0 to {turns})"
     else:
         position = args.at_position or last_position(service, sid)
         where = "latest" if args.at_position is None else "at"
@@ -171,8 +171,7 @@ def _history(args: argparse.Namespace) -> int:
         head = f"#{row['version']} tx {row['tx_id']} at {row['tx_time']} type={row['type']}"
         if row.get("path"):
             head += f" path={row['path']}"
-        chars = "none" if row["chars"] is None else f"{row['chars']:,}"
-        head += f" content={chars} chars"
+        head += " content=none" if row["chars"] is None else f" content={row['chars']:,} chars"
         if row.get("content_status"):
             head += f" [{row['content_status']}]"
         print(head)

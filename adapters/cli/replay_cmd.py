@@ -94,7 +94,7 @@ def run_replays(
     session: str | None = None,
     show: int | None = None,
     progress: bool = False,
-    err: TextIO = sys.stderr,
+    err: TextIO | None = None,
 ) -> tuple[list[ReplayReport], list[ShowCall], PromptCounter]:
     """Replay each trajectory into its own session; one tokenizer counts every figure."""
     counter = PromptCounter(default_tokenizer())
@@ -112,7 +112,7 @@ def run_replays(
         )
         if persistent:
             trajectory = trajectory.with_call_id_prefix(f"{session_id}/")
-        bar = ProgressBar(err, trajectory.name) if progress else None
+        bar = ProgressBar(err or sys.stderr, trajectory.name) if progress else None
         keep = ShowCall(len(trajectory.calls) + 1 + show if show is not None and show < 0 else show)
         try:
             reports.append(

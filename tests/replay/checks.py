@@ -66,7 +66,8 @@ class CallChecker:
         # every collapsed output comes back byte-identical
         last = number == len(self.trajectory.calls)
         if last or number % self.activate_every == 0:
-            collapsed = [i for i in state.ordered(state.pool - state.active) if i in self.outputs]
+            shown_as_lines = frozenset(state.pool - state.active)
+            collapsed = [i for i in state.ordered(shown_as_lines) if i in self.outputs]
             for object_id in collapsed:
                 self._round_trip(session, object_id)
         self.calls_checked += 1

@@ -3,6 +3,8 @@ full checks at every model call (``checks.CallChecker``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from adapters.bootstrap import build_service
@@ -16,7 +18,7 @@ from tests.replay.data import trajectory_params
 
 
 @pytest.mark.parametrize("trajectory", trajectory_params())
-def test_replay_on_memory_checks_every_call(trajectory: Trajectory, tmp_path) -> None:
+def test_replay_on_memory_checks_every_call(trajectory: Trajectory, tmp_path: Path) -> None:
     service = build_service(
         store=MemoryStore(),
         workspace=str(tmp_path),
