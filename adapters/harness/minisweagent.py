@@ -233,6 +233,8 @@ class ContextModel:
         return data
 
     def __getattr__(self, name: str) -> Any:
+        if name == "model":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
         return getattr(self.model, name)
 
 
@@ -270,6 +272,8 @@ class ContextEnvironment:
         return data
 
     def __getattr__(self, name: str) -> Any:
+        if name == "env":
+            raise AttributeError(name)
         return getattr(self.env, name)
 
 
