@@ -175,56 +175,143 @@ def to_anthropic(context: AssembledContext, *, cache_control: bool = True) -> di
     return {"system": system, "messages": messages}
 
 
+def _bad(n: int, reason: str) -> InvalidRequest:
+    return InvalidRequest("message", n, reason)
+
+
+def _messages_of(request: Any) -> list[Any]:
+    messages = request.get("messages") if isinstance(request, Mapping) else None
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("request", "messages", "must be a non-empty list of messages")
+    return messages
+
+
 def validate_openai(request: Mapping[str, Any]) -> None:
-    """Raise :class:`InvalidRequest` unless every tool message answers a call of the assistant
-    message just before its run of tool messages, and every call is answered."""
+    """Raise :class:`InvalidRequest` unless every message is well formed (string content; tool
+    calls with unique ids, a name and JSON-string arguments), every tool message answers a call
+    of the assistant message just before its run of tool messages, and every call is answered."""
+    messages = _messages_of(request)
     pending: list[str] = []
-    for n, message in enumerate(request["messages"]):
-        role = message.get("role")
+    seen: set[str] = set()
+    for n, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise _bad(n, "a message must be an object")
+        role, content = message.get("role"), message.get("content")
         if role == "tool":
             if message.get("tool_call_id") not in pending:
-                raise InvalidRequest("message", n, "tool message answers no pending call")
+                raise _bad(n, "tool message answers no pending call")
+            if not isinstance(content, str):
+                raise _bad(n, "tool content must be a string")
             pending.remove(message["tool_call_id"])
             continue
         if pending:
-            raise InvalidRequest("message", n, f"calls {pending} are unanswered")
+            raise _bad(n, f"calls {pending} are unanswered")
         if role == "assistant":
-            pending = [c["id"] for c in message.get("tool_calls", [])]
-            if len(set(pending)) != len(pending):
-                raise InvalidRequest("message", n, "duplicate tool call ids")
-        elif role not in ("system", "user"):
-            raise InvalidRequest("message", n, f"unknown role {role!r}")
-        if not isinstance(message.get("content"), str | type(None)):
-            raise InvalidRequest("message", n, "content must be a string")
+            calls = message.get("tool_calls", [])
+            if not isinstance(calls, list):
+                raise _bad(n, "tool_calls must be a list")
+            for call in calls:
+                pending.append(_openai_call(n, call, seen))
+            if not isinstance(content, str) and not (content is None and calls):
+                raise _bad(n, "assistant content must be a string (null only with tool calls)")
+        elif role in ("system", "developer", "user"):
+            if not isinstance(content, str):
+                raise _bad(n, "content must be a string")
+        else:
+            raise _bad(n, f"unknown role {role!r}")
     if pending:
-        raise InvalidRequest("message", len(request["messages"]), f"calls {pending} are unanswered")
+        raise _bad(len(messages), f"calls {pending} are unanswered")
+
+
+def _openai_call(n: int, call: Any, seen: set[str]) -> str:
+    function = call.get("function") if isinstance(call, Mapping) else None
+    call_id = call.get("id") if isinstance(call, Mapping) else None
+    if not isinstance(call_id, str) or not call_id:
+        raise _bad(n, "a tool call needs a non-empty string id")
+    if call_id in seen:
+        raise _bad(n, f"tool call id {call_id!r} is used twice")
+    seen.add(call_id)
+    if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+        raise _bad(n, f"tool call {call_id!r} needs a function with a name")
+    if not isinstance(function.get("arguments"), str):
+        raise _bad(n, f"tool call {call_id!r}: arguments must be a JSON string")
+    return call_id
+
+
+_OTHER_BLOCKS = {"image", "document", "thinking", "redacted_thinking"}
 
 
 def validate_anthropic(request: Mapping[str, Any]) -> None:
-    """Raise :class:`InvalidRequest` unless roles alternate starting with user, and each
-    assistant's tool_use ids are answered by tool_result blocks at the start of the next message."""
-    messages = request["messages"]
-    if not messages or messages[0]["role"] != "user":
-        raise InvalidRequest("message", 0, "the first message must be from the user")
+    """Raise :class:`InvalidRequest` unless ``system`` is text, roles alternate starting with the
+    user, every block is well formed (text blocks hold non-whitespace text, ``tool_use`` only from
+    the assistant with a unique id, ``tool_result`` only from the user), and each assistant's
+    ``tool_use`` ids are answered, once each, by ``tool_result`` blocks at the start of the next
+    message."""
+    messages = _messages_of(request)
+    _check_system(request.get("system"))
     expected: set[str] = set()
+    seen: set[str] = set()
     for n, message in enumerate(messages):
-        if n and message["role"] == messages[n - 1]["role"]:
-            raise InvalidRequest("message", n, "roles must alternate")
-        blocks = message["content"]
-        if not blocks:
-            raise InvalidRequest("message", n, "empty content")
+        if not isinstance(message, Mapping):
+            raise _bad(n, "a message must be an object")
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            raise _bad(n, f"unknown role {role!r} (Anthropic has user and assistant)")
+        if n == 0 and role != "user":
+            raise _bad(0, "the first message must be from the user")
+        if n and role == messages[n - 1].get("role"):
+            raise _bad(n, "roles must alternate")
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not isinstance(blocks, list) or not blocks:
+            raise _bad(n, "content must be a non-empty string or list of blocks")
+        for block in blocks:
+            _check_block(n, role, block, seen)
         results = [b["tool_use_id"] for b in _leading(blocks, "tool_result")]
         if any(b["type"] == "tool_result" for b in blocks[len(results) :]):
-            raise InvalidRequest("message", n, "tool_result blocks must come first")
-        if set(results) != expected:
-            raise InvalidRequest("message", n, f"expected results for {sorted(expected)}")
-        expected = (
-            {b["id"] for b in blocks if b["type"] == "tool_use"}
-            if message["role"] == "assistant"
-            else set()
-        )
+            raise _bad(n, "tool_result blocks must come first")
+        if len(set(results)) != len(results) or set(results) != expected:
+            raise _bad(n, f"expected one result for each of {sorted(expected)}")
+        expected = {b["id"] for b in blocks if b["type"] == "tool_use"}
     if expected:
-        raise InvalidRequest("message", len(messages), "the last tool_use calls are unanswered")
+        raise _bad(len(messages), "the last tool_use calls are unanswered")
+
+
+def _check_system(system: Any) -> None:
+    if system is None or isinstance(system, str):
+        return
+    if not isinstance(system, list):
+        raise InvalidRequest("request", "system", "must be a string or a list of text blocks")
+    for block in system:
+        if not isinstance(block, Mapping) or block.get("type") != "text":
+            raise InvalidRequest("request", "system", "must hold text blocks only")
+        if not isinstance(block.get("text"), str) or not block["text"].strip():
+            raise InvalidRequest("request", "system", "text blocks must hold non-whitespace text")
+
+
+def _check_block(n: int, role: str, block: Any, seen: set[str]) -> None:
+    kind = block.get("type") if isinstance(block, Mapping) else None
+    if kind == "text":
+        if not isinstance(block.get("text"), str) or not block["text"].strip():
+            raise _bad(n, "text blocks must hold non-whitespace text")
+    elif kind == "tool_use":
+        call_id = block.get("id")
+        if role != "assistant":
+            raise _bad(n, "tool_use blocks come from the assistant")
+        if not isinstance(call_id, str) or not call_id or call_id in seen:
+            raise _bad(n, f"tool_use id {call_id!r} is missing or used twice")
+        seen.add(call_id)
+        if not isinstance(block.get("name"), str) or not isinstance(block.get("input"), Mapping):
+            raise _bad(n, f"tool_use {call_id!r} needs a name and an input object")
+    elif kind == "tool_result":
+        if role != "user":
+            raise _bad(n, "tool_result blocks come from the user")
+        if not isinstance(block.get("tool_use_id"), str):
+            raise _bad(n, "a tool_result needs a tool_use_id")
+        if not isinstance(block.get("content", ""), str | list):
+            raise _bad(n, "tool_result content must be a string or a list of blocks")
+    elif kind not in _OTHER_BLOCKS:
+        raise _bad(n, f"unknown block {kind!r}")
 
 
 def _leading(blocks: Iterable[Mapping[str, Any]], kind: str) -> list[Mapping[str, Any]]:
