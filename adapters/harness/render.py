@@ -115,8 +115,9 @@ def to_openai(context: AssembledContext) -> dict[str, Any]:
 
 
 def _blocks(message: RenderedMessage, errors: Mapping[str, bool]) -> list[dict[str, Any]]:
+    # Anthropic refuses text blocks without non-whitespace text: such text is no block.
     if message.role == "user":
-        return [{"type": "text", "text": message.text}] if message.text else []
+        return [{"type": "text", "text": message.text}] if message.text.strip() else []
     if message.role == "tool":
         block: dict[str, Any] = {
             "type": "tool_result",
@@ -126,7 +127,9 @@ def _blocks(message: RenderedMessage, errors: Mapping[str, bool]) -> list[dict[s
         if errors.get(message.toolcall_id or ""):
             block["is_error"] = True
         return [block]
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": message.text}] if message.text else []
+    blocks: list[dict[str, Any]] = (
+        [{"type": "text", "text": message.text}] if message.text.strip() else []
+    )
     blocks += [
         {"type": "tool_use", "id": c.id, "name": c.name, "input": thaw(c.arguments)}
         for c in message.tool_calls
@@ -141,7 +144,12 @@ def to_anthropic(context: AssembledContext, *, cache_control: bool = True) -> di
     system block, and the last block of the chat (before the active content, which changes from
     turn to turn in the SSOT layout; in the inline layout nothing follows the chat)."""
     system: list[dict[str, Any]] = [
-        {"type": "text", "text": context.system_prompt or "(no system prompt)"}
+        {
+            "type": "text",
+            "text": context.system_prompt
+            if context.system_prompt.strip()
+            else "(no system prompt)",
+        }
     ]
     if context.metadata:
         system.append({"type": "text", "text": _metadata_text(context)})
@@ -163,6 +171,11 @@ def to_anthropic(context: AssembledContext, *, cache_control: bool = True) -> di
         messages.insert(
             0, {"role": "user", "content": [{"type": "text", "text": "(session start)"}]}
         )
+    if messages[-1]["role"] == "assistant" and not context.active:
+        # A final assistant message is a prefill, which may not end with whitespace.
+        last = messages[-1]["content"][-1]
+        if last["type"] == "text":
+            last["text"] = last["text"].rstrip()
     if cache_control:
         system[-1]["cache_control"] = {"type": "ephemeral"}
         messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
@@ -262,7 +275,7 @@ def validate_anthropic(request: Mapping[str, Any]) -> None:
         if n and role == messages[n - 1].get("role"):
             raise _bad(n, "roles must alternate")
         content = message.get("content")
-        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        blocks: Any = [{"type": "text", "text": content}] if isinstance(content, str) else content
         if not isinstance(blocks, list) or not blocks:
             raise _bad(n, "content must be a non-empty string or list of blocks")
         for block in blocks:
@@ -275,6 +288,9 @@ def validate_anthropic(request: Mapping[str, Any]) -> None:
         expected = {b["id"] for b in blocks if b["type"] == "tool_use"}
     if expected:
         raise _bad(len(messages), "the last tool_use calls are unanswered")
+    last = blocks[-1]
+    if role == "assistant" and last["type"] == "text" and last["text"] != last["text"].rstrip():
+        raise _bad(len(messages) - 1, "a final assistant message may not end with whitespace")
 
 
 def _check_system(system: Any) -> None:
