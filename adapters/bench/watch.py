@@ -98,7 +98,7 @@ def run_watch(
             progress(f"reading {files} files in {dirs} directories")
             ids = [service.index_file(SESSION, path).object_id for path in paths]
             watched = len(tracker.watching())
-            tracker.idle()
+            tracker.idle(timeout=120)  # each newly watched file is looked at once
 
             progress(f"{edits} edits")
             latencies = []
@@ -112,7 +112,7 @@ def run_watch(
                 if not store.wait_for_hash(ids[k], expected, timeout=30):
                     raise RuntimeError(f"edit {n} of {paths[k]} never reached the store")
                 latencies.append(time.perf_counter() - started)
-            tracker.idle()
+            tracker.idle(timeout=120)
 
             progress(f"idle for {idle_seconds:g} s")
             cpu_before, wall_before = _cpu_seconds(), time.monotonic()

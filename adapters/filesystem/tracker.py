@@ -13,6 +13,10 @@ once it is quiet, and the application indexes whatever is there then: one ``upda
   ends, and watching one of its files again re-creates it.
 * When the kernel drops events (inotify queue overflow), every watched file is reported.
 
+A newly watched file is looked at once, after its watch is in place, so that a change made
+between the read that preceded the watch and the watch itself is not lost (the look writes nothing
+when the file did not change).
+
 Only sources on the host filesystem are watched; a container's paths are refused without any
 host access. Errors raised while handling events or delivering changes are logged and kept in
 :meth:`WatchdogTracker.failures` (and passed to ``on_error``), never swallowed.
@@ -205,6 +209,9 @@ class WatchdogTracker(SourceTracker):
                 self._dirs[directory] = entry
                 entry.files.add(path)
                 self._sources[path] = source
+        # One look once the watch is in place: a change made between the caller's read and this
+        # moment raised no event, and would otherwise wait for the next one.
+        self._coalescer.note(path, _Note())
         return True
 
     def unwatch(self, source: Source) -> None:

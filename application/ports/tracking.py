@@ -59,7 +59,8 @@ class SourceTracker(abc.ABC):
     def watch(self, source: Source) -> bool:
         """Start watching ``source`` (idempotent). Returns False when it cannot be watched from
         here: it lives on another filesystem (a container's), or its directory is gone. Never
-        reads the file."""
+        reads the file. A newly watched source is reported once after its watch is in place, so
+        a change made between the caller's read and the watch is not lost."""
 
     @abc.abstractmethod
     def unwatch(self, source: Source) -> None:

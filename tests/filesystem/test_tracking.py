@@ -330,3 +330,25 @@ def test_errors_on_the_watcher_thread_are_recorded_not_swallowed(
     assert type(failures[0].error).__name__ == "StoreUnavailable"
     store.fail_commits = 0
     assert service.rehash(sid).updated == (oid,)  # the re-hash pass catches up
+
+
+def test_a_change_made_before_the_watch_existed_is_not_lost(
+    make_fs_service: MakeFsService, workspace: Path, sid: str
+) -> None:
+    """The harness reports what the agent read; the file changed before the watch was in place.
+    The tracker's first look at a newly watched file catches it."""
+    path = workspace / "raced.txt"
+    write(path, "already changed on disk\n")
+    service = make_fs_service()
+    service.start_session(sid)
+
+    oid = service.index_file(sid, str(path), "what the agent read\n").object_id
+
+    eventually(
+        lambda: service.object(sid, oid).content == "already changed on disk\n",
+        "the first look at the new watch",
+    )
+    assert history(service, oid) == [
+        ("what the agent read\n", None),
+        ("already changed on disk\n", None),
+    ]
