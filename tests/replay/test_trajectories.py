@@ -382,3 +382,21 @@ def test_bad_files_raise_a_typed_error_naming_the_file(
         load(path)
     assert caught.value.kind == "invalid_trajectory"
     assert str(path) in str(caught.value) and reason in str(caught.value)
+
+
+def test_reused_call_ids_are_renamed_results_following() -> None:
+    data = {
+        "format": "openai-messages",
+        "workspace": "/w",
+        "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": "", "tool_calls": [_call("t1", "bash", "{}")]},
+            {"role": "tool", "tool_call_id": "t1", "content": "first"},
+            {"role": "assistant", "content": "", "tool_calls": [_call("t1", "bash", "{}")]},
+            {"role": "tool", "tool_call_id": "t1", "content": "second"},
+        ],
+    }
+    t = convert(data, "own")
+    assert t.tool_outputs() == {"t1": "first", "t1#2": "second"}
+    assert any("renamed" in n for n in t.notes)
+    _check_stream(t)

@@ -50,6 +50,10 @@ def _stem(path: Path) -> str:
 
 def convert(data: Any, name: str, source: str = "<data>") -> Trajectory:
     """Convert one trajectory object, recognising its format from its keys."""
+    return _convert(data, name, source).with_unique_call_ids()
+
+
+def _convert(data: Any, name: str, source: str) -> Trajectory:
     if not isinstance(data, Mapping):
         raise TrajectoryError(source, "a trajectory must be a JSON object")
     if data.get("format") == OWN_FORMAT:

@@ -94,6 +94,37 @@ class Trajectory:
             if m.get("role") == "tool"
         }
 
+    def with_unique_call_ids(self) -> Trajectory:
+        """The same session with a reused tool-call id renamed (``id#2``, ``id#3``...) from its
+        second call on, results following the latest call of that id. Harnesses that number
+        calls per response (``toolu_01``) can repeat ids; a provider id names one object."""
+        seen: set[str] = set()
+        latest: dict[str, str] = {}
+        renamed = 0
+        out = []
+        for message in self.messages:
+            message = dict(message)
+            if message.get("role") == "tool":
+                call_id = str(message.get("tool_call_id"))
+                message["tool_call_id"] = latest.get(call_id, call_id)
+            elif message.get("tool_calls"):
+                calls = []
+                for call in message["tool_calls"]:
+                    new, n = call["id"], 1
+                    while new in seen:
+                        n += 1
+                        new = f"{call['id']}#{n}"
+                    seen.add(new)
+                    latest[call["id"]] = new
+                    renamed += new != call["id"]
+                    calls.append({**call, "id": new})
+                message["tool_calls"] = calls
+            out.append(message)
+        if not renamed:
+            return self
+        note = f"{renamed} reused tool-call id(s) renamed id#2, id#3..."
+        return attrs.evolve(self, messages=tuple(out), notes=(*self.notes, note))
+
     def with_call_id_prefix(self, prefix: str) -> Trajectory:
         """The same session with every tool-call id prefixed (to replay it into a store that
         already holds these ids: a tool call's id is its object's id). Context-tool arguments
