@@ -148,16 +148,20 @@ def replay(
     request_format: str = "openai",
     observe: Observer | None = None,
     progress: Callable[[int, int], None] | None = None,
+    policy: Any = None,
 ) -> ReplayReport:
     """Replay every model call of ``trajectory`` into a new session of ``service``; then ingest
-    the rest of the stream (results after the last call), so the stored session is complete."""
+    the rest of the stream (results after the last call), so the stored session is complete.
+    ``policy`` (a layout and collapse policy, as ``HarnessSession`` takes it) is passed on when
+    given; the session's default otherwise."""
     if request_format not in ("openai", "anthropic"):
         raise InvalidInput("format", request_format, "use 'openai' or 'anthropic'")
     session_id = session_id or session_id_for(trajectory)
     if session_id in service.sessions():
         raise InvalidInput("session id", session_id, "a session with this id exists already")
+    options: dict[str, Any] = {} if policy is None else {"policy": policy}
     session = HarnessSession(
-        service, session_id, "openai", cwd=trajectory.cwd, roots=[trajectory.workspace]
+        service, session_id, "openai", cwd=trajectory.cwd, roots=[trajectory.workspace], **options
     )
     feed = _Feed(session, trajectory.messages)
     figures = []
