@@ -16,10 +16,12 @@ from adapters.filesystem.tracker import WatchdogTracker
 from adapters.memory import MemoryStore
 from adapters.mounts import UnconfiguredMounts, load_mount_config
 from adapters.system import SystemClock, UuidIds
+from adapters.tokenizer import default_tokenizer
 from application.ports.clock import Clock
 from application.ports.files import FileReader
 from application.ports.ids import IdSource
 from application.ports.store import ObjectStore
+from application.ports.tokenizer import Tokenizer
 from application.ports.tracking import SourceTracker
 from application.service import ContextService
 from application.settings import Settings
@@ -54,6 +56,7 @@ def build_service(
     clock: Clock | None = None,
     ids: IdSource | None = None,
     settings: Settings | None = None,
+    tokenizer: Tokenizer | None = None,
     mounts_file: str | None = None,
     track: bool = False,
     tracker: SourceTracker | None = None,
@@ -95,5 +98,6 @@ def build_service(
         files=reader,
         mounts=MountTable(default_fs or host, mappings),
         settings=settings,
+        tokenizer=tokenizer or default_tokenizer(),
         tracker=tracker,
     )

@@ -16,19 +16,14 @@ from application.ports.clock import Clock
 from application.ports.files import FileReader
 from application.ports.ids import IdSource
 from application.ports.store import ObjectStore, Version
+from application.ports.tokenizer import Tokenizer
 from application.ports.tracking import SourceTracker
 from application.runner import OpenSession, SessionRunner
 from application.settings import Settings
+from application.usecases.assemble import AssembleContext
 from application.usecases.base import Deps
 from application.usecases.chat import RecordToolCall, RecordTurn
-from application.usecases.context import (
-    ActionResult,
-    Activate,
-    AssembleContext,
-    Deactivate,
-    Pin,
-    Unpin,
-)
+from application.usecases.context import ActionResult, Activate, Deactivate, Pin, Unpin
 from application.usecases.files import Discover, DiscoverReport, IndexFile, IndexResult, resolve
 from application.usecases.sessions import (
     PastState,
@@ -46,7 +41,7 @@ from domain.errors import SessionNotFound, UnknownObject
 from domain.mounts import MountTable
 from domain.objects import ContentObject, FileObject, SystemPromptObject, ToolcallObject, ToolStatus
 from domain.rendering import AssembledContext, render_context
-from domain.session.state import CollapseWindow, SessionState
+from domain.session.state import CollapseWindow, PolicyConfig, SessionState
 
 __all__ = ["ContextService"]
 
@@ -62,6 +57,7 @@ class ContextService:
         ids: IdSource,
         files: FileReader,
         mounts: MountTable,
+        tokenizer: Tokenizer,
         settings: Settings | None = None,
         tracker: SourceTracker | None = None,
     ) -> None:
@@ -89,7 +85,9 @@ class ContextService:
         self._deactivate = Deactivate(deps)
         self._pin = Pin(deps)
         self._unpin = Unpin(deps)
-        self._assemble = AssembleContext(deps)
+        self.tokenizer = tokenizer
+        """Counts tokens for budgets and reports."""
+        self._assemble = AssembleContext(deps, tokenizer)
         self._tracking = TrackSources(deps, tracker, self._open_sessions)
         if tracker is not None:
             tracker.start(self._tracking.on_changes)
@@ -97,10 +95,16 @@ class ContextService:
     # -- sessions -------------------------------------------------------------------------
 
     def start_session(
-        self, session_id: str, system_prompt: str = "", *, window: CollapseWindow | None = None
+        self,
+        session_id: str,
+        system_prompt: str = "",
+        *,
+        window: CollapseWindow | None = None,
+        policy: PolicyConfig | None = None,
     ) -> None:
-        """Create a new session. Raises SessionExists if the id is taken (resume it instead)."""
-        session = self._start(session_id, system_prompt, window)
+        """Create a new session. Raises SessionExists if the id is taken (resume it instead).
+        ``policy`` chooses its layout and collapse policy (default: the service's settings)."""
+        session = self._start(session_id, system_prompt, window, policy)
         with self._guard:
             self._sessions[session_id] = session
 
@@ -112,12 +116,15 @@ class ContextService:
         self._tracking.track(session)  # re-establish watchers (SSOT §3.6 step 6)
         return report
 
-    def open_session(self, session_id: str, system_prompt: str = "") -> ResumeReport | None:
-        """Start the session if it is new, resume it otherwise (None when it was started)."""
+    def open_session(
+        self, session_id: str, system_prompt: str = "", *, policy: PolicyConfig | None = None
+    ) -> ResumeReport | None:
+        """Start the session if it is new, resume it otherwise (None when it was started; a
+        resumed session keeps the policy it was started with)."""
         validate_session_id(session_id)
         if self._runner.exists(session_id):
             return self.resume_session(session_id)
-        self.start_session(session_id, system_prompt)
+        self.start_session(session_id, system_prompt, policy=policy)
         return None
 
     def close_session(self, session_id: str) -> None:
@@ -234,6 +241,7 @@ class ContextService:
     def activate(self, session_id: str, object_id: str) -> ActionResult:
         """Load an object's full content into the context."""
         session = self._open(session_id)
+        object_id = self._resolve(session, object_id)
         with session.lock:
             result = self._activate(session, object_id)
             self._tracking.track(session, [object_id])
@@ -242,18 +250,21 @@ class ContextService:
     def deactivate(self, session_id: str, object_id: str) -> ActionResult:
         """Collapse an object to its metadata line."""
         session = self._open(session_id)
+        object_id = self._resolve(session, object_id)
         with session.lock:
             return self._deactivate(session, object_id)
 
     def pin(self, session_id: str, object_id: str) -> ActionResult:
         """Exempt an object from auto-collapse."""
         session = self._open(session_id)
+        object_id = self._resolve(session, object_id)
         with session.lock:
             return self._pin(session, object_id)
 
     def unpin(self, session_id: str, object_id: str) -> ActionResult:
         """Let auto-collapse apply to an object again."""
         session = self._open(session_id)
+        object_id = self._resolve(session, object_id)
         with session.lock:
             return self._unpin(session, object_id)
 
@@ -265,6 +276,25 @@ class ContextService:
         with session.lock:
             return self._assemble(session)
 
+    @staticmethod
+    def _resolve(session: OpenSession, ref: str) -> str:
+        """An object id from an id or a handle ``#n`` (the n-th object of the session index)."""
+        if isinstance(ref, str) and ref.startswith("#") and ref[1:].isdigit():
+            n = int(ref[1:])
+            index = session.state.index
+            if 1 <= n <= len(index):
+                return str(index[n - 1])
+            raise UnknownObject(ref, session.session_id)
+        return ref
+
+    def prompt_tokens(self, session_id: str, context: AssembledContext) -> int:
+        """Size of an assembled context in tokens, by the service's tokenizer."""
+        return self._assemble.tokens(self._open(session_id), context)
+
+    def system_prompt(self, session_id: str) -> str:
+        """The session's current system prompt, as the harness gave it."""
+        return self._open(session_id).system_prompt.content
+
     def state(self, session_id: str) -> SessionState:
         """The session's current state (immutable)."""
         return self._open(session_id).state
@@ -274,9 +304,9 @@ class ContextService:
         return self._open(session_id).seq
 
     def object(self, session_id: str, object_id: str) -> ContentObject:
-        """The latest version of one of this session's objects."""
+        """The latest version of one of this session's objects (an id or a ``#n`` handle)."""
         session = self._open(session_id)
-        obj = session.objects.get(object_id)
+        obj = session.objects.get(self._resolve(session, object_id))
         if obj is None:
             raise UnknownObject(object_id, session_id)
         return obj

@@ -11,6 +11,7 @@ from adapters.harness.render import to_anthropic, to_openai
 from adapters.harness.tools import ToolAnswer, handle_context_tool, tool_schemas
 from application.service import ContextService
 from domain.errors import InvalidInput
+from domain.session.state import PolicyConfig
 
 __all__ = ["HarnessSession"]
 
@@ -31,13 +32,14 @@ class HarnessSession:
         system_prompt: str = "",
         cwd: str = "/",
         roots: Sequence[str] = ("/",),
+        policy: PolicyConfig | None = None,
     ) -> None:
         if fmt not in ("openai", "anthropic"):
             raise InvalidInput("format", fmt, "use 'openai' or 'anthropic'")
         self.service = service
         self.session_id = session_id
         self.format = fmt
-        self.resumed = service.open_session(session_id, system_prompt)
+        self.resumed = service.open_session(session_id, system_prompt, policy=policy)
         """What reconciliation found if the session was resumed; None if it was started."""
         self.ingestor = Ingestor(service, session_id, cwd=cwd, roots=roots)
 
