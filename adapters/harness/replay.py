@@ -227,7 +227,7 @@ class _Feed:
             if message.get("role") == "tool" and call is not None:
                 self.session.ingest(list(self.messages[:index]))
                 self.answers.append((call_id, self.session.handle(*call).message))
-        if end > self.done or end == 0:
+        if end > self.done:
             self.session.ingest(list(self.messages[:end]))
         self.done = max(self.done, end)
 
