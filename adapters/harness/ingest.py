@@ -184,6 +184,7 @@ class Ingestor:
         while lead < len(messages) and messages[lead].role == "system":
             lead += 1
         leading = {id(m) for m in messages[:lead]}
+        _check_unique(messages)
         new, diverged = self._plan(messages)
         new = [m for m in new if id(m) not in leading]  # they are the system prompt, not chat
         self._validate(new)
@@ -276,6 +277,25 @@ class Ingestor:
         ):
             return obj.content.replace(edit.old, edit.new, 1)
         return None
+
+
+def _check_unique(messages: Sequence[Message]) -> None:
+    """In one list a call id is requested once and answered once, whatever is already recorded
+    (after a divergence, an assistant message whose calls are recorded is taken for an edited
+    copy — only if no other message of the list carries them)."""
+    requested: set[str] = set()
+    answered: set[str] = set()
+    for message in messages:
+        for call in message.tool_calls:
+            if call.id in requested:
+                raise MalformedMessage(message.index, f"tool call id {call.id!r} is reused")
+            requested.add(call.id)
+        if message.role == "tool":
+            if message.tool_call_id in answered:
+                raise MalformedMessage(
+                    message.index, f"a second result for tool call {message.tool_call_id!r}"
+                )
+            answered.add(message.tool_call_id or "")
 
 
 def _failed(output: str) -> bool:

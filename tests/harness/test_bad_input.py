@@ -263,3 +263,17 @@ def test_a_call_without_arguments_in_an_odd_wrapper_is_still_parsed() -> None:
         h.ingest([o_user("x"), o_assistant("", o_call("c9", "submit")), o_tool("c9", "")]).consumed
         == 3
     )
+
+
+def test_a_reused_call_id_after_a_divergence_is_refused() -> None:
+    # After a truncation the next list diverges from the view; an assistant message whose calls
+    # are all recorded is then taken for an edited copy — but not while the list also holds the
+    # message that carries them.
+    h = open_harness()
+    h.ingest(OPENAI_GOOD)
+    h.ingest(OPENAI_GOOD[:3])  # a truncated retry
+    before = snapshot(h.service)
+    with pytest.raises(MalformedMessage) as caught:
+        h.ingest([*OPENAI_GOOD[:3], o_user("x"), o_assistant("", bash("c1", "ls"))])
+    assert caught.value.index == 4
+    assert snapshot(h.service) == before
