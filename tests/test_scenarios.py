@@ -805,6 +805,30 @@ def test_two_services_on_one_session_retry_conflicts_and_lose_nothing(
     assert runner.load(sid).state == service.state(sid)
 
 
+def test_catching_up_refreshes_what_the_context_shows(
+    make_service: MakeService, service: ContextService, sid: str, files: FakeFileReader
+) -> None:
+    files.write("/p/f.txt", "old")
+    fid = service.index_file(sid, "/p/f.txt").object_id
+    line = f"id={fid} type=file path=/p/f.txt file_type=txt"
+    assert service.assemble(sid).metadata == (f"{line} char_count=3",)
+    second = make_service()
+    second.resume_session(sid)
+    files.write("/p/f.txt", "newer")
+    second.index_file(sid, "/p/f.txt")
+    second.record_user_message(sid, "from B")
+
+    service.record_user_message(sid, "from A")  # conflict: catch up, then retry
+
+    ctx = service.assemble(sid)
+    assert ctx.metadata == (f"{line} char_count=5",)
+    assert ctx.active == (ActiveBlock(fid, "newer"),)
+    assert [m.text for m in ctx.chat] == ["from B", "from A"]
+    fresh = make_service()
+    fresh.resume_session(sid)
+    assert fresh.assemble(sid) == ctx
+
+
 def test_concurrent_writers_of_one_file_both_succeed_as_versions(
     service: ContextService, sid: str, ns: str, store: WrappedStore, host_id: str
 ) -> None:

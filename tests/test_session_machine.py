@@ -288,6 +288,8 @@ class SessionMachine(RuleBasedStateMachine):
         self.ids = CountingIds()
         self.clock = CountingClock()
         self.service = self.new_service()
+        self.other: ContextService | None = None
+        """A second service with the session open, behind on the log until it writes."""
         self.model = Model(5, 3)
         self.disk: dict[str, bytes] = {}
         """Canonical host path -> bytes, the model of the host filesystem."""
@@ -569,7 +571,8 @@ class SessionMachine(RuleBasedStateMachine):
     @rule(fresh_service=st.booleans())
     def resume(self, fresh_service: bool) -> None:
         if fresh_service:
-            self.service = self.new_service()
+            # The old service stays open on the session too: see write_through_the_other_service.
+            self.service, self.other = self.new_service(), self.service
         report = self.service.resume_session(SID)
         m = self.model
         updated, deleted, orphaned, unchanged = [], [], [], 0
@@ -598,6 +601,14 @@ class SessionMachine(RuleBasedStateMachine):
             unchanged,
         )
         m.commit()
+
+    @precondition(lambda self: self.other is not None)
+    @rule(text=TEXT)
+    def write_through_the_other_service(self, text: str) -> None:
+        """Two services on one session: the one behind conflicts, catches up, and retries."""
+        assert self.other is not None
+        self.service, self.other = self.other, self.service
+        self.user_message(text)
 
     @rule(text=TEXT)
     def a_failing_commit_changes_nothing(self, text: str) -> None:
