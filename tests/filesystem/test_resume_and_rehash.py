@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from adapters.memory import MemoryStore
 from application.ports.store import ConflictError
 from application.ports.tracking import SourceChange
 from domain.objects import FileObject, FilesystemSource
+from tests.conftest import StoreFactory
 from tests.filesystem.conftest import MakeFsService
 from tests.filesystem.helpers import eventually, history, write
 from tests.support import WrappedStore
@@ -88,13 +88,13 @@ def test_rehash_catches_changes_no_watcher_saw(
 
 
 def test_refreshing_the_same_change_from_two_clients_writes_one_version(
-    make_fs_service: MakeFsService, workspace: Path, ns: str
+    make_fs_service: MakeFsService, workspace: Path, ns: str, store_factory: StoreFactory
 ) -> None:
     """Deterministic version of two watchers racing: the second commit conflicts, re-reads, and
     finds the bytes already stored."""
     path = workspace / "raced.py"
     write(path, "v1\n")
-    store = WrappedStore(MemoryStore())
+    store = WrappedStore(store_factory.make())
     one = make_fs_service(track=False, store=store)
     two = make_fs_service(track=False, store=store)
     one.start_session(f"{ns}a")
@@ -113,11 +113,11 @@ def test_refreshing_the_same_change_from_two_clients_writes_one_version(
 
 
 def test_endless_conflicts_give_up_and_write_nothing(
-    make_fs_service: MakeFsService, workspace: Path, sid: str
+    make_fs_service: MakeFsService, workspace: Path, sid: str, store_factory: StoreFactory
 ) -> None:
     path = workspace / "contested.txt"
     write(path, "1")
-    store = WrappedStore(MemoryStore())
+    store = WrappedStore(store_factory.make())
     service = make_fs_service(track=False, store=store)
     service.start_session(sid)
     oid = service.index_file(sid, str(path)).object_id

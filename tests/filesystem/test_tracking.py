@@ -14,6 +14,7 @@ import pytest
 
 from application.service import ContextService
 from domain.objects import FileObject, FilesystemSource
+from tests.conftest import StoreFactory
 from tests.filesystem.conftest import MakeFsService
 from tests.filesystem.helpers import eventually, history, write
 from tests.support import WrappedStore
@@ -312,7 +313,7 @@ def test_discovered_stubs_are_not_watched_but_read_files_are(
 
 
 def test_errors_on_the_watcher_thread_are_recorded_not_swallowed(
-    make_fs_service: MakeFsService, workspace: Path, sid: str, store_factory: object
+    make_fs_service: MakeFsService, workspace: Path, sid: str, store_factory: StoreFactory
 ) -> None:
     path = workspace / "e.txt"
     write(path, "e\n")
