@@ -118,6 +118,14 @@ class RecordToolCall:
             raise InvalidContent(toolcall_id, f"tool output is over the limit of {limit} bytes")
         if isinstance(args, Mapping):
             _check_json(args, "tool args", args)
+        if args_display is not None:
+            _text(args_display, "args_display")
+        if file_refs is not None and (
+            isinstance(file_refs, str | bytes)
+            or not isinstance(file_refs, Sequence)
+            or not all(isinstance(ref, str) for ref in file_refs)
+        ):
+            raise InvalidInput("file_refs", file_refs, "must be a list of object ids")
         if _text(toolcall_id, "tool-call id").startswith(INFRASTRUCTURE_PREFIXES):
             # Refused before the store is read: the answer must not depend on what exists.
             raise InvalidInput("tool-call id", toolcall_id, "uses an infrastructure prefix")
