@@ -81,6 +81,8 @@ class Discover:
         """With ``strict``, a malformed path is an error and nothing is indexed; otherwise it is
         reported in ``refused`` (what tool-output parsing wants). Paths outside the allowed roots
         are always reported, never indexed."""
+        if isinstance(paths, str | bytes) or not isinstance(paths, Iterable):
+            raise InvalidInput("paths", paths, "must be a collection of paths, not a single value")
         stubs: list[tuple[str, FileObject]] = []
         refused: list[tuple[str, str]] = []
         for path in paths:
