@@ -231,6 +231,12 @@ def test_non_string_paths_are_refused(world: World, refused: Any, path: object) 
     refused(InvalidPath, path, lambda: world.service.discover(world.s1, [path]))  # type: ignore[list-item]
 
 
+@pytest.mark.parametrize("paths", ["/p/a.py", b"/p/a.py", None, 42])
+def test_discovery_needs_a_collection_of_paths(world: World, refused: Any, paths: object) -> None:
+    refused(InvalidInput, paths, lambda: world.service.discover(world.s1, paths))  # type: ignore[arg-type]
+    refused(InvalidInput, paths, lambda: world.service.discover(world.s1, paths, strict=False))  # type: ignore[arg-type]
+
+
 def test_lenient_discovery_reports_bad_paths_and_indexes_the_rest(
     world: World, host_id: str
 ) -> None:
@@ -311,6 +317,28 @@ def test_malformed_tool_calls_are_refused(
         InvalidInput, value, lambda: world.service.record_tool_call(world.s1, toolcall_id, **call)
     )
     assert isinstance(err, InvalidInput)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "value"),
+    [
+        ({"file_refs": "abc"}, "abc"),
+        ({"file_refs": [1, 2]}, [1, 2]),
+        ({"file_refs": ["ok", None]}, ["ok", None]),
+        ({"args_display": 5}, 5),
+        ({"args_display": ["x"]}, ["x"]),
+    ],
+)
+def test_malformed_tool_call_extras_are_refused(
+    world: World, refused: Any, kwargs: dict[str, Any], value: object
+) -> None:
+    refused(
+        InvalidInput,
+        value,
+        lambda: world.service.record_tool_call(
+            world.s1, "tc-new", tool="t", args={}, output="o", **kwargs
+        ),
+    )
 
 
 def test_non_text_tool_output_is_refused(world: World, refused: Any) -> None:
@@ -399,6 +427,13 @@ def test_starting_an_existing_session_is_refused(world: World, refused: Any) -> 
 def test_a_non_text_system_prompt_is_refused(world: World, refused: Any, ns: str) -> None:
     refused(InvalidInput, 42, lambda: world.service.start_session(ns + "s9", 42))  # type: ignore[arg-type]
     assert ns + "s9" not in world.service.sessions()
+
+
+@pytest.mark.parametrize("text", [None, 42, b"prompt"])
+def test_a_non_text_system_prompt_update_is_refused(
+    world: World, refused: Any, text: object
+) -> None:
+    refused(InvalidInput, text, lambda: world.service.set_system_prompt(world.s1, text))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("per_turn", "turns"), [(0, 3), (5, 0), (-1, -1)])
