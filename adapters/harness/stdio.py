@@ -40,6 +40,7 @@ from adapters.harness.rpc import (
 )
 from adapters.harness.session import HarnessSession
 from adapters.harness.tools import handle_context_tool, tool_schemas
+from application.policies import DEFAULT_POLICY, policy_by_name
 from application.service import ContextService
 from domain.errors import InvalidPath, SelfContextError
 
@@ -59,8 +60,11 @@ __all__ = [
 POLICIES: dict[str, str] = {
     "ssot": "The SSOT's layout (system prompt, metadata pool, chat, active content) and its "
     "sliding-window auto-collapse of tool outputs.",
+    "inline": "Cache-aware: an append-only prompt, objects shown where they arrived with #n "
+    "handles, older outputs collapsed in batches once a token trigger is crossed.",
 }
-"""Layout and collapse policies ``session.open`` accepts, by name, with a one-line description."""
+"""Layout and collapse policies ``session.open`` accepts, by name, with a one-line description
+(their settings: ``application.policies.POLICIES``)."""
 
 METHODS: dict[str, Method] = {}
 """Every method the server answers, by name."""
@@ -129,7 +133,7 @@ def _absolute(path: str) -> str:
 )
 def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     session_id = p["session_id"]
-    policy = p.get("policy", "ssot")
+    policy = p.get("policy", DEFAULT_POLICY)
     if policy not in POLICIES:
         raise RpcError.bad_params(
             "policy",
@@ -152,7 +156,9 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
         system_prompt=p.get("system_prompt", ""),
         cwd=cwd,
         roots=roots,
+        policy=policy_by_name(policy),
     )
+    policy = harness.service.state(session_id).policy.name  # a resumed session keeps its own
     server.sessions[session_id] = _Open(harness, policy)
     report = harness.resumed
     out: dict[str, Any] = {
