@@ -6,6 +6,8 @@ Every test runs on each store kind of ``store_factory`` (see ``tests/conftest.py
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -827,6 +829,59 @@ def test_catching_up_refreshes_what_the_context_shows(
     fresh = make_service()
     fresh.resume_session(sid)
     assert fresh.assemble(sid) == ctx
+
+
+def test_threads_writing_one_session_through_two_services_lose_nothing(
+    make_service: MakeService, service: ContextService, sid: str, store: WrappedStore
+) -> None:
+    second = make_service()
+    second.resume_session(sid)
+    errors: list[BaseException] = []
+
+    def retrying(call: Callable[[], object]) -> None:
+        # A ConflictError after the bounded retries guarantees nothing was written: a harness
+        # may simply try again.
+        while True:
+            try:
+                call()
+                return
+            except ConflictError:
+                continue
+
+    def worker(action: Callable[[int], object]) -> None:
+        try:
+            for n in range(30):
+                retrying(lambda n=n: action(n))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    actions: list[Callable[[int], object]] = [
+        lambda n: service.record_user_message(sid, f"user {n}"),
+        lambda n: service.record_assistant_message(sid, f"assistant {n}"),
+        lambda n: second.record_tool_call(sid, f"tc-{n}", tool="t", args={}, output=str(n)),
+    ]
+    threads = [threading.Thread(target=worker, args=(action,)) for action in actions]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+
+    entries = store.session_log(sid)
+    assert [e["seq"] for e in entries] == list(range(1, 93))
+    assert len({e["command_id"] for e in entries}) == 92
+    state = SessionRunner(store, CountingClock(), CountingIds()).load(sid).state
+    messages = [m for turn in state.turns for m in turn.messages]
+    for prefix, kind in (("user", UserMessage), ("assistant", AssistantMessage)):
+        texts = [m.text for m in messages if isinstance(m, kind)]
+        assert texts == [f"{prefix} {n}" for n in range(30)]
+    assert [m.toolcall_id for m in messages if isinstance(m, ToolResult)] == [
+        f"tc-{n}" for n in range(30)
+    ]
+    assert list(state.index) == [f"tc-{n}" for n in range(30)]
+    service.record_user_message(sid, "last")  # each service catches up on its next write
+    second.record_user_message(sid, "very last")
+    assert second.state(sid) == SessionRunner(store, CountingClock(), CountingIds()).load(sid).state
 
 
 def test_concurrent_writers_of_one_file_both_succeed_as_versions(
