@@ -34,9 +34,8 @@ def _core(args: argparse.Namespace) -> int:
     print(f"{'objects':>8} {'median ms':>10} {'p95 ms':>8} {'bytes/turn':>11}")
     for size in result["per_turn_ms"]:
         t = result["per_turn_ms"][size]
-        print(
-            f"{size:>8} {t['median']:>10.3f} {t['p95']:>8.3f} {result['bytes_per_turn'][size]:>11.1f}"
-        )
+        per = result["bytes_per_turn"][size]
+        print(f"{size:>8} {t['median']:>10.3f} {t['p95']:>8.3f} {per:>11.1f}")
     first, last = (
         next(iter(result["bytes_per_turn"].values())),
         list(result["bytes_per_turn"].values())[-1],
@@ -79,6 +78,108 @@ def _register_watch(benches: Any) -> None:
     watch.set_defaults(handler=_watch)
 
 
+GOALS = {"tokens": 0.50, "peak": 0.55, "cost": 0.75}
+"""Issue 6's goals for the default policy against naive: at most these ratios."""
+
+
+def _context(args: argparse.Namespace) -> int:
+    from adapters.bench.context import (
+        default_directory,
+        replay_service_factory,
+        run_context_bench,
+        trajectories_in,
+    )
+    from adapters.tokenizer import default_tokenizer
+    from application.policies import POLICIES, policy_by_name
+
+    paths = args.paths or [p for p in [default_directory()] if p is not None]
+    if not paths:
+        print(
+            "selfctx: no trajectories given and none found (set SELFCTX_TRAJECTORIES)",
+            file=sys.stderr,
+        )
+        return 2
+    policies = dict(POLICIES)
+    for variant in args.variant or ():
+        trigger, clear, keep = (int(v) for v in variant.split(","))
+        policies[f"inline-{trigger}-{clear}-{keep}"] = policy_by_name(
+            "inline", trigger_tokens=trigger, clear_at_least=clear, keep_recent=keep
+        )
+    tokenizer = default_tokenizer()
+    trajectories = trajectories_in(paths)
+    result = run_context_bench(
+        trajectories,
+        replay_service_factory(build_service, tokenizer),
+        tokenizer,
+        policies,
+        _progress(args.json),
+    )
+    per_call = result.pop("per_call")
+    named = [n for n in POLICIES if n in result["total"]]
+    result["default_policy"] = min(named, key=lambda n: result["total"][n]["cost"])
+    if args.chart:
+        _chart(args.chart, per_call, result["default_policy"], result["tokenizer"])
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    _context_table(result)
+    return 0
+
+
+def _context_table(result: dict[str, Any]) -> None:
+    names = list(result["total"])
+    print(f"tokenizer: {result['tokenizer']}; cost = cache-adjusted input tokens")
+    header = f"{'trajectory':34} {'calls':>5}" + "".join(f" {n + ' tokens':>22}" for n in names)
+    print(header)
+    for row in result["trajectories"]:
+        cells = "".join(f" {row[n]['tokens']:>22,}" for n in names)
+        print(f"{row['name'][:34]:34} {row['calls']:>5}{cells}")
+    naive = result["total"]["naive"]
+    print()
+    print(f"{'total':12} {'tokens':>12} {'peak':>9} {'cost':>12}   vs naive (tokens, peak, cost)")
+    for name in names:
+        t = result["total"][name]
+        ratios = "  ".join(f"{t[k] / naive[k]:.2f}" for k in ("tokens", "peak", "cost"))
+        extra = (
+            f"   retrievable {t['retrievable']}/{t['collapsed_outputs']}"
+            if "retrievable" in t
+            else ""
+        )
+        print(f"{name:12} {t['tokens']:>12,} {t['peak']:>9,} {t['cost']:>12,}   {ratios}{extra}")
+    default = result["default_policy"]
+    t = result["total"][default]
+    met = {k: t[k] / naive[k] <= goal for k, goal in GOALS.items()}
+    print(
+        f"default policy: {default}; goals (tokens <= 0.50, peak <= 0.55, cost <= 0.75 of naive): "
+        + ", ".join(f"{k} {'met' if ok else 'MISSED'}" for k, ok in met.items())
+    )
+
+
+def _chart(
+    path: str, per_call: dict[str, dict[str, list[int]]], default: str, tokenizer: str
+) -> None:
+    """Prompt size per call on the longest trajectory, for naive, ssot and the default."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    name = max(per_call, key=lambda n: len(per_call[n]["naive"]))
+    series = per_call[name]
+    figure, axes = plt.subplots(figsize=(9, 4.5), dpi=120)
+    for label in dict.fromkeys(["naive", "ssot", default]):
+        if label in series:
+            axes.plot(range(1, len(series[label]) + 1), series[label], label=label, linewidth=1.6)
+    axes.set_title(f"Prompt size per model call: {name}")
+    axes.set_xlabel("model call")
+    axes.set_ylabel(f"input tokens ({tokenizer})")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("bench", help="run a benchmark and print its figures")
     benches = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
@@ -88,4 +189,18 @@ def register(subparsers: Any) -> None:
     core.add_argument("--json", action="store_true", help="print one JSON object")
     core.add_argument("--sizes", help="comma-separated session sizes (default 100,1000,10000)")
     core.set_defaults(handler=_core)
+    context = benches.add_parser(
+        "context", help="tokens, peak and cache-adjusted cost per policy on real trajectories"
+    )
+    context.add_argument(
+        "paths", nargs="*", help="trajectory files or directories (default: the development set)"
+    )
+    context.add_argument("--json", action="store_true", help="print one JSON object")
+    context.add_argument("--chart", help="write a PNG of prompt size per call to this path")
+    context.add_argument(
+        "--variant",
+        action="append",
+        help="also measure inline with TRIGGER,CLEAR,KEEP (repeatable)",
+    )
+    context.set_defaults(handler=_context)
     _register_watch(benches)
