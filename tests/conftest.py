@@ -1,11 +1,12 @@
 """Fixtures of the core suite: a deterministic clock and id source, an in-memory file system, and
 services over a store chosen by ``store_factory``.
 
-``store_factory`` is parametrised by :data:`STORE_KINDS`. Only ``memory`` runs today; to run every
-service-level test on XTDB as well, add ``pytest.param("xtdb", marks=pytest.mark.xtdb)`` to
-:data:`STORE_KINDS` — the ``xtdb`` branch below asks for the session-scoped node fixture
-(``xtdb_node``, from ``tests/xtdb/``) only when that parameter runs. A store shared between tests
-(a real node) gets a per-test namespace, so file and session ids never collide across tests.
+``store_factory`` is parametrised by :data:`STORE_KINDS`, read from ``SELFCTX_TEST_STORES``
+(comma-separated, default ``memory``). ``SELFCTX_TEST_STORES=memory,xtdb`` runs every
+service-level test on a real XTDB node as well: the node is the session-scoped ``xtdb_node``
+fixture of ``tests/xtdb/fixtures.py``, loaded as a plugin only then. A store shared between tests
+gets a per-test namespace (``ns``): session and filesystem ids carry it, and the wrapped store
+prefixes every ``xt/id`` with it, so no test sees another's objects.
 """
 
 from __future__ import annotations
@@ -43,8 +44,14 @@ settings.register_profile(  # find a failure fast, without shrinking it (mutatio
 )
 settings.load_profile(os.environ.get("SELFCTX_HYPOTHESIS_PROFILE", "default"))
 
-STORE_KINDS: list[Any] = [pytest.param("memory", id="memory")]
-"""Store back-ends every service-level test runs on (see the module docstring to add XTDB)."""
+_KINDS = [k.strip() for k in os.environ.get("SELFCTX_TEST_STORES", "memory").split(",")]
+STORE_KINDS: list[Any] = [
+    pytest.param(kind, id=kind, marks=[pytest.mark.xtdb] if kind == "xtdb" else [])
+    for kind in _KINDS
+]
+"""Store back-ends every service-level test runs on."""
+if "xtdb" in _KINDS:
+    pytest_plugins = ("tests.xtdb.fixtures",)
 
 
 @attrs.frozen
@@ -62,11 +69,11 @@ def store_factory(request: pytest.FixtureRequest) -> StoreFactory:
     kind = request.param
     if kind == "memory":
         return StoreFactory("memory", MemoryStore, shared=False)
-    if kind == "xtdb":  # pragma: no cover - enabled once tests/xtdb provides the node
+    if kind == "xtdb":
         from adapters.xtdb import open_store
 
         node = request.getfixturevalue("xtdb_node")
-        return StoreFactory("xtdb", lambda: open_store(node.url), shared=True)
+        return StoreFactory("xtdb", lambda: open_store(node.url, timeout=10.0), shared=True)
     raise AssertionError(f"unknown store kind {kind!r}")
 
 
@@ -83,9 +90,10 @@ def host_id(ns: str) -> str:
 
 
 @pytest.fixture
-def store(store_factory: StoreFactory) -> Iterator[WrappedStore]:
-    """The test's store, wrapped so tests can count what it receives and inject failures."""
-    wrapped = WrappedStore(store_factory.make())
+def store(store_factory: StoreFactory, ns: str) -> Iterator[WrappedStore]:
+    """The test's store, wrapped so tests can count what it receives and inject failures (and,
+    for a shared store, keep this test's ids apart from every other test's)."""
+    wrapped = WrappedStore(store_factory.make(), namespace=ns)
     yield wrapped
     wrapped.close()
 

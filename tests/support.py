@@ -166,24 +166,43 @@ class WrappedStore(ObjectStore):
     anything reaches the inner store. ``lose_acks = n`` makes the next ``n`` commits reach the
     inner store (durably) and then raise, as a connection that drops after the write would.
     ``on_commit`` runs before each commit reaches the inner store (to interleave another writer).
+
+    ``namespace`` (for a store shared between tests, e.g. one XTDB node per run) is prefixed to
+    every ``xt/id`` on the way in and removed on the way out, so literal ids such as ``tc-1`` in
+    one test never meet another test's; with the default ``""`` the wrapper changes nothing.
     """
 
-    def __init__(self, inner: ObjectStore) -> None:
+    def __init__(self, inner: ObjectStore, namespace: str = "") -> None:
         self.inner = inner
+        self.namespace = namespace
         self.commits = 0
         """Commits that reached the inner store."""
         self.bytes_committed = 0
-        """JSON bytes of every document in those commits."""
+        """JSON bytes of every document in those commits (as the caller wrote them)."""
         self.committed: list[list[Document]] = []
         self.fail_commits = 0
         self.lose_acks = 0
         self.on_commit: Callable[[], None] | None = None
 
+    def _in(self, doc: Document) -> Document:
+        if not self.namespace:
+            return doc
+        return {**doc, "xt/id": self.namespace + str(doc.get("xt/id"))}
+
+    def _out(self, doc: Document | None) -> Document | None:
+        if doc is None or not self.namespace:
+            return doc
+        return {**doc, "xt/id": str(doc["xt/id"]).removeprefix(self.namespace)}
+
+    def _docs(self, docs: dict[str, Document]) -> dict[str, Document]:
+        ns = self.namespace
+        return {i.removeprefix(ns): {**d, "xt/id": i.removeprefix(ns)} for i, d in docs.items()}
+
     def get(self, object_id: str) -> Document | None:
-        return self.inner.get(object_id)
+        return self._out(self.inner.get(self.namespace + object_id))
 
     def get_many(self, object_ids: Iterable[str]) -> dict[str, Document]:
-        return self.inner.get_many(object_ids)
+        return self._docs(self.inner.get_many(self.namespace + i for i in object_ids))
 
     def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
         if self.fail_commits:
@@ -192,7 +211,13 @@ class WrappedStore(ObjectStore):
         hook, self.on_commit = self.on_commit, None
         if hook is not None:
             hook()
-        receipt = self.inner.commit(puts, expect)
+        receipt = self.inner.commit(
+            [self._in(doc) for doc in puts],
+            [
+                Expect(self.namespace + x.object_id, x.document and self._in(x.document))
+                for x in expect
+            ],
+        )
         self.commits += 1
         self.bytes_committed += sum(json_bytes(d) for d in puts)
         self.committed.append([dict(d) for d in puts])
@@ -202,19 +227,29 @@ class WrappedStore(ObjectStore):
         return receipt
 
     def history(self, object_id: str) -> list[Version]:
-        return self.inner.history(object_id)
+        return [
+            attrs.evolve(v, document=self._out(v.document))
+            for v in self.inner.history(self.namespace + object_id)
+        ]
 
     def get_as_of(self, object_id: str, tx_id: int) -> Document | None:
-        return self.inner.get_as_of(object_id, tx_id)
+        return self._out(self.inner.get_as_of(self.namespace + object_id, tx_id))
 
     def get_many_as_of(self, object_ids: Iterable[str], tx_id: int) -> dict[str, Document]:
-        return self.inner.get_many_as_of(object_ids, tx_id)
+        return self._docs(
+            self.inner.get_many_as_of((self.namespace + i for i in object_ids), tx_id)
+        )
 
     def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
-        return self.inner.session_log(session_id, after_seq)
+        return [
+            doc
+            for doc in map(self._out, self.inner.session_log(session_id, after_seq))
+            if doc is not None
+        ]
 
     def ids_of_type(self, doc_type: str) -> list[str]:
-        return self.inner.ids_of_type(doc_type)
+        ns = self.namespace
+        return [i.removeprefix(ns) for i in self.inner.ids_of_type(doc_type) if i.startswith(ns)]
 
     def latest_tx(self) -> Receipt | None:
         return self.inner.latest_tx()
