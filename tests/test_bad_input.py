@@ -274,23 +274,27 @@ def test_non_string_messages_are_refused(world: World, refused: Any, text: objec
 
 
 @pytest.mark.parametrize(
-    "calls",
+    ("calls", "value"),
     [
-        [{"id": "tc-9", "name": "bash"}],
-        ["tc-9"],
-        [ToolCallRequest("tc-9", "bash"), ToolCallRequest("tc-9", "ls")],
-        [ToolCallRequest(9, "bash")],  # type: ignore[arg-type]
-        [ToolCallRequest("", "bash")],
-        [ToolCallRequest("tc-9", "")],
+        ([{"id": "tc-9", "name": "bash"}], {"id": "tc-9", "name": "bash"}),
+        (["tc-9"], "tc-9"),
+        ([ToolCallRequest("tc-9", "bash"), ToolCallRequest("tc-9", "ls")], ["tc-9", "tc-9"]),
+        ([ToolCallRequest(9, "bash")], 9),  # type: ignore[arg-type]
+        ([ToolCallRequest("", "bash")], ""),
+        ([ToolCallRequest("tc-9", "")], ""),
+        ([ToolCallRequest("tc-9", "x", {"n": float("inf")})], {"n": float("inf")}),
+        ("tc-9", "tc-9"),
+        (None, None),
     ],
 )
 def test_malformed_tool_call_requests_are_refused(
-    world: World, refused: Any, calls: list[Any]
+    world: World, refused: Any, calls: Any, value: object
 ) -> None:
-    before = snapshot(world)
-    with pytest.raises(InvalidInput):
-        world.service.record_assistant_message(world.s1, "text", calls)
-    assert snapshot(world) == before
+    err = refused(
+        InvalidInput, value, lambda: world.service.record_assistant_message(world.s1, "t", calls)
+    )
+    if not isinstance(value, dict):
+        assert err.value == value
 
 
 @pytest.mark.parametrize(
