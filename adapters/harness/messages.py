@@ -240,7 +240,7 @@ def parse_anthropic(messages: Sequence[Any], system: Any = None) -> list[Message
                     ToolCallRequest(
                         _check_id(block.get("id"), index, "tool_use id"),
                         _check_id(block.get("name"), index, "tool name"),
-                        dict(arguments),
+                        _arguments(arguments, index),  # an object: refused unless exact JSON
                     )
                 )
             elif kind == "tool_result" and role == "user":

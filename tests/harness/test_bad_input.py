@@ -140,6 +140,8 @@ ANTHROPIC_CASES: dict[str, list[Any]] = {
     "huge text": [a_user(BIG)],
     "huge result": [a_assistant(a_use("t9")), a_user(a_result("t9", BIG))],
     "non-string text block": [a_user({"type": "text", "text": None})],
+    "input with NaN": [a_assistant(a_use("t9", n=float("nan")))],
+    "input with an integer no double holds": [a_assistant(a_use("t9", n=2**64 + 1))],
 }
 
 
