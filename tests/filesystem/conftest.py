@@ -41,6 +41,7 @@ class MakeFsService(Protocol):
         track: bool = ...,
         store: ObjectStore | None = ...,
         expect_failures: bool = ...,
+        quiet: float = ...,
         **kwargs: Any,
     ) -> ContextService: ...
 
@@ -49,7 +50,10 @@ class MakeFsService(Protocol):
 def make_fs_service(
     store_factory: StoreFactory, host_id: str, workspace: Path
 ) -> Iterator[MakeFsService]:
-    """Build a service over real files in ``workspace``; ``track=True`` adds a watchdog tracker.
+    """Build a service over real files in ``workspace``; ``track=True`` adds a watchdog tracker
+    whose coalescing waits for ``quiet`` seconds without events. The default (0.25 s, five times
+    the production delay) keeps a loaded machine from splitting one write into two looks; a test
+    whose steps must land in one burst gives itself a longer one.
 
     Services made without ``store`` share one store (two clients of one database).
     """
@@ -61,6 +65,7 @@ def make_fs_service(
         track: bool = True,
         store: ObjectStore | None = None,
         expect_failures: bool = False,
+        quiet: float = 0.25,
         **kwargs: Any,
     ) -> ContextService:
         if store is None:
@@ -68,7 +73,9 @@ def make_fs_service(
                 shared.append(store_factory.make())
             store = shared[0]
         kwargs.setdefault("workspace", str(workspace))
-        tracker = WatchdogTracker(host_id) if track else None
+        tracker = (
+            WatchdogTracker(host_id, delay=quiet, max_delay=max(quiet * 10, 0.5)) if track else None
+        )
         service = build_service(store=store, host_id=host_id, tracker=tracker, **kwargs)
         made.append((service, expect_failures))
         return service

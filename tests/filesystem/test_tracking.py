@@ -148,7 +148,7 @@ def test_a_save_that_renames_the_original_to_a_backup_is_one_update(
     the backup. The original gets one updated version, never a deletion."""
     path = workspace / "notes.txt"
     write(path, "v1\n")
-    service = make_fs_service()
+    service = make_fs_service(quiet=1.0)  # the file is absent between two steps: one burst
     service.start_session(sid)
     oid = service.index_file(sid, str(path)).object_id
 
