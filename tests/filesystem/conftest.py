@@ -1,9 +1,8 @@
 """Fixtures for tests on real files: a workspace in a temporary directory, services built by the
 composition root over the store ``store_factory`` chooses, with or without a watchdog tracker.
 
-Store kinds: memory today. The tests here also run on XTDB as soon as ``tests/conftest.py`` lists
-``pytest.param("xtdb", marks=pytest.mark.xtdb)`` in ``STORE_KINDS`` and loads the node fixture
-with ``pytest_plugins = ("tests.xtdb.fixtures",)`` (checked: they pass on a real node that way).
+Store kinds come from ``SELFCTX_TEST_STORES`` (``tests/conftest.py``): memory by default,
+``SELFCTX_TEST_STORES=memory,xtdb`` runs every test here on a real XTDB node as well.
 
 Every tracker a test makes is closed at the end, and the test fails if the tracker recorded a
 failure the test did not expect (an error on the watcher thread is never allowed to pass quietly).
