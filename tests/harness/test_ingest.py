@@ -465,3 +465,17 @@ def test_harness_session_over_an_existing_session_keeps_the_session() -> None:
     h.ingest(base())
     again = HarnessSession(service, "s1", "openai", cwd=CWD, roots=ROOTS)
     assert again.ingest(base()).consumed == 0
+
+
+def test_a_repeated_plain_message_whose_first_copy_is_in_the_common_prefix_is_recorded() -> None:
+    # The copy in the common prefix is that recorded message: only copies beyond it may match.
+    h = open_harness()
+    h.ingest([o_user("go"), o_assistant("ok")])
+    result = h.ingest([o_user("go"), o_user("new"), o_user("go")])
+    assert result == IngestResult(consumed=2, diverged=True, total=4)
+    assert chat_texts(h.service) == [
+        ("user", "go"),
+        ("assistant", "ok"),
+        ("user", "new"),
+        ("user", "go"),
+    ]

@@ -514,3 +514,45 @@ def test_validate_anthropic_accepts_string_content_and_a_string_system() -> None
             ],
         }
     )
+
+
+# -- the context tools' handler ---------------------------------------------------------------
+
+
+def test_context_tools_answer_and_act() -> None:
+    h = open_harness()
+    h.ingest(
+        [o_user("go"), o_assistant("", bash("c1", "pytest")), o_tool("c1", mini("1 passed\n"))]
+    )
+    assert "c1" in h.service.state("s1").active
+    answer = h.handle("deactivate", {"id": "c1"})
+    assert answer.ok and "c1" not in h.service.state("s1").active
+    assert h.handle("activate", {"id": "c1"}).ok
+    assert "c1" in h.service.state("s1").active
+    assert h.handle("pin", {"id": "c1"}).ok
+    assert "c1" in h.service.state("s1").pinned
+    assert h.handle("unpin", {"id": "c1"}).ok
+    assert "c1" not in h.service.state("s1").pinned
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "says"),
+    [
+        ("activate", {"id": "nope"}, "activate nope:"),
+        ("activate", {}, "activate needs an 'id' argument"),
+        ("pin", {"id": ""}, "pin needs an 'id' argument"),
+        ("unpin", {"id": 5}, "unpin needs an 'id' argument"),
+        ("deactivate", "not a mapping", "deactivate needs an 'id' argument"),
+        ("forget", {"id": "c1"}, "unknown tool 'forget'"),
+    ],
+)
+def test_context_tool_refusals_are_answers_and_change_nothing(
+    name: str, arguments: Any, says: str
+) -> None:
+    h = open_harness()
+    h.ingest([o_user("go")])
+    before = h.service.state("s1"), h.service.log_position("s1")
+    answer = h.handle(name, arguments)
+    assert not answer.ok
+    assert answer.message.startswith(says), answer.message
+    assert (h.service.state("s1"), h.service.log_position("s1")) == before
