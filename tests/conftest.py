@@ -2,11 +2,13 @@
 services over a store chosen by ``store_factory``.
 
 ``store_factory`` is parametrised by :data:`STORE_KINDS`, read from ``SELFCTX_TEST_STORES``
-(comma-separated, default ``memory``). ``SELFCTX_TEST_STORES=memory,xtdb`` runs every
-service-level test on a real XTDB node as well: the node is the session-scoped ``xtdb_node``
-fixture of ``tests/xtdb/fixtures.py``, loaded as a plugin only then. A store shared between tests
-gets a per-test namespace (``ns``): session and filesystem ids carry it, and the wrapped store
-prefixes every ``xt/id`` with it, so no test sees another's objects.
+(comma-separated, default ``memory,xtdb``): every service-level test runs on the in-memory store
+and on a real XTDB node (marked ``xtdb``; ``-m "not xtdb"`` or ``SELFCTX_TEST_STORES=memory``
+skips the node). The node is the session-scoped ``xtdb_node`` fixture of
+``tests/xtdb/fixtures.py``, registered here as a plugin for the whole suite, so one node serves
+every folder and is started only if a test asks for it. A store shared between tests gets a
+per-test namespace (``ns``): session and filesystem ids carry it, and the wrapped store prefixes
+every ``xt/id`` (and the session of every log entry) with it, so no test sees another's objects.
 """
 
 from __future__ import annotations
@@ -44,14 +46,14 @@ settings.register_profile(  # find a failure fast, without shrinking it (mutatio
 )
 settings.load_profile(os.environ.get("SELFCTX_HYPOTHESIS_PROFILE", "default"))
 
-_KINDS = [k.strip() for k in os.environ.get("SELFCTX_TEST_STORES", "memory").split(",")]
+pytest_plugins = ("tests.xtdb.fixtures",)
+
+_KINDS = [k.strip() for k in os.environ.get("SELFCTX_TEST_STORES", "memory,xtdb").split(",")]
 STORE_KINDS: list[Any] = [
     pytest.param(kind, id=kind, marks=[pytest.mark.xtdb] if kind == "xtdb" else [])
     for kind in _KINDS
 ]
 """Store back-ends every service-level test runs on."""
-if "xtdb" in _KINDS:
-    pytest_plugins = ("tests.xtdb.fixtures",)
 
 
 @attrs.frozen

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 
 from adapters.tokenizer import EstimateTokenizer
+from application.persistence import LOG_TYPE
 from application.ports.clock import Clock
 from application.ports.files import (
     FileReader,
@@ -20,6 +21,7 @@ from application.ports.files import (
 )
 from application.ports.ids import IdSource
 from application.ports.store import (
+    ConflictError,
     Document,
     Expect,
     ObjectStore,
@@ -168,8 +170,10 @@ class WrappedStore(ObjectStore):
     ``on_commit`` runs before each commit reaches the inner store (to interleave another writer).
 
     ``namespace`` (for a store shared between tests, e.g. one XTDB node per run) is prefixed to
-    every ``xt/id`` on the way in and removed on the way out, so literal ids such as ``tc-1`` in
-    one test never meet another test's; with the default ``""`` the wrapper changes nothing.
+    every ``xt/id``, and to the ``session_id`` of every session-log entry, on the way in and
+    removed on the way out (documents, log queries, ``ids_of_type``, the ids a conflict names), so
+    literal ids such as ``tc-1`` or a session ``main`` in one test never meet another test's and
+    the caller reads back exactly the ids it wrote; with the default ``""`` nothing changes.
     """
 
     def __init__(self, inner: ObjectStore, namespace: str = "") -> None:
@@ -185,18 +189,31 @@ class WrappedStore(ObjectStore):
         self.on_commit: Callable[[], None] | None = None
 
     def _in(self, doc: Document) -> Document:
-        if not self.namespace:
-            return doc
-        return {**doc, "xt/id": self.namespace + str(doc.get("xt/id"))}
+        ns = self.namespace
+        if not ns or not isinstance(doc, Mapping) or not isinstance(doc.get("xt/id"), str):
+            return doc  # a malformed document reaches the inner store as it is, to be refused
+        out = {**doc, "xt/id": ns + doc["xt/id"]}
+        if doc.get("type") == LOG_TYPE and isinstance(doc.get("session_id"), str):
+            out["session_id"] = ns + doc["session_id"]
+        return out
 
     def _out(self, doc: Document | None) -> Document | None:
-        if doc is None or not self.namespace:
+        ns = self.namespace
+        if doc is None or not ns:
             return doc
-        return {**doc, "xt/id": str(doc["xt/id"]).removeprefix(self.namespace)}
+        out = {**doc, "xt/id": str(doc["xt/id"]).removeprefix(ns)}
+        if doc.get("type") == LOG_TYPE and isinstance(doc.get("session_id"), str):
+            out["session_id"] = doc["session_id"].removeprefix(ns)
+        return out
 
     def _docs(self, docs: dict[str, Document]) -> dict[str, Document]:
         ns = self.namespace
-        return {i.removeprefix(ns): {**d, "xt/id": i.removeprefix(ns)} for i, d in docs.items()}
+        out = {}
+        for object_id, doc in docs.items():
+            stripped = self._out(doc)
+            assert stripped is not None
+            out[object_id.removeprefix(ns)] = stripped
+        return out
 
     def get(self, object_id: str) -> Document | None:
         return self._out(self.inner.get(self.namespace + object_id))
@@ -211,13 +228,22 @@ class WrappedStore(ObjectStore):
         hook, self.on_commit = self.on_commit, None
         if hook is not None:
             hook()
-        receipt = self.inner.commit(
-            [self._in(doc) for doc in puts],
-            [
-                Expect(self.namespace + x.object_id, x.document and self._in(x.document))
-                for x in expect
-            ],
-        )
+        try:
+            receipt = self.inner.commit(
+                [self._in(doc) for doc in puts],
+                [
+                    Expect(
+                        self.namespace + x.object_id,
+                        None if x.document is None else self._in(x.document),
+                    )
+                    for x in expect
+                ],
+            )
+        except ConflictError as exc:
+            if not self.namespace:
+                raise
+            ids = [i.removeprefix(self.namespace) for i in exc.object_ids]
+            raise ConflictError(ids, url=exc.url, operation=exc.operation) from exc
         self.commits += 1
         self.bytes_committed += sum(json_bytes(d) for d in puts)
         self.committed.append([dict(d) for d in puts])
@@ -241,11 +267,8 @@ class WrappedStore(ObjectStore):
         )
 
     def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
-        return [
-            doc
-            for doc in map(self._out, self.inner.session_log(session_id, after_seq))
-            if doc is not None
-        ]
+        entries = self.inner.session_log(self.namespace + session_id, after_seq)
+        return [doc for doc in map(self._out, entries) if doc is not None]
 
     def ids_of_type(self, doc_type: str) -> list[str]:
         ns = self.namespace

@@ -6,25 +6,36 @@ After every step: the invariants of §3.1 hold; the model agrees with ``service.
 assembled context; the persisted log replays to the same state (from scratch and from the latest
 snapshot); ``state_at`` and ``context_at`` give back what the model recorded after each command.
 
-The example count comes from the Hypothesis profile (``SELFCTX_HYPOTHESIS_PROFILE=long`` for a
-longer run; see ``tests/conftest.py``).
+The machine runs on every store kind of ``store_factory`` (``tests/conftest.py``). On the in-memory
+store the example count comes from the Hypothesis profile (``SELFCTX_HYPOTHESIS_PROFILE=long`` for
+a longer run); on a real XTDB node every step costs dozens of HTTP requests, so it runs a fixed,
+smaller number of shorter examples, each in a namespace of its own on the shared node.
 """
 
 from __future__ import annotations
 
 import itertools
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 from pyrsistent import thaw
 
 from adapters.memory import MemoryStore
 from application.persistence import decode_events
 from application.ports.files import SourceMissing, SourceUnreachable
-from application.ports.store import StoreUnavailable
+from application.ports.store import ObjectStore, StoreUnavailable
 from application.runner import SessionRunner
 from application.service import ContextService
 from domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
@@ -33,6 +44,7 @@ from domain.mounts import MountMapping, MountTable
 from domain.rendering import AssembledContext
 from domain.session.machine import fold
 from domain.session.state import CollapseWindow, SessionState
+from tests.conftest import StoreFactory
 from tests.support import (
     CONTAINER_FS,
     CountingClock,
@@ -280,9 +292,12 @@ def context_of(ctx: AssembledContext) -> tuple[Any, ...]:
 
 
 class SessionMachine(RuleBasedStateMachine):
+    make_store: Callable[[], ObjectStore] = MemoryStore
+    """The store each example runs on (a fresh one, or a fresh namespace of a shared one)."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.store = WrappedStore(MemoryStore())
+        self.store = WrappedStore(self.make_store())
         self.files = FakeFileReader(HOST)
         self.files.make_unreachable(LOCKED)
         self.ids = CountingIds()
@@ -680,11 +695,30 @@ class SessionMachine(RuleBasedStateMachine):
         context = self.service.context_at(SID, self.model.seq)
         assert context == self.service.assemble(SID)
 
+    def teardown(self) -> None:
+        self.store.close()
 
-SessionMachine.TestCase.settings = settings(
-    # Stateful examples are cheap and varied ones need many: three times the profile's count.
-    max_examples=3 * settings.default.max_examples,
-    stateful_step_count=50,
-    suppress_health_check=[HealthCheck.too_slow],
-)
-TestSessionMachine = SessionMachine.TestCase
+
+def test_session_machine(store_factory: StoreFactory) -> None:
+    if store_factory.shared:
+        # One namespace per example: literal ids (main, tc-1, host-fs) recur in every example.
+        def make() -> ObjectStore:
+            return WrappedStore(store_factory.make(), namespace=f"m{uuid.uuid4().hex[:10]}-")
+
+        examples, steps = 8, 30
+    else:
+        make = store_factory.make
+        # Stateful examples are cheap and varied ones need many: three times the profile's count.
+        examples, steps = 3 * settings.default.max_examples, 50
+
+    class Machine(SessionMachine):
+        make_store = staticmethod(make)
+
+    run_state_machine_as_test(
+        Machine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=steps,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
