@@ -77,12 +77,26 @@ _SHELL_OPS = {"|", "||", "&&", ";", ">", ">>", "<", "2>", "&", "2>&1", "|&"}
 _KNOWN_NAMES = {"Makefile", "Dockerfile", "LICENSE", "README", "Cargo.lock", "Gemfile", "Rakefile"}
 
 
+_OPENHANDS_TAIL = re.compile(
+    r"(?:\n\[(?:The command completed with exit code (-?\d+)\."
+    r"|Command finished with exit code (-?\d+)"
+    r"|Current working directory: [^\n]*|Python interpreter: [^\n]*)\])+\Z"
+)
+"""The lines OpenHands appends to a command's output (exit code, working directory)."""
+_OPENHANDS_CUT = "[... Observation truncated due to length ...]"
+
+
 def unwrap_output(output: str) -> tuple[str, int | None]:
     """The command's own output and exit code, without a harness's wrapping (mini-swe-agent's
-    ``<returncode>``/``<output>``, SWE-agent's ``OBSERVATION:`` prefix)."""
+    ``<returncode>``/``<output>``, SWE-agent's ``OBSERVATION:`` prefix, OpenHands' trailing
+    ``[... exit code N]`` and ``[Current working directory: ...]`` lines)."""
     match = _MINI.match(output)
     if match:
         return match.group(2), int(match.group(1))
+    tail = _OPENHANDS_TAIL.search(output)
+    if tail:
+        codes = re.findall(r"exit code (-?\d+)", tail.group(0))
+        return output[: tail.start()], int(codes[-1]) if codes else None
     if output.startswith("OBSERVATION:\n"):
         # SWE-agent reads commands through a terminal, which ends every line with CRLF.
         return output[len("OBSERVATION:\n") :].replace("\r\n", "\n"), None
@@ -429,7 +443,7 @@ def recognise(tool: str, args: Mapping[str, Any], output: str, cwd: str) -> list
     if name in ("bash", "execute_bash", "shell", "run", "terminal") and isinstance(
         args.get("command"), str
     ):
-        if _MINI_CUT.match(output):
+        if _MINI_CUT.match(output) or _OPENHANDS_CUT in output:
             return []  # a cut output: neither a whole file nor a complete listing
         return list(_shell_effects(args["command"], text, code, cwd))
     if name in ("str_replace_editor", "edit_file", "text_editor"):
