@@ -161,6 +161,8 @@ def _shell_effects(command: str, output: str, code: int | None, cwd: str) -> Ite
         return
     program = posixpath.basename(tokens[0])
     simple = _simple(tokens)
+    if code is None and program in ("cat", "head", "sed") and output.startswith(f"{program}: "):
+        return  # no exit code (SWE-agent), but the program's own error message: no content
     if code not in (None, 0):
         if program in ("grep", "rg") and code == 1:
             return  # grep found nothing: no listing, nothing else
