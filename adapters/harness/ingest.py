@@ -20,7 +20,14 @@ from collections.abc import Sequence
 import attrs
 
 from adapters.harness.messages import MalformedMessage, Message
-from adapters.harness.recognise import FileEdit, FileRead, FileWrite, Listing, recognise
+from adapters.harness.recognise import (
+    FileEdit,
+    FileRead,
+    FileWrite,
+    Listing,
+    recognise,
+    unwrap_output,
+)
 from application.ports.files import SourceUnavailable
 from application.service import ContextService
 from domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
@@ -299,6 +306,9 @@ def _check_unique(messages: Sequence[Message]) -> None:
 
 
 def _failed(output: str) -> bool:
-    """mini-swe-agent style outputs carry the return code."""
+    """The output carries a non-zero exit code (mini-swe-agent's ``<returncode>``, also on a cut
+    output; OpenHands' ``[Command finished with exit code N]``)."""
     head = output[:40]
-    return head.startswith("<returncode>") and not head.startswith("<returncode>0</returncode>")
+    if head.startswith("<returncode>"):
+        return not head.startswith("<returncode>0</returncode>")
+    return unwrap_output(output)[1] not in (None, 0)

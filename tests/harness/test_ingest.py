@@ -479,3 +479,19 @@ def test_a_repeated_plain_message_whose_first_copy_is_in_the_common_prefix_is_re
         ("user", "new"),
         ("user", "go"),
     ]
+
+
+def test_an_openhands_exit_code_is_the_status() -> None:
+    h = open_harness()
+    done = "\n[The command completed with exit code {0}.]\n[Command finished with exit code {0}]"
+    h.ingest(
+        [
+            o_user("go"),
+            o_assistant("", o_call("c1", "execute_bash", command="make")),
+            o_tool("c1", "error: no rule" + done.format(2)),
+            o_assistant("", o_call("c2", "execute_bash", command="true")),
+            o_tool("c2", "" + done.format(0)),
+        ]
+    )
+    assert toolcall(h.service, "c1").status == "fail"
+    assert toolcall(h.service, "c2").status == "ok"
