@@ -17,8 +17,10 @@ import attrs
 from adapters.bootstrap import build_service
 from adapters.harness import HarnessSession
 from adapters.memory import MemoryStore
+from application.policies import policy_by_name
 from application.ports.store import Receipt
 from application.service import ContextService
+from application.settings import Settings
 from domain.session.state import SessionState
 from tests.support import CountingClock, CountingIds, file_id
 
@@ -28,13 +30,16 @@ CWD = "/testbed"
 ROOTS = ("/testbed",)
 
 
-def make_service() -> ContextService:
-    """A service over a fresh in-memory store; every path is a container path."""
+def make_service(policy: str = "ssot") -> ContextService:
+    """A service over a fresh in-memory store; every path is a container path. Sessions get the
+    named layout policy (the SSOT's by default: decision 0006 and the exact renderings below
+    are about its layout)."""
     return build_service(
         store=MemoryStore(),
         default_filesystem_id=CONTAINER,
         clock=CountingClock(),
         ids=CountingIds(),
+        settings=Settings(policy=policy_by_name(policy)),
     )
 
 

@@ -635,3 +635,48 @@ def test_tool_names_are_case_insensitive_and_execute_bash_counts() -> None:
     assert recognise("Bash", {"command": "cat a.py"}, "x\n", CWD) == [
         FileRead("/testbed/a.py", "x\n")
     ]
+
+
+# -- outputs without an exit code (SWE-agent, OpenHands) ----------------------------------------
+
+
+def openhands(output: str, code: int = 0, cwd: str = "/workspace/repo") -> str:
+    """An OpenHands command observation as the model saw it (the trajectory converter adds the
+    metadata's suffix, working directory and exit code)."""
+    return (
+        f"{output}\n[The command completed with exit code {code}.]"
+        f"\n[Current working directory: {cwd}]\n[Command finished with exit code {code}]"
+    )
+
+
+def test_unwrap_openhands() -> None:
+    assert unwrap_output(openhands("a\nb", 0)) == ("a\nb", 0)
+    assert unwrap_output(openhands("boom", 2)) == ("boom", 2)
+    assert unwrap_output("x\n[Command finished with exit code 1]") == ("x", 1)
+
+
+def test_openhands_cat_is_the_file_without_the_trailer() -> None:
+    args = {"command": "cat /workspace/repo/a.c"}
+    assert recognise("execute_bash", args, openhands("int x;\nint y;"), "/") == [
+        FileRead("/workspace/repo/a.c", "int x;\nint y;")
+    ]
+    assert recognise("execute_bash", args, openhands("cat: a.c: No such file", 1), "/") == []
+
+
+def test_openhands_truncated_observation_is_not_a_read() -> None:
+    out = openhands("int x;\n[... Observation truncated due to length ...]\nint z;")
+    assert recognise("execute_bash", {"command": "cat a.c"}, out, "/w") == []
+
+
+@pytest.mark.parametrize(
+    ("command", "output"),
+    [
+        ("cat nope.py", "cat: nope.py: No such file or directory"),
+        ("cat src", "cat: src: Is a directory"),
+        ("head -n 5 nope.py", "head: cannot open 'nope.py' for reading: No such file or directory"),
+        ("sed -n 1,5p nope.py", "sed: can't read nope.py: No such file or directory"),
+    ],
+)
+def test_an_error_message_without_exit_code_is_not_the_file(command: str, output: str) -> None:
+    # SWE-agent's observations carry no exit code: the program's own error is no content.
+    assert sh(command, swe(output)) == []
