@@ -9,8 +9,9 @@ are unique, so decision 0007's one ambiguity never arises — ``test_the_documen
 shows it); the assembled request validates in both formats.
 
 Runs: the ``harness-fuzz`` profile gives these tests 10,000 streams in total (one fresh service
-over the in-memory store per stream). ``SELFCTX_HARNESS_FUZZ_SCALE`` multiplies that (e.g. 0.1
-for a quick local run, 10 for a long one).
+over the in-memory store per stream, under the ``ssot`` or the ``inline`` layout policy).
+``SELFCTX_HARNESS_FUZZ_SCALE`` multiplies that (e.g. 0.1 for a quick local run, 10 for a long
+one).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ from tests.harness.conftest import (
 )
 
 TOTAL_STREAMS = 10_000
+POLICIES = st.sampled_from(["ssot", "inline"])
+"""Each stream runs under one of the layout policies (decision 0008)."""
 SHARE = {"openai": 0.4, "anthropic": 0.4, "malformed": 0.2}
 _SCALE = float(os.environ.get("SELFCTX_HARNESS_FUZZ_SCALE", "1"))
 
@@ -491,8 +494,8 @@ class Run:
         validate_anthropic(to_anthropic(context))
 
 
-def run(fmt: str, steps: list[Step]) -> None:
-    h = HarnessSession(make_service(), "fuzz", fmt, cwd=CWD, roots=ROOTS)
+def run(fmt: str, steps: list[Step], policy: str) -> None:
+    h = HarnessSession(make_service(policy), "fuzz", fmt, cwd=CWD, roots=ROOTS)
     state = Run(fmt, h)
     for step in steps:
         try:
@@ -504,27 +507,27 @@ def run(fmt: str, steps: list[Step]) -> None:
 
 
 @fuzz("openai")
-@given(streams("openai"))
-def test_openai_streams(steps: list[Step]) -> None:
-    run("openai", steps)
+@given(streams("openai"), POLICIES)
+def test_openai_streams(steps: list[Step], policy: str) -> None:
+    run("openai", steps, policy)
 
 
 @fuzz("anthropic")
-@given(streams("anthropic"))
-def test_anthropic_streams(steps: list[Step]) -> None:
-    run("anthropic", steps)
+@given(streams("anthropic"), POLICIES)
+def test_anthropic_streams(steps: list[Step], policy: str) -> None:
+    run("anthropic", steps, policy)
 
 
 @fuzz("malformed", 0.5)
-@given(streams("openai", malformed=True))
-def test_malformed_openai_streams(steps: list[Step]) -> None:
-    run("openai", steps)
+@given(streams("openai", malformed=True), POLICIES)
+def test_malformed_openai_streams(steps: list[Step], policy: str) -> None:
+    run("openai", steps, policy)
 
 
 @fuzz("malformed", 0.5)
-@given(streams("anthropic", malformed=True))
-def test_malformed_anthropic_streams(steps: list[Step]) -> None:
-    run("anthropic", steps)
+@given(streams("anthropic", malformed=True), POLICIES)
+def test_malformed_anthropic_streams(steps: list[Step], policy: str) -> None:
+    run("anthropic", steps, policy)
 
 
 def test_the_documented_ambiguity() -> None:
