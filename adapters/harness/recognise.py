@@ -84,12 +84,15 @@ _OPENHANDS_TAIL = re.compile(
 )
 """The lines OpenHands appends to a command's output (exit code, working directory)."""
 _OPENHANDS_CUT = "[... Observation truncated due to length ...]"
+_PROMPT = re.compile(r"(?:(?<=\n)|\A)[\w.-]+@[\w.-]+:[^\r\n]*[#$] ?\Z")
+"""The shell prompt older OpenHands observations end with (``root@host:/workspace # ``)."""
 
 
 def unwrap_output(output: str) -> tuple[str, int | None]:
     """The command's own output and exit code, without a harness's wrapping (mini-swe-agent's
     ``<returncode>``/``<output>``, SWE-agent's ``OBSERVATION:`` prefix, OpenHands' trailing
-    ``[... exit code N]`` and ``[Current working directory: ...]`` lines)."""
+    ``[... exit code N]`` and ``[Current working directory: ...]`` lines or, in its older
+    observations, the shell prompt after the output)."""
     match = _MINI.match(output)
     if match:
         return match.group(2), int(match.group(1))
@@ -97,6 +100,9 @@ def unwrap_output(output: str) -> tuple[str, int | None]:
     if tail:
         codes = re.findall(r"exit code (-?\d+)", tail.group(0))
         return output[: tail.start()], int(codes[-1]) if codes else None
+    prompt = _PROMPT.search(output)
+    if prompt:  # a terminal's capture: CRLF line ends, the next prompt after the output
+        return output[: prompt.start()].replace("\r\n", "\n"), None
     if output.startswith("OBSERVATION:\n"):
         # SWE-agent reads commands through a terminal, which ends every line with CRLF.
         return output[len("OBSERVATION:\n") :].replace("\r\n", "\n"), None

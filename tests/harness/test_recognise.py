@@ -680,3 +680,14 @@ def test_openhands_truncated_observation_is_not_a_read() -> None:
 def test_an_error_message_without_exit_code_is_not_the_file(command: str, output: str) -> None:
     # SWE-agent's observations carry no exit code: the program's own error is no content.
     assert sh(command, swe(output)) == []
+
+
+def test_older_openhands_output_ends_with_the_shell_prompt() -> None:
+    # resolver_pr_viewer: a terminal capture with CRLF ends and the next prompt
+    out = "MIT License\r\n\r\nCopyright (c) 2024\r\nSOFTWARE.\r\nroot@bcd3959393a1:/workspace # "
+    assert unwrap_output(out) == ("MIT License\n\nCopyright (c) 2024\nSOFTWARE.\n", None)
+    assert recognise("execute_bash", {"command": "cat LICENSE"}, out, "/workspace") == [
+        FileRead("/workspace/LICENSE", "MIT License\n\nCopyright (c) 2024\nSOFTWARE.\n")
+    ]
+    assert unwrap_output("\r\nroot@b365937733b2:/workspace # ") == ("\n", None)
+    assert unwrap_output("user@host:~$ ") == ("", None)
