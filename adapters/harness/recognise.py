@@ -84,7 +84,7 @@ _OPENHANDS_TAIL = re.compile(
 )
 """The lines OpenHands appends to a command's output (exit code, working directory)."""
 _OPENHANDS_CUT = "[... Observation truncated due to length ...]"
-_PROMPT = re.compile(r"(?:(?<=\n)|\A)[\w.-]+@[\w.-]+:[^\r\n]*[#$] ?\Z")
+_PROMPT = re.compile(r"(?:(?<=\r\n)|\A)[\w.-]+@[\w.-]+:[^\r\n]*[#$] ?\Z")
 """The shell prompt older OpenHands observations end with (``root@host:/workspace # ``)."""
 
 

@@ -691,3 +691,8 @@ def test_older_openhands_output_ends_with_the_shell_prompt() -> None:
     ]
     assert unwrap_output("\r\nroot@b365937733b2:/workspace # ") == ("\n", None)
     assert unwrap_output("user@host:~$ ") == ("", None)
+
+
+def test_a_last_line_like_a_prompt_in_a_plain_output_stays() -> None:
+    text = "[submodule]\n\turl = git@github.com:org/repo.git #\n"
+    assert unwrap_output(text.rstrip("\n")) == (text.rstrip("\n"), None)
