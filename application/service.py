@@ -24,7 +24,14 @@ from application.usecases.assemble import AssembleContext
 from application.usecases.base import Deps
 from application.usecases.chat import RecordToolCall, RecordTurn
 from application.usecases.context import ActionResult, Activate, Deactivate, Pin, Unpin
-from application.usecases.files import Discover, DiscoverReport, IndexFile, IndexResult, resolve
+from application.usecases.files import (
+    Discover,
+    DiscoverReport,
+    IndexFile,
+    IndexFiles,
+    IndexResult,
+    resolve,
+)
 from application.usecases.sessions import (
     PastState,
     ResumeReport,
@@ -78,6 +85,7 @@ class ContextService:
         self._state_at = StateAt(deps)
         self._set_prompt = SetSystemPrompt(deps)
         self._index_file = IndexFile(deps)
+        self._index_files = IndexFiles(deps)
         self._discover = Discover(deps)
         self._turn = RecordTurn(deps)
         self._toolcall = RecordToolCall(deps)
@@ -182,6 +190,16 @@ class ContextService:
             result = self._index_file(session, path, content)
             self._tracking.track(session, [result.object_id])
             return result
+
+    def index_files(self, session_id: str, paths: Sequence[str]) -> tuple[IndexResult, ...]:
+        """The agent read many files at once (say, a harness loading a source tree): each is
+        indexed as :meth:`index_file` would index it, read from its source, but they are committed
+        in batches (one transaction and one log entry per batch), not one at a time."""
+        session = self._open(session_id)
+        with session.lock:
+            results = self._index_files(session, paths)
+            self._tracking.track(session, [result.object_id for result in results])
+            return results
 
     def discover(
         self, session_id: str, paths: Iterable[str], *, strict: bool = True

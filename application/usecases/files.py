@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Final
 
 import attrs
 
@@ -15,7 +16,21 @@ from domain.objects import FileObject, Source
 from domain.session import commands as c
 from domain.session.state import SessionState
 
-__all__ = ["Discover", "DiscoverReport", "IndexFile", "IndexResult", "resolve"]
+__all__ = [
+    "BATCH_BYTES",
+    "BATCH_FILES",
+    "Discover",
+    "DiscoverReport",
+    "IndexFile",
+    "IndexFiles",
+    "IndexResult",
+    "resolve",
+]
+
+BATCH_FILES: Final = 500
+""":class:`IndexFiles` commits at most this many files per transaction ..."""
+BATCH_BYTES: Final = 8 * 1024 * 1024
+"""... and at most about this many bytes of content (one file may exceed it alone)."""
 
 
 @attrs.frozen
@@ -67,6 +82,67 @@ class IndexFile:
 
         self._deps.runner.execute(session, build)
         return IndexResult(observed.id, outcome, path)
+
+
+class IndexFiles:
+    """An agent read many files at once (a harness loading a source tree): each as
+    :class:`IndexFile` would index it, in order, but committed in batches — one transaction and
+    one log entry per :data:`BATCH_FILES` files or :data:`BATCH_BYTES` bytes, with one batch read
+    of the stored versions — instead of one of each per file.
+
+    Every source of a batch is read before anything of it is committed; a source that cannot be
+    read raises its error and leaves that batch and the ones after it unwritten (batches already
+    committed stay, as separate reads would).
+    """
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+
+    def __call__(self, session: OpenSession, paths: Sequence[str]) -> tuple[IndexResult, ...]:
+        if isinstance(paths, str | bytes) or not isinstance(paths, Sequence):
+            raise InvalidInput("paths", paths, "must be a sequence of paths, not a single value")
+        sources = [resolve(self._deps, path) for path in paths]  # bad paths refused up front
+        results: list[IndexResult] = []
+        batch: list[tuple[str, FileObject]] = []
+        size = 0
+        for path, source in zip(paths, sources, strict=True):
+            observed = observe_source(self._deps, source)
+            batch.append((path, observed))
+            size += len(observed.content or "")
+            if len(batch) >= BATCH_FILES or size >= BATCH_BYTES:
+                results += self._commit(session, batch)
+                batch, size = [], 0
+        if batch:
+            results += self._commit(session, batch)
+        return tuple(results)
+
+    def _commit(
+        self, session: OpenSession, batch: list[tuple[str, FileObject]]
+    ) -> list[IndexResult]:
+        outcomes: dict[str, Outcome] = {}
+
+        def build(reads: Reads, state: SessionState) -> c.Command:
+            outcomes.clear()  # decided again on every attempt
+            stored = reads.stored_many(observed.id for _, observed in batch)
+            items = []
+            for _, observed in batch:
+                previous = stored[observed.id]
+                if previous is not None and not isinstance(previous, FileObject):
+                    raise InvalidInput("path", observed.source.path, "names a non-file object")
+                if observed.id not in outcomes:
+                    outcomes[observed.id], _ = decide_full_index(previous, observed)
+                items.append(c.IndexFile(observed, previous, "agent_read"))
+            return c.IndexFiles(tuple(items))
+
+        self._deps.runner.execute(session, build)
+        # A path named twice in a batch is read once: the second is unchanged by the first.
+        first: set[str] = set()
+        results = []
+        for path, observed in batch:
+            outcome = outcomes[observed.id] if observed.id not in first else Outcome.UNCHANGED
+            first.add(observed.id)
+            results.append(IndexResult(observed.id, outcome, path))
+        return results
 
 
 class Discover:

@@ -21,6 +21,7 @@ __all__ = [
     "Deactivate",
     "Discover",
     "IndexFile",
+    "IndexFiles",
     "Pin",
     "RecordAssistantMessage",
     "RecordDeletion",
@@ -101,6 +102,15 @@ class IndexFile:
 
 
 @attrs.frozen
+class IndexFiles:
+    """Full indexing of several files an agent read at once (a harness loading a source tree):
+    each item is decided as its own :class:`IndexFile`, and together they are one command."""
+
+    items: tuple[IndexFile, ...]
+    """One agent read per file, in the order read; an id that recurs counts once (the first)."""
+
+
+@attrs.frozen
 class Discover:
     """Paths seen in a tool's output (ls, grep, find, tree): stubs for unknown files (§5.6)."""
 
@@ -177,6 +187,7 @@ Command: TypeAlias = (
     | RecordAssistantMessage
     | RecordToolCall
     | IndexFile
+    | IndexFiles
     | Discover
     | RecordDeletion
     | Activate

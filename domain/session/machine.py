@@ -75,6 +75,18 @@ def _index_events(state: SessionState, cmd: c.IndexFile) -> list[e.Event]:
     return out
 
 
+def _batch_events(state: SessionState, items: tuple[c.IndexFile, ...]) -> list[e.Event]:
+    out: list[e.Event] = []
+    seen: set[str] = set()
+    for item in items:
+        if item.trigger != "agent_read":
+            raise ValueError("a batch of reads must use trigger 'agent_read'")
+        if item.observed.id not in seen:  # distinct ids never affect each other's events
+            seen.add(item.observed.id)
+            out += _index_events(state, item)
+    return out
+
+
 def _deletion_events(cmd: c.RecordDeletion) -> list[e.Event]:
     _, version = decide_deletion(cmd.stored)
     if version is None:
@@ -122,6 +134,8 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
             return recorded
         case c.IndexFile():
             return _index_events(state, cmd)
+        case c.IndexFiles(items=items):
+            return _batch_events(state, items)
         case c.Discover(found=found):
             out: list[e.Event] = []
             seen: set[str] = set()
