@@ -209,9 +209,11 @@ class Ingestor:
             if consumed == len(new):
                 if diverged or len(messages) > len(self.view):  # a prefix keeps the longer view
                     self.view = [_key(m) for m in messages]
-            elif not diverged:
-                # Only part of an append was recorded: the view is the list up to it.
-                self.view = [_key(m) for m in messages[: len(self.view) + consumed]]
+            elif not diverged and consumed:
+                # Only part of an append was recorded: the view is the list up to the last
+                # message recorded (the list's leading system messages are not in ``new``).
+                end = next(n for n, m in enumerate(messages) if m is new[consumed - 1]) + 1
+                self.view = [_key(m) for m in messages[:end]]
         return IngestResult(consumed=consumed, diverged=diverged, total=self.total)
 
     def _record(self, message: Message) -> None:

@@ -3,11 +3,19 @@ sets and objects after each list a harness hands over."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
+import pytest
+
+from adapters.bootstrap import build_service
 from adapters.harness import HarnessSession, Ingestor, IngestResult
 from adapters.harness.messages import parse_openai
+from adapters.memory import MemoryStore
+from application.policies import policy_by_name
+from application.ports.store import StoreError
 from application.service import ContextService
+from application.settings import Settings
 from domain.objects import FileObject, ToolcallObject
 from tests.harness.conftest import (
     CWD,
@@ -32,6 +40,7 @@ from tests.harness.conftest import (
     recorded_call_ids,
     snapshot,
 )
+from tests.support import CountingClock, CountingIds, WrappedStore
 
 A_PY = "import os\n\nprint(os.getcwd())\n"
 
@@ -495,3 +504,46 @@ def test_an_openhands_exit_code_is_the_status() -> None:
     )
     assert toolcall(h.service, "c1").status == "fail"
     assert toolcall(h.service, "c2").status == "ok"
+
+
+@pytest.mark.parametrize("failing_commit", range(1, 8))
+def test_a_store_failure_mid_list_loses_nothing_and_records_nothing_twice(
+    failing_commit: int,
+) -> None:
+    # The n-th commit of the ingest fails before reaching the store; the harness sends the same
+    # list again: what was recorded stays, the rest follows, nothing twice.
+    store = WrappedStore(MemoryStore())
+    service = build_service(
+        store=store,
+        default_filesystem_id="container-x",
+        clock=CountingClock(),
+        ids=CountingIds(),
+        settings=Settings(policy=policy_by_name("ssot")),
+    )
+    h = open_harness(service)
+    listing = [
+        *base(),
+        o_user("And the tests?"),
+        o_assistant("Done."),
+    ]
+    inner = store.commit
+    calls = {"n": 0}
+
+    def commit(puts: Any, expect: Any = ()) -> Any:
+        calls["n"] += 1
+        if calls["n"] == failing_commit:
+            store.fail_commits = 1
+        return inner(puts, expect)
+
+    store.commit = commit  # type: ignore[method-assign]
+    with contextlib.suppress(StoreError):
+        h.ingest(listing)
+    store.commit = inner  # type: ignore[method-assign]
+    h.ingest(listing)
+    assert chat_texts(h.service) == [
+        ("user", "Fix the bug."),
+        ("assistant", "Let me read it."),
+        ref("c1"),
+        ("user", "And the tests?"),
+        ("assistant", "Done."),
+    ]
