@@ -17,6 +17,7 @@ from adapters.memory import MemoryStore
 from adapters.mounts import UnconfiguredMounts, load_mount_config
 from adapters.system import SystemClock, UuidIds
 from adapters.tokenizer import default_tokenizer
+from application.policies import DEFAULT_POLICY, policy_by_name
 from application.ports.clock import Clock
 from application.ports.files import FileReader
 from application.ports.ids import IdSource
@@ -66,7 +67,9 @@ def build_service(
 
     ``workspace`` (default: the current directory) is the root reads are confined to unless
     ``roots`` says otherwise. ``mounts`` translate a sandboxed agent's paths; paths under no mount
-    belong to ``default_filesystem_id`` (default: the host's, i.e. no sandbox).
+    belong to ``default_filesystem_id`` (default: the host's, i.e. no sandbox). New sessions get
+    the measured default layout policy (``application.policies.DEFAULT_POLICY``) unless
+    ``settings`` or ``start_session(policy=...)`` says otherwise.
 
     ``mounts_file`` (default: ``$SELFCTX_MOUNTS``) is a TOML mount configuration
     (``adapters.mounts``); its mappings come after ``mounts``, and its default filesystem applies
@@ -97,7 +100,7 @@ def build_service(
         ids=ids or UuidIds(),
         files=reader,
         mounts=MountTable(default_fs or host, mappings),
-        settings=settings,
+        settings=settings or Settings(policy=policy_by_name(DEFAULT_POLICY)),
         tokenizer=tokenizer or default_tokenizer(),
         tracker=tracker,
     )

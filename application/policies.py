@@ -22,8 +22,10 @@ POLICIES: Final[Mapping[str, PolicyConfig]] = {
     "ssot": PolicyConfig("ssot"),
     "inline": PolicyConfig("inline", trigger_tokens=5000, clear_at_least=3000, keep_recent=2),
 }
-DEFAULT_POLICY: Final = "ssot"
-"""The policy sessions get when none is named."""
+DEFAULT_POLICY: Final = "inline"
+"""The policy sessions get when none is named: the winner of ``selfctx bench context``
+(docs/benchmarks.md, decision 0008). ``ContextService`` itself defaults to ``ssot`` — the SSOT's
+own behaviour — and the composition root (``adapters.bootstrap.build_service``) applies this one."""
 
 
 def policy_by_name(name: str | None = None, **overrides: Any) -> PolicyConfig:

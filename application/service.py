@@ -47,6 +47,7 @@ from domain.documents import from_document
 from domain.errors import SessionNotFound, UnknownObject
 from domain.mounts import MountTable
 from domain.objects import ContentObject, FileObject, SystemPromptObject, ToolcallObject, ToolStatus
+from domain.inline import render_inline
 from domain.rendering import AssembledContext, render_context
 from domain.session.state import CollapseWindow, PolicyConfig, SessionState
 
@@ -345,6 +346,8 @@ class ContextService:
         prompt_doc = self.store.get_as_of(past.state.system_prompt_id, past.tx_id)
         prompt = from_document(prompt_doc) if prompt_doc is not None else None
         text = prompt.content if isinstance(prompt, SystemPromptObject) else ""
+        if past.state.policy.name == "inline":
+            return render_inline(past.state, objects, text, self.mounts.display_path)
         return render_context(past.state, objects, text, self.mounts.display_path)
 
     def history(self, object_id: str) -> list[Version]:

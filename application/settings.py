@@ -16,7 +16,8 @@ class Settings:
     window: CollapseWindow = CollapseWindow()
     """Auto-collapse window for new sessions (SSOT default: 5 per turn, 3 turns)."""
     policy: PolicyConfig = PolicyConfig()
-    """Layout and collapse policy for new sessions (see ``application.policies``)."""
+    """Layout and collapse policy for new sessions: the SSOT's by default here; the composition
+    root gives new sessions ``application.policies.DEFAULT_POLICY`` unless told otherwise."""
     max_file_bytes: int = 2 * 1024 * 1024
     """Files larger than this are indexed as metadata only (content null, reason shown)."""
     max_output_bytes: int = 8 * 1024 * 1024

@@ -105,7 +105,9 @@ class AssembledContext:
 
     def to_text(self) -> str:
         """A plain-text rendering of all four sections, for people and for size measurements."""
-        parts = [f"[system]\n{self.system_prompt}", f"[metadata]\n{self.metadata_text()}"]
+        parts = [f"[system]\n{self.system_prompt}"]
+        if self.metadata:
+            parts.append(f"[metadata]\n{self.metadata_text()}")
         for message in self.chat:
             body = message.text
             for call in message.tool_calls:

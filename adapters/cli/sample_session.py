@@ -27,6 +27,7 @@ from adapters.bootstrap import build_service
 from adapters.harness.session import HarnessSession
 from adapters.harness.trajectories import OWN_FORMAT
 from adapters.memory import MemoryStore
+from application.policies import policy_by_name
 
 SAMPLE = Path(__file__).with_name("sample")
 OUTPUT = Path(__file__).with_name("sample_session.json")
@@ -53,7 +54,11 @@ class Recorder:
         service = build_service(
             store=MemoryStore(), workspace=str(workdir), default_filesystem_id=FILESYSTEM
         )
-        self.session = HarnessSession(service, "sample", cwd=ROOT, roots=[ROOT])
+        # Recorded with the SSOT's layout: the context tools' answers in the file are its answers
+        # (a replay under another policy hands the session's own answers over instead).
+        self.session = HarnessSession(
+            service, "sample", cwd=ROOT, roots=[ROOT], policy=policy_by_name("ssot")
+        )
 
     def file_id(self, path: str) -> str:
         return self.session.service.object_id_for(f"{ROOT}/{path}")

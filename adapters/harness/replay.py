@@ -208,7 +208,10 @@ class _Feed:
 
     def __init__(self, session: HarnessSession, messages: Sequence[Mapping[str, Any]]) -> None:
         self.session = session
-        self.messages = messages
+        self.messages = list(messages)
+        """The stream as this harness hands it over: a context tool's result is the answer the
+        session gave, as a real harness would send it (the recorded one came from whatever
+        policy the recording ran)."""
         self.done = 0
         self.context_calls: dict[str, tuple[str, dict[str, Any]]] = {}
         self.answers: list[tuple[str, str]] = []
@@ -226,7 +229,9 @@ class _Feed:
             call = self.context_calls.get(call_id)
             if message.get("role") == "tool" and call is not None:
                 self.session.ingest(list(self.messages[:index]))
-                self.answers.append((call_id, self.session.handle(*call).message))
+                answer = self.session.handle(*call).message
+                self.answers.append((call_id, answer))
+                self.messages[index] = {**message, "content": answer}
         if end > self.done:
             self.session.ingest(list(self.messages[:end]))
         self.done = max(self.done, end)

@@ -19,9 +19,11 @@ import pytest
 
 from adapters.bootstrap import build_service
 from adapters.filesystem.tracker import WatchdogTracker
+from application.policies import policy_by_name
 from application.ports.store import ObjectStore
 from application.ports.tracking import TrackerFailure
 from application.service import ContextService
+from application.settings import Settings
 from tests.conftest import StoreFactory
 
 
@@ -75,6 +77,8 @@ def make_fs_service(
         tracker = (
             WatchdogTracker(host_id, delay=quiet, max_delay=max(quiet * 10, 0.5)) if track else None
         )
+        # Tracking is what these tests are about; they read the SSOT layout's metadata lines.
+        kwargs.setdefault("settings", Settings(policy=policy_by_name("ssot")))
         service = build_service(store=store, host_id=host_id, tracker=tracker, **kwargs)
         made.append((service, expect_failures))
         return service

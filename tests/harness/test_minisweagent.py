@@ -19,8 +19,13 @@ import pytest
 
 from adapters.bootstrap import build_service
 from adapters.harness.minisweagent import SHELL_TOOLS_PROMPT, ContextModel, attach
+from application.policies import policy_by_name
 from application.service import ContextService
+from application.settings import Settings
 from domain.objects import FileObject, ToolcallObject
+
+SSOT = Settings(policy=policy_by_name("ssot"))
+"""These runs check the SSOT layout's requests (metadata lines, toolcall_ref lines)."""
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
 TEST = (
@@ -159,7 +164,7 @@ def toolcall_outputs(mini: Any, repo: Path, service: ContextService) -> list[dic
 def test_mini_swe_agent_tool_calls_run_on_managed_requests(mini: Any, repo: Path) -> None:
     from minisweagent.models.test_models import DeterministicToolcallModel
 
-    service = build_service(workspace=str(repo))
+    service = build_service(workspace=str(repo), settings=SSOT)
     sid = "mini-toolcalls"
     config = builtin_config("mini.yaml")["model"]
     model = recording(DeterministicToolcallModel)(
@@ -227,7 +232,7 @@ def test_mini_swe_agent_tool_calls_run_on_managed_requests(mini: Any, repo: Path
 def test_mini_swe_agent_text_actions_run_on_managed_requests(mini: Any, repo: Path) -> None:
     from minisweagent.models.test_models import DeterministicModel, make_output
 
-    service = build_service(workspace=str(repo))
+    service = build_service(workspace=str(repo), settings=SSOT)
     sid = "mini-text"
     # Assistant message k is at position 2 + 2k of the history (system, task, then pairs).
     marker_id = f"mswea-{sid}-4-0"
@@ -275,7 +280,7 @@ def test_the_wrapper_resumes_without_recording_twice(mini: Any, repo: Path) -> N
     """A second process (a new wrapper on the same store) hands over the same history."""
     from minisweagent.models.test_models import DeterministicModel, make_output
 
-    service = build_service(workspace=str(repo))
+    service = build_service(workspace=str(repo), settings=SSOT)
     outputs = [make_output("x\n```mswea_bash_command\necho hi\n```", [{"command": "echo hi"}])] * 2
     done = make_output(
         "```mswea_bash_command\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```",

@@ -48,7 +48,11 @@ def test_replay_show_prints_the_context_at_that_call(capsys: pytest.CaptureFixtu
     code, out, _ = _run(capsys, "replay", "--show", "-1", "--format", "anthropic")
     assert code == 0
     context = out.split("context at call 19 of sample_session", 1)[1]
-    assert "[metadata]" in context and "ACTIVE_CONTENT id=call_003" in context
+    # The default (inline) layout: no metadata or active section; the activation the model asked
+    # for answered with the old failing test output, appended where it asked.
+    assert "[metadata]" not in context and "ACTIVE_CONTENT" not in context
+    activated = context.rsplit("tool_call id=call_016 name=activate", 1)[1]
+    assert "output of bash (fail)]" in activated and "AssertionError: 3 != -5" in activated
 
 
 def test_replay_progress_bar_on_request(capsys: pytest.CaptureFixture[str]) -> None:

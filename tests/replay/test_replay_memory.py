@@ -13,19 +13,31 @@ from adapters.harness.tokens import PromptCounter
 from adapters.harness.trajectories import Trajectory
 from adapters.memory import MemoryStore
 from adapters.tokenizer import EstimateTokenizer
+from application.policies import POLICIES, policy_by_name
 from tests.replay.checks import CallChecker
 from tests.replay.data import trajectory_params
 
 
+@pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("trajectory", trajectory_params())
-def test_replay_on_memory_checks_every_call(trajectory: Trajectory, tmp_path: Path) -> None:
+def test_replay_on_memory_checks_every_call(
+    trajectory: Trajectory, policy: str, tmp_path: Path
+) -> None:
     service = build_service(
         store=MemoryStore(),
         workspace=str(tmp_path),
         default_filesystem_id=replay_filesystem_id(trajectory),
+        tokenizer=EstimateTokenizer(),
     )
     checker = CallChecker(trajectory)
-    report = replay(trajectory, service, PromptCounter(EstimateTokenizer()), observe=checker)
+    report = replay(
+        trajectory,
+        service,
+        PromptCounter(EstimateTokenizer()),
+        observe=checker,
+        policy=policy_by_name(policy),
+    )
+    assert service.state(report.session_id).policy.name == policy
 
     assert checker.calls_checked == len(trajectory.calls) == len(report.calls)
     checker.check_past(range(1, len(trajectory.calls) + 1))

@@ -17,6 +17,7 @@ from adapters.harness.trajectories import Trajectory, load
 from adapters.tokenizer import EstimateTokenizer
 from adapters.xtdb import XtdbNode, open_store
 from adapters.xtdb.store import XtdbStore
+from application.policies import POLICIES, policy_by_name
 from tests.replay.checks import CallChecker
 from tests.replay.data import trajectory_params
 
@@ -42,8 +43,11 @@ def _params() -> list[object]:
     return [*trajectory_params(SUBSET), pytest.param(load(SAMPLE)[0], id="sample_session")]
 
 
+@pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("trajectory", _params())
-def test_replay_on_xtdb(trajectory: Trajectory, store: XtdbStore, tmp_path: Path) -> None:
+def test_replay_on_xtdb(
+    trajectory: Trajectory, policy: str, store: XtdbStore, tmp_path: Path
+) -> None:
     # The node is shared by the whole run: tool-call ids (object ids) and the filesystem get a
     # namespace of this test's own (except the sample's filesystem, which its file fixes: its
     # files are the same objects in every session, as they should be).
@@ -58,6 +62,7 @@ def test_replay_on_xtdb(trajectory: Trajectory, store: XtdbStore, tmp_path: Path
         PromptCounter(EstimateTokenizer()),
         session_id=session_id_for(trajectory, ns),
         observe=checker,
+        policy=policy_by_name(policy),
     )
     assert checker.calls_checked == len(trajectory.calls) == len(report.calls)
     last = len(trajectory.calls)

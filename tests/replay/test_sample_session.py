@@ -15,7 +15,9 @@ from adapters.harness.tokens import PromptCounter
 from adapters.harness.trajectories import OWN_FORMAT, Trajectory, load
 from adapters.memory import MemoryStore
 from adapters.tokenizer import EstimateTokenizer
+from application.policies import policy_by_name
 from application.service import ContextService
+from application.settings import Settings
 from domain.objects import FileObject
 from tests.replay.checks import CallChecker
 
@@ -28,6 +30,8 @@ def _replayed() -> tuple[Trajectory, ContextService, ReplayReport]:
         store=MemoryStore(),
         workspace=str(SAMPLE_TREE),
         default_filesystem_id=replay_filesystem_id(trajectory),
+        # The session was recorded with the SSOT's layout: its context tools' answers are those.
+        settings=Settings(policy=policy_by_name("ssot")),
     )
     checker = CallChecker(trajectory)
     report = replay(trajectory, service, PromptCounter(EstimateTokenizer()), observe=checker)
