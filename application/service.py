@@ -310,6 +310,13 @@ class ContextService:
         """Size of an assembled context in tokens, by the service's tokenizer."""
         return self._assemble.tokens(self._open(session_id), context)
 
+    def refresh(self, session_id: str) -> bool:
+        """Fold whatever other writers (or a commit whose answer was lost) appended to the
+        session's log since this service last wrote; True if there was anything."""
+        session = self._open(session_id)
+        with session.lock:
+            return self._runner.catch_up(session)
+
     def system_prompt(self, session_id: str) -> str:
         """The session's current system prompt, as the harness gave it."""
         return self._open(session_id).system_prompt.content

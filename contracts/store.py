@@ -72,7 +72,7 @@ class StoreContract:
     def test_get_many_returns_every_existing_id(self, store: ObjectStore, ns: str) -> None:
         docs = [{"xt/id": f"{ns}{i}", "type": "toolcall", "n": i} for i in range(50)]
         store.commit(docs)
-        found = store.get_many([d["xt/id"] for d in docs] + [ns + "none"])
+        found = store.get_many([str(d["xt/id"]) for d in docs] + [ns + "none"])
         assert found == {d["xt/id"]: d for d in docs}
 
     def test_invalid_documents_are_refused_and_nothing_is_written(
@@ -81,7 +81,7 @@ class StoreContract:
         good = {"xt/id": ns + "good", "type": "file"}
         for bad in ({"type": "file"}, {"xt/id": "", "type": "x"}, {"xt/id": 7, "type": "x"}):
             with pytest.raises(InvalidInput):
-                store.commit([good, bad])  # type: ignore[list-item]
+                store.commit([good, bad])
         with pytest.raises(InvalidInput):
             store.commit([good, {"xt/id": ns + "nan", "value": float("nan")}])
         with pytest.raises(InvalidInput):

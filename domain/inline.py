@@ -18,7 +18,7 @@ import attrs
 
 from domain.chat import AssistantMessage, ContextNote, ToolCallRequest, ToolResult, UserMessage
 from domain.objects import ContentObject, FileObject, Source, ToolcallObject
-from domain.rendering import AssembledContext, RenderedMessage
+from domain.rendering import AssembledContext, RenderedMessage, field
 from domain.session.state import SessionState
 
 __all__ = ["INLINE_GUIDE", "InlineCache", "compact_call", "handle", "render_inline"]
@@ -86,13 +86,13 @@ def _collapsed(
     display_path: Callable[[Source], str],
 ) -> str:
     size = len(obj.content or "")
-    line = f"[{handle(state, obj.id)} collapsed: {obj.tool} {obj.status}, {size} chars"
+    line = f"[{handle(state, obj.id)} collapsed: {field(obj.tool)} {obj.status}, {size} chars"
     files = [
         f for f in (objects.get(ref) for ref in obj.file_refs or ()) if isinstance(f, FileObject)
     ]
     if files:
         shown = ", ".join(
-            f"{handle(state, f.id)} {display_path(f.source)}"
+            f"{handle(state, f.id)} {field(display_path(f.source))}"
             for f in files[:MAX_LISTED_FILES]
             if f.id in state.positions
         )

@@ -7,6 +7,7 @@ active content section (an issue decision; see docs/decisions/0002-tool-outputs-
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping
 
 import attrs
@@ -28,6 +29,7 @@ __all__ = [
     "RenderCache",
     "RenderedMessage",
     "active_block_text",
+    "field",
     "metadata_line",
     "render_context",
     "render_turn",
@@ -37,11 +39,23 @@ __all__ = [
 _STATUS_NOTES = {"deleted": "[deleted]", "binary": "[binary]", "too_large": "[too large]"}
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def field(value: str) -> str:
+    """A value as it may appear inside one rendered line: control characters (a newline in a
+    file name, say) are escaped, so no value can forge a line of the context."""
+    if _CONTROL.search(value) is None:
+        return value
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value)
+
+
 def metadata_line(obj: ContentObject, display_path: str | None = None) -> str:
     """The one-line summary of a content object in the metadata pool (§4.1)."""
     if isinstance(obj, ToolcallObject):
-        return f"id={obj.id} type=toolcall tool={obj.tool} status={obj.status}"
-    head = f"id={obj.id} type=file path={display_path or obj.source.path} file_type={obj.file_type}"
+        return f"id={field(obj.id)} type=toolcall tool={field(obj.tool)} status={obj.status}"
+    path = field(display_path or obj.source.path)
+    head = f"id={obj.id} type=file path={path} file_type={field(obj.file_type)}"
     if obj.content_status is not None:
         return f"{head} {_STATUS_NOTES[obj.content_status]}"
     if obj.file_hash is None:
@@ -51,13 +65,13 @@ def metadata_line(obj: ContentObject, display_path: str | None = None) -> str:
 
 def toolcall_ref(obj: ToolcallObject) -> str:
     """What stands in the chat where a tool's output was."""
-    return f"toolcall_ref id={obj.id} tool={obj.tool} status={obj.status}"
+    return f"toolcall_ref id={field(obj.id)} tool={field(obj.tool)} status={obj.status}"
 
 
 def active_block_text(object_id: str, content: str | None) -> str:
     """One block of the active content section."""
     body = content if content is not None else "[no content]"
-    return f"ACTIVE_CONTENT id={object_id}\n{body}"
+    return f"ACTIVE_CONTENT id={field(object_id)}\n{body}"
 
 
 @attrs.frozen

@@ -29,6 +29,7 @@ from adapters.harness.recognise import (
     unwrap_output,
 )
 from application.ports.files import SourceUnavailable
+from application.ports.store import StoreError
 from application.service import ContextService
 from domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
 from domain.errors import InvalidInput, SelfContextError
@@ -99,6 +100,8 @@ class Ingestor:
         self.calls: dict[str, ToolCallRequest] = {}
         self.answered: set[str] = set()
         self.total = 0
+        self._resync = False
+        """Set when recording failed in the store: what landed is unknown until caught up."""
         self.inline = service.state(session_id).policy.name == "inline"
         self._restore()
 
@@ -186,7 +189,22 @@ class Ingestor:
     # -- recording -------------------------------------------------------------------------
 
     def ingest(self, messages: Sequence[Message]) -> IngestResult:
-        """Record what is new in ``messages`` (the harness's whole list, parsed)."""
+        """Record what is new in ``messages`` (the harness's whole list, parsed).
+
+        If recording fails in the store, the error is raised and the next call first catches up
+        with the store and rebuilds what it knows from the stored chat: a commit whose answer was
+        lost is then known, and nothing is recorded twice."""
+        if self._resync:
+            self.service.refresh(self.session_id)
+            self.view, self.recorded, self.calls, self.answered = (
+                [],
+                collections.Counter(),
+                {},
+                set(),
+            )
+            self.total = 0
+            self._restore()
+            self._resync = False
         lead = 0
         while lead < len(messages) and messages[lead].role == "system":
             lead += 1
@@ -204,6 +222,9 @@ class Ingestor:
                 self._record(message)
                 self.recorded[_key(message)] += 1
                 consumed += 1
+        except StoreError:
+            self._resync = True
+            raise
         finally:
             self.total += consumed
             if consumed == len(new):
