@@ -18,7 +18,7 @@ from adapters.bootstrap import build_service
 from adapters.harness import HarnessSession
 from adapters.memory import MemoryStore
 from application.policies import policy_by_name
-from application.ports.store import Receipt
+from application.ports.store import ObjectStore, Receipt
 from application.service import ContextService
 from application.settings import Settings
 from domain.session.state import SessionState
@@ -30,12 +30,12 @@ CWD = "/testbed"
 ROOTS = ("/testbed",)
 
 
-def make_service(policy: str = "ssot") -> ContextService:
+def make_service(policy: str = "ssot", store: ObjectStore | None = None) -> ContextService:
     """A service over a fresh in-memory store; every path is a container path. Sessions get the
     named layout policy (the SSOT's by default: decision 0006 and the exact renderings below
     are about its layout)."""
     return build_service(
-        store=MemoryStore(),
+        store=store if store is not None else MemoryStore(),
         default_filesystem_id=CONTAINER,
         clock=CountingClock(),
         ids=CountingIds(),
@@ -165,12 +165,12 @@ def numbered(path: str, text: str, start: int = 1, strip_trailing: bool = False)
 
 @attrs.frozen
 class Snapshot:
-    """Everything a refused call must leave unchanged."""
+    """Everything a refused call must leave unchanged (read without assembling: under a token
+    budget, assembling may collapse objects itself)."""
 
     state: SessionState
     log_position: int
     latest_tx: Receipt | None
-    chat: tuple[Any, ...]
 
 
 def snapshot(service: ContextService, session_id: str = "s1") -> Snapshot:
@@ -178,7 +178,6 @@ def snapshot(service: ContextService, session_id: str = "s1") -> Snapshot:
         state=service.state(session_id),
         log_position=service.log_position(session_id),
         latest_tx=service.store.latest_tx(),
-        chat=service.assemble(session_id).chat,
     )
 
 

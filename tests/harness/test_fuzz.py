@@ -1,6 +1,7 @@
 """Hypothesis fuzzing of ingestion: random OpenAI and Anthropic streams — well-formed and
 malformed lists, appends, retries, truncations, compactions (a middle range replaced by a
-summary), edited messages, resumes — with tool outputs of file-like commands.
+summary), edited messages, resumes, store failures part-way through a list (sent again) — with
+tool outputs of file-like commands.
 
 After every call: no exception but the project's typed errors (a malformed list raises
 ``MalformedMessage`` and changes nothing); active ⊆ pool ⊆ index; every recorded tool call is in
@@ -17,6 +18,7 @@ one).
 from __future__ import annotations
 
 import collections
+import contextlib
 import itertools
 import json
 import math
@@ -32,6 +34,8 @@ from hypothesis import strategies as st
 from adapters.harness import HarnessSession, MalformedMessage
 from adapters.harness.messages import Message, parse_messages
 from adapters.harness.render import to_anthropic, to_openai, validate_anthropic, validate_openai
+from adapters.memory import MemoryStore
+from application.ports.store import StoreError
 from domain.chat import AssistantMessage, ToolResult, UserMessage
 from domain.errors import SelfContextError
 from tests.harness.conftest import (
@@ -44,6 +48,7 @@ from tests.harness.conftest import (
     snapshot,
     swe,
 )
+from tests.support import WrappedStore
 
 TOTAL_STREAMS = 10_000
 POLICIES = st.sampled_from(["ssot", "inline"])
@@ -285,6 +290,9 @@ class Step:
     """Malformed messages appended after ``items`` and a fresh user message."""
     bad_offset: int = 0
     """Position of the first bad message within ``bad``."""
+    fail_at: int | None = None
+    """Make the n-th commit of the ingest fail (before it reaches the store); the harness then
+    sends the same list again."""
 
 
 def edited(item: Item, names: Names, draw: st.DrawFn) -> Item:
@@ -330,7 +338,8 @@ def streams(draw: st.DrawFn, fmt: str, malformed: bool = False) -> list[Step]:
             bad, offset = draw(bad_tail(fmt, base, names))
             steps.append(Step(op, tuple(base), tuple(bad), offset))
             continue
-        steps.append(Step(op, tuple(history)))
+        fail_at = draw(st.sampled_from([None] * 5 + [1, 2, 3, 4, 6]))
+        steps.append(Step(op, tuple(history), fail_at=fail_at))
     return steps
 
 
@@ -450,10 +459,30 @@ def chat_messages(h: HarnessSession) -> list[Any]:
     ]
 
 
+@contextlib.contextmanager
+def failing_commit(store: WrappedStore, n: int) -> Iterator[None]:
+    """The n-th commit from now fails before it reaches the inner store."""
+    inner = store.commit
+    count = itertools.count(1)
+
+    def commit(puts: Any, expect: Any = ()) -> Any:
+        if next(count) == n:
+            store.fail_commits = 1
+        return inner(puts, expect)
+
+    store.commit = commit  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        store.commit = inner  # type: ignore[method-assign]
+        store.fail_commits = 0
+
+
 @attrs.define
 class Run:
     fmt: str
     h: HarnessSession
+    store: WrappedStore
     seen: set[tuple[Any, ...]] = attrs.field(factory=set)
     answered: set[str] = attrs.field(factory=set)
 
@@ -474,6 +503,9 @@ class Run:
                 self.h.service, self.h.session_id, self.fmt, cwd=CWD, roots=ROOTS
             )
         parsed = parse_messages(messages, self.fmt, system)
+        if step.fail_at is not None:
+            with failing_commit(self.store, step.fail_at), contextlib.suppress(StoreError):
+                self.h.ingest(messages, system=system)
         self.h.ingest(messages, system=system)
         lead = next((n for n, m in enumerate(parsed) if m.role != "system"), len(parsed))
         self.seen |= {identity(m) for m in parsed[lead:]}
@@ -495,8 +527,9 @@ class Run:
 
 
 def run(fmt: str, steps: list[Step], policy: str) -> None:
-    h = HarnessSession(make_service(policy), "fuzz", fmt, cwd=CWD, roots=ROOTS)
-    state = Run(fmt, h)
+    store = WrappedStore(MemoryStore())
+    h = HarnessSession(make_service(policy, store), "fuzz", fmt, cwd=CWD, roots=ROOTS)
+    state = Run(fmt, h, store)
     for step in steps:
         try:
             state.send(step)
