@@ -20,14 +20,24 @@ def _serve(args: argparse.Namespace, protocol: IO[bytes]) -> None:
     workspace = os.path.realpath(args.workspace or os.getcwd())
     roots = [os.path.realpath(r) for r in args.root] or [workspace]
     store = open_store(args.store)
+    service = None
     try:
-        service = build_service(store=store, workspace=workspace, roots=roots)
+        # A server lives as long as its agents: it watches the files they read (SSOT §5.8).
+        service = build_service(
+            store=store, workspace=workspace, roots=roots, track=not args.no_track
+        )
         server = StdioServer(service, cwd=workspace, roots=roots)
         logging.getLogger("selfctx.serve").info(
-            "ready: store %s, workspace %s, roots %s", args.store, workspace, roots
+            "ready: store %s, workspace %s, roots %s, tracking %s",
+            args.store,
+            workspace,
+            roots,
+            "off" if args.no_track else "on",
         )
         server.serve(sys.stdin.buffer, protocol)
     finally:
+        if service is not None:
+            service.close()
         store.close()
 
 
@@ -74,6 +84,12 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         help="a directory files may be read from (repeatable; default: the workspace)",
+    )
+    parser.add_argument(
+        "--no-track",
+        action="store_true",
+        help="do not watch the files sessions read (external edits are then seen on resume or "
+        "on a re-read only)",
     )
     parser.add_argument(
         "--log-level",
