@@ -258,9 +258,16 @@ class Ingestor:
         status: ToolStatus = "fail" if message.is_error or _failed(message.text) else "ok"
         effects = recognise(call.name, args, message.text, self.cwd)
         read_ids: list[str] = []
+        listings: list[list[str]] = []
         for effect in effects:
             if isinstance(effect, FileRead) and self._allowed(effect.path):
                 read_ids += self._index(effect.path, effect.content)
+            elif isinstance(effect, Listing):
+                listings.append([p for p in effect.paths if self._allowed(p)])
+        # The files a call read or listed are its file_refs, so that a collapsed listing still
+        # names them; listed files are discovered after the call, in first-encounter order.
+        listed = [i for paths in listings for i in self._ids(paths)]
+        refs = list(dict.fromkeys(read_ids + listed))
         self.service.record_tool_call(
             sid,
             call.id,
@@ -268,20 +275,29 @@ class Ingestor:
             args=args,
             output=message.text,
             status=status,
-            file_refs=read_ids or None,
-            # ssot: the file is active instead (decision 0006); inline: the read's message is
+            file_refs=refs or None,
+            # ssot: a read file is active instead (decision 0006); inline: the read's message is
             # where the file's content shows, so the tool call itself stays visible.
             activate=not read_ids or self.inline,
         )
+        for paths in listings:
+            if paths:
+                self.service.discover(sid, paths, strict=False)
         for effect in effects:
-            if isinstance(effect, Listing):
-                paths = [p for p in effect.paths if self._allowed(p)]
-                if paths:
-                    self.service.discover(sid, paths, strict=False)
-            elif isinstance(effect, FileWrite) and self._allowed(effect.path):
+            if isinstance(effect, FileWrite) and self._allowed(effect.path):
                 self._index(effect.path, effect.content)
             elif isinstance(effect, FileEdit) and self._allowed(effect.path):
                 self._index(effect.path, self._edited(effect))
+
+    def _ids(self, paths: Sequence[str]) -> list[str]:
+        """Object ids of the paths that resolve (discovery refuses the others)."""
+        out = []
+        for path in paths:
+            try:
+                out.append(self.service.object_id_for(path))
+            except (SourceUnavailable, InvalidInput):
+                continue
+        return out
 
     def _allowed(self, path: str) -> bool:
         return any(path == r or path.startswith(r.rstrip("/") + "/") for r in self.roots)
