@@ -1,7 +1,7 @@
 """Hypothesis fuzzing of ingestion: random OpenAI and Anthropic streams — well-formed and
 malformed lists, appends, retries, truncations, compactions (a middle range replaced by a
-summary), edited messages, resumes, store failures part-way through a list (sent again) — with
-tool outputs of file-like commands.
+summary), edited messages, resumes, store failures part-way through a list (a commit refused, or
+durable with its answer lost; the list is sent again) — with tool outputs of file-like commands.
 
 After every call: no exception but the project's typed errors (a malformed list raises
 ``MalformedMessage`` and changes nothing); active ⊆ pool ⊆ index; every recorded tool call is in
@@ -291,8 +291,9 @@ class Step:
     bad_offset: int = 0
     """Position of the first bad message within ``bad``."""
     fail_at: int | None = None
-    """Make the n-th commit of the ingest fail (before it reaches the store); the harness then
-    sends the same list again."""
+    """Make the n-th commit of the ingest fail; the harness then sends the same list again."""
+    lost_ack: bool = False
+    """The failing commit reaches the store and only its answer is lost."""
 
 
 def edited(item: Item, names: Names, draw: st.DrawFn) -> Item:
@@ -339,7 +340,8 @@ def streams(draw: st.DrawFn, fmt: str, malformed: bool = False) -> list[Step]:
             steps.append(Step(op, tuple(base), tuple(bad), offset))
             continue
         fail_at = draw(st.sampled_from([None] * 5 + [1, 2, 3, 4, 6]))
-        steps.append(Step(op, tuple(history), fail_at=fail_at))
+        lost = fail_at is not None and draw(st.booleans())
+        steps.append(Step(op, tuple(history), fail_at=fail_at, lost_ack=lost))
     return steps
 
 
@@ -460,14 +462,18 @@ def chat_messages(h: HarnessSession) -> list[Any]:
 
 
 @contextlib.contextmanager
-def failing_commit(store: WrappedStore, n: int) -> Iterator[None]:
-    """The n-th commit from now fails before it reaches the inner store."""
+def failing_commit(store: WrappedStore, n: int, lost_ack: bool) -> Iterator[None]:
+    """The n-th commit from now fails: before it reaches the inner store, or (``lost_ack``)
+    after it is durable, as a connection dropping before the answer."""
     inner = store.commit
     count = itertools.count(1)
 
     def commit(puts: Any, expect: Any = ()) -> Any:
         if next(count) == n:
-            store.fail_commits = 1
+            if lost_ack:
+                store.lose_acks = 1
+            else:
+                store.fail_commits = 1
         return inner(puts, expect)
 
     store.commit = commit  # type: ignore[method-assign]
@@ -475,7 +481,7 @@ def failing_commit(store: WrappedStore, n: int) -> Iterator[None]:
         yield
     finally:
         store.commit = inner  # type: ignore[method-assign]
-        store.fail_commits = 0
+        store.fail_commits = store.lose_acks = 0
 
 
 @attrs.define
@@ -504,7 +510,8 @@ class Run:
             )
         parsed = parse_messages(messages, self.fmt, system)
         if step.fail_at is not None:
-            with failing_commit(self.store, step.fail_at), contextlib.suppress(StoreError):
+            failing = failing_commit(self.store, step.fail_at, step.lost_ack)
+            with failing, contextlib.suppress(StoreError):
                 self.h.ingest(messages, system=system)
         self.h.ingest(messages, system=system)
         lead = next((n for n, m in enumerate(parsed) if m.role != "system"), len(parsed))
