@@ -45,9 +45,9 @@ from application.usecases.tracking import RefreshReport, TrackSources
 from domain.chat import ToolCallRequest
 from domain.documents import from_document
 from domain.errors import SessionNotFound, UnknownObject
+from domain.inline import render_inline
 from domain.mounts import MountTable
 from domain.objects import ContentObject, FileObject, SystemPromptObject, ToolcallObject, ToolStatus
-from domain.inline import render_inline
 from domain.rendering import AssembledContext, render_context
 from domain.session.state import CollapseWindow, PolicyConfig, SessionState
 
@@ -316,6 +316,14 @@ class ContextService:
         session = self._open(session_id)
         with session.lock:
             return self._runner.catch_up(session)
+
+    def taken_ids(self, session_id: str, object_ids: Iterable[str]) -> list[str]:
+        """Of ``object_ids``, those another object already has in the store (outside this
+        session): a tool call may not take them (one store query)."""
+        state = self._open(session_id).state
+        candidates = [i for i in dict.fromkeys(object_ids) if not state.in_index(i)]
+        found = self.store.get_many(candidates) if candidates else {}
+        return [i for i in candidates if i in found]
 
     def system_prompt(self, session_id: str) -> str:
         """The session's current system prompt, as the harness gave it."""

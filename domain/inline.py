@@ -120,7 +120,7 @@ def _tool_message(
             if obj.content_hash is not None:
                 shown.setdefault(obj.content_hash, label)
             text = f"[{label}]\n{output}"
-    return RenderedMessage("tool", text, toolcall_id=obj.id)
+    return RenderedMessage("tool", text, toolcall_id=obj.id, is_error=obj.status == "fail")
 
 
 def _render_message(

@@ -86,6 +86,8 @@ class RenderedMessage:
     """For ``assistant``: the tool calls it requested."""
     toolcall_id: str | None = None
     """For ``tool``: the tool call this result answers."""
+    is_error: bool = False
+    """For ``tool``: the tool call failed (status ``fail``)."""
 
 
 @attrs.frozen
@@ -146,7 +148,9 @@ def _turn_messages(turn: Turn, objects: Mapping[str, ContentObject]) -> Iterator
         elif isinstance(message, ToolResult):
             obj = objects[message.toolcall_id]
             assert isinstance(obj, ToolcallObject)
-            yield RenderedMessage("tool", toolcall_ref(obj), toolcall_id=obj.id)
+            yield RenderedMessage(
+                "tool", toolcall_ref(obj), toolcall_id=obj.id, is_error=obj.status == "fail"
+            )
         elif isinstance(message, ContextNote):
             yield RenderedMessage("user", f"[context] {message.text}")
 

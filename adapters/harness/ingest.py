@@ -21,6 +21,7 @@ import attrs
 
 from adapters.harness.messages import MalformedMessage, Message
 from adapters.harness.recognise import (
+    Effect,
     FileEdit,
     FileRead,
     FileWrite,
@@ -32,8 +33,8 @@ from application.ports.files import SourceUnavailable
 from application.ports.store import StoreError
 from application.service import ContextService
 from domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
-from domain.errors import InvalidInput, SelfContextError
-from domain.objects import FileObject, ToolStatus
+from domain.errors import DuplicateObject, InvalidInput, SelfContextError
+from domain.objects import FileObject, ToolcallObject, ToolStatus
 from domain.session.machine import INFRASTRUCTURE_PREFIXES
 
 __all__ = ["IngestResult", "Ingestor"]
@@ -50,6 +51,9 @@ class IngestResult:
     total: int
     """Messages recorded over the session's life."""
 
+
+_AFTER_CALL = frozenset({"Discover", "IndexFile", "Resume"})
+"""Log commands that may follow a tool result's tool call while its recording is unfinished."""
 
 _SYSTEM_MARK = "[system] "
 """How a system message in mid-conversation is kept: as a user message with this mark."""
@@ -104,6 +108,7 @@ class Ingestor:
         """Set when recording failed in the store: what landed is unknown until caught up."""
         self.inline = service.state(session_id).policy.name == "inline"
         self._restore()
+        self._finish_interrupted()
 
     def _restore(self) -> None:
         """Rebuild view and memory from the stored chat (after a resume: nothing is re-recorded
@@ -185,8 +190,17 @@ class Ingestor:
                     raise MalformedMessage(
                         message.index, f"the tool output is over the limit of {limit} bytes"
                     )
+        self._refuse_taken_ids([c for m in new if m.role == "assistant" for c in m.tool_calls])
+
+    def _refuse_taken_ids(self, calls: Sequence[ToolCallRequest]) -> None:
+        """A call id is its tool call's object id: one another object already has (another
+        session's tool call, say) is refused here, before anything of the list is recorded."""
+        taken = self.service.taken_ids(self.session_id, [c.id for c in calls])
+        if taken:
+            raise DuplicateObject(taken[0], "another object already has this id")
 
     # -- recording -------------------------------------------------------------------------
+
 
     def ingest(self, messages: Sequence[Message]) -> IngestResult:
         """Record what is new in ``messages`` (the harness's whole list, parsed).
@@ -280,14 +294,70 @@ class Ingestor:
             # where the file's content shows, so the tool call itself stays visible.
             activate=not read_ids or self.inline,
         )
-        for paths in listings:
-            if paths:
-                self.service.discover(sid, paths, strict=False)
+        self._after_call(effects)
+
+    def _after_call(self, effects: Sequence[Effect], done: frozenset[str] = frozenset()) -> None:
+        """What a tool result records after its tool call: discovery of what it listed, then
+        the files it wrote or edited (but not those in ``done``, already indexed since)."""
         for effect in effects:
-            if isinstance(effect, FileWrite) and self._allowed(effect.path):
+            if isinstance(effect, Listing):
+                paths = [p for p in effect.paths if self._allowed(p)]
+                if paths:
+                    self.service.discover(self.session_id, paths, strict=False)
+        for effect in effects:
+            if not isinstance(effect, FileWrite | FileEdit) or not self._allowed(effect.path):
+                continue
+            ids = self._ids([effect.path])
+            if ids and ids[0] in done:
+                continue
+            if isinstance(effect, FileWrite):
                 self._index(effect.path, effect.content)
-            elif isinstance(effect, FileEdit) and self._allowed(effect.path):
+            else:
                 self._index(effect.path, self._edited(effect))
+
+    def _finish_interrupted(self) -> None:
+        """After a resume: finish recording the last tool result if its client died part-way.
+
+        Recording a tool result is several commands — its reads, the tool call (which puts the
+        result in the chat, so the cursor counts the message as recorded), then the discovery of
+        what it listed and the indexing of what it wrote or edited. A client killed between them
+        left the rest undone. When the session's last message is a tool result and nothing but
+        those commands (and resumes) followed its tool call in the log, the rest is run again:
+        discovery and indexing known content are idempotent, and a written or edited file that
+        the log shows indexed since is skipped, so an edit is never applied twice.
+        """
+        turns = [turn for turn in self.service.state(self.session_id).turns if turn.messages]
+        last = turns[-1].messages[-1] if turns else None
+        if not isinstance(last, ToolResult) or last.toolcall_id not in self.calls:
+            return
+        position = self.service.log_position(self.session_id)
+        after = None
+        for since in (max(0, position - 64), 0):  # the recent log first, all of it if need be
+            entries = self.service.store.session_log(self.session_id, since)
+            starts = [
+                n
+                for n, entry in enumerate(entries)
+                if entry["command"] == "RecordToolCall"
+                and any(ev.get("object_id") == last.toolcall_id for ev in entry["events"])
+            ]
+            if starts:
+                after = entries[starts[-1] + 1 :]
+                break
+        if after is None or any(e["command"] not in _AFTER_CALL for e in after):
+            return  # the message was finished: something else happened after it
+        done = frozenset(
+            ev["object_id"]
+            for e in after
+            if e["command"] == "IndexFile"
+            for ev in e["events"]
+            if "object_id" in ev
+        )
+        call = self.calls[last.toolcall_id]
+        toolcall = self.service.object(self.session_id, last.toolcall_id)
+        if not isinstance(toolcall, ToolcallObject) or toolcall.content is None:
+            return
+        effects = recognise(call.name, dict(call.arguments), toolcall.content, self.cwd)
+        self._after_call(effects, done)
 
     def _ids(self, paths: Sequence[str]) -> list[str]:
         """Object ids of the paths that resolve (discovery refuses the others)."""

@@ -114,7 +114,7 @@ def to_openai(context: AssembledContext) -> dict[str, Any]:
     return {"messages": messages}
 
 
-def _blocks(message: RenderedMessage, errors: Mapping[str, bool]) -> list[dict[str, Any]]:
+def _blocks(message: RenderedMessage) -> list[dict[str, Any]]:
     # Anthropic refuses text blocks without non-whitespace text: such text is no block.
     if message.role == "user":
         return [{"type": "text", "text": message.text}] if message.text.strip() else []
@@ -124,7 +124,7 @@ def _blocks(message: RenderedMessage, errors: Mapping[str, bool]) -> list[dict[s
             "tool_use_id": message.toolcall_id,
             "content": message.text,
         }
-        if errors.get(message.toolcall_id or ""):
+        if message.is_error:
             block["is_error"] = True
         return [block]
     blocks: list[dict[str, Any]] = (
@@ -153,11 +153,10 @@ def to_anthropic(context: AssembledContext, *, cache_control: bool = True) -> di
     ]
     if context.metadata:
         system.append({"type": "text", "text": _metadata_text(context)})
-    errors = {m.toolcall_id or "": m.text.endswith("status=fail") for m in context.chat}
     messages: list[dict[str, Any]] = []
     for message in _paired(context.chat):
         role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message, errors)
+        blocks = _blocks(message)
         if not blocks:
             continue
         if messages and messages[-1]["role"] == role:

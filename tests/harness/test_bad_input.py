@@ -200,22 +200,23 @@ def test_a_utf8_output_over_the_store_limit_is_refused_before_recording() -> Non
 
 
 @pytest.mark.parametrize("taken", ["c1", fid("/testbed/a.py")])
-def test_a_call_id_that_is_another_objects_id_is_refused_while_recording(taken: str) -> None:
-    # The documented exception to "nothing changed" (the stdio server's tests pin it too): a call
-    # id that is already another object's id — another session's tool call, a file — is found
-    # only when its result is recorded, so the messages before it are in, and the typed error is
-    # DuplicateObject, not MalformedMessage.
+def test_a_call_id_that_is_another_objects_id_is_refused_before_recording(taken: str) -> None:
+    # A call id is its tool call's object id; one that another object already has (another
+    # session's tool call, a file) is refused up front, with DuplicateObject, and nothing of the
+    # list is recorded — so the harness is not stuck re-sending a half-recorded list.
     service = make_service()
     open_harness(service, session_id="other").ingest(OPENAI_GOOD)  # owns c1 and reads a.py
     h = open_harness(service)
     h.ingest([o_user("hello")])
+    before = snapshot(h.service)
     with pytest.raises(DuplicateObject) as caught:
         h.ingest(
             [o_user("hello"), o_user("x"), o_assistant("", bash(taken, "ls")), o_tool(taken, "a")]
         )
     assert caught.value.kind == "duplicate_object"
     assert taken in str(caught.value)
-    assert h.ingestor.total == 3  # "hello", then "x" and the assistant message
+    assert h.ingestor.total == 1
+    assert snapshot(h.service) == before
 
 
 def test_broken_json_arguments_are_not_an_error() -> None:
