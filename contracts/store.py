@@ -60,7 +60,7 @@ class StoreContract:
             "tiny": 1e-7,
             "null": None,
             "bools": [True, False],
-            "text": "naïve — 日本語 😀 \"quoted\" \\ back\nline\ttab",
+            "text": 'naïve — 日本語 😀 "quoted" \\ back\nline\ttab',
             "empty": "",
             "nested": {"list": [1, 2.25, {"deep": ["x", None]}], "map": {}},
             "source": {"type": "filesystem", "filesystemId": "abc", "path": "/x/y.py"},

@@ -201,7 +201,6 @@ class Ingestor:
 
     # -- recording -------------------------------------------------------------------------
 
-
     def ingest(self, messages: Sequence[Message]) -> IngestResult:
         """Record what is new in ``messages`` (the harness's whole list, parsed).
 
