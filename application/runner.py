@@ -64,6 +64,8 @@ class OpenSession:
     """The same for the ``inline`` layout."""
     token_cache: dict[str, int] = attrs.field(factory=dict)
     """Token counts of texts this session's prompts contained."""
+    context_counter: Any = None
+    """Counts successive contexts incrementally (``application.tokens.ContextCounter``)."""
 
     def remember(self, obj: ContentObject) -> None:
         """Record a newer version of one of the session's objects."""

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 
 from pyrsistent import thaw
 
-from domain.rendering import AssembledContext
+from domain.rendering import AssembledContext, RenderedMessage
 
-__all__ = ["context_texts", "context_tokens"]
+__all__ = ["ContextCounter", "context_texts", "context_tokens"]
 
 
 def context_texts(context: AssembledContext) -> Iterator[str]:
@@ -35,3 +35,49 @@ def context_texts(context: AssembledContext) -> Iterator[str]:
 def context_tokens(context: AssembledContext, count: Callable[[str], int]) -> int:
     """Tokens of the whole context, by ``count`` (pass a memoising counter for speed)."""
     return sum(count(text) for text in context_texts(context))
+
+
+def _message_texts(message: RenderedMessage) -> Iterator[str]:
+    yield message.text
+    for call in message.tool_calls:
+        yield call.name
+        yield json.dumps(thaw(call.arguments), ensure_ascii=False)
+
+
+class ContextCounter:
+    """:func:`context_tokens` for one session's successive contexts, counting again only the
+    chat messages that are not the very objects counted last time.
+
+    Both renderers reuse the message objects of an unchanged prefix and replace every message
+    after the first one that changes, so the last message counted being the same object at the
+    same position means everything before it is too; otherwise the prefix is found by scanning.
+    """
+
+    def __init__(self, count: Callable[[str], int]) -> None:
+        self._count = count
+        self._chat: list[tuple[RenderedMessage, int]] = []
+        self._chat_total = 0
+
+    def __call__(self, context: AssembledContext) -> int:
+        count = self._count
+        total = count(context.system_prompt)
+        if context.metadata:
+            total += count(context.metadata_text())
+        memo, chat = self._chat, context.chat
+        known = len(memo)
+        if known and known <= len(chat) and memo[-1][0] is chat[known - 1]:
+            same = known
+        else:
+            same = 0
+            for (seen, _), message in zip(memo, chat, strict=False):
+                if seen is not message:
+                    break
+                same += 1
+            self._chat_total -= sum(n for _, n in memo[same:])
+            del memo[same:]
+        for message in chat[same:]:
+            n = sum(count(t) for t in _message_texts(message))
+            memo.append((message, n))
+            self._chat_total += n
+        total += self._chat_total
+        return total + sum(count(block.text) for block in context.active)

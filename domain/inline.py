@@ -59,24 +59,43 @@ def handle(state: SessionState, object_id: str) -> str:
 
 @attrs.define(eq=False)
 class InlineCache:
-    """Rendered messages of one session, reused while nothing shown earlier changes."""
+    """Rendered messages of one session. Appending renders only the new messages; a collapse (or
+    a new version of something shown) re-renders only from the first message it changes."""
 
     messages: list[RenderedMessage] = attrs.field(factory=list)
+    origin: list[tuple[int, int]] = attrs.field(factory=list)
+    """(turn number, index in the turn) of each rendered message."""
     counts: list[int] = attrs.field(factory=list)
     """Chat messages rendered per turn."""
     active: object = None
     """The active set the rendering reflects."""
-    shown: dict[str, str] = attrs.field(factory=dict)
-    """content_hash of each expanded output → the handle showing it."""
-    rendered: set[str] = attrs.field(factory=set)
-    """Ids of the tool calls rendered so far."""
-    dirty: bool = False
-    """Set when an object the rendering shows got a new version."""
+    shown: dict[str, tuple[str, int]] = attrs.field(factory=dict)
+    """content_hash of each expanded output → (the handle showing it, its message position)."""
+    positions: dict[str, int] = attrs.field(factory=dict)
+    """Tool-call id → position of the first message that shows it (its request or result)."""
+    stale_from: int | None = None
+    """The first position whose rendering may have changed (None: none)."""
+    compacted: dict[str, ToolCallRequest] = attrs.field(factory=dict)
+    """Shortened requests of collapsed calls, by call id."""
 
     def invalidate(self, object_id: str) -> None:
-        """An object got a new version: if it is shown, everything must be rendered again."""
-        if object_id in self.rendered:
-            self.dirty = True
+        """An object got a new version: render again from its first message."""
+        position = self.positions.get(object_id)
+        if position is not None:
+            self.stale_from = (
+                position if self.stale_from is None else min(self.stale_from, position)
+            )
+
+    def truncate(self, position: int) -> None:
+        """Forget everything rendered from ``position`` on."""
+        del self.messages[position:]
+        del self.origin[position:]
+        self.counts = [0] * len(self.counts)
+        for turn, index in self.origin:
+            self.counts[turn] = index + 1
+        self.shown = {k: v for k, v in self.shown.items() if v[1] < position}
+        self.positions = {k: v for k, v in self.positions.items() if v < position}
+        self.stale_from = None
 
 
 def _collapsed(
@@ -106,19 +125,19 @@ def _tool_message(
     obj: ToolcallObject,
     objects: Mapping[str, ContentObject],
     display_path: Callable[[Source], str],
-    shown: dict[str, str],
+    cache: InlineCache,
 ) -> RenderedMessage:
     label = handle(state, obj.id)
     if obj.id not in state.active:
         text = _collapsed(state, obj, objects, display_path)
     else:
         output = obj.content or ""
-        earlier = shown.get(obj.content_hash or "")
+        earlier = cache.shown.get(obj.content_hash or "")
         if earlier is not None and len(output) >= MIN_REFERENCE_CHARS:
-            text = f"[{label}: the same {len(output)} chars as {earlier} above]"
+            text = f"[{label}: the same {len(output)} chars as {earlier[0]} above]"
         else:
             if obj.content_hash is not None:
-                shown.setdefault(obj.content_hash, label)
+                cache.shown.setdefault(obj.content_hash, (label, len(cache.messages)))
             text = f"[{label}]\n{output}"
     return RenderedMessage("tool", text, toolcall_id=obj.id, is_error=obj.status == "fail")
 
@@ -128,38 +147,50 @@ def _render_message(
     message: object,
     objects: Mapping[str, ContentObject],
     display_path: Callable[[Source], str],
-    shown: dict[str, str],
+    cache: InlineCache,
 ) -> RenderedMessage:
+    position = len(cache.messages)
     if isinstance(message, UserMessage):
         return RenderedMessage("user", message.text)
     if isinstance(message, AssistantMessage):
-        calls = tuple(
-            compact_call(call, handle(state, call.id))
-            if call.id in state.positions and call.id not in state.active
-            else call
-            for call in message.tool_calls
-        )
-        return RenderedMessage("assistant", message.text, calls)
+        calls = []
+        for call in message.tool_calls:
+            cache.positions.setdefault(call.id, position)
+            if call.id in state.positions and call.id not in state.active:
+                compacted = cache.compacted.get(call.id)
+                if compacted is None:
+                    compacted = cache.compacted[call.id] = compact_call(
+                        call, handle(state, call.id)
+                    )
+                calls.append(compacted)
+            else:
+                calls.append(call)
+        return RenderedMessage("assistant", message.text, tuple(calls))
     if isinstance(message, ContextNote):
         return RenderedMessage("user", f"[context] {message.text}")
     assert isinstance(message, ToolResult)
+    cache.positions.setdefault(message.toolcall_id, position)
     obj = objects[message.toolcall_id]
     assert isinstance(obj, ToolcallObject)
-    return _tool_message(state, obj, objects, display_path, shown)
+    return _tool_message(state, obj, objects, display_path, cache)
 
 
-def _unchanged_prefix(state: SessionState, cache: InlineCache) -> bool:
-    """Whether everything rendered so far still renders the same: no shown object has a new
-    version, and the active set only gained objects that have not been rendered yet."""
+def _first_changed(state: SessionState, cache: InlineCache) -> int | None:
+    """The first rendered position that may render differently now (None: none): a version
+    changed, or an object shown earlier was collapsed or activated again."""
     previous = cache.active
-    if previous is None or cache.dirty:
-        return False
-    if previous is state.active:
-        return True
-    assert isinstance(previous, type(state.active))
-    if any(i not in state.active for i in previous):
-        return False
-    return not any(i in cache.rendered for i in state.active if i not in previous)
+    if previous is None:
+        return 0
+    first = cache.stale_from
+    if previous is not state.active:
+        assert isinstance(previous, type(state.active))
+        changed = [i for i in previous if i not in state.active]
+        changed += [i for i in state.active if i not in previous]
+        for object_id in changed:
+            position = cache.positions.get(object_id)
+            if position is not None and (first is None or position < first):
+                first = position
+    return first
 
 
 def render_inline(
@@ -171,19 +202,19 @@ def render_inline(
 ) -> AssembledContext:
     """Assemble ``state`` in the inline layout (see the module docstring)."""
     cache = cache if cache is not None else InlineCache()
-    if not _unchanged_prefix(state, cache):
-        cache.messages, cache.counts, cache.shown = [], [], {}
-        cache.rendered, cache.dirty = set(), False
+    first = _first_changed(state, cache)
+    if first is not None:
+        cache.truncate(first)
     turns = state.turns
-    for number, turn in enumerate(turns):
-        done = cache.counts[number] if number < len(cache.counts) else 0
-        if number >= len(cache.counts):
-            cache.counts.append(0)
-        for message in turn.messages[done:]:
-            rendered = _render_message(state, message, objects, display_path, cache.shown)
-            cache.messages.append(rendered)
-            if isinstance(message, ToolResult):
-                cache.rendered.add(message.toolcall_id)
+    while len(cache.counts) < len(turns):
+        cache.counts.append(0)
+    start = cache.origin[-1][0] if cache.origin else 0
+    for number in range(start, len(turns)):
+        turn = turns[number]
+        for index in range(cache.counts[number], len(turn.messages)):
+            message = turn.messages[index]
+            cache.messages.append(_render_message(state, message, objects, display_path, cache))
+            cache.origin.append((number, index))
         cache.counts[number] = len(turn.messages)
     cache.active = state.active
     prompt = f"{system_prompt}\n\n{INLINE_GUIDE}" if system_prompt else INLINE_GUIDE

@@ -25,7 +25,7 @@ from pyrsistent import thaw
 
 from application.ports.tokenizer import Tokenizer
 from application.runner import OpenSession
-from application.tokens import context_tokens
+from application.tokens import ContextCounter, context_tokens
 from application.usecases.base import Deps
 from domain.errors import SelfContextError
 from domain.inline import handle, render_inline
@@ -80,7 +80,11 @@ class AssembleContext:
         return render_context(state, session.objects, prompt, display, session.render_cache)
 
     def tokens(self, session: OpenSession, context: AssembledContext) -> int:
-        return context_tokens(context, self._counter(session))
+        """Tokens of ``context`` (reusing the counts of messages counted before)."""
+        counter = session.context_counter
+        if counter is None:
+            counter = session.context_counter = ContextCounter(self._counter(session))
+        return int(counter(context))
 
     def __call__(self, session: OpenSession) -> AssembledContext:
         policy = session.state.policy
@@ -88,17 +92,17 @@ class AssembleContext:
         if policy.trigger_tokens is None and policy.budget_tokens is None:
             return context
         count = self._counter(session)
-        total = context_tokens(context, count)
+        total = self.tokens(session, context)
         if policy.trigger_tokens is not None and total > policy.trigger_tokens:
             goal = max(policy.clear_at_least, total - policy.trigger_tokens)
             if self._collapse(session, count, goal, batch=True):
                 context = self.render(session)
-                total = context_tokens(context, count)
+                total = self.tokens(session, context)
         budget = policy.budget_tokens
         if budget is not None and total > budget:
             if self._collapse(session, count, total - budget, batch=False):
                 context = self.render(session)
-                total = context_tokens(context, count)
+                total = self.tokens(session, context)
             if total > budget:
                 if not policy.emergency_truncation:
                     raise BudgetExceeded(session.session_id, budget, total)
@@ -128,7 +132,7 @@ class AssembleContext:
             if object_id in state.pinned or object_id in spared:
                 continue
             if isinstance(obj, ToolcallObject):
-                if state.pinned and set(obj.file_refs or ()) & state.pinned:
+                if any(ref in state.pinned for ref in obj.file_refs or ()):
                     continue  # it shows a pinned file
                 size = count(obj.content or "")
                 if inline:  # its long arguments are shortened too

@@ -1,0 +1,54 @@
+"""The incremental prompt count equals a count from scratch at every model call, across batch
+collapses, context-tool activations and both layouts (budgets and triggers rely on it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from adapters.bootstrap import build_service
+from adapters.cli.replay_cmd import SAMPLE_SESSION
+from adapters.harness.replay import replay, replay_filesystem_id
+from adapters.harness.tokens import PromptCounter
+from adapters.harness.trajectories import load
+from adapters.memory import MemoryStore
+from adapters.tokenizer import EstimateTokenizer
+from application.policies import policy_by_name
+from application.tokens import context_tokens
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        policy_by_name("ssot", budget_tokens=1000, emergency_truncation=True),
+        policy_by_name("inline", trigger_tokens=900, clear_at_least=200, keep_recent=1),
+    ],
+    ids=["ssot-budget", "inline-small-trigger"],
+)
+def test_incremental_counts_equal_counts_from_scratch(policy: Any) -> None:
+    (trajectory,) = load(SAMPLE_SESSION)
+    tokenizer = EstimateTokenizer()
+    service = build_service(
+        store=MemoryStore(),
+        default_filesystem_id=replay_filesystem_id(trajectory),
+        workspace="/",
+        tokenizer=tokenizer,
+    )
+    checked = []
+
+    def observe(n: int, call: Any, session: Any, request: Any) -> None:
+        context = service.assemble(session.session_id)
+        incremental = service.prompt_tokens(session.session_id, context)
+        assert incremental == context_tokens(context, tokenizer.count), n
+        checked.append(n)
+
+    report = replay(trajectory, service, PromptCounter(tokenizer), observe=observe, policy=policy)
+    assert checked == list(range(1, len(trajectory.calls) + 1))
+    notes = [
+        m
+        for t in service.state(report.session_id).turns
+        for m in t.messages
+        if type(m).__name__ == "ContextNote"
+    ]
+    assert notes, "the settings are meant to make the policy collapse"
