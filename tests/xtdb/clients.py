@@ -7,8 +7,8 @@ its own, in an OS process of its own, talking to the node over HTTP.
   resumes (or starts) a session and carries a recorded trajectory on from wherever the session
   is. After every commit the store acknowledges, it appends the commit's documents to an
   acknowledgement file and prints one line, so the test knows what was acknowledged before the
-  kill. ``--kill-at N`` makes it SIGKILL itself around its N-th HTTP request (before sending it,
-  or after its answer arrived and before anyone reads it).
+  kill. ``--arm-after C --kill-at N`` makes it SIGKILL itself around the N-th HTTP request after
+  its C-th command (before sending it, or after its answer arrived and before anyone reads it).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import random
 import signal
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -31,6 +31,7 @@ from adapters.harness.session import HarnessSession
 from adapters.harness.tools import is_context_tool
 from adapters.harness.trajectories import Trajectory, load
 from adapters.xtdb import XtdbClient, XtdbStore, open_store
+from application.persistence import LOG_TYPE
 from application.ports.store import Document, Expect, ObjectStore, Receipt, Version
 from application.service import ContextService
 from application.settings import Settings
@@ -117,17 +118,19 @@ def doc_digest(doc: Mapping[str, Any]) -> str:
 
 
 class KillingTransport(httpx.BaseTransport):
-    """Counts HTTP requests and SIGKILLs this process at the ``at``-th one: ``before`` sending it
-    or ``after`` its answer arrived (a commit the node applied but nobody acknowledged)."""
+    """Once armed, counts HTTP requests and SIGKILLs this process at the ``at``-th one:
+    ``before`` sending it, or ``after`` its answer arrived (say, a commit the node applied but
+    nobody acknowledged)."""
 
-    def __init__(self, inner: httpx.BaseTransport, at: int, when: str) -> None:
+    def __init__(self, inner: httpx.BaseTransport, at: int, when: str, armed: bool) -> None:
         self.inner = inner
         self.at = at
         self.when = when
+        self.armed = armed
         self.count = 0
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        self.count += 1
+        self.count += self.armed
         if self.count == self.at and self.when == "before":
             os.kill(os.getpid(), signal.SIGKILL)
         response = self.inner.handle_request(request)
@@ -142,17 +145,23 @@ class KillingTransport(httpx.BaseTransport):
 
 class AckingStore(ObjectStore):
     """Writes down every commit the store acknowledged: one JSON line per commit in ``acks``
-    (appended with a single ``write``, so a kill leaves whole lines) and one line on stdout."""
+    (appended with a single ``write``, so a kill leaves whole lines) and ``ack <command>`` on
+    stdout; ``on_ack`` is told each command's name."""
 
-    def __init__(self, inner: ObjectStore, acks: str) -> None:
+    def __init__(
+        self, inner: ObjectStore, acks: str, on_ack: Callable[[str], None] = lambda _: None
+    ) -> None:
         self.inner = inner
+        self.on_ack = on_ack
         self.fd = os.open(acks, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
         receipt = self.inner.commit(puts, expect)
         line = json.dumps({"tx": receipt.tx_id, "docs": {d["xt/id"]: doc_digest(d) for d in puts}})
         os.write(self.fd, (line + "\n").encode())
-        print("ack", receipt.tx_id, flush=True)
+        command = next((str(d["command"]) for d in puts if d.get("type") == LOG_TYPE), "")
+        print("ack", command, flush=True)
+        self.on_ack(command)
         return receipt
 
     def get(self, object_id: str) -> Document | None:
@@ -228,13 +237,23 @@ def _arguments(raw: Any) -> dict[str, Any]:
 
 def _replay_main(args: argparse.Namespace) -> int:
     trajectory = load(args.trajectory)[0].with_call_id_prefix(args.prefix)
-    transport: httpx.BaseTransport = httpx.HTTPTransport()
-    if args.kill_at:
-        transport = KillingTransport(transport, args.kill_at, args.kill_when)
+    transport = KillingTransport(
+        httpx.HTTPTransport(), args.kill_at, args.kill_when, armed=args.arm_after <= 0
+    )
+    commands = 0
+
+    def arm(command: str) -> None:
+        nonlocal commands
+        commands += command != "Resume"
+        transport.armed = transport.armed or commands >= args.arm_after
+
     http = httpx.Client(
         base_url=args.url, headers={"Accept": "application/json"}, transport=transport
     )
-    store = AckingStore(XtdbStore(XtdbClient(http), timeout=30.0, owns_http=True), args.acks)
+    node = XtdbStore(XtdbClient(http), timeout=30.0, owns_http=True)
+    # As open_store does: see every transaction submitted before, also by the client killed last.
+    node.client.sync(wait=25.0, timeout=30.0)
+    store = AckingStore(node, args.acks, arm)
     service = replay_service(store, args.workspace, args.filesystem)
     carry_on(trajectory, service, args.session)
     store.close()
@@ -253,7 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     replay.add_argument("--filesystem", required=True)
     replay.add_argument("--workspace", required=True)
     replay.add_argument("--acks", required=True)
-    replay.add_argument("--kill-at", type=int, default=0)
+    replay.add_argument(
+        "--arm-after", type=int, default=0, help="count requests after N commands (resumes aside)"
+    )
+    replay.add_argument("--kill-at", type=int, default=0, help="SIGKILL at the N-th request")
     replay.add_argument("--kill-when", choices=("before", "after"), default="before")
     args = parser.parse_args(argv)
     return _replay_main(args)
