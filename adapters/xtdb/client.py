@@ -103,17 +103,30 @@ class XtdbClient:
             raise self._shape_error("status", answer)
         return answer
 
-    def submit_tx(self, body: bytes, *, timeout: float) -> dict[str, Any]:
-        """``POST /_xtdb/submit-tx`` with a JSON ``{"tx-ops": [...]}`` body; ``{txId, txTime}``."""
+    def submit_tx(
+        self, body: bytes, *, timeout: float, wait: float | None = None
+    ) -> dict[str, Any]:
+        """``POST /_xtdb/submit-tx`` with a JSON ``{"tx-ops": [...]}`` body; ``{txId, txTime}``.
+
+        With ``wait`` (seconds) the project's own node also awaits the transaction and adds
+        ``txCommitted?`` to the answer, in the same round trip; a node running upstream's HTTP
+        server ignores the parameter, and the answer then has no ``txCommitted?``.
+        """
+        params = None if wait is None else {"await-timeout": max(1, int(wait * 1000))}
         answer = self._call(
             "POST",
             "/_xtdb/submit-tx",
             "submit-tx",
             timeout=timeout,
+            params=params,
             content=body,
             headers=_JSON_BODY,
         )
-        return self._tx("submit-tx", answer)
+        tx = self._tx("submit-tx", answer)
+        committed = tx.get("txCommitted?")
+        if committed is not None and not isinstance(committed, bool):
+            raise self._shape_error("submit-tx", answer)
+        return tx
 
     def await_tx(self, tx_id: int, *, wait: float, timeout: float) -> dict[str, Any]:
         """Block until the node has indexed ``tx_id`` (server-side ``wait`` seconds at most)."""

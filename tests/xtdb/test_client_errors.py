@@ -174,6 +174,36 @@ def test_a_failed_match_is_a_conflict_naming_the_changed_object() -> None:
     assert store.bytes_sent == len(sent)
 
 
+def test_a_node_that_awaits_on_submit_answers_in_one_request() -> None:
+    """The project's node answers ``submit-tx?await-timeout=`` with ``txCommitted?``; without
+    it (upstream's server, the tests above) the store awaits and asks in two more requests."""
+    answers = iter([True, False])
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/_xtdb/submit-tx":
+            assert int(request.url.params["await-timeout"]) > 0
+            tx = {"txId": 4, "txTime": "2026-01-01T00:00:00.001Z", "txCommitted?": next(answers)}
+            return httpx.Response(200, json=tx)
+        return httpx.Response(200, json=[[{"xt/id": "a", "v": 2}]])  # the re-read
+
+    requests: list[httpx.Request] = []
+    store = store_on(handler, requests)
+    assert store.commit([{"xt/id": "a", "v": 1}]).tx_id == 4
+    assert [r.url.path for r in requests] == ["/_xtdb/submit-tx"]
+    with pytest.raises(ConflictError) as info:
+        store.commit([{"xt/id": "a", "v": 3}], [Expect("a", {"xt/id": "a", "v": 1})])
+    assert info.value.object_ids == ("a",)
+    assert [r.url.path for r in requests[1:]] == ["/_xtdb/submit-tx", "/_xtdb/query"]
+
+
+def test_a_committed_flag_that_is_not_a_boolean_is_a_protocol_error() -> None:
+    tx = {"txId": 4, "txTime": "2026-01-01T00:00:00.001Z", "txCommitted?": "yes"}
+    store = store_on(lambda request: httpx.Response(200, json=tx))
+    with pytest.raises(StoreProtocolError) as info:
+        store.commit([{"xt/id": "a"}])
+    check(info.value, "submit-tx")
+
+
 def test_invalid_documents_never_reach_the_node() -> None:
     requests: list[httpx.Request] = []
     store = store_on(answering(500, b""), requests)
