@@ -151,7 +151,8 @@ class SessionRunner:
             snapshot_bytes=document_size(session_doc) + document_size(chat_doc or {}),
             log_bytes_since_snapshot=0,
         )
-        self.catch_up(session)
+        # Every object of the index is loaded next, in one batch: the log tail's need not be.
+        self.catch_up(session, load_objects=False)
         session.objects.update(self._objects(session.state.index))
         return session
 
@@ -175,8 +176,9 @@ class SessionRunner:
             out[object_id] = obj
         return out
 
-    def catch_up(self, session: OpenSession) -> bool:
-        """Fold log entries other writers appended after ``session.seq``; True if there were any."""
+    def catch_up(self, session: OpenSession, *, load_objects: bool = True) -> bool:
+        """Fold log entries other writers appended after ``session.seq``; True if there were any.
+        With ``load_objects`` (the default) the objects those entries changed are read too."""
         entries = self.store.session_log(session.session_id, after_seq=session.seq)
         if not entries:
             session.stale = False
@@ -193,7 +195,7 @@ class SessionRunner:
                     prompt_changed = True
                 elif hasattr(event, "object_id") and session.state.in_index(event.object_id):
                     changed.add(event.object_id)
-        if changed:
+        if changed and load_objects:
             for obj in self._objects(changed).values():
                 session.remember(obj)
         if prompt_changed:
