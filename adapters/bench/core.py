@@ -18,7 +18,7 @@ from application.ports.store import ObjectStore
 from application.service import ContextService
 from domain.chat import ToolCallRequest
 
-__all__ = ["SIZES", "fill_session", "measure_turns", "run_core"]
+__all__ = ["SIZES", "fill_session", "measure_turns", "run_core", "turns_for_two_snapshots"]
 
 SIZES = (100, 1_000, 10_000)
 SESSION = "bench"
@@ -87,7 +87,8 @@ def measure_turns(
     return durations, (store_bytes() - start_bytes) / turns
 
 
-def _turns_for_two_snapshots(store: ObjectStore) -> int:
+def turns_for_two_snapshots(store: ObjectStore) -> int:
+    """How many turns to measure so that at least two snapshots fall among them."""
     # Snapshot bytes ~ index ids + chat; log bytes per turn ~ 1.3 KB. Aim for >= 2 snapshot cycles.
     session = store.get(f"session:{SESSION}") or {}
     chat = store.get(f"chat:{SESSION}") or {}
@@ -107,7 +108,7 @@ def run_core(
         service, store_bytes = make_service()
         progress(f"filling a session with {size} objects")
         fill_session(service, size)
-        turns = _turns_for_two_snapshots(service.store)
+        turns = turns_for_two_snapshots(service.store)
         progress(f"measuring {turns} turns at {size} objects")
         durations, per = measure_turns(service, store_bytes, turns)
         per_turn[str(size)] = summary_ms(durations)

@@ -21,9 +21,16 @@ def _progress(quiet: bool) -> Any:
 
 
 def _core(args: argparse.Namespace) -> int:
+    from application.policies import DEFAULT_POLICY, policy_by_name
+    from application.settings import Settings
+
+    settings = Settings(policy=policy_by_name(args.policy or DEFAULT_POLICY))
+
     def make() -> Any:
         store = MemoryStore()
-        service = build_service(store=store, workspace="/", host_id="bench-host")
+        service = build_service(
+            store=store, workspace="/", host_id="bench-host", settings=settings
+        )
         return service, lambda: store.bytes_received
 
     sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else SIZES
@@ -76,6 +83,58 @@ def _register_watch(benches: Any) -> None:
         "--idle-seconds", type=float, default=10.0, help="idle window for CPU (default 10)"
     )
     watch.set_defaults(handler=_watch)
+
+
+def _store(args: argparse.Namespace) -> int:
+    from adapters.bench.store import run_store_bench, stdlib_sources  # starts JVMs
+
+    sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else SIZES
+    files = stdlib_sources()[: args.index_limit] if args.index_limit else None
+    result = run_store_bench(
+        sizes, config=args.node, index_files=files, progress=_progress(args.json)
+    )
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"XTDB node: {args.node}; both stores with the SSOT layout policy")
+    print(
+        f"{'objects':>8} {'memory ms':>10} {'p95':>8} {'xtdb ms':>9} {'p95':>8} {'bytes/turn':>11}"
+    )
+    for size, xt in result["per_turn_ms"]["xtdb"].items():
+        mem = result["per_turn_ms"]["memory"][size]
+        per = result["bytes_per_turn"]["xtdb"][size]
+        print(
+            f"{size:>8} {mem['median']:>10.3f} {mem['p95']:>8.3f}"
+            f" {xt['median']:>9.3f} {xt['p95']:>8.3f} {per:>11.1f}"
+        )
+    resume, index = result["resume_s"], result["index"]
+    print(f"resume: batch {resume['batch']} s, one by one {resume['one_by_one']} s")
+    print(
+        f"index: {index['files']} files, {index['files_per_s']} files/s, {index['mb_per_s']} MB/s"
+        f" (raw read + SHA-256: {index['raw_read_sha256_mb_per_s']} MB/s)"
+    )
+    return 0
+
+
+def _register_store(benches: Any) -> None:
+    store = benches.add_parser(
+        "store",
+        help="per-turn cost on the in-memory store and XTDB, resume, indexing a source tree",
+    )
+    store.add_argument("--json", action="store_true", help="print one JSON object")
+    store.add_argument("--sizes", help="comma-separated session sizes (default 100,1000,10000)")
+    store.add_argument(
+        "--node",
+        choices=("rocksdb", "memory"),
+        default="rocksdb",
+        help="configuration of the XTDB nodes the bench starts (default rocksdb, as in production)",
+    )
+    store.add_argument(
+        "--index-limit",
+        type=int,
+        help="index only the first N files of the standard library (default: all)",
+    )
+    store.set_defaults(handler=_store)
 
 
 GOALS = {"tokens": 0.50, "peak": 0.55, "cost": 0.75}
@@ -188,6 +247,7 @@ def register(subparsers: Any) -> None:
     )
     core.add_argument("--json", action="store_true", help="print one JSON object")
     core.add_argument("--sizes", help="comma-separated session sizes (default 100,1000,10000)")
+    core.add_argument("--policy", help="layout policy of the session (default: the default policy)")
     core.set_defaults(handler=_core)
     context = benches.add_parser(
         "context", help="tokens, peak and cache-adjusted cost per policy on real trajectories"
@@ -204,3 +264,4 @@ def register(subparsers: Any) -> None:
     )
     context.set_defaults(handler=_context)
     _register_watch(benches)
+    _register_store(benches)
