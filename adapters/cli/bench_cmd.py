@@ -28,9 +28,7 @@ def _core(args: argparse.Namespace) -> int:
 
     def make() -> Any:
         store = MemoryStore()
-        service = build_service(
-            store=store, workspace="/", host_id="bench-host", settings=settings
-        )
+        service = build_service(store=store, workspace="/", host_id="bench-host", settings=settings)
         return service, lambda: store.bytes_received
 
     sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else SIZES
