@@ -31,6 +31,7 @@ from adapters.harness.tokens import PromptCounter
 from adapters.harness.trajectories import ModelCall, Trajectory, load
 from adapters.memory import MemoryStore
 from adapters.tokenizer import default_tokenizer
+from application.policies import DEFAULT_POLICY, POLICIES, policy_by_name
 from application.ports.store import ObjectStore
 from domain.errors import InvalidInput
 
@@ -95,6 +96,7 @@ def run_replays(
     show: int | None = None,
     progress: bool = False,
     err: TextIO | None = None,
+    policy: str | None = None,
 ) -> tuple[list[ReplayReport], list[ShowCall], PromptCounter]:
     """Replay each trajectory into its own session; one tokenizer counts every figure."""
     counter = PromptCounter(default_tokenizer())
@@ -124,6 +126,7 @@ def run_replays(
                     request_format=request_format,
                     observe=keep,
                     progress=bar,
+                    policy=policy_by_name(policy),
                 )
             )
         finally:
@@ -195,6 +198,7 @@ def _run(args: argparse.Namespace) -> int:
         session=args.session,
         show=args.show,
         progress=progress and not args.json,
+        policy=args.policy,
     )
     if args.show is not None and not any(s.text is not None for s in shown):
         calls = max(len(t.calls) for t in trajectories)
@@ -289,6 +293,11 @@ def register(subparsers: Any) -> None:
         choices=("openai", "anthropic"),
         default="openai",
         help="provider format of the managed request (default openai)",
+    )
+    parser.add_argument(
+        "--policy",
+        choices=sorted(POLICIES),
+        help=f"layout and collapse policy of the replayed session (default {DEFAULT_POLICY})",
     )
     parser.add_argument(
         "--progress",

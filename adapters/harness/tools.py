@@ -108,7 +108,7 @@ def _inline(service: ContextService, session_id: str, name: str, ref: str) -> To
         for t in showing:
             service.deactivate(session_id, t)
         service.deactivate(session_id, obj.id)
-        return ToolAnswer(True, f"collapsed {len(showing)} messages showing {label}")
+        return ToolAnswer(True, f"{label} is collapsed wherever it was shown")
     result = getattr(service, name)(session_id, obj.id)
     return ToolAnswer(result.ok, result.message.replace(obj.id, label))
 

@@ -8,7 +8,6 @@ from application.runner import OpenSession, Reads
 from application.usecases.base import Deps, observe_source
 from domain.objects import FileObject, ToolcallObject
 from domain.session import commands as c
-from domain.session import events as e
 from domain.session.machine import decide
 from domain.session.state import SessionState
 
@@ -49,14 +48,14 @@ class Activate:
                 return c.Activate(object_id, c.IndexFile(observed, stored, "activation"))
             return c.Activate(object_id)
 
-        events = self._deps.runner.execute(session, build)
+        self._deps.runner.execute(session, build)
+        # The answer states the resulting state, not the transition, so a retried call (after a
+        # lost answer or a crash) answers exactly as the first one did.
         what = _describe(session, self._deps, object_id)
-        if not any(isinstance(ev, e.ObjectActivated) for ev in events):
-            return ActionResult(True, f"{what} is already active")
         obj = session.objects[object_id]
         if obj.content is None:
-            return ActionResult(True, f"activated {what}; it has no content ({_why_empty(obj)})")
-        return ActionResult(True, f"activated {what} ({len(obj.content)} characters)")
+            return ActionResult(True, f"{what} is active; it has no content ({_why_empty(obj)})")
+        return ActionResult(True, f"{what} is active ({len(obj.content)} characters)")
 
 
 def _why_empty(obj: FileObject | ToolcallObject) -> str:
@@ -66,43 +65,37 @@ def _why_empty(obj: FileObject | ToolcallObject) -> str:
 
 
 class _SetCommand:
-    """Deactivate, Pin and Unpin: a command on one id, a message on what it did."""
+    """Deactivate, Pin and Unpin: a command on one id, and an answer stating the resulting state
+    (the same whether or not the command changed anything, so a retry answers the same)."""
 
     command: type[c.Deactivate] | type[c.Pin] | type[c.Unpin]
-    done: str
-    noop: str
+    state: str
 
     def __init__(self, deps: Deps) -> None:
         self._deps = deps
 
     def __call__(self, session: OpenSession, object_id: str) -> ActionResult:
         command = self.command(object_id)
-        events = self._deps.runner.execute(session, lambda reads, state: command)
-        what = _describe(session, self._deps, object_id)
-        if events:
-            return ActionResult(True, f"{self.done} {what}")
-        return ActionResult(True, f"{what} {self.noop}")
+        self._deps.runner.execute(session, lambda reads, state: command)
+        return ActionResult(True, f"{_describe(session, self._deps, object_id)} {self.state}")
 
 
 class Deactivate(_SetCommand):
     """Collapse an object to its metadata line."""
 
     command = c.Deactivate
-    done = "deactivated"
-    noop = "was not active"
+    state = "is not active"
 
 
 class Pin(_SetCommand):
     """Exempt an object from auto-collapse."""
 
     command = c.Pin
-    done = "pinned"
-    noop = "is already pinned"
+    state = "is pinned"
 
 
 class Unpin(_SetCommand):
     """Let the collapse window apply to an object again."""
 
     command = c.Unpin
-    done = "unpinned"
-    noop = "was not pinned"
+    state = "is not pinned"

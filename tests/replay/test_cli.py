@@ -10,7 +10,10 @@ import pytest
 
 from adapters.cli.main import main
 from adapters.cli.replay_cmd import SAMPLE_SESSION
+from adapters.harness.replay import replay_filesystem_id
+from adapters.harness.trajectories import load
 from adapters.xtdb import XtdbNode
+from domain.objects import FileObject, FilesystemSource
 from tests.replay.data import FILES
 
 
@@ -121,7 +124,10 @@ def test_sessions_show_and_history_on_xtdb(
     assert code == 2 and "turns 0 to 4" in err
 
     # the file the agent edited: stub, viewed, edited, each version with its hashes
-    parser_id = _file_id_from(out, "/workspace/calc/parser.py")
+    (trajectory,) = load(SAMPLE_SESSION)
+    parser_id = FileObject.identity_of(
+        FilesystemSource(replay_filesystem_id(trajectory), "/workspace/calc/parser.py")
+    )
     code, out, _ = _run(capsys, "history", parser_id, "--store", store, "--json")
     versions = json.loads(out)
     assert [v["version"] for v in versions][:3] == [1, 2, 3]
@@ -129,11 +135,3 @@ def test_sessions_show_and_history_on_xtdb(
     assert len({v["object_hash"] for v in versions[:3]}) == 3
     code, out, _ = _run(capsys, "history", f"{session}/call_003", "--store", store)
     assert code == 0 and "1 version(s)" in out and "content_hash" in out
-
-
-def _file_id_from(request_json: str, path: str) -> str:
-    for message in json.loads(request_json)["messages"]:
-        for line in (message.get("content") or "").splitlines():
-            if f" path={path} " in line:
-                return line.split()[0].removeprefix("id=")
-    raise AssertionError(f"{path} is not in the metadata")

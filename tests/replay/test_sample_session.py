@@ -66,8 +66,8 @@ def test_it_replays_with_every_check_and_the_same_context_tool_answers() -> None
     trajectory, _, report = _replayed()
     outputs = trajectory.tool_outputs()
     answers = report.context_answers
-    assert [a.split()[0] for _, a in answers] == [
-        "pinned", "unpinned", "deactivated", "deactivated", "activated"
+    assert [a.rsplit(" is ", 1)[1].split(" (")[0] for _, a in answers] == [
+        "pinned", "not pinned", "not active", "not active", "active"
     ]  # fmt: skip
     for call_id, answer in answers:
         assert answer == outputs[call_id]
