@@ -146,10 +146,18 @@ class RecordToolCall:
         if known is not None and known.object_hash == toolcall.object_hash:
             return toolcall  # the same call recorded again (a retry): nothing to do
 
+        attempts = 0
+
         def build(reads: Reads, state: SessionState) -> c.Command:
-            stored = reads.stored(toolcall.id)
-            if stored is not None and not state.in_index(toolcall.id):
-                raise DuplicateObject(toolcall.id, "another session's object has this id")
+            nonlocal attempts
+            attempts += 1
+            # No read on the first attempt: the commit's precondition (the id must not exist yet)
+            # refuses an id some other object holds, and the retry after that conflict reads it
+            # and names it. A read per call would be one more round trip on every turn.
+            if attempts > 1:
+                stored = reads.stored(toolcall.id)
+                if stored is not None and not state.in_index(toolcall.id):
+                    raise DuplicateObject(toolcall.id, "another session's object has this id")
             return c.RecordToolCall(toolcall, activate)
 
         self._deps.runner.execute(session, build)
