@@ -7,7 +7,8 @@
   everything measured), and resumed there. The same turns then run on both stores. Both services
   use the SSOT layout policy, so that the figures compare stores, not layout policies.
 * **Resume** (``resume_s``) of the largest session on XTDB, by a fresh client: ``batch`` is
-  ``ContextService.resume_session`` as it is (one query loads every object of the index);
+  ``ContextService.resume_session`` as it is (one query loads every object of the index), the
+  median of three after a first one on the fresh node (reported on stderr, not counted);
   ``one_by_one`` is the same resume through a store whose ``get_many`` asks for one object at a
   time, as a client without the batch query would.
 * **Index** (``index``): every ``.py`` file of this interpreter's standard library, read from disk
@@ -157,7 +158,9 @@ def _size(
             progress(f"copying it into a {config} XTDB node")
             copy_latest(memory, store)
             if last:
-                progress(f"resuming {size} objects: batch (3 times), then one by one")
+                cold = _resume_seconds(node.url, False)
+                progress(f"resumed {size} objects once, {cold:.3f} s on a fresh node;")
+                progress("resuming 3 more times (batch), then once one by one")
                 out["resume_s"] = {
                     "batch": round(
                         statistics.median(_resume_seconds(node.url, False) for _ in range(3)), 3

@@ -89,7 +89,10 @@ def _store(args: argparse.Namespace) -> int:
     sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else SIZES
     files = stdlib_sources()[: args.index_limit] if args.index_limit else None
     result = run_store_bench(
-        sizes, config=args.node, index_files=files, progress=_progress(args.json)
+        sizes,
+        config=args.node,
+        index_files=files,
+        progress=_progress(False),  # stderr: long run
     )
     if args.json:
         print(json.dumps(result))
