@@ -197,23 +197,21 @@ class WrappedStore(ObjectStore):
             out["session_id"] = ns + doc["session_id"]
         return out
 
-    def _out(self, doc: Document | None) -> Document | None:
+    def _strip(self, doc: Document) -> Document:
         ns = self.namespace
-        if doc is None or not ns:
+        if not ns:
             return doc
         out = {**doc, "xt/id": str(doc["xt/id"]).removeprefix(ns)}
         if doc.get("type") == LOG_TYPE and isinstance(doc.get("session_id"), str):
             out["session_id"] = doc["session_id"].removeprefix(ns)
         return out
 
+    def _out(self, doc: Document | None) -> Document | None:
+        return None if doc is None else self._strip(doc)
+
     def _docs(self, docs: dict[str, Document]) -> dict[str, Document]:
         ns = self.namespace
-        out = {}
-        for object_id, doc in docs.items():
-            stripped = self._out(doc)
-            assert stripped is not None
-            out[object_id.removeprefix(ns)] = stripped
-        return out
+        return {object_id.removeprefix(ns): self._strip(doc) for object_id, doc in docs.items()}
 
     def get(self, object_id: str) -> Document | None:
         return self._out(self.inner.get(self.namespace + object_id))
@@ -253,10 +251,8 @@ class WrappedStore(ObjectStore):
         return receipt
 
     def history(self, object_id: str) -> list[Version]:
-        return [
-            attrs.evolve(v, document=self._out(v.document))
-            for v in self.inner.history(self.namespace + object_id)
-        ]
+        versions = self.inner.history(self.namespace + object_id)
+        return [attrs.evolve(v, document=self._strip(v.document)) for v in versions]
 
     def get_as_of(self, object_id: str, tx_id: int) -> Document | None:
         return self._out(self.inner.get_as_of(self.namespace + object_id, tx_id))
@@ -268,7 +264,7 @@ class WrappedStore(ObjectStore):
 
     def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
         entries = self.inner.session_log(self.namespace + session_id, after_seq)
-        return [doc for doc in map(self._out, entries) if doc is not None]
+        return [self._strip(doc) for doc in entries]
 
     def ids_of_type(self, doc_type: str) -> list[str]:
         ns = self.namespace
