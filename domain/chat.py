@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypeAlias, cast
 
 import attrs
-from pyrsistent import PVector, freeze, pvector, thaw
+from pyrsistent import PMap, PVector, freeze, pmap, pvector, thaw
 
 __all__ = [
     "AssistantMessage",
@@ -37,11 +37,18 @@ def _tuples_as_lists(value: Any) -> Any:
     return value
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def freeze_json(value: Mapping[str, Any]) -> Mapping[str, Any]:
     """A JSON object made immutable (nested dicts and lists become pyrsistent maps and vectors).
 
     Tuples are JSON arrays too: they become vectors, as they would after a trip through the store.
     """
+    if isinstance(value, PMap):
+        return value  # already frozen (pyrsistent maps hold only frozen values here)
+    if type(value) is dict and all(type(v) in _SCALARS for v in value.values()):
+        return pmap(value)  # the common case, tool arguments like {"command": "ls"}: no walk
     return cast(Mapping[str, Any], freeze(_tuples_as_lists(value)))
 
 
