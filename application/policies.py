@@ -20,7 +20,7 @@ __all__ = ["DEFAULT_POLICY", "POLICIES", "policy_by_name"]
 
 POLICIES: Final[Mapping[str, PolicyConfig]] = {
     "ssot": PolicyConfig("ssot"),
-    "inline": PolicyConfig("inline", trigger_tokens=5000, clear_at_least=3000, keep_recent=2),
+    "inline": PolicyConfig("inline", trigger_tokens=5000, clear_at_least=2500, keep_recent=2),
 }
 DEFAULT_POLICY: Final = "inline"
 """The policy sessions get when none is named: the winner of ``selfctx bench context``

@@ -31,7 +31,7 @@ INLINE_GUIDE = (
 )
 MIN_REFERENCE_CHARS = 200
 """Outputs shorter than this are repeated rather than referenced (a reference saves nothing)."""
-MAX_LISTED_FILES = 12
+MAX_LISTED_FILES = 6
 MAX_COLLAPSED_ARGUMENT = 120
 """A collapsed tool call's string arguments longer than this are shortened in its request."""
 

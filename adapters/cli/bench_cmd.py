@@ -189,11 +189,14 @@ def _context(args: argparse.Namespace) -> int:
 def _context_table(result: dict[str, Any]) -> None:
     names = list(result["total"])
     print(f"tokenizer: {result['tokenizer']}; cost = cache-adjusted input tokens")
-    header = f"{'trajectory':34} {'calls':>5}" + "".join(f" {n + ' tokens':>22}" for n in names)
-    print(header)
+    header = f"{'trajectory':34} {'calls':>5} {'recorded':>10}"
+    print(header + "".join(f" {n + ' tokens':>22}" for n in names))
     for row in result["trajectories"]:
+        # what the original harness's provider billed, where the trajectory says: a check
+        recorded = row["naive"].get("recorded_prompt_tokens")
         cells = "".join(f" {row[n]['tokens']:>22,}" for n in names)
-        print(f"{row['name'][:34]:34} {row['calls']:>5}{cells}")
+        shown = f"{recorded:>10,}" if recorded is not None else f"{'—':>10}"
+        print(f"{row['name'][:34]:34} {row['calls']:>5} {shown}{cells}")
     naive = result["total"]["naive"]
     print()
     print(f"{'total':12} {'tokens':>12} {'peak':>9} {'cost':>12}   vs naive (tokens, peak, cost)")
