@@ -1,6 +1,7 @@
-"""Replays on a real XTDB node: one trajectory of each format (the smallest) and the shipped
-example session, with the per-call checks (the byte-identity round trip on every 10th call and the
-last), and the context rebuilt from stored versions compared with what the calls saw."""
+"""Replays on a real XTDB node: every trajectory of the development set and the shipped example
+session, under every layout policy, with the per-call checks (the byte-identity round trip on
+every 10th call and the last), and the context rebuilt from stored versions compared with what
+the calls saw."""
 
 from __future__ import annotations
 
@@ -24,12 +25,6 @@ from tests.replay.data import trajectory_params
 pytestmark = [pytest.mark.xtdb, pytest.mark.slow]
 
 SAMPLE = Path(__file__).parents[2] / "adapters" / "cli" / "sample_session.json"
-SUBSET = {
-    "sqlfluff__sqlfluff-2419",  # mini-swe-agent
-    "pydantic__pydantic.acb0f10f.pr_8316",  # SWE-agent
-    "multi_swe_bench_ponyc#1",  # OpenHands
-    "resolver_pr_viewer#1",  # OpenHands, resolver schema
-}
 
 
 @pytest.fixture
@@ -40,7 +35,7 @@ def store(xtdb_node: XtdbNode) -> Iterator[XtdbStore]:
 
 
 def _params() -> list[object]:
-    return [*trajectory_params(SUBSET), pytest.param(load(SAMPLE)[0], id="sample_session")]
+    return [*trajectory_params(), pytest.param(load(SAMPLE)[0], id="sample_session")]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
