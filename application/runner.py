@@ -19,7 +19,7 @@ from application.ports.clock import Clock
 from application.ports.ids import IdSource
 from application.ports.store import ConflictError, Document, Expect, ObjectStore, StoreError
 from domain.documents import from_document, to_document
-from domain.errors import SessionNotFound
+from domain.errors import InvalidInput, SessionNotFound
 from domain.infrastructure import (
     ChatObject,
     SessionObject,
@@ -99,11 +99,23 @@ class Reads:
                 self._remember(object_id, found.get(object_id))
         return {i: self.objects.get(i) for i in ids}
 
-    def stored_file(self, object_id: str) -> FileObject | None:
-        obj = self.stored(object_id)
-        if obj is not None and not isinstance(obj, FileObject):
-            raise StoreError(f"object {object_id!r} is a {obj.type}, not a file")
-        return obj
+    def stored_files(self, files: Iterable[FileObject]) -> dict[str, FileObject | None]:
+        """The latest stored versions of these files, by id, in one round trip (None where
+        absent). A file whose id is already taken by another kind of object (a tool call given
+        that id by its harness) is refused, naming the file's path."""
+        files = list(files)
+        stored = self.stored_many(f.id for f in files)
+        for file in files:
+            obj = stored[file.id]
+            if obj is not None and not isinstance(obj, FileObject):
+                raise InvalidInput(
+                    "path", file.source.path, f"its id names a stored {obj.type}, not a file"
+                )
+        return stored
+
+    def stored_file(self, file: FileObject) -> FileObject | None:
+        """:meth:`stored_files` for one file."""
+        return self.stored_files([file])[file.id]
 
     def _remember(self, object_id: str, doc: Document | None) -> None:
         self.documents[object_id] = doc

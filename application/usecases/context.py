@@ -44,7 +44,7 @@ class Activate:
             obj = session.objects.get(object_id)
             if isinstance(obj, FileObject) and obj.is_stub:
                 observed = observe_source(self._deps, obj.source)
-                stored = reads.stored_file(object_id)
+                stored = reads.stored_file(obj)
                 return c.Activate(object_id, c.IndexFile(observed, stored, "activation"))
             return c.Activate(object_id)
 

@@ -76,7 +76,7 @@ class IndexFile:
 
         def build(reads: Reads, state: SessionState) -> c.Command:
             nonlocal outcome
-            stored = reads.stored_file(observed.id)
+            stored = reads.stored_file(observed)
             outcome, _ = decide_full_index(stored, observed)
             return c.IndexFile(observed, stored, "agent_read")
 
@@ -123,12 +123,10 @@ class IndexFiles:
 
         def build(reads: Reads, state: SessionState) -> c.Command:
             outcomes.clear()  # decided again on every attempt
-            stored = reads.stored_many(observed.id for _, observed in batch)
+            stored = reads.stored_files(observed for _, observed in batch)
             items = []
             for _, observed in batch:
                 previous = stored[observed.id]
-                if previous is not None and not isinstance(previous, FileObject):
-                    raise InvalidInput("path", observed.source.path, "names a non-file object")
                 if observed.id not in outcomes:
                     outcomes[observed.id], _ = decide_full_index(previous, observed)
                 items.append(c.IndexFile(observed, previous, "agent_read"))
@@ -173,12 +171,10 @@ class Discover:
         outcomes: dict[str, Outcome] = {}
 
         def build(reads: Reads, state: SessionState) -> c.Command:
-            stored = reads.stored_many(stub.id for _, stub in stubs)
+            stored = reads.stored_files(stub for _, stub in stubs)
             found = []
             for _, stub in stubs:
                 previous = stored[stub.id]
-                if previous is not None and not isinstance(previous, FileObject):
-                    raise InvalidInput("path", stub.source.path, "names a non-file object")
                 outcomes[stub.id], _ = decide_discovery(previous, stub)
                 found.append((stub, previous))
             return c.Discover(tuple(found))

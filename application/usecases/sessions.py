@@ -116,7 +116,7 @@ class ResumeSession:
                 for obj in (session.objects[i] for i in state.index)
                 if isinstance(obj, FileObject) and not obj.is_stub
             ]
-            stored = reads.stored_many(f.id for f in files)
+            stored = reads.stored_files(files)
             reconciled: list[c.IndexFile | c.RecordDeletion] = []
             for obj in files:
                 latest = stored[obj.id] or obj
