@@ -8,8 +8,10 @@ decides again, a bounded number of times.
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 import attrs
@@ -17,7 +19,15 @@ import attrs
 from application.persistence import decode_events, document_size, log_entry, log_entry_id
 from application.ports.clock import Clock
 from application.ports.ids import IdSource
-from application.ports.store import ConflictError, Document, Expect, ObjectStore, StoreError
+from application.ports.store import (
+    ConflictError,
+    Document,
+    Expect,
+    ObjectStore,
+    Receipt,
+    StoreError,
+    Submission,
+)
 from domain.documents import from_document, to_document
 from domain.errors import InvalidInput, SessionNotFound
 from domain.infrastructure import (
@@ -35,10 +45,12 @@ from domain.session.commands import Command
 from domain.session.machine import decide, fold
 from domain.session.state import SessionState
 
-__all__ = ["MAX_ATTEMPTS", "OpenSession", "Reads", "SessionRunner"]
+__all__ = ["MAX_ATTEMPTS", "PIPELINE_DEPTH", "OpenSession", "Reads", "SessionRunner", "as_stored"]
 
 MAX_ATTEMPTS: Final = 5
 """How many times a command is decided again after conflicts before the conflict is raised."""
+PIPELINE_DEPTH: Final = 2
+"""How many commits :meth:`SessionRunner.execute_pipelined` keeps in flight by default."""
 
 
 @attrs.define(eq=False)
@@ -78,20 +90,31 @@ class Reads:
     """Store reads made while building one command. What was read becomes the commit's
     preconditions: a version is written only on top of the version the decision saw."""
 
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, store: ObjectStore, overlay: Iterable[_Prepared | None] = ()) -> None:
         self._store = store
         self.documents: dict[str, Document | None] = {}
         self.objects: dict[str, Any] = {}
+        self._overlay: dict[str, Document] = {}
+        """Versions that commits still in flight write: the latest, as far as a decision goes."""
+        for prepared in overlay:
+            if prepared is not None:
+                self._overlay.update((str(doc["xt/id"]), doc) for doc in prepared.puts)
 
     def stored(self, object_id: str) -> Any:
         """The latest stored version of ``object_id`` (parsed), or None."""
         if object_id not in self.documents:
-            self._remember(object_id, self._store.get(object_id))
+            if object_id in self._overlay:
+                self._remember(object_id, as_stored(self._overlay[object_id]))
+            else:
+                self._remember(object_id, self._store.get(object_id))
         return self.objects.get(object_id)
 
     def stored_many(self, object_ids: Iterable[str]) -> dict[str, Any]:
         """Latest stored versions of many objects in one round trip (absent ids map to None)."""
         ids = list(dict.fromkeys(object_ids))
+        for object_id in ids:
+            if object_id not in self.documents and object_id in self._overlay:
+                self._remember(object_id, as_stored(self._overlay[object_id]))
         wanted = [i for i in ids if i not in self.documents]
         if wanted:
             found = self._store.get_many(wanted)
@@ -128,6 +151,79 @@ class Reads:
 
 
 CommandBuilder = Callable[[Reads, SessionState], Command]
+
+
+def as_stored(doc: Document) -> dict[str, Any]:
+    """``doc`` as a store gives it back (JSON types: lists, not tuples), for an :class:`Expect`."""
+    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+    parsed: dict[str, Any] = json.loads(text)
+    return parsed
+
+
+@attrs.frozen
+class _Base:
+    """Where a command is decided from: a session as held, or as a commit in flight leaves it."""
+
+    session_id: str
+    state: SessionState
+    seq: int
+    snapshot_bytes: int
+    log_bytes_since_snapshot: int
+
+    @classmethod
+    def of(cls, session: OpenSession) -> _Base:
+        return cls(
+            session.session_id,
+            session.state,
+            session.seq,
+            session.snapshot_bytes,
+            session.log_bytes_since_snapshot,
+        )
+
+    @classmethod
+    def after(cls, prepared: _Prepared) -> _Base:
+        before = prepared.base
+        if prepared.snapshot_bytes is None:
+            sizes = (before.snapshot_bytes, before.log_bytes_since_snapshot + prepared.entry_bytes)
+        else:
+            sizes = (prepared.snapshot_bytes, 0)
+        return cls(before.session_id, prepared.state, prepared.seq, *sizes)
+
+
+@attrs.frozen
+class _Prepared:
+    """A command's transaction, ready to commit, and the session it leads to."""
+
+    base: _Base
+    state: SessionState
+    seq: int
+    puts: list[Document]
+    expect: list[Expect]
+    entry: dict[str, Any]
+    entry_bytes: int
+    snapshot_bytes: int | None
+    written: dict[str, Any]
+    reads: Reads
+
+
+@attrs.frozen
+class _InFlight:
+    """A pipelined command: how to build it again, where its events go, what was submitted."""
+
+    build: CommandBuilder
+    slot: int
+    prepared: _Prepared | None
+    """None for a command that changed nothing (nothing was submitted)."""
+    submission: Submission | None
+    reads: Reads
+
+
+def _outcome(item: _InFlight) -> Receipt | StoreError:
+    assert item.submission is not None
+    try:
+        return item.submission.result()
+    except StoreError as exc:
+        return exc
 
 
 class SessionRunner:
@@ -256,10 +352,23 @@ class SessionRunner:
         events: tuple[e.Event, ...],
         reads: Reads,
     ) -> None:
-        new_state = fold(events, session.state)
-        seq = session.seq + 1
+        prepared = self._prepare(_Base.of(session), command, command_id, events, reads)
+        self.store.commit(prepared.puts, prepared.expect)
+        self._apply(session, prepared)  # durable: now the in-memory session may move on
+
+    def _prepare(
+        self,
+        base: _Base,
+        command: Command,
+        command_id: str,
+        events: tuple[e.Event, ...],
+        reads: Reads,
+    ) -> _Prepared:
+        """The transaction that records ``events`` on top of ``base``, and what it leads to."""
+        new_state = fold(events, base.state)
+        seq = base.seq + 1
         puts: list[Document] = []
-        expect = [Expect(log_entry_id(session.session_id, seq), None)]
+        expect = [Expect(log_entry_id(base.session_id, seq), None)]
         written: dict[str, Any] = {}
         for event in events:
             version = getattr(event, "version", None)
@@ -272,7 +381,7 @@ class SessionRunner:
             elif isinstance(version, ToolcallObject):
                 expect.append(Expect(version.id, None))
         entry = log_entry(
-            session.session_id,
+            base.session_id,
             seq,
             command=type(command).__name__,
             command_id=command_id,
@@ -282,27 +391,147 @@ class SessionRunner:
         puts.append(entry)
         entry_bytes = document_size(entry)
         snapshot_bytes = None
-        if seq == 1 or session.log_bytes_since_snapshot + entry_bytes >= session.snapshot_bytes:
+        if seq == 1 or base.log_bytes_since_snapshot + entry_bytes >= base.snapshot_bytes:
             session_doc = to_document(SessionObject.of(new_state, seq))
             chat_doc = to_document(ChatObject.of(new_state))
             puts += [session_doc, chat_doc]
             snapshot_bytes = document_size(session_doc) + document_size(chat_doc)
-        self.store.commit(puts, expect)
+        return _Prepared(
+            base=base,
+            state=new_state,
+            seq=seq,
+            puts=puts,
+            expect=expect,
+            entry=entry,
+            entry_bytes=entry_bytes,
+            snapshot_bytes=snapshot_bytes,
+            written=written,
+            reads=reads,
+        )
 
-        # Durable: now the in-memory session may move on.
-        session.state = new_state
-        session.seq = seq
-        if snapshot_bytes is None:
-            session.log_bytes_since_snapshot += entry_bytes
+    def _apply(self, session: OpenSession, prepared: _Prepared) -> None:
+        """Move the in-memory session on by a transaction the store has applied."""
+        session.state = prepared.state
+        session.seq = prepared.seq
+        if prepared.snapshot_bytes is None:
+            session.log_bytes_since_snapshot += prepared.entry_bytes
         else:
-            session.snapshot_bytes = snapshot_bytes
+            session.snapshot_bytes = prepared.snapshot_bytes
             session.log_bytes_since_snapshot = 0
-        self._refresh(session, reads, new_state)
-        for version in written.values():
+        self._refresh(session, prepared.reads, prepared.state)
+        for version in prepared.written.values():
             if isinstance(version, SystemPromptObject):
                 session.system_prompt = version
             else:
                 session.remember(version)
+
+    # -- pipelining ------------------------------------------------------------------------
+
+    def execute_pipelined(
+        self, session: OpenSession, builds: Iterable[CommandBuilder], *, depth: int = PIPELINE_DEPTH
+    ) -> list[tuple[e.Event, ...]]:
+        """Execute many commands, in order, as :meth:`execute` would one after another, but
+        without waiting for each commit before building the next: each is decided on the state
+        the ones still in flight will leave and handed to :meth:`ObjectStore.submit`; at most
+        ``depth`` are in flight at once. Returns the events of each command.
+
+        Each commit also requires the log entry of the one before it, exactly as submitted, so
+        a commit whose predecessor was refused is refused too: the log never has a gap. After a
+        conflict, the refused commands are built and executed again the ordinary way (fresh
+        reads, bounded retries) and so are the rest. When the store fails, the commits in flight
+        are waited for, the session is marked stale and the error raised. When ``builds`` or a
+        command raises, the commits in flight are settled first: what was committed stays.
+        """
+        if depth < 1:
+            raise InvalidInput("depth", depth, "must be at least 1")
+        if session.stale:
+            self.catch_up(session)
+        results: list[tuple[e.Event, ...]] = []
+        flight: deque[_InFlight] = deque()
+        todo = iter(builds)
+        try:
+            for build in todo:
+                while len(flight) >= depth:
+                    redo = self._land(session, flight)
+                    if redo:
+                        return self._sequentially(session, redo, todo, results)
+                # The last commit in flight: decide on what it leaves, and require its entry.
+                ahead = next((f.prepared for f in reversed(flight) if f.prepared), None)
+                reads = Reads(self.store, overlay=[f.prepared for f in flight])
+                state = session.state if ahead is None else ahead.state
+                command = build(reads, state)
+                events = decide(state, command)
+                slot = len(results)
+                results.append(events)
+                if not events:
+                    flight.append(_InFlight(build, slot, None, None, reads))
+                    continue
+                base = _Base.of(session) if ahead is None else _Base.after(ahead)
+                prepared = self._prepare(base, command, self.ids.new_id(), events, reads)
+                if ahead is not None:
+                    prepared.expect.append(Expect(ahead.entry["xt/id"], as_stored(ahead.entry)))
+                submission = self.store.submit(prepared.puts, prepared.expect)
+                flight.append(_InFlight(build, slot, prepared, submission, reads))
+            while flight:
+                redo = self._land(session, flight)
+                if redo:
+                    return self._sequentially(session, redo, todo, results)
+        except BaseException:
+            self._drain(session, flight)
+            raise
+        return results
+
+    def _land(self, session: OpenSession, flight: deque[_InFlight]) -> list[_InFlight]:
+        """Settle the oldest command in flight. On a conflict, every later one is refused too
+        (each requires its predecessor's entry): wait for them all and return them to redo."""
+        oldest = flight[0]
+        if oldest.submission is not None:
+            assert oldest.prepared is not None
+            try:
+                oldest.submission.result()
+            except ConflictError:
+                redo = list(flight)
+                flight.clear()
+                for later in redo[1:]:
+                    if later.submission is not None:
+                        _outcome(later)  # refused: it requires the refused entry
+                session.stale = True
+                return redo
+            except StoreError:
+                flight.popleft()
+                session.stale = True  # its fate is unknown, and so is every later one's
+                self._drain(session, flight)
+                raise
+            self._apply(session, oldest.prepared)
+        else:
+            self._refresh(session, oldest.reads, session.state)
+        flight.popleft()
+        return []
+
+    def _drain(self, session: OpenSession, flight: deque[_InFlight]) -> None:
+        """Settle what is in flight after a failure, keeping what was committed; never raises."""
+        while flight:
+            item = flight.popleft()
+            if item.submission is None:
+                continue
+            if isinstance(_outcome(item), Receipt) and not session.stale:
+                assert item.prepared is not None
+                self._apply(session, item.prepared)
+            else:
+                session.stale = True  # catch up from the log before the next decision
+
+    def _sequentially(
+        self,
+        session: OpenSession,
+        redo: list[_InFlight],
+        todo: Iterator[CommandBuilder],
+        results: list[tuple[e.Event, ...]],
+    ) -> list[tuple[e.Event, ...]]:
+        for item in redo:
+            results[item.slot] = self.execute(session, item.build)
+        for build in todo:
+            results.append(self.execute(session, build))
+        return results
 
     @staticmethod
     def _refresh(session: OpenSession, reads: Reads, state: SessionState) -> None:

@@ -26,7 +26,10 @@ from application.ports.store import (
     Expect,
     ObjectStore,
     Receipt,
+    Settled,
+    StoreError,
     StoreUnavailable,
+    Submission,
     Version,
 )
 from application.service import ContextService
@@ -220,31 +223,38 @@ class WrappedStore(ObjectStore):
         return self._docs(self.inner.get_many(self.namespace + i for i in object_ids))
 
     def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
+        return self.submit(puts, expect).result()
+
+    def submit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Submission:
         if self.fail_commits:
             self.fail_commits -= 1
-            raise StoreUnavailable("injected failure", operation="commit")
+            return Settled(error=StoreUnavailable("injected failure", operation="commit"))
         hook, self.on_commit = self.on_commit, None
         if hook is not None:
             hook()
+        inner = self.inner.submit(
+            [self._in(doc) for doc in puts],
+            [
+                Expect(
+                    self.namespace + x.object_id,
+                    None if x.document is None else self._in(x.document),
+                )
+                for x in expect
+            ],
+        )
+        return _Wrapped(self, inner, [dict(d) for d in puts])
+
+    def _landed(self, submitted: _Wrapped) -> Receipt:
         try:
-            receipt = self.inner.commit(
-                [self._in(doc) for doc in puts],
-                [
-                    Expect(
-                        self.namespace + x.object_id,
-                        None if x.document is None else self._in(x.document),
-                    )
-                    for x in expect
-                ],
-            )
+            receipt = submitted.inner.result()
         except ConflictError as exc:
             if not self.namespace:
                 raise
             ids = [i.removeprefix(self.namespace) for i in exc.object_ids]
             raise ConflictError(ids, url=exc.url, operation=exc.operation) from exc
         self.commits += 1
-        self.bytes_committed += sum(json_bytes(d) for d in puts)
-        self.committed.append([dict(d) for d in puts])
+        self.bytes_committed += sum(json_bytes(d) for d in submitted.puts)
+        self.committed.append(submitted.puts)
         if self.lose_acks:
             self.lose_acks -= 1
             raise StoreUnavailable("injected: connection lost after the write", operation="commit")
@@ -275,6 +285,26 @@ class WrappedStore(ObjectStore):
 
     def close(self) -> None:
         self.inner.close()
+
+
+class _Wrapped(Submission):
+    """A submission through :class:`WrappedStore`: its bookkeeping happens once it lands."""
+
+    def __init__(self, store: WrappedStore, inner: Submission, puts: list[Document]) -> None:
+        self.store = store
+        self.inner = inner
+        self.puts = puts
+        self._outcome: Receipt | StoreError | None = None
+
+    def result(self) -> Receipt:
+        if self._outcome is None:
+            try:
+                self._outcome = self.store._landed(self)
+            except StoreError as exc:
+                self._outcome = exc
+        if isinstance(self._outcome, StoreError):
+            raise self._outcome
+        return self._outcome
 
 
 @attrs.frozen

@@ -116,6 +116,30 @@ class ConflictError(StoreError):
         )
 
 
+class Submission(abc.ABC):
+    """A commit handed to the store by :meth:`ObjectStore.submit`, applied or still on its way."""
+
+    @abc.abstractmethod
+    def result(self) -> Receipt:
+        """Wait until the commit is applied or refused. Returns what :meth:`ObjectStore.commit`
+        would have returned, or raises what it would have raised (:class:`ConflictError` when a
+        precondition failed, another :class:`StoreError` when its fate is unknown)."""
+
+
+@attrs.frozen
+class Settled(Submission):
+    """A submission whose outcome is already known: a receipt or the error that refused it."""
+
+    receipt: Receipt | None = None
+    error: StoreError | None = None
+
+    def result(self) -> Receipt:
+        if self.error is not None:
+            raise self.error
+        assert self.receipt is not None
+        return self.receipt
+
+
 class ObjectStore(abc.ABC):
     """A bitemporal document store: every commit adds versions, nothing is ever overwritten.
 
@@ -143,6 +167,22 @@ class ObjectStore(abc.ABC):
         ``domain.errors.InvalidInput`` before anything is sent. Raises :class:`StoreError`
         subclasses for anything else; a failed commit leaves nothing half-written.
         """
+
+    def submit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Submission:
+        """Hand a commit to the store without waiting until it is applied: :meth:`commit` in two
+        halves, so that a caller can prepare its next commit while the store works on this one.
+
+        Commits submitted through one store object are applied in the order they were
+        submitted, each whole or not at all, each precondition checked against the state the
+        earlier ones left (a commit that must not land unless its predecessor did says so with an
+        :class:`Expect` on a document the predecessor writes). ``result()`` gives the outcome.
+        Invalid documents raise ``InvalidInput`` here, before anything is sent. Reads see a
+        submitted commit only once its ``result()`` has returned. The default commits at once.
+        """
+        try:
+            return Settled(receipt=self.commit(puts, expect))
+        except StoreError as exc:
+            return Settled(error=exc)
 
     @abc.abstractmethod
     def history(self, object_id: str) -> list[Version]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
 import attrs
 
 from application.ports.files import SourceUnreachable
-from application.runner import OpenSession, Reads
+from application.runner import CommandBuilder, OpenSession, Reads
 from application.usecases.base import Deps, observe_source, observe_text
 from domain.errors import InvalidInput, InvalidPath
 from domain.indexing import Outcome, decide_discovery, decide_full_index
@@ -88,11 +88,13 @@ class IndexFiles:
     """An agent read many files at once (a harness loading a source tree): each as
     :class:`IndexFile` would index it, in order, but committed in batches — one transaction and
     one log entry per :data:`BATCH_FILES` files or :data:`BATCH_BYTES` bytes, with one batch read
-    of the stored versions — instead of one of each per file.
+    of the stored versions — instead of one of each per file. Batches are pipelined
+    (:meth:`SessionRunner.execute_pipelined`): the next is read and decided while the store
+    commits the one before.
 
     Every source of a batch is read before anything of it is committed; a source that cannot be
     read raises its error and leaves that batch and the ones after it unwritten (batches already
-    committed stay, as separate reads would).
+    submitted are committed and stay, as separate reads would).
     """
 
     def __init__(self, deps: Deps) -> None:
@@ -102,24 +104,40 @@ class IndexFiles:
         if isinstance(paths, str | bytes) or not isinstance(paths, Sequence):
             raise InvalidInput("paths", paths, "must be a sequence of paths, not a single value")
         sources = [resolve(self._deps, path) for path in paths]  # bad paths refused up front
+        batches: list[tuple[list[tuple[str, FileObject]], dict[str, Outcome]]] = []
+
+        def builds() -> Iterator[CommandBuilder]:
+            # Sources are read lazily: batch n+1 while batch n is on its way to the store.
+            batch: list[tuple[str, FileObject]] = []
+            size = 0
+            for path, source in zip(paths, sources, strict=True):
+                observed = observe_source(self._deps, source)
+                batch.append((path, observed))
+                size += len(observed.content or "")
+                if len(batch) >= BATCH_FILES or size >= BATCH_BYTES:
+                    yield self._build(batch, batches)
+                    batch, size = [], 0
+            if batch:
+                yield self._build(batch, batches)
+
+        self._deps.runner.execute_pipelined(session, builds())
         results: list[IndexResult] = []
-        batch: list[tuple[str, FileObject]] = []
-        size = 0
-        for path, source in zip(paths, sources, strict=True):
-            observed = observe_source(self._deps, source)
-            batch.append((path, observed))
-            size += len(observed.content or "")
-            if len(batch) >= BATCH_FILES or size >= BATCH_BYTES:
-                results += self._commit(session, batch)
-                batch, size = [], 0
-        if batch:
-            results += self._commit(session, batch)
+        for batch, outcomes in batches:
+            # A path named twice in a batch is read once: the second is unchanged by the first.
+            first: set[str] = set()
+            for path, observed in batch:
+                outcome = outcomes[observed.id] if observed.id not in first else Outcome.UNCHANGED
+                first.add(observed.id)
+                results.append(IndexResult(observed.id, outcome, path))
         return tuple(results)
 
-    def _commit(
-        self, session: OpenSession, batch: list[tuple[str, FileObject]]
-    ) -> list[IndexResult]:
+    @staticmethod
+    def _build(
+        batch: list[tuple[str, FileObject]],
+        batches: list[tuple[list[tuple[str, FileObject]], dict[str, Outcome]]],
+    ) -> CommandBuilder:
         outcomes: dict[str, Outcome] = {}
+        batches.append((batch, outcomes))
 
         def build(reads: Reads, state: SessionState) -> c.Command:
             outcomes.clear()  # decided again on every attempt
@@ -132,15 +150,7 @@ class IndexFiles:
                 items.append(c.IndexFile(observed, previous, "agent_read"))
             return c.IndexFiles(tuple(items))
 
-        self._deps.runner.execute(session, build)
-        # A path named twice in a batch is read once: the second is unchanged by the first.
-        first: set[str] = set()
-        results = []
-        for path, observed in batch:
-            outcome = outcomes[observed.id] if observed.id not in first else Outcome.UNCHANGED
-            first.add(observed.id)
-            results.append(IndexResult(observed.id, outcome, path))
-        return results
+        return build
 
 
 class Discover:
