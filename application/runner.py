@@ -12,6 +12,7 @@ import json
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 from typing import Any, Final
 
 import attrs
@@ -453,8 +454,8 @@ class SessionRunner:
             for build in todo:
                 while len(flight) >= depth:
                     redo = self._land(session, flight)
-                    if redo:
-                        return self._sequentially(session, redo, todo, results)
+                    if redo:  # ``build`` is next, after the refused ones
+                        return self._sequentially(session, redo, chain([build], todo), results)
                 # The last commit in flight: decide on what it leaves, and require its entry.
                 ahead = next((f.prepared for f in reversed(flight) if f.prepared), None)
                 reads = Reads(self.store, overlay=[f.prepared for f in flight])

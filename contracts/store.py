@@ -13,6 +13,7 @@ give every test fresh ids, which the suite does by prefixing every id with a per
 
 from __future__ import annotations
 
+import itertools
 import threading
 import uuid
 from typing import Any
@@ -194,6 +195,66 @@ class StoreContract:
             t.join()
         found = store.get_many(f"{ns}w{n}-{i}" for n in range(4) for i in range(10))
         assert len(found) == 40
+
+    # -- submissions -------------------------------------------------------------------------
+
+    def test_submissions_land_in_order_each_checked_against_the_ones_before(
+        self, store: ObjectStore, ns: str
+    ) -> None:
+        a = ns + "a"
+        v1, v2 = {"xt/id": a, "v": 1}, {"xt/id": a, "v": 2}
+        first = store.submit([v1], [Expect(a, None)])
+        second = store.submit([v2], [Expect(a, v1)])  # only true once the first has landed
+        third = store.submit([{"xt/id": a, "v": 3}], [Expect(a, None)])  # no longer true
+        r1, r2 = first.result(), second.result()
+        with pytest.raises(ConflictError) as refused:
+            third.result()
+        with pytest.raises(ConflictError):
+            third.result()  # asking again gives the same answer
+        assert refused.value.object_ids == (a,)
+        assert r1.tx_id < r2.tx_id
+        assert [v.document for v in store.history(a)] == [v1, v2]
+        assert store.get(a) == v2
+
+    def test_a_submission_that_requires_a_refused_one_is_refused_too(
+        self, store: ObjectStore, ns: str
+    ) -> None:
+        a, entry1, entry2 = ns + "a", ns + "entry-1", ns + "entry-2"
+        store.commit([{"xt/id": a, "v": 1}])
+        doc1 = {"xt/id": entry1, "n": [1, 2]}
+        refused = store.submit([doc1], [Expect(a, {"xt/id": a, "v": 99})])
+        chained = store.submit([{"xt/id": entry2}], [Expect(entry1, doc1)])
+        independent = store.submit([{"xt/id": ns + "other"}], [Expect(ns + "other", None)])
+        for submission in (refused, chained):
+            with pytest.raises(ConflictError):
+                submission.result()
+        independent.result()
+        assert store.get_many([entry1, entry2]) == {}
+        assert store.get(ns + "other") == {"xt/id": ns + "other"}
+
+    def test_a_chained_submission_lands_when_its_predecessor_did(
+        self, store: ObjectStore, ns: str
+    ) -> None:
+        entries = [{"xt/id": f"{ns}entry-{n}", "events": [{"n": n}, None]} for n in range(4)]
+        submitted = [store.submit([entries[0]], [Expect(entries[0]["xt/id"], None)])]
+        for before, entry in itertools.pairwise(entries):
+            submitted.append(
+                store.submit(
+                    [entry], [Expect(entry["xt/id"], None), Expect(before["xt/id"], before)]
+                )
+            )
+        receipts = [s.result() for s in submitted]
+        assert [r.tx_id for r in receipts] == sorted(r.tx_id for r in receipts)
+        assert store.get_many(e["xt/id"] for e in entries) == {e["xt/id"]: e for e in entries}
+
+    def test_invalid_documents_are_refused_at_submit_and_nothing_is_sent(
+        self, store: ObjectStore, ns: str
+    ) -> None:
+        before = store.latest_tx()
+        for puts in ([{"no": "id"}], [{"xt/id": ns + "nan", "v": float("nan")}]):
+            with pytest.raises(InvalidInput):
+                store.submit(puts)
+        assert store.latest_tx() == before
 
     # -- queries -----------------------------------------------------------------------------
 

@@ -6,9 +6,13 @@ versions, outcomes), with one log entry per batch instead of one per file.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from application.ports.files import SourceMissing
+from application.ports.store import Receipt, StoreUnavailable, Submission
 from application.service import ContextService
 from application.usecases import files as files_usecase
 from domain.errors import InvalidInput
@@ -166,3 +170,136 @@ def test_a_batch_of_reads_takes_agent_reads_only(
     assert isinstance(obj, FileObject)
     with pytest.raises(ValueError):
         decide(service.state(sid), c.IndexFiles((c.IndexFile(obj, None, "watcher"),)))
+
+
+# -- pipelining: batch n+1 is read and decided while batch n is committed ---------------------
+
+
+def many(files: FakeFileReader, n: int) -> list[str]:
+    paths = [f"/p/f{k}.txt" for k in range(n)]
+    for path in paths:
+        files.write(path, f"{path}\n")
+    return paths
+
+
+def on_submission(store: WrappedStore, number: int, action: Callable[[], None]) -> None:
+    """Run ``action`` just before the ``number``-th submission from now reaches the store."""
+
+    def hook(left: int) -> None:
+        if left == 1:
+            action()
+        else:
+            store.on_commit = lambda: hook(left - 1)
+
+    store.on_commit = lambda: hook(number)
+
+
+def log_seqs(store: WrappedStore, sid: str) -> list[int]:
+    return [int(entry["seq"]) for entry in store.session_log(sid)]
+
+
+class CountInFlight:
+    """Wraps ``store.submit``: the most submissions handed out and not yet settled at once."""
+
+    def __init__(self, store: WrappedStore) -> None:
+        self.now = self.most = 0
+        self._submit = store.submit
+        store.submit = self  # type: ignore[method-assign]
+
+    def __call__(self, puts: Any, expect: Any = ()) -> Submission:
+        inner = self._submit(puts, expect)
+        self.now += 1
+        self.most = max(self.most, self.now)
+        counter = self
+
+        class Counted(Submission):
+            settled = False
+
+            def result(self) -> Receipt:
+                if not self.settled:
+                    self.settled = True
+                    counter.now -= 1
+                return inner.result()
+
+        return Counted()
+
+
+@pytest.fixture
+def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(files_usecase, "BATCH_FILES", 2)
+
+
+@pytest.mark.usefixtures("small_batches")
+def test_two_batches_are_in_flight_at_once_and_the_log_has_one_entry_each(
+    service: ContextService, sid: str, files: FakeFileReader, store: WrappedStore
+) -> None:
+    paths = many(files, 7)
+    counter, seq = CountInFlight(store), service.log_position(sid)
+    results = service.index_files(sid, paths)
+    assert [r.outcome for r in results] == [Outcome.CREATED] * 7
+    assert counter.most == 2 and counter.now == 0
+    assert service.log_position(sid) == seq + 4
+    assert log_seqs(store, sid) == list(range(1, seq + 5))
+
+
+@pytest.mark.usefixtures("small_batches")
+def test_a_writer_that_appends_mid_pipeline_costs_a_retry_not_a_gap(
+    make_service: MakeService, ns: str, files: FakeFileReader, store: WrappedStore, host_id: str
+) -> None:
+    sid = f"{ns}contended"
+    service, other = make_service(), make_service()
+    service.start_session(sid, "prompt")
+    other.resume_session(sid)  # which appends to the log: service catches up on its next write
+    service.record_user_message(sid, "index these")
+    paths, seq = many(files, 8), service.log_position(sid)
+    # Another agent's message lands between the first batch and the second: the second (and
+    # the third, which requires the second's log entry) are refused and done again, then the
+    # fourth, which was waiting to be sent.
+    on_submission(store, 2, lambda: other.record_user_message(sid, "meanwhile"))
+
+    results = service.index_files(sid, paths)
+
+    assert [r.outcome for r in results] == [Outcome.CREATED] * 8
+    assert service.log_position(sid) == seq + 5  # four batches and the message
+    seqs = log_seqs(store, sid)
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert set(service.state(sid).index) == {file_id(host_id, p) for p in paths}
+    fresh = make_service()
+    fresh.resume_session(sid)
+    assert sets(fresh.state(sid)) == sets(service.state(sid))
+    assert fresh.state(sid) == service.state(sid)  # the message is there too
+
+
+@pytest.mark.usefixtures("small_batches")
+def test_a_store_failure_mid_pipeline_raises_and_keeps_the_batches_that_landed(
+    make_service: MakeService, ns: str, files: FakeFileReader, store: WrappedStore, host_id: str
+) -> None:
+    sid = f"{ns}failing"
+    service = make_service()
+    service.start_session(sid, "prompt")
+    paths = many(files, 6)
+    on_submission(store, 1, lambda: setattr(store, "fail_commits", 1))  # the 2nd never arrives
+
+    with pytest.raises(StoreUnavailable):
+        service.index_files(sid, paths)
+
+    fresh = make_service()
+    fresh.resume_session(sid)
+    assert set(fresh.state(sid).index) == {file_id(host_id, p) for p in paths[:2]}
+    seqs = log_seqs(store, sid)
+    assert seqs == list(range(1, len(seqs) + 1))
+    # The session caught up and goes on: the first batch is there, the rest is created now.
+    outcomes = [r.outcome for r in service.index_files(sid, paths)]
+    assert outcomes == [Outcome.UNCHANGED] * 2 + [Outcome.CREATED] * 4
+
+
+@pytest.mark.usefixtures("small_batches")
+def test_a_missing_source_in_a_later_batch_keeps_the_batches_before_it(
+    service: ContextService, sid: str, files: FakeFileReader, host_id: str
+) -> None:
+    paths = many(files, 5)
+    seq = service.log_position(sid)
+    with pytest.raises(SourceMissing):
+        service.index_files(sid, [*paths[:3], "/p/never-written.py", paths[4]])
+    assert set(service.state(sid).index) == {file_id(host_id, p) for p in paths[:2]}
+    assert service.log_position(sid) == seq + 1
