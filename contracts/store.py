@@ -235,7 +235,9 @@ class StoreContract:
     def test_a_chained_submission_lands_when_its_predecessor_did(
         self, store: ObjectStore, ns: str
     ) -> None:
-        entries = [{"xt/id": f"{ns}entry-{n}", "events": [{"n": n}, None]} for n in range(4)]
+        entries: list[dict[str, Any]] = [
+            {"xt/id": f"{ns}entry-{n}", "events": [{"n": n}, None]} for n in range(4)
+        ]
         submitted = [store.submit([entries[0]], [Expect(entries[0]["xt/id"], None)])]
         for before, entry in itertools.pairwise(entries):
             submitted.append(
