@@ -112,7 +112,8 @@ def _store(args: argparse.Namespace) -> int:
     print(f"resume: batch {resume['batch']} s, one by one {resume['one_by_one']} s")
     print(
         f"index: {index['files']} files, {index['files_per_s']} files/s, {index['mb_per_s']} MB/s"
-        f" (raw read + SHA-256: {index['raw_read_sha256_mb_per_s']} MB/s)"
+        f" (raw read + SHA-256: {index['raw_read_sha256_mb_per_s']} MB/s);"
+        f" every pass: {', '.join(str(rate) for rate in index['passes_files_per_s'])} files/s"
     )
     return 0
 

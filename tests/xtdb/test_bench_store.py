@@ -32,8 +32,16 @@ def test_bench_store_prints_one_json_object_with_its_figures(
     assert set(result["resume_s"]) == {"batch", "one_by_one"}
     assert all(s > 0 for s in result["resume_s"].values())
     index = result["index"]
-    assert set(index) == {"files", "files_per_s", "mb_per_s", "raw_read_sha256_mb_per_s"}
+    assert set(index) == {
+        "files",
+        "files_per_s",
+        "mb_per_s",
+        "raw_read_sha256_mb_per_s",
+        "passes_files_per_s",
+    }
     assert index["files"] == 40 and index["files_per_s"] > 0
+    assert len(index["passes_files_per_s"]) == 3
+    assert index["passes_files_per_s"][0] == index["files_per_s"]
 
 
 def test_copying_a_session_keeps_the_latest_version_of_every_document() -> None:
