@@ -54,13 +54,19 @@ _IDS_OF_TYPE = "{:find [?e] :in [?type] :where [[?e :type ?type]]}"
 
 
 def _json_bytes(value: Any, what: str) -> bytes:
-    # ASCII with \u escapes: CPython encodes it about 2.5 times as fast as UTF-8 text (source
-    # files are nearly all ASCII, so the body hardly grows), and a lone surrogate, which has no
-    # UTF-8 form, reaches the node intact as an escape.
     try:
         text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidInput("document", what, f"not representable as JSON: {exc}") from exc
+    # CPython writes ASCII JSON about 2.5 times as fast as UTF-8 JSON, and for text that is
+    # nearly all ASCII (source files) it is as compact. When the \u escapes are more than a
+    # twentieth of the body, UTF-8 is worth its time: up to 3 times smaller.
+    if text.count("\\u") * 6 > len(text) // 20:
+        try:
+            utf8 = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+            return utf8.encode("utf-8")
+        except UnicodeEncodeError:
+            pass  # a lone surrogate has no UTF-8 form; as an escape it reaches the node intact
     return text.encode("ascii")
 
 
