@@ -6,23 +6,37 @@ versions, outcomes), with one log entry per batch instead of one per file.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
+from unittest.mock import patch
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from application.ports.files import SourceMissing
 from application.ports.store import Receipt, StoreUnavailable, Submission
+from application.runner import SessionRunner
 from application.service import ContextService
 from application.usecases import files as files_usecase
 from domain.errors import InvalidInput
 from domain.indexing import Outcome
+from domain.mounts import MountTable
 from domain.objects import FileObject
 from domain.session import commands as c
 from domain.session.machine import decide
 from domain.session.state import SessionState
-from tests.conftest import MakeService
-from tests.support import FakeFileReader, StoreProbe, WrappedStore, file_id
+from tests.conftest import MakeService, StoreFactory
+from tests.support import (
+    CountingClock,
+    CountingIds,
+    FakeFileReader,
+    StoreProbe,
+    WrappedStore,
+    compose_service,
+    file_id,
+)
 
 PATHS = ["/p/a.py", "/p/b.md", "/p/sub/c.txt"]
 
@@ -303,3 +317,99 @@ def test_a_missing_source_in_a_later_batch_keeps_the_batches_before_it(
         service.index_files(sid, [*paths[:3], "/p/never-written.py", paths[4]])
     assert set(service.state(sid).index) == {file_id(host_id, p) for p in paths[:2]}
     assert service.log_position(sid) == seq + 1
+
+
+# -- property: pipelining changes when batches are sent, never what they leave ----------------
+
+POOL = [f"/p/{name}" for name in ("a.py", "b.py", "c.md", "d/e.txt", "d/f.txt")]
+
+rounds_strategy = st.lists(
+    st.tuples(
+        st.dictionaries(st.sampled_from(POOL), st.sampled_from(["x\n", "y\n", "zz\n", ""])),
+        st.lists(st.sampled_from(POOL), min_size=1, max_size=7),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+def one_at_a_time(runner: SessionRunner) -> None:
+    """Make ``runner`` commit batches as it did before pipelining: each before the next."""
+
+    def sequential(session: Any, builds: Any, *, depth: int = 2) -> list[Any]:
+        return [runner.execute(session, build) for build in builds]
+
+    runner.execute_pipelined = sequential  # type: ignore[method-assign]
+
+
+def test_pipelined_batches_leave_what_batches_one_at_a_time_leave(
+    store_factory: StoreFactory,
+) -> None:
+    """Random rounds of file writes and batched reads, with another agent writing to the session
+    at a random point, on two stores: one pipelined, one committing each batch before the next.
+    The outcomes, sets and file versions agree, the logs have no gaps, and a resumed session
+    equals the live one."""
+
+    def run(
+        pipelined: bool,
+        rounds: list[tuple[dict[str, str], list[str]]],
+        batch_files: int,
+        meanwhile: int | None,
+    ) -> tuple[Any, ...]:
+        ns = f"t{uuid.uuid4().hex[:8]}-" if store_factory.shared else ""
+        store = WrappedStore(store_factory.make(), namespace=ns)
+        files = FakeFileReader("host-fs")
+        service, other, fresh = (
+            compose_service(
+                store=store,
+                files=files,
+                clock=CountingClock(),
+                ids=CountingIds(),
+                mounts=MountTable("host-fs", ()),
+            )
+            for _ in range(3)
+        )
+        if not pipelined:
+            one_at_a_time(service._runner)
+        service.start_session("s", "prompt")
+        other.resume_session("s")
+        service.record_user_message("s", "go")  # catches up with the resume's entry
+        written: set[str] = set()
+        outcomes = []
+        with patch.object(files_usecase, "BATCH_FILES", batch_files):
+            for n, (writes, paths) in enumerate(rounds):
+                for path, content in writes.items():
+                    files.write(path, content)
+                    written.add(path)
+                if n == 0 and meanwhile is not None:
+                    on_submission(store, meanwhile, lambda: other.record_user_message("s", "hi"))
+                readable = [p for p in paths if p in written]
+                results = service.index_files("s", readable) if readable else ()
+                outcomes.append([(r.object_id, r.outcome) for r in results])
+        store.on_commit = None
+        seqs = log_seqs(store, "s")
+        assert seqs == list(range(1, len(seqs) + 1))
+        fresh.resume_session("s")
+        live = service.state("s")
+        assert fresh.state("s") == live
+        histories = {
+            object_id: [v.document["content"] for v in service.history(object_id)]
+            for object_id in live.index
+        }
+        store.close()
+        return outcomes, sets(live), histories
+
+    @given(
+        rounds=rounds_strategy,
+        batch_files=st.integers(1, 3),
+        meanwhile=st.none() | st.integers(1, 6),
+    )
+    def check(
+        rounds: list[tuple[dict[str, str], list[str]]], batch_files: int, meanwhile: int | None
+    ) -> None:
+        assert run(True, rounds, batch_files, meanwhile) == run(
+            False, rounds, batch_files, meanwhile
+        )
+
+    examples = 10 if store_factory.shared else settings.default.max_examples
+    settings(max_examples=examples, suppress_health_check=[HealthCheck.too_slow])(check)()
