@@ -43,7 +43,7 @@ from domain.objects import ContentObject, FileObject, SystemPromptObject, Toolca
 from domain.rendering import RenderCache
 from domain.session import events as e
 from domain.session.commands import Command
-from domain.session.machine import decide, fold
+from domain.session.machine import decide_and_fold, fold
 from domain.session.state import SessionState
 
 __all__ = ["MAX_ATTEMPTS", "PIPELINE_DEPTH", "OpenSession", "Reads", "SessionRunner", "as_stored"]
@@ -326,12 +326,12 @@ class SessionRunner:
                 self.catch_up(session)
             reads = Reads(self.store)
             command = build(reads, session.state)
-            events = decide(session.state, command)
+            events, after = decide_and_fold(session.state, command)
             if not events:
                 self._refresh(session, reads, session.state)
                 return events
             try:
-                self._commit(session, command, command_id, events, reads)
+                self._commit(session, command, command_id, events, after, reads)
             except ConflictError:
                 # Either another writer of this session appended first (catch up), or an object
                 # we read changed underneath us (fresh reads on the next attempt).
@@ -351,9 +351,10 @@ class SessionRunner:
         command: Command,
         command_id: str,
         events: tuple[e.Event, ...],
+        after: SessionState,
         reads: Reads,
     ) -> None:
-        prepared = self._prepare(_Base.of(session), command, command_id, events, reads)
+        prepared = self._prepare(_Base.of(session), command, command_id, events, after, reads)
         self.store.commit(prepared.puts, prepared.expect)
         self._apply(session, prepared)  # durable: now the in-memory session may move on
 
@@ -363,10 +364,11 @@ class SessionRunner:
         command: Command,
         command_id: str,
         events: tuple[e.Event, ...],
+        new_state: SessionState,
         reads: Reads,
     ) -> _Prepared:
-        """The transaction that records ``events`` on top of ``base``, and what it leads to."""
-        new_state = fold(events, base.state)
+        """The transaction that records ``events`` on top of ``base``, leading to ``new_state``
+        (``fold(events, base.state)``, which deciding computed)."""
         seq = base.seq + 1
         puts: list[Document] = []
         expect = [Expect(log_entry_id(base.session_id, seq), None)]
@@ -461,14 +463,14 @@ class SessionRunner:
                 reads = Reads(self.store, overlay=[f.prepared for f in flight])
                 state = session.state if ahead is None else ahead.state
                 command = build(reads, state)
-                events = decide(state, command)
+                events, after = decide_and_fold(state, command)
                 slot = len(results)
                 results.append(events)
                 if not events:
                     flight.append(_InFlight(build, slot, None, None, reads))
                     continue
                 base = _Base.of(session) if ahead is None else _Base.after(ahead)
-                prepared = self._prepare(base, command, self.ids.new_id(), events, reads)
+                prepared = self._prepare(base, command, self.ids.new_id(), events, after, reads)
                 if ahead is not None:
                     prepared.expect.append(Expect(ahead.entry["xt/id"], as_stored(ahead.entry)))
                 submission = self.store.submit(prepared.puts, prepared.expect)

@@ -25,6 +25,7 @@ __all__ = [
     "Outcome",
     "SessionNotStarted",
     "decide",
+    "decide_and_fold",
     "evolve",
     "fold",
     "window_collapses",
@@ -229,12 +230,20 @@ def decide(state: SessionState, command: c.Command) -> tuple[e.Event, ...]:
     Raises a :class:`~domain.errors.SelfContextError` (and produces nothing) for a refused
     command. An empty result means the command changes nothing.
     """
+    return decide_and_fold(state, command)[0]
+
+
+def decide_and_fold(
+    state: SessionState, command: c.Command
+) -> tuple[tuple[e.Event, ...], SessionState]:
+    """:func:`decide`, and the state its events lead to (``fold(events, state)``), which deciding
+    computes on the way."""
     primary = _decide_primary(state, command)
     after = fold(primary, state)
     if not after.policy.uses_window:
-        return tuple(primary)
+        return tuple(primary), after
     collapses = [e.ObjectDeactivated(oid, by="window") for oid in window_collapses(after)]
-    return (*primary, *collapses)
+    return (*primary, *collapses), fold(collapses, after)
 
 
 def evolve(state: SessionState, event: e.Event) -> SessionState:
