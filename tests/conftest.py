@@ -46,6 +46,14 @@ settings.register_profile(  # find a failure fast, without shrinking it (mutatio
 )
 settings.load_profile(os.environ.get("SELFCTX_HYPOTHESIS_PROFILE", "default"))
 
+
+def profile_max_examples() -> int:
+    """``max_examples`` of the Hypothesis profile loaded above."""
+    profile = settings.default
+    assert profile is not None  # loaded above, at import
+    return profile.max_examples
+
+
 pytest_plugins = ("tests.xtdb.fixtures",)
 
 _KINDS = [k.strip() for k in os.environ.get("SELFCTX_TEST_STORES", "memory,xtdb").split(",")]

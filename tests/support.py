@@ -170,7 +170,8 @@ class WrappedStore(ObjectStore):
     ``fail_commits = n`` makes the next ``n`` commits raise :class:`StoreUnavailable` before
     anything reaches the inner store. ``lose_acks = n`` makes the next ``n`` commits reach the
     inner store (durably) and then raise, as a connection that drops after the write would.
-    ``on_commit`` runs before each commit reaches the inner store (to interleave another writer).
+    ``on_commit`` runs before each commit reaches the inner store (to interleave another writer);
+    what it returns is ignored.
 
     ``namespace`` (for a store shared between tests, e.g. one XTDB node per run) is prefixed to
     every ``xt/id``, and to the ``session_id`` of every session-log entry, on the way in and
@@ -189,7 +190,7 @@ class WrappedStore(ObjectStore):
         self.committed: list[list[Document]] = []
         self.fail_commits = 0
         self.lose_acks = 0
-        self.on_commit: Callable[[], None] | None = None
+        self.on_commit: Callable[[], object] | None = None
 
     def _in(self, doc: Document) -> Document:
         ns = self.namespace

@@ -27,7 +27,7 @@ from domain.objects import FileObject
 from domain.session import commands as c
 from domain.session.machine import decide
 from domain.session.state import SessionState
-from tests.conftest import MakeService, StoreFactory
+from tests.conftest import MakeService, StoreFactory, profile_max_examples
 from tests.support import (
     CountingClock,
     CountingIds,
@@ -411,5 +411,5 @@ def test_pipelined_batches_leave_what_batches_one_at_a_time_leave(
             False, rounds, batch_files, meanwhile
         )
 
-    examples = 10 if store_factory.shared else settings.default.max_examples
+    examples = 10 if store_factory.shared else profile_max_examples()
     settings(max_examples=examples, suppress_health_check=[HealthCheck.too_slow])(check)()

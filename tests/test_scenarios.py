@@ -5,6 +5,7 @@ Every test runs on each store kind of ``store_factory`` (see ``tests/conftest.py
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 from collections.abc import Callable
@@ -48,6 +49,16 @@ def sets(state: SessionState) -> dict[str, object]:
         "active": set(state.active),
         "pinned": set(state.pinned),
     }
+
+
+def chat_texts(state: SessionState) -> list[str]:
+    """The text of every message in the state's turns, in order; there must be no tool result."""
+    texts: list[str] = []
+    for turn in state.turns:
+        for message in turn.messages:
+            assert not isinstance(message, ToolResult), message
+            texts.append(message.text)
+    return texts
 
 
 def history_contents(service: ContextService, object_id: str) -> list[str | None]:
@@ -307,7 +318,7 @@ def test_activating_a_stub_on_another_filesystem_fails_with_source_unreachable(
     [found] = service.discover(sid, ["/tmp/scratch.txt"]).found
     with pytest.raises(SourceUnreachable, match=r"/tmp/scratch\.txt"):
         service.activate(sid, found.object_id)
-    assert service.state(sid).active == set()
+    assert set(service.state(sid).active) == set()
 
 
 def test_deactivate_keeps_the_metadata_line(
@@ -456,7 +467,7 @@ def test_resume_restores_every_set_and_the_chat(
     service.pin(sid, tcs[0])
     service.activate(sid, tcs[1])
     expected = service.state(sid)
-    assert expected.auto_active == set(tcs[2:])  # tc-0 pinned after collapse; tc-1 explicit
+    assert set(expected.auto_active) == set(tcs[2:])  # tc-0 pinned after collapse; tc-1 explicit
 
     fresh = make_service()
     report = fresh.resume_session(sid)
@@ -474,15 +485,15 @@ def test_pins_survive_resume(make_service: MakeService, service: ContextService,
 
     fresh = make_service()
     fresh.resume_session(sid)
-    assert fresh.state(sid).pinned == {pinned}
+    assert set(fresh.state(sid).pinned) == {pinned}
     for n in range(6):
         tool_call(fresh, sid, f"tc-{n}")
-    assert fresh.state(sid).active == {pinned, "tc-1", "tc-2", "tc-3", "tc-4", "tc-5"}
+    assert set(fresh.state(sid).active) == {pinned, "tc-1", "tc-2", "tc-3", "tc-4", "tc-5"}
     for _ in range(3):
         fresh.record_user_message(sid, "next")
-    assert fresh.state(sid).active == {pinned}
+    assert set(fresh.state(sid).active) == {pinned}
     fresh.unpin(sid, pinned)
-    assert fresh.state(sid).active == set()
+    assert set(fresh.state(sid).active) == set()
 
 
 def test_open_session_starts_then_resumes(
@@ -503,8 +514,8 @@ def test_window_keeps_the_last_five_tool_calls_of_a_turn(service: ContextService
     service.record_user_message(sid, "go")
     tcs = [tool_call(service, sid, f"tc-{n}") for n in range(7)]
     state = service.state(sid)
-    assert state.active == set(tcs[2:])
-    assert state.pool == set(tcs)
+    assert set(state.active) == set(tcs[2:])
+    assert set(state.pool) == set(tcs)
     collapsed = [
         ev["object_id"]
         for entry in service.store.session_log(sid)
@@ -529,11 +540,11 @@ def test_window_keeps_tool_calls_of_the_three_most_recent_turns(
     service.record_user_message(sid, "turn 2")
     second = tool_call(service, sid, "tc-2")
     service.record_user_message(sid, "turn 3")
-    assert service.state(sid).active == {first, second}
+    assert set(service.state(sid).active) == {first, second}
     service.record_user_message(sid, "turn 4")
-    assert service.state(sid).active == {second}
+    assert set(service.state(sid).active) == {second}
     service.record_user_message(sid, "turn 5")
-    assert service.state(sid).active == set()
+    assert set(service.state(sid).active) == set()
 
 
 def test_tool_calls_before_the_first_user_message_are_turn_zero(
@@ -542,9 +553,9 @@ def test_tool_calls_before_the_first_user_message_are_turn_zero(
     early = tool_call(service, sid, "tc-0")
     service.record_user_message(sid, "1")
     service.record_user_message(sid, "2")
-    assert service.state(sid).active == {early}
+    assert set(service.state(sid).active) == {early}
     service.record_user_message(sid, "3")
-    assert service.state(sid).active == set()
+    assert set(service.state(sid).active) == set()
 
 
 def test_window_sizes_are_configurable(make_service: MakeService, ns: str) -> None:
@@ -553,9 +564,9 @@ def test_window_sizes_are_configurable(make_service: MakeService, ns: str) -> No
     service.start_session(sid)
     service.record_user_message(sid, "a")
     tcs = [tool_call(service, sid, f"tc-{n}") for n in range(3)]
-    assert service.state(sid).active == set(tcs[1:])
+    assert set(service.state(sid).active) == set(tcs[1:])
     service.record_user_message(sid, "b")
-    assert service.state(sid).active == set()
+    assert set(service.state(sid).active) == set()
 
     # A per-session window overrides the service default.
     other = f"{ns}wide"
@@ -568,12 +579,12 @@ def test_pinned_tool_calls_are_exempt_from_the_window(service: ContextService, s
     first = tool_call(service, sid, "tc-first")
     service.pin(sid, first)
     later = [tool_call(service, sid, f"tc-{n}") for n in range(5)]
-    assert service.state(sid).active == {first, *later}
+    assert set(service.state(sid).active) == {first, *later}
     for n in range(3):
         service.record_user_message(sid, f"more {n}")
-    assert service.state(sid).active == {first}
+    assert set(service.state(sid).active) == {first}
     service.unpin(sid, first)  # the window applies again, at once
-    assert service.state(sid).active == set()
+    assert set(service.state(sid).active) == set()
 
 
 def test_an_explicit_deactivate_is_never_undone(service: ContextService, sid: str) -> None:
@@ -600,9 +611,9 @@ def test_an_explicit_activate_of_an_old_tool_call_stays(service: ContextService,
         tool_call(service, sid, f"tc-{n}")
     for n in range(4):
         service.record_user_message(sid, f"turn {n}")
-    assert service.state(sid).active == {old}
+    assert set(service.state(sid).active) == {old}
     service.deactivate(sid, old)
-    assert service.state(sid).active == set()
+    assert set(service.state(sid).active) == set()
 
 
 def test_an_explicit_activate_of_a_recent_tool_call_stays_past_the_window(
@@ -624,7 +635,7 @@ def test_files_are_never_auto_collapsed(service: ContextService, sid: str) -> No
         tool_call(service, sid, f"tc-{n}")
     for n in range(4):
         service.record_user_message(sid, f"turn {n}")
-    assert service.state(sid).active == {fid}
+    assert set(service.state(sid).active) == {fid}
 
 
 # -- rendering (§4.1) --------------------------------------------------------------------------
@@ -801,7 +812,7 @@ def test_two_services_on_one_session_retry_conflicts_and_lose_nothing(
         "RecordUserMessage",
     ]
     assert len({e["command_id"] for e in entries}) == 6
-    users = [m.text for t in second.state(sid).turns for m in t.messages]
+    users = chat_texts(second.state(sid))
     assert users == ["from A", "from B", "from A again", "B last"]
     service.record_assistant_message(sid, "A catches up")
     assert list(service.state(sid).turns[-1].messages) == [
@@ -856,7 +867,7 @@ def test_threads_writing_one_session_through_two_services_lose_nothing(
     def worker(action: Callable[[int], object]) -> None:
         try:
             for n in range(30):
-                retrying(lambda n=n: action(n))
+                retrying(functools.partial(action, n))
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
 
@@ -926,7 +937,7 @@ def test_endless_conflicts_give_up_after_bounded_retries_and_change_nothing(
     runner = SessionRunner(store, CountingClock(), CountingIds())
     assert service.state(sid) == runner.load(sid).state != state
     assert service.log_position(sid) == 3 + MAX_ATTEMPTS
-    texts = [m.text for t in second.state(sid).turns for m in t.messages]
+    texts = chat_texts(second.state(sid))
     assert "never lands" not in texts
     assert texts[-MAX_ATTEMPTS:] == [f"B {n}" for n in range(1, MAX_ATTEMPTS + 1)]
 
@@ -941,7 +952,7 @@ def test_a_failing_commit_leaves_state_and_store_unchanged(
     context, state, probe = service.assemble(sid), service.state(sid), StoreProbe.of(store)
     seq = service.log_position(sid)
 
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: service.record_user_message(sid, "hi"),
         lambda: service.index_file(sid, "/p/b.py", "b"),
         lambda: service.activate(sid, fid),
@@ -986,7 +997,7 @@ def test_context_at_rebuilds_every_past_context_exactly(
     seen: dict[int, AssembledContext] = {service.log_position(sid): service.assemble(sid)}
     a, b = file_id(host_id, "/p/a.py"), file_id(host_id, "/p/b.py")
     files.write("/p/a.py", "a1")
-    steps = [
+    steps: list[Callable[[], object]] = [
         lambda: service.index_file(sid, "/p/a.py"),
         lambda: service.discover(sid, ["/p/b.py", "/p/c.py"]),
         lambda: service.record_user_message(sid, "turn 1"),

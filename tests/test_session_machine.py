@@ -44,7 +44,7 @@ from domain.mounts import MountMapping, MountTable
 from domain.rendering import AssembledContext
 from domain.session.machine import fold
 from domain.session.state import CollapseWindow, SessionState
-from tests.conftest import StoreFactory
+from tests.conftest import StoreFactory, profile_max_examples
 from tests.support import (
     CONTAINER_FS,
     CountingClock,
@@ -709,7 +709,7 @@ def test_session_machine(store_factory: StoreFactory) -> None:
     else:
         make = store_factory.make
         # Stateful examples are cheap and varied ones need many: three times the profile's count.
-        examples, steps = 3 * settings.default.max_examples, 50
+        examples, steps = 3 * profile_max_examples(), 50
 
     class Machine(SessionMachine):
         make_store = staticmethod(make)

@@ -27,7 +27,7 @@ from adapters.mounts import (
 )
 from application.ports.files import SourceUnreachable
 from domain.mounts import MountMapping
-from domain.objects import FilesystemSource
+from domain.objects import FileObject, FilesystemSource
 from tests.filesystem.conftest import MakeFsService
 from tests.filesystem.helpers import eventually, write
 
@@ -241,7 +241,9 @@ def test_the_mount_file_can_come_from_the_environment(
 
     result = service.index_file(f"{ns}env", "/workspace/a.txt")
 
-    assert service.object(f"{ns}env", result.object_id).source.path == str(workspace / "a.txt")
+    obj = service.object(f"{ns}env", result.object_id)
+    assert isinstance(obj, FileObject)
+    assert obj.source.path == str(workspace / "a.txt")
     assert service.mounts.default_filesystem_id == f"docker:{CONTAINER_ID}"
 
 

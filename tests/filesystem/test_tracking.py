@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.filesystem.tracker import WatchdogTracker
 from application.service import ContextService
 from domain.objects import FileObject, FilesystemSource
 from tests.conftest import StoreFactory
@@ -70,8 +71,9 @@ def test_rewriting_identical_bytes_writes_nothing(
     write(changed, "after\n")  # a later change in the same directory, as a marker
 
     eventually(lambda: len(service.history(changed_id)) == 2, "the marker's version")
-    assert service.tracker is not None
-    assert eventually(lambda: service.tracker.idle(), "the tracker to settle")
+    tracker = service.tracker
+    assert isinstance(tracker, WatchdogTracker)
+    assert eventually(lambda: tracker.idle(), "the tracker to settle")
     assert history(service, same_id) == [("unchanged\n", None)]
 
 
@@ -135,8 +137,9 @@ def test_an_atomic_save_is_one_update_not_a_delete_and_a_create(
     os.replace(temp, path)
 
     eventually(lambda: len(service.history(oid)) == 2, "the saved version")
-    assert service.tracker is not None
-    eventually(lambda: service.tracker.idle(), "the tracker to settle")
+    tracker = service.tracker
+    assert isinstance(tracker, WatchdogTracker)
+    eventually(lambda: tracker.idle(), "the tracker to settle")
     assert history(service, oid) == [("a = 1\n", None), ("a = 2\n", None)]
     assert line_for(service, sid, oid).endswith("char_count=6")
 
@@ -158,8 +161,9 @@ def test_a_save_that_renames_the_original_to_a_backup_is_one_update(
     backup.unlink()
 
     eventually(lambda: len(service.history(oid)) == 2, "the saved version")
-    assert service.tracker is not None
-    eventually(lambda: service.tracker.idle(), "the tracker to settle")
+    tracker = service.tracker
+    assert isinstance(tracker, WatchdogTracker)
+    eventually(lambda: tracker.idle(), "the tracker to settle")
     assert history(service, oid) == [("v1\n", None), ("v2\n", None)]
     assert service.history(object_id(host_id, backup)) == []  # gone before it was looked at
 
@@ -222,10 +226,11 @@ def test_every_open_session_holding_the_file_sees_the_new_version(
     write(path, "one two\n")
 
     for sid in (f"{ns}a", f"{ns}b"):
-        eventually(
-            lambda sid=sid: line_for(service, sid, oid).endswith("char_count=8"),
-            f"session {sid} to see the edit",
-        )
+
+        def sees_the_edit(sid: str = sid) -> bool:
+            return line_for(service, sid, oid).endswith("char_count=8")
+
+        eventually(sees_the_edit, f"session {sid} to see the edit")
     assert len(service.history(oid)) == 2
 
 
@@ -243,14 +248,14 @@ def test_two_clients_watching_one_file_write_one_version(
     write(path, "shared and edited\n")
 
     for service, sid in ((first, f"{ns}one"), (second, f"{ns}two")):
-        eventually(
-            lambda service=service, sid=sid: (
-                service.object(sid, oid).content == "shared and edited\n"
-            ),
-            f"{sid} to see the edit",
-        )
-        assert service.tracker is not None
-        eventually(service.tracker.idle, "the tracker to settle")
+
+        def sees_the_edit(service: ContextService = service, sid: str = sid) -> bool:
+            return service.object(sid, oid).content == "shared and edited\n"
+
+        eventually(sees_the_edit, f"{sid} to see the edit")
+        tracker = service.tracker
+        assert isinstance(tracker, WatchdogTracker)
+        eventually(tracker.idle, "the tracker to settle")
     assert history(first, oid) == [("shared\n", None), ("shared and edited\n", None)]
 
 
@@ -284,13 +289,14 @@ def test_closing_the_last_session_stops_watching_its_files(
     service.start_session(f"{ns}y")
     service.index_file(f"{ns}x", str(path))
     service.index_file(f"{ns}y", str(path))
-    assert service.tracker is not None
-    source = FilesystemSource(service.tracker.host_filesystem_id, str(path))
+    tracker = service.tracker
+    assert isinstance(tracker, WatchdogTracker)
+    source = FilesystemSource(tracker.host_filesystem_id, str(path))
 
     service.close_session(f"{ns}x")
-    assert source in service.tracker.watching()  # y still holds it
+    assert source in tracker.watching()  # y still holds it
     service.close_session(f"{ns}y")
-    assert service.tracker.watching() == frozenset()
+    assert tracker.watching() == frozenset()
 
 
 def test_discovered_stubs_are_not_watched_but_read_files_are(

@@ -298,7 +298,9 @@ class Step:
 
 def edited(item: Item, names: Names, draw: st.DrawFn) -> Item:
     if item.kind == "results":
-        if item.calls and draw(st.booleans()):  # a shortened output: the same tool message
+        # bool(): mypy checks the right operand of `and` in the context of the left one's type,
+        # and draw() against a tuple strategy would not type-check.
+        if bool(item.calls) and draw(st.booleans()):  # a shortened output: the same tool message
             first, *rest = item.calls
             return attrs.evolve(item, calls=(attrs.evolve(first, output="[cut]"), *rest))
         return attrs.evolve(item, text=names.text("edited between", draw)) if item.text else item
@@ -433,7 +435,8 @@ def bad_tail(draw: st.DrawFn, fmt: str, history: list[Item], names: Names) -> tu
             again = draw(st.sampled_from(answered))
             result = {"type": "tool_result", "tool_use_id": again, "content": "again"}
             options += 3 * [([{"role": "user", "content": [result]}], 0)]
-    return draw(st.sampled_from(options))
+    tail: tuple[list[Any], int] = draw(st.sampled_from(options))
+    return tail
 
 
 # -- running a stream -----------------------------------------------------------------------------

@@ -225,8 +225,8 @@ def test_resume_over_the_same_store_records_nothing() -> None:
     h.ingest([*base(), o_assistant("", bash("c2", "ls")), o_tool("c2", mini("x.py\n"))])
     second = ContextService(
         store=first.store,
-        clock=first._runner.clock,  # type: ignore[attr-defined]
-        ids=first._runner.ids,  # type: ignore[attr-defined]
+        clock=first._runner.clock,
+        ids=first._runner.ids,
         files=first._deps.files,
         mounts=first.mounts,
         tokenizer=first.tokenizer,

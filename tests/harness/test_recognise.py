@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.harness.recognise import (
+    Effect,
     FileEdit,
     FileRead,
     FileWrite,
@@ -29,7 +30,7 @@ SEPARABLE = (
 )
 
 
-def sh(command: str, output: str, cwd: str = CWD) -> list[object]:
+def sh(command: str, output: str, cwd: str = CWD) -> list[Effect]:
     return recognise("bash", {"command": command}, output, cwd)
 
 

@@ -437,7 +437,8 @@ def _anthropic_bad() -> dict[str, Any]:
         return request
 
     def ms(r: dict[str, Any]) -> list[dict[str, Any]]:
-        return r["messages"]
+        messages: list[dict[str, Any]] = r["messages"]
+        return messages
 
     use = {"type": "tool_use", "id": "c1", "name": "bash", "input": {}}
     return {
@@ -445,7 +446,8 @@ def _anthropic_bad() -> dict[str, Any]:
         "messages not a list": {"messages": {}},
         "no messages": {"messages": []},
         "first from the assistant": edit(lambda r: ms(r).pop(0)),
-        "message not an object": edit(lambda r: ms(r).insert(1, "x")),
+        # A string where a message object belongs, on purpose.
+        "message not an object": edit(lambda r: ms(r).insert(1, "x")),  # type: ignore[arg-type]
         "system role in messages": edit(
             lambda r: ms(r).insert(0, {"role": "system", "content": "x"})
         ),
