@@ -24,6 +24,7 @@ from application.ports.store import StoreProtocolError, StoreRejected, StoreUnav
 _JSON = {"Accept": "application/json"}
 _EDN_BODY = {"Accept": "application/json", "Content-Type": "application/edn"}
 _JSON_BODY = {"Accept": "application/json", "Content-Type": "application/json"}
+_BLOBS = "X-Selfctx-Blobs"
 
 
 class XtdbClient:
@@ -104,13 +105,16 @@ class XtdbClient:
         return answer
 
     def submit_tx(
-        self, body: bytes, *, timeout: float, wait: float | None = None
+        self, body: bytes, *, timeout: float, wait: float | None = None, blob_head: int = 0
     ) -> dict[str, Any]:
         """``POST /_xtdb/submit-tx`` with a JSON ``{"tx-ops": [...]}`` body; ``{txId, txTime}``.
 
         With ``wait`` (seconds) the project's own node also awaits the transaction and adds
         ``txCommitted?`` to the answer, in the same round trip; a node running upstream's HTTP
         server ignores the parameter, and the answer then has no ``txCommitted?``.
+
+        A ``blob_head`` (our node only) says that the body is that many bytes of JSON followed by
+        the raw UTF-8 of its long strings (``XtdbStore``'s ``_body``, decision 0015).
         """
         params = None if wait is None else {"await-timeout": max(1, int(wait * 1000))}
         answer = self._call(
@@ -120,7 +124,7 @@ class XtdbClient:
             timeout=timeout,
             params=params,
             content=body,
-            headers=_JSON_BODY,
+            headers={**_JSON_BODY, _BLOBS: str(blob_head)} if blob_head else _JSON_BODY,
         )
         tx = self._tx("submit-tx", answer)
         committed = tx.get("txCommitted?")

@@ -70,6 +70,31 @@ def _json_bytes(value: Any, what: str) -> bytes:
     return text.encode("ascii")
 
 
+BLOB_CHARS = 4096
+"""String values at least this long go as raw UTF-8 after the JSON head (decision 0015)."""
+
+
+def _lift_blobs(
+    doc: dict[str, Any], index: int, blobs: list[list[Any]], raw: list[bytes]
+) -> dict[str, Any]:
+    """``doc`` with each long top-level string value lifted out into ``raw`` (and listed in
+    ``blobs`` as ``[op, key, length]``), null in its place; other values stay where they are."""
+    lifted: dict[str, Any] | None = None
+    for key, value in doc.items():
+        if not isinstance(value, str) or len(value) < BLOB_CHARS:
+            continue
+        try:
+            data = value.encode("utf-8")
+        except UnicodeEncodeError:
+            continue  # a lone surrogate has no UTF-8 form: it stays in the JSON, escaped
+        if lifted is None:
+            lifted = dict(doc)
+        lifted[key] = None
+        blobs.append([index, key, len(data)])
+        raw.append(data)
+    return doc if lifted is None else lifted
+
+
 def _check(doc: Document) -> dict[str, Any]:
     if not isinstance(doc, Mapping):
         raise InvalidInput("document", doc, "must be a JSON object")
@@ -96,6 +121,9 @@ class XtdbStore(ObjectStore):
         """Bytes of every submit-tx request body sent so far (the benchmarks report it)."""
         self._sender: ThreadPoolExecutor | None = None
         """The thread :meth:`submit` sends from, started on first use."""
+        self.blobs = False
+        """Send long strings as raw UTF-8 after a JSON head (decision 0015): only our node reads
+        that, so :func:`open_store` turns it on when the node's status says it does."""
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -183,7 +211,9 @@ class XtdbStore(ObjectStore):
 
     # -- writes ----------------------------------------------------------------------------
 
-    def _body(self, puts: Sequence[Document], expect: Sequence[Expect]) -> tuple[bytes, str]:
+    def _body(self, puts: Sequence[Document], expect: Sequence[Expect]) -> tuple[bytes, int]:
+        """The transaction's request body, and the length of its JSON head when long strings
+        follow it as raw UTF-8 (0: the body is all JSON)."""
         docs = [_check(doc) for doc in puts]
         ids = [doc["xt/id"] for doc in docs]
         if len(set(ids)) != len(ids):
@@ -194,17 +224,28 @@ class XtdbStore(ObjectStore):
         ]
         ops += [["put", doc] for doc in docs]
         what = ", ".join(ids) or "commit"
-        body = _json_bytes({"tx-ops": ops}, what)
+        blobs: list[list[Any]] = []
+        raw: list[bytes] = []
+        if self.blobs:
+            for index, op in enumerate(ops):
+                slot = 1 if op[0] == "put" else 2
+                if op[slot] is not None:
+                    op[slot] = _lift_blobs(op[slot], index, blobs, raw)
+        if blobs:
+            head = _json_bytes({"tx-ops": ops, "blobs": blobs}, what)
+            body = b"".join([head, *raw])
+        else:
+            head, body = b"", _json_bytes({"tx-ops": ops}, what)
         with self._lock:
             self.bytes_sent += len(body)
-        return body, what
+        return body, len(head)
 
     def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
-        body, _ = self._body(puts, expect)
+        body, head = self._body(puts, expect)
         deadline = self._deadline()
         left = self._left(deadline)
         # The server gives up a little before the HTTP timeout, so its answer still arrives.
-        tx = self.client.submit_tx(body, timeout=left, wait=max(0.001, left - 0.25))
+        tx = self.client.submit_tx(body, timeout=left, wait=max(0.001, left - 0.25), blob_head=head)
         committed = tx.get("txCommitted?")
         if committed is None:  # upstream's server: await and ask, two more round trips
             self.await_tx(tx["txId"], deadline=deadline)
@@ -219,11 +260,13 @@ class XtdbStore(ObjectStore):
         it takes in the next while it indexes this one; ``result()`` awaits the transaction and
         asks whether it committed. Each request is bounded by ``timeout``: sending (after those
         submitted earlier) and then awaiting."""
-        body, _ = self._body(puts, expect)
+        body, head = self._body(puts, expect)
         with self._lock:
             if self._sender is None:
                 self._sender = ThreadPoolExecutor(1, thread_name_prefix="xtdb-submit")
-            sent = self._sender.submit(self.client.submit_tx, body, timeout=self.timeout)
+            sent = self._sender.submit(
+                self.client.submit_tx, body, timeout=self.timeout, blob_head=head
+            )
         return _Submitted(self, sent, tuple(expect))
 
     def _settle(self, tx: Mapping[str, Any], expect: Sequence[Expect]) -> Receipt:
@@ -297,7 +340,8 @@ def open_store(url: str, *, timeout: float = 10.0) -> XtdbStore:
     http = httpx.Client(base_url=base, headers={"Accept": "application/json"}, timeout=timeout)
     store = XtdbStore(XtdbClient(http), timeout=timeout, owns_http=True)
     try:
-        store.client.status(timeout=timeout)
+        status = store.client.status(timeout=timeout)
+        store.blobs = status.get("selfctxBlobs") == 1
         store.client.sync(wait=max(0.001, timeout - 0.25), timeout=timeout)
     except BaseException:
         http.close()

@@ -197,3 +197,86 @@ def test_history_keeps_versions_written_in_the_same_millisecond(store: XtdbStore
     assert [v.tx_id for v in history] == sorted(v.tx_id for v in history)
     assert store.get(ns + "hot") == history[-1].document
     assert store.get_as_of(ns + "hot", history[100].tx_id) == history[100].document
+
+
+# -- long strings as raw UTF-8 after a JSON head (decision 0015) ------------------------------
+
+LONG = "def f():\n    return \"quoted\\\\path\" + 'é 日本 😀'\n\t\x00\x1f\u2028\n" * 200
+
+
+def test_long_strings_travel_as_blobs_and_come_back_exactly(store: XtdbStore, ns: str) -> None:
+    assert store.blobs  # open_store saw "selfctxBlobs" in the node's status
+    heads: list[int] = []
+    submit_tx = store.client.submit_tx
+
+    def spy(body: bytes, **kwargs: Any) -> dict[str, Any]:
+        heads.append(kwargs.get("blob_head", 0))
+        return submit_tx(body, **kwargs)
+
+    store.client.submit_tx = spy  # type: ignore[method-assign]
+    doc = {
+        "xt/id": ns + "big",
+        "type": "file",
+        "content": LONG,
+        "other": LONG[::-1],
+        "short": "x",
+        "surrogate": "\ud800" + "y" * 5000,  # no UTF-8 form: stays in the JSON
+        "nested": {"deep": LONG},  # only top-level values are lifted
+    }
+    store.commit([doc])
+    read = store.get(ns + "big")
+    assert read is not None
+    assert {k: read[k] for k in ("content", "other", "short", "nested")} == {
+        k: doc[k] for k in ("content", "other", "short", "nested")
+    }
+    # A read-back document carries its long strings as blobs too, and still matches exactly.
+    store.commit([{**read, "content": "new"}], [Expect(ns + "big", read)])
+    with pytest.raises(ConflictError):
+        store.commit([{**read, "content": "newer"}], [Expect(ns + "big", read)])
+    assert [v.document["content"] for v in store.history(ns + "big")] == [LONG, "new"]
+    assert all(head > 0 for head in heads[:2]) and heads[2] > 0
+
+
+def test_a_node_without_blobs_gets_plain_json(xtdb_node: XtdbNode, ns: str) -> None:
+    with httpx.Client(base_url=xtdb_node.url.replace("xtdb://", "http://")) as http:
+        store = XtdbStore(XtdbClient(http), timeout=10.0)  # not opened by open_store
+        assert not store.blobs
+        store.commit([{"xt/id": ns + "plain", "content": LONG}])
+        assert store.get(ns + "plain") == {"xt/id": ns + "plain", "content": LONG}
+
+
+PUT = ["put", {"xt/id": "a"}]
+
+
+@pytest.mark.parametrize(
+    ("head", "json_head", "tail", "complaint"),
+    [
+        ("x", {"tx-ops": [], "blobs": []}, b"", "must be the byte length"),
+        ("99999", {"tx-ops": [], "blobs": []}, b"", "must be the byte length"),
+        (None, {"tx-ops": [PUT]}, b"", "must list them"),
+        (None, {"tx-ops": [["delete", "a"]], "blobs": [[0, "k", 1]]}, b"x", "a blob must be"),
+        (None, {"tx-ops": [PUT], "blobs": [[1, "k", 1]]}, b"x", "a blob must"),
+        (
+            None,
+            {"tx-ops": [PUT], "blobs": [[0, "k", 5]]},
+            b"xy",
+            "lying within",
+        ),
+        (None, {"tx-ops": [PUT], "blobs": [[0, "k", 1]]}, b"xyz", "2 bytes"),
+        (None, {"tx-ops": [PUT], "blobs": [[0, 7, 1]]}, b"x", "a blob must"),
+    ],
+)
+def test_a_malformed_body_with_blobs_is_refused_naming_the_problem(
+    xtdb_node: XtdbNode, head: str | None, json_head: Any, tail: bytes, complaint: str
+) -> None:
+    raw = json.dumps(json_head).encode()
+    before = httpx.get(xtdb_node.url.replace("xtdb://", "http://") + "/_xtdb/latest-submitted-tx")
+    answer = httpx.post(
+        xtdb_node.url.replace("xtdb://", "http://") + "/_xtdb/submit-tx",
+        content=raw + tail,
+        headers={"Content-Type": "application/json", "X-Selfctx-Blobs": head or str(len(raw))},
+    )
+    after = httpx.get(xtdb_node.url.replace("xtdb://", "http://") + "/_xtdb/latest-submitted-tx")
+    assert answer.status_code == 400
+    assert complaint in answer.json()["error"]
+    assert after.content == before.content  # nothing was submitted
