@@ -24,10 +24,10 @@ from application.ports.store import (
     ConflictError,
     Document,
     Expect,
+    Landing,
     ObjectStore,
     Receipt,
     Settled,
-    StoreError,
     StoreUnavailable,
     Submission,
     Version,
@@ -288,24 +288,16 @@ class WrappedStore(ObjectStore):
         self.inner.close()
 
 
-class _Wrapped(Submission):
+class _Wrapped(Landing):
     """A submission through :class:`WrappedStore`: its bookkeeping happens once it lands."""
 
     def __init__(self, store: WrappedStore, inner: Submission, puts: list[Document]) -> None:
         self.store = store
         self.inner = inner
         self.puts = puts
-        self._outcome: Receipt | StoreError | None = None
 
-    def result(self) -> Receipt:
-        if self._outcome is None:
-            try:
-                self._outcome = self.store._landed(self)
-            except StoreError as exc:
-                self._outcome = exc
-        if isinstance(self._outcome, StoreError):
-            raise self._outcome
-        return self._outcome
+    def _land(self) -> Receipt:
+        return self.store._landed(self)
 
 
 @attrs.frozen

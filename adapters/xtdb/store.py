@@ -31,6 +31,7 @@ from application.ports.store import (
     ConflictError,
     Document,
     Expect,
+    Landing,
     ObjectStore,
     Receipt,
     StoreError,
@@ -308,24 +309,16 @@ class XtdbStore(ObjectStore):
             self.client.http.close()
 
 
-class _Submitted(Submission):
+class _Submitted(Landing):
     def __init__(
         self, store: XtdbStore, sent: Future[dict[str, Any]], expect: tuple[Expect, ...]
     ) -> None:
         self._store = store
         self._sent = sent
         self._expect = expect
-        self._outcome: Receipt | StoreError | None = None
 
-    def result(self) -> Receipt:
-        if self._outcome is None:
-            try:
-                self._outcome = self._store._settle(self._sent.result(), self._expect)
-            except StoreError as exc:
-                self._outcome = exc
-        if isinstance(self._outcome, StoreError):
-            raise self._outcome
-        return self._outcome
+    def _land(self) -> Receipt:
+        return self._store._settle(self._sent.result(), self._expect)
 
 
 def open_store(url: str, *, timeout: float = 10.0) -> XtdbStore:

@@ -126,6 +126,27 @@ class Submission(abc.ABC):
         precondition failed, another :class:`StoreError` when its fate is unknown)."""
 
 
+class Landing(Submission):
+    """A submission whose outcome is worked out by :meth:`_land` on the first call of
+    :meth:`result` and remembered: every later call returns or raises the same."""
+
+    _outcome: Receipt | StoreError | None = None
+
+    @abc.abstractmethod
+    def _land(self) -> Receipt:
+        """Wait for the commit and return its receipt, or raise why it did not land."""
+
+    def result(self) -> Receipt:
+        if self._outcome is None:
+            try:
+                self._outcome = self._land()
+            except StoreError as exc:
+                self._outcome = exc
+        if isinstance(self._outcome, StoreError):
+            raise self._outcome
+        return self._outcome
+
+
 @attrs.frozen
 class Settled(Submission):
     """A submission whose outcome is already known: a receipt or the error that refused it."""
