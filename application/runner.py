@@ -413,14 +413,12 @@ class SessionRunner:
         )
 
     def _apply(self, session: OpenSession, prepared: _Prepared) -> None:
-        """Move the in-memory session on by a transaction the store has applied."""
-        session.state = prepared.state
-        session.seq = prepared.seq
-        if prepared.snapshot_bytes is None:
-            session.log_bytes_since_snapshot += prepared.entry_bytes
-        else:
-            session.snapshot_bytes = prepared.snapshot_bytes
-            session.log_bytes_since_snapshot = 0
+        """Move the in-memory session on by a transaction the store has applied (the ones
+        before it have been applied too, so the session is where ``prepared`` was decided)."""
+        after = _Base.after(prepared)
+        session.state, session.seq = after.state, after.seq
+        session.snapshot_bytes = after.snapshot_bytes
+        session.log_bytes_since_snapshot = after.log_bytes_since_snapshot
         self._refresh(session, prepared.reads, prepared.state)
         for version in prepared.written.values():
             if isinstance(version, SystemPromptObject):

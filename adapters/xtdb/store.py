@@ -9,6 +9,10 @@ ever sleeps, and no read depends on a clock: every read is pinned to a far-futur
 it returns the latest version as of the node's latest transaction (or as of ``tx_id``), whatever
 the clocks of the node, PostgreSQL and this machine say.
 
+:meth:`XtdbStore.submit` is the same transaction sent from a background thread without waiting
+for it (decision 0014), and on our node long string values go as raw UTF-8 after the JSON
+(decision 0015).
+
 Documents go out as JSON and come back as JSON. The node (``xtdb/src/selfctx/http_server.clj``)
 reads JSON integers as 64-bit longs and keeps every map, list, string and null as sent, so a
 document read back and given as an :class:`Expect` hashes the same and its ``match`` passes.
