@@ -510,7 +510,8 @@ class SessionRunner:
         return []
 
     def _drain(self, session: OpenSession, flight: deque[_InFlight]) -> None:
-        """Settle what is in flight after a failure, keeping what was committed; never raises."""
+        """Settle what is in flight after a failure, keeping what was committed. Store errors
+        are not raised (they only mark the session stale): the failure being handled is."""
         while flight:
             item = flight.popleft()
             if item.submission is None:

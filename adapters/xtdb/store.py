@@ -253,8 +253,7 @@ class XtdbStore(ObjectStore):
         tx = self.client.submit_tx(body, timeout=left, wait=max(0.001, left - 0.25), blob_head=head)
         committed = tx.get("txCommitted?")
         if committed is None:  # upstream's server: await and ask, two more round trips
-            self.await_tx(tx["txId"], deadline=deadline)
-            committed = self.client.tx_committed(tx["txId"], timeout=self._left(deadline))
+            return self._settle(tx, expect, deadline)
         if not committed:
             raise ConflictError(self._stale(expect), url=self.url, operation="commit")
         return Receipt(tx_id=tx["txId"], tx_time=tx["txTime"])
@@ -274,8 +273,11 @@ class XtdbStore(ObjectStore):
             )
         return _Submitted(self, sent, tuple(expect))
 
-    def _settle(self, tx: Mapping[str, Any], expect: Sequence[Expect]) -> Receipt:
-        deadline = self._deadline()
+    def _settle(
+        self, tx: Mapping[str, Any], expect: Sequence[Expect], deadline: float | None = None
+    ) -> Receipt:
+        """Await a submitted transaction and ask whether it committed."""
+        deadline = deadline or self._deadline()
         self.await_tx(tx["txId"], deadline=deadline)
         if not self.client.tx_committed(tx["txId"], timeout=self._left(deadline)):
             raise ConflictError(self._stale(expect), url=self.url, operation="commit")
