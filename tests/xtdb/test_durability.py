@@ -112,6 +112,62 @@ def test_kill_9_loses_no_acknowledged_commit(rocksdb_node: XtdbNode) -> None:
         assert [v.document["v"] for v in after.history("counter")] == list(range(counter["v"] + 1))
 
 
+def _files(folder: Path, suffix: str) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in folder.glob(f"*{suffix}")}
+
+
+def _write_files(store: XtdbStore, versions: int) -> tuple[list[str], list[int]]:
+    """20 files, ``versions`` commits of each; a body is 1,000 random hex digits (at least 500
+    bytes however it is compressed), so 10 KB per commit goes to the index's hash cache."""
+    ids = [f"file-{i}" for i in range(20)]
+    tx_ids = []
+    for version in range(versions):
+        docs = [
+            {"xt/id": i, "type": "file", "v": version, "body": random.randbytes(500).hex()}
+            for i in ids
+        ]
+        log = {"xt/id": f"log-{version}", "type": "session_log", "session_id": "s", "seq": version}
+        tx_ids.append(store.commit([*docs, log]).tx_id)
+    return ids, tx_ids
+
+
+def test_the_index_store_keeps_no_write_ahead_log(rocksdb_node: XtdbNode) -> None:
+    """Decision 0016: the index store writes no WAL and flushes its column families atomically;
+    the tx-log and the documents keep theirs."""
+    with closing(open_store(rocksdb_node.url, timeout=10.0)) as store:
+        _write_files(store, versions=20)
+    assert rocksdb_node.data_dir is not None
+    indexes = rocksdb_node.data_dir / "indexes"
+    assert sum(_files(indexes, ".log").values()) == 0
+    assert sum(_files(rocksdb_node.data_dir / "tx-log", ".log").values()) > 0
+    assert sum(_files(rocksdb_node.data_dir / "documents", ".log").values()) > 0
+    options = max(indexes.glob("OPTIONS-*"), key=lambda p: p.stat().st_mtime).read_text()
+    assert "atomic_flush=true" in options.replace(" ", "")
+    # A clean stop flushes what the log would have held: the 400 bodies (200 KB however
+    # compressed) are on disk, so a restart has nothing to index again.
+    rocksdb_node.stop()
+    assert sum(_files(indexes, ".sst").values()) > 150_000
+
+
+def test_kill_9_rebuilds_the_index_from_the_tx_log(rocksdb_node: XtdbNode) -> None:
+    """The index entries of every commit die with the node (nothing was flushed); the restarted
+    node indexes the tx-log again and answers exactly as before, history and as-of included."""
+    assert rocksdb_node.data_dir is not None
+    store = open_store(rocksdb_node.url, timeout=10.0)
+    ids, tx_ids = _write_files(store, versions=8)
+    before = snapshot(store, ids, tx_ids, "s")
+    assert len(before["history"]["file-0"]) == 8
+    store.close()
+    rocksdb_node.kill()
+    # The bodies alone are 80 KB however compressed; the index's files hold a fraction of that.
+    assert sum(_files(rocksdb_node.data_dir / "indexes", ".sst").values()) < 20_000
+
+    rocksdb_node.start()
+    with closing(open_store(rocksdb_node.url, timeout=10.0)) as after:
+        assert snapshot(after, ids, tx_ids, "s") == before
+        assert after.commit([{"xt/id": "file-0", "type": "file", "v": 8}]).tx_id > tx_ids[-1]
+
+
 def test_a_stopped_node_fails_the_next_operation_in_time(rocksdb_node: XtdbNode) -> None:
     timeout = 2.0
     store = open_store(rocksdb_node.url, timeout=timeout)
