@@ -5,8 +5,9 @@
   it records the last transaction it indexed in the same write batch as that transaction's
   entries. Without a write-ahead log, a crash loses what was still in memory; the store reopens
   at its last flush and the node indexes the transactions after that point again. Every write is
-  cheaper: indexing writes about 50 MB of index entries per 1,790 files (each long value twice,
-  once as a hash cache entry), and without a log they are written once, when flushed.
+  cheaper: indexing 1,790 source files wrote about 50 MB of index log (every long value, each
+  file's content among them, is copied into the index's hash cache), and without a log the
+  entries reach the disk only when their memtable is flushed.
 
   What makes it safe is atomic flush: XTDB keeps its index entries in three column families, and
   they must be flushed together, or a crash could leave one family holding entries of
