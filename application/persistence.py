@@ -32,6 +32,7 @@ from domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = [
     "LOG_TYPE",
+    "compact_json",
     "decode_events",
     "document_size",
     "encode_events",
@@ -133,7 +134,14 @@ def log_entry(
     }
 
 
-def document_size(doc: Mapping[str, Any]) -> int:
-    """Bytes of a document as compact UTF-8 JSON: the measure of the snapshot rule."""
-    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+def compact_json(doc: Mapping[str, Any]) -> str:
+    """A document as compact JSON text, non-ASCII characters as they are."""
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
+
+
+def document_size(doc: Mapping[str, Any], text: str | None = None) -> int:
+    """Bytes of a document as compact UTF-8 JSON: the measure of the snapshot rule. ``text`` is
+    the document's :func:`compact_json`, when the caller has it already."""
+    if text is None:
+        text = compact_json(doc)
     return len(text.encode("utf-8", "surrogatepass"))

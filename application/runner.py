@@ -17,7 +17,13 @@ from typing import Any, Final
 
 import attrs
 
-from application.persistence import decode_events, document_size, log_entry, log_entry_id
+from application.persistence import (
+    compact_json,
+    decode_events,
+    document_size,
+    log_entry,
+    log_entry_id,
+)
 from application.ports.clock import Clock
 from application.ports.ids import IdSource
 from application.ports.store import (
@@ -156,8 +162,7 @@ CommandBuilder = Callable[[Reads, SessionState], Command]
 
 def as_stored(doc: Document) -> dict[str, Any]:
     """``doc`` as a store gives it back (JSON types: lists, not tuples), for an :class:`Expect`."""
-    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
-    parsed: dict[str, Any] = json.loads(text)
+    parsed: dict[str, Any] = json.loads(compact_json(doc))
     return parsed
 
 
@@ -201,10 +206,16 @@ class _Prepared:
     puts: list[Document]
     expect: list[Expect]
     entry: dict[str, Any]
+    entry_json: str
+    """``entry`` as compact JSON: measured once, and parsed into the next commit's precondition."""
     entry_bytes: int
     snapshot_bytes: int | None
     written: dict[str, Any]
     reads: Reads
+
+    def entry_expected(self) -> Expect:
+        """The precondition that the next commit requires: this log entry, exactly as stored."""
+        return Expect(self.entry["xt/id"], json.loads(self.entry_json))
 
 
 @attrs.frozen
@@ -392,7 +403,8 @@ class SessionRunner:
             events=events,
         )
         puts.append(entry)
-        entry_bytes = document_size(entry)
+        entry_json = compact_json(entry)
+        entry_bytes = document_size(entry, entry_json)
         snapshot_bytes = None
         if seq == 1 or base.log_bytes_since_snapshot + entry_bytes >= base.snapshot_bytes:
             session_doc = to_document(SessionObject.of(new_state, seq))
@@ -406,6 +418,7 @@ class SessionRunner:
             puts=puts,
             expect=expect,
             entry=entry,
+            entry_json=entry_json,
             entry_bytes=entry_bytes,
             snapshot_bytes=snapshot_bytes,
             written=written,
@@ -470,7 +483,7 @@ class SessionRunner:
                 base = _Base.of(session) if ahead is None else _Base.after(ahead)
                 prepared = self._prepare(base, command, self.ids.new_id(), events, after, reads)
                 if ahead is not None:
-                    prepared.expect.append(Expect(ahead.entry["xt/id"], as_stored(ahead.entry)))
+                    prepared.expect.append(ahead.entry_expected())
                 submission = self.store.submit(prepared.puts, prepared.expect)
                 flight.append(_InFlight(build, slot, prepared, submission, reads))
             while flight:
