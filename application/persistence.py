@@ -36,6 +36,7 @@ __all__ = [
     "decode_events",
     "document_size",
     "encode_events",
+    "json_size",
     "log_entry",
     "log_entry_id",
 ]
@@ -139,9 +140,11 @@ def compact_json(doc: Mapping[str, Any]) -> str:
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":"))
 
 
-def document_size(doc: Mapping[str, Any], text: str | None = None) -> int:
-    """Bytes of a document as compact UTF-8 JSON: the measure of the snapshot rule. ``text`` is
-    the document's :func:`compact_json`, when the caller has it already."""
-    if text is None:
-        text = compact_json(doc)
+def json_size(text: str) -> int:
+    """Bytes of :func:`compact_json` text as UTF-8: the measure of the snapshot rule."""
     return len(text.encode("utf-8", "surrogatepass"))
+
+
+def document_size(doc: Mapping[str, Any]) -> int:
+    """Bytes of a document as compact UTF-8 JSON (:func:`json_size`)."""
+    return json_size(compact_json(doc))

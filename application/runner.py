@@ -21,6 +21,7 @@ from application.persistence import (
     compact_json,
     decode_events,
     document_size,
+    json_size,
     log_entry,
     log_entry_id,
 )
@@ -404,7 +405,7 @@ class SessionRunner:
         )
         puts.append(entry)
         entry_json = compact_json(entry)
-        entry_bytes = document_size(entry, entry_json)
+        entry_bytes = json_size(entry_json)
         snapshot_bytes = None
         if seq == 1 or base.log_bytes_since_snapshot + entry_bytes >= base.snapshot_bytes:
             session_doc = to_document(SessionObject.of(new_state, seq))
