@@ -4,7 +4,9 @@ Each command that changes anything is committed as ONE transaction holding:
 
 * the object versions its events wrote (file, toolcall, system prompt documents);
 * its session-log entry ``log:{session_id}:{seq}`` (type ``session_log``): the events, with
-  object versions reduced to ``object_id`` and ``object_hash``;
+  object versions reduced to ``object_id`` and ``object_hash``, as ``{"list": [...]}`` so that a
+  store which indexes every element of a top-level list (XTDB) indexes them as one value
+  (decision 0017; :func:`entry_events` also reads the bare list earlier versions wrote);
 * sometimes a snapshot: new versions of the SSOT's ``session`` and ``chat`` documents, reflecting
   the state right after this entry.
 
@@ -26,6 +28,7 @@ from typing import Any, Final
 import attrs
 
 from domain.chat import AssistantMessage, message_from_json, message_to_json
+from domain.errors import InvalidInput
 from domain.indexing import Outcome
 from domain.session import events as e
 from domain.session.state import CollapseWindow, PolicyConfig
@@ -36,6 +39,7 @@ __all__ = [
     "decode_events",
     "document_size",
     "encode_events",
+    "entry_events",
     "json_size",
     "log_entry",
     "log_entry_id",
@@ -131,8 +135,20 @@ def log_entry(
         "command": command,
         "command_id": command_id,
         "at": at,
-        "events": encode_events(events),
+        "events": {"list": encode_events(events)},
     }
+
+
+def entry_events(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The encoded events of a session-log entry, as :func:`log_entry` wrote them (``{"list":
+    [...]}``) or as versions before decision 0017 did (the bare list). Raises
+    :class:`InvalidInput` for anything else."""
+    events = entry.get("events")
+    if isinstance(events, Mapping):
+        events = events.get("list")
+    if not isinstance(events, list):
+        raise InvalidInput("session-log entry", entry.get("xt/id"), "has no list of events")
+    return events
 
 
 def compact_json(doc: Mapping[str, Any]) -> str:

@@ -21,6 +21,7 @@ from application.persistence import (
     compact_json,
     decode_events,
     document_size,
+    entry_events,
     json_size,
     log_entry,
     log_entry_id,
@@ -307,7 +308,7 @@ class SessionRunner:
         changed: set[str] = set()
         prompt_changed = False
         for entry in entries:
-            events = decode_events(entry["events"])
+            events = decode_events(entry_events(entry))
             session.state = fold(events, session.state)
             session.seq = int(entry["seq"])
             session.log_bytes_since_snapshot += document_size(entry)

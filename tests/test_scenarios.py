@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import pytest
 
+from application.persistence import entry_events
 from application.ports.files import SourceMissing, SourceUnreachable
 from application.ports.store import ConflictError, StoreUnavailable
 from application.runner import MAX_ATTEMPTS, SessionRunner
@@ -435,7 +436,7 @@ def test_resume_updates_changed_files_without_touching_the_sets(
     triggers = [
         ev["trigger"]
         for entry in service.store.session_log(sid)
-        for ev in entry["events"]
+        for ev in entry_events(entry)
         if ev["event"] == "FileIndexed"
     ]
     assert triggers == ["agent_read", "agent_read", "resume", "resume"]
@@ -519,14 +520,14 @@ def test_window_keeps_the_last_five_tool_calls_of_a_turn(service: ContextService
     collapsed = [
         ev["object_id"]
         for entry in service.store.session_log(sid)
-        for ev in entry["events"]
+        for ev in entry_events(entry)
         if ev["event"] == "ObjectDeactivated"
     ]
     assert collapsed == ["tc-0", "tc-1"]
     bys = {
         ev["by"]
         for entry in service.store.session_log(sid)
-        for ev in entry["events"]
+        for ev in entry_events(entry)
         if ev["event"] == "ObjectDeactivated"
     }
     assert bys == {"window"}

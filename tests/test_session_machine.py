@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 from pyrsistent import thaw
 
 from adapters.memory import MemoryStore
-from application.persistence import decode_events
+from application.persistence import decode_events, entry_events
 from application.ports.files import SourceMissing, SourceUnreachable
 from application.ports.store import ObjectStore, StoreUnavailable
 from application.runner import SessionRunner
@@ -687,7 +687,9 @@ class SessionMachine(RuleBasedStateMachine):
         state = self.service.state(SID)
         entries = self.store.session_log(SID)
         assert [e["seq"] for e in entries] == list(range(1, self.model.seq + 1))
-        replayed = fold(itertools.chain.from_iterable(decode_events(e["events"]) for e in entries))
+        replayed = fold(
+            itertools.chain.from_iterable(decode_events(entry_events(e)) for e in entries)
+        )
         assert replayed == state
         assert SessionRunner(self.store, self.clock, self.ids).load(SID).state == state
         latest = self.service.state_at(SID, self.model.seq)

@@ -21,6 +21,7 @@ from typing import Any
 
 from adapters.bootstrap import build_service, open_store
 from adapters.harness.render import to_anthropic, to_openai
+from application.persistence import entry_events
 from application.ports.store import ObjectStore
 from application.service import ContextService
 from domain.errors import InvalidInput, SessionNotFound
@@ -67,7 +68,7 @@ def turn_end(service: ContextService, session_id: str, turn: int) -> tuple[int, 
     starts = [
         int(entry["seq"])
         for entry in entries
-        for event in entry["events"]
+        for event in entry_events(entry)
         if event["event"] == "UserMessageRecorded"
     ]
     if turn > len(starts):

@@ -29,6 +29,7 @@ from adapters.harness.recognise import (
     recognise,
     unwrap_output,
 )
+from application.persistence import entry_events
 from application.ports.files import SourceUnavailable
 from application.ports.store import StoreError
 from application.service import ContextService
@@ -337,7 +338,7 @@ class Ingestor:
                 n
                 for n, entry in enumerate(entries)
                 if entry["command"] == "RecordToolCall"
-                and any(ev.get("object_id") == last.toolcall_id for ev in entry["events"])
+                and any(ev.get("object_id") == last.toolcall_id for ev in entry_events(entry))
             ]
             if starts:
                 after = entries[starts[-1] + 1 :]
@@ -348,7 +349,7 @@ class Ingestor:
             ev["object_id"]
             for e in after
             if e["command"] == "IndexFile"
-            for ev in e["events"]
+            for ev in entry_events(e)
             if "object_id" in ev
         )
         call = self.calls[last.toolcall_id]

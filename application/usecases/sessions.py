@@ -7,7 +7,7 @@ from typing import Final
 
 import attrs
 
-from application.persistence import decode_events
+from application.persistence import decode_events, entry_events
 from application.ports.files import SourceMissing, SourceUnavailable
 from application.runner import OpenSession, Reads
 from application.usecases.base import Deps, observe_source
@@ -187,7 +187,7 @@ class StateAt:
             if int(entry["seq"]) <= seq
         ]
         for entry in entries:
-            state = fold(decode_events(entry["events"]), state)
+            state = fold(decode_events(entry_events(entry)), state)
         last = entries[-1]["xt/id"] if entries else None
         tx_id = snap.tx_id if last is None else store.history(last)[0].tx_id
         if seq > (int(entries[-1]["seq"]) if entries else session_obj.seq):

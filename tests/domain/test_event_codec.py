@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from application.persistence import decode_events, encode_events
+from application.persistence import decode_events, encode_events, entry_events, log_entry
 from domain.chat import AssistantMessage, ToolCallRequest
+from domain.errors import InvalidInput
 from domain.indexing import Outcome
 from domain.objects import SystemPromptObject
 from domain.session import events as e
@@ -90,3 +91,24 @@ def test_object_versions_are_left_out_of_the_log() -> None:
         "object_id": "system_prompt:s",
         "object_hash": prompt.object_hash,
     }
+
+
+def test_a_log_entry_holds_its_events_as_one_value() -> None:
+    # One value, not a list: XTDB indexes every element of a top-level list (decision 0017).
+    events: list[e.Event] = [e.ObjectActivated("file:a", auto=False), e.ObjectPinned("file:a")]
+    entry = log_entry("s", 3, command="Pin", command_id="c", at="t", events=events)
+    assert entry["events"] == {"list": encode_events(events)}
+    assert decode_events(entry_events(entry)) == events
+
+
+def test_entries_written_before_decision_0017_are_read_too() -> None:
+    events = [e.ObjectActivated("file:a", auto=True)]
+    assert (
+        decode_events(entry_events({"xt/id": "log:s:1", "events": encode_events(events)})) == events
+    )
+
+
+@pytest.mark.parametrize("events", [None, "[]", {"list": None}, {"items": []}, 3])
+def test_an_entry_without_a_list_of_events_is_refused(events: Any) -> None:
+    with pytest.raises(InvalidInput, match="log:s:1"):
+        entry_events({"xt/id": "log:s:1", "events": events})

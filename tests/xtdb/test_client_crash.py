@@ -38,7 +38,7 @@ import pytest
 from adapters.harness.trajectories import default_directory, load
 from adapters.memory import MemoryStore
 from adapters.xtdb import XtdbNode, XtdbStore, open_store
-from application.persistence import decode_events
+from application.persistence import decode_events, entry_events
 from application.ports.store import Document, Expect, Receipt
 from domain.session.machine import fold
 from domain.session.state import SessionState
@@ -90,7 +90,7 @@ def store(xtdb_node: XtdbNode) -> Iterator[XtdbStore]:
 
 
 def entries_of(store: Any, session: str) -> list[tuple[str, list[Any]]]:
-    return [(e["command"], e["events"]) for e in store.session_log(session)]
+    return [(e["command"], entry_events(e)) for e in store.session_log(session)]
 
 
 def state_of(entries: list[tuple[str, list[Any]]]) -> SessionState:
@@ -131,7 +131,7 @@ class Checker:
         assert [e["seq"] for e in log] == list(range(1, len(log) + 1))
         named: set[tuple[str, str]] = set()
         for entry in log:
-            for event in entry["events"]:
+            for event in entry_events(entry):
                 # SessionStarted names the system prompt's first version as system_prompt_id.
                 object_id = event.get("object_id", event.get("system_prompt_id"))
                 if object_id is not None and "object_hash" in event:

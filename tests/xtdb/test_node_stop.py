@@ -20,6 +20,7 @@ import pytest
 
 from adapters.bootstrap import build_service
 from adapters.xtdb import XtdbNode, open_store
+from application.persistence import entry_events
 from application.ports.store import StoreUnavailable
 from application.settings import Settings
 
@@ -92,7 +93,10 @@ def test_a_stopped_node_fails_the_session_cleanly_and_it_continues_after_a_resta
         log = reader.session_log(sid)
         assert [e["seq"] for e in log] == list(range(1, len(log) + 1))
         logged = [
-            ev["object_id"] for e in log for ev in e["events"] if ev["event"] == "ToolCallRecorded"
+            ev["object_id"]
+            for e in log
+            for ev in entry_events(e)
+            if ev["event"] == "ToolCallRecorded"
         ]
         assert logged[: len(acked)] == acked
         assert logged[len(acked) :] in ([], [in_flight])
@@ -121,7 +125,7 @@ def test_a_stopped_node_fails_the_session_cleanly_and_it_continues_after_a_resta
     recorded = [
         ev["object_id"]
         for e in store.session_log(sid)
-        for ev in e["events"]
+        for ev in entry_events(e)
         if ev["event"] == "ToolCallRecorded"
     ]
     assert recorded == expected  # none lost, none twice

@@ -14,7 +14,9 @@ import httpx
 import pytest
 
 from adapters.xtdb import XtdbClient, XtdbNode, XtdbStore, open_store
+from application.persistence import decode_events, encode_events, entry_events, log_entry
 from application.ports.store import ConflictError, Expect
+from domain.session import events as ev
 
 pytestmark = pytest.mark.xtdb
 
@@ -280,3 +282,20 @@ def test_a_malformed_body_with_blobs_is_refused_naming_the_problem(
     assert answer.status_code == 400
     assert complaint in answer.json()["error"]
     assert after.content == before.content  # nothing was submitted
+
+
+def test_the_node_indexes_a_log_entrys_events_as_one_value(store: XtdbStore, ns: str) -> None:
+    # XTDB indexes each element of a top-level list; a session-log entry's events are wrapped
+    # so that they cost the node one indexed value, not one per event (decision 0017).
+    events = [ev.ObjectActivated(f"{ns}file:{n}", auto=False) for n in range(5)]
+    entry = log_entry(ns + "s", 1, command="Activate", command_id="c", at="t", events=events)
+    store.commit([entry])
+    query = "{:find [?v] :in [?id] :where [[?e :xt/id ?id] [?e :events ?v]]}"
+    rows = store.client.query(
+        f"{{:query {query} :in-args [{json.dumps(entry['xt/id'])}]}}",
+        operation="test",
+        valid_time="9999-12-31T00:00:00Z",
+        timeout=10.0,
+    )
+    assert rows == [[{"list": encode_events(events)}]]
+    assert decode_events(entry_events(store.get(entry["xt/id"]) or {})) == events
