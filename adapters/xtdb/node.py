@@ -95,12 +95,34 @@ def _edn_string(value: str) -> str:
     return json.dumps(value)
 
 
+DOC_CACHE_ENV = "SELFCTX_XTDB_DOC_CACHE_MB"
+DOC_CACHE_MB = 64
+"""Megabytes of documents a node keeps in memory after reading them (``selfctx.cache``, decision
+0017): a tenth of the default heap. Override with SELFCTX_XTDB_DOC_CACHE_MB."""
+
+
+def doc_cache_bytes() -> int:
+    """The document cache's budget in bytes, from SELFCTX_XTDB_DOC_CACHE_MB or the default."""
+    text = os.environ.get(DOC_CACHE_ENV, "").strip()
+    if not text:
+        return DOC_CACHE_MB * 1024 * 1024
+    try:
+        megabytes = int(text)
+    except ValueError:
+        megabytes = 0
+    if megabytes < 1:
+        raise XtdbSetupError(
+            f"{DOC_CACHE_ENV}={text!r}: expected a whole number of megabytes, >= 1"
+        )
+    return megabytes * 1024 * 1024
+
+
 def render_config(
     config: ConfigName, *, port: int, data_dir: Path | None, postgres: PostgresTarget | None
 ) -> str:
     """The node's EDN config: ``xtdb/config/<config>.edn`` with its placeholders filled in."""
     template = string.Template((paths.project_dir() / "config" / f"{config}.edn").read_text())
-    values: dict[str, str] = {"port": str(port)}
+    values: dict[str, str] = {"port": str(port), "doc_cache_bytes": str(doc_cache_bytes())}
     if config in ("rocksdb", "postgres"):
         if data_dir is None:
             raise XtdbSetupError(f"a {config} node needs a data directory")

@@ -118,13 +118,23 @@
 (defn- body-string ^String [^HttpExchange ex]
   (String. (.readAllBytes (.getRequestBody ex)) StandardCharsets/UTF_8))
 
+(def ^:private ^:const response-chunk (* 64 1024))
+
 (defn- respond [^HttpExchange ex status body]
   (let [^bytes bytes (write-json body)]
     (doto (.getResponseHeaders ex)
       (.set "Content-Type" "application/json; charset=utf-8"))
     (.sendResponseHeaders ex (int status) (alength bytes))
+    ;; In pieces: the JDK copies each write to the socket into a temporary direct buffer of the
+    ;; write's size and keeps it for the thread's next write. One write of a 26 MB answer (a
+    ;; resume's batch read) would hold 26 MB of direct memory on each of the pool's threads until
+    ;; -XX:MaxDirectMemorySize ran out, and the node would stop answering.
     (with-open [out (.getResponseBody ex)]
-      (.write out bytes))))
+      (loop [offset 0]
+        (when (< offset (alength bytes))
+          (let [n (min response-chunk (- (alength bytes) offset))]
+            (.write out bytes offset n)
+            (recur (+ offset n))))))))
 
 (defn- bad-request [message & [data]]
   (throw (ex-info message (merge {::status 400} data))))
