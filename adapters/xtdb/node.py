@@ -98,7 +98,7 @@ def _edn_string(value: str) -> str:
 DOC_CACHE_ENV = "SELFCTX_XTDB_DOC_CACHE_MB"
 DOC_CACHE_MB = 64
 """Megabytes of documents a node keeps in memory after reading them (``selfctx.cache``, decision
-0017): a tenth of the default heap. Override with SELFCTX_XTDB_DOC_CACHE_MB."""
+0017): a sixteenth of the default heap of 1 GB. Override with SELFCTX_XTDB_DOC_CACHE_MB."""
 
 
 def doc_cache_bytes() -> int:
