@@ -299,3 +299,37 @@ def test_the_node_indexes_a_log_entrys_events_as_one_value(store: XtdbStore, ns:
     )
     assert rows == [[{"list": encode_events(events)}]]
     assert decode_events(entry_events(store.get(entry["xt/id"]) or {})) == events
+
+
+def _query(store: XtdbStore, query: str, *args: Any) -> list[list[Any]]:
+    in_args = " ".join(json.dumps(a) for a in args)
+    return store.client.query(
+        f"{{:query {query} :in-args [{in_args}]}}",
+        operation="test",
+        valid_time="9999-12-31T00:00:00Z",
+        timeout=10.0,
+    )
+
+
+def test_content_is_in_every_version_but_not_an_index_key(store: XtdbStore, ns: str) -> None:
+    # The node leaves `content` out of its attribute indices (decision 0018): reads, history,
+    # as-of and match go by documents, which keep it; only a Datalog clause on it finds nothing.
+    old = {"xt/id": ns + "f", "type": "probe", "content": "a" * 300 + ns, "content_hash": "h1"}
+    new = dict(old, content="b" * 300 + ns, content_hash="h2")
+    first = store.commit([old])
+    store.commit([new], [Expect(ns + "f", old)])
+    with pytest.raises(ConflictError):
+        store.commit([dict(new, v=3)], [Expect(ns + "f", old)])
+
+    assert store.get(ns + "f") == new
+    assert store.get_as_of(ns + "f", first.tx_id) == old
+    assert [v.document for v in store.history(ns + "f")] == [old, new]
+    by_content = "{:find [?e] :in [?c] :where [[?e :content ?c]]}"
+    assert _query(store, by_content, new["content"]) == []
+    by_hash = "{:find [?e] :in [?h] :where [[?e :content_hash ?h]]}"
+    assert _query(store, by_hash, "h2") == [[ns + "f"]]
+    # Short and long, the same: no value of `content` is a key.
+    short = {"xt/id": ns + "s", "type": "probe", "content": "x" + ns}
+    store.commit([short])
+    assert _query(store, by_content, short["content"]) == []
+    assert store.get(ns + "s") == short
