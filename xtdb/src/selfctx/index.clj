@@ -28,7 +28,7 @@
   (if (empty? unindexed)
     docs
     (let [strip (map (fn [[content-hash doc]]
-                     (MapEntry/create content-hash (reduce dissoc doc unindexed))))]
+                       (MapEntry/create content-hash (reduce dissoc doc unindexed))))]
       (if (map? docs)
         (into {} strip docs)
         (into [] strip docs)))))
