@@ -46,7 +46,7 @@
   db/IndexSnapshotFactory
   (open-index-snapshot [_] (db/open-index-snapshot tx)))
 
-(defrecord IndexStore [store kv-store unindexed]
+(defrecord IndexStore [store unindexed]
   db/IndexStore
   (store-index-meta [_ k v] (db/store-index-meta store k v))
   (tx-failed? [_ tx-id] (db/tx-failed? store tx-id))
@@ -76,5 +76,5 @@
                      :unindexed {:doc "Attributes left out of the attribute indices"
                                  :default #{}
                                  :spec (s/coll-of keyword? :kind set?)})}
-  [{:keys [kv-store unindexed] :as opts}]
-  (->IndexStore (kv-index/->kv-index-store (dissoc opts :unindexed)) kv-store (set unindexed)))
+  [{:keys [unindexed] :as opts}]
+  (->IndexStore (kv-index/->kv-index-store (dissoc opts :unindexed)) (set unindexed)))
