@@ -40,7 +40,14 @@ deps-test: $(VENV)/.installed-dev postgres
 	$(BIN)/selfctx xtdb fetch
 	$(BIN)/selfctx tokenizer install
 
-check: $(VENV)/.installed-dev
+# What mypy checks: the package as it installs (selfctx.domain, ...), seen through symbolic links
+# to the top-level folders, since mypy cannot follow the editable install's package-dir mapping.
+TYPING := $(VENV)/typing/selfctx
+$(TYPING): | $(BIN)/python
+	mkdir -p $@
+	for d in domain application adapters contracts; do ln -sfn ../../../$$d $@/$$d; done
+
+check: $(VENV)/.installed-dev $(TYPING)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

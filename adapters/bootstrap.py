@@ -10,24 +10,24 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from adapters.filesystem.identity import host_filesystem_id
-from adapters.filesystem.reader import LocalFileReader
-from adapters.filesystem.tracker import WatchdogTracker
-from adapters.memory import MemoryStore
-from adapters.mounts import UnconfiguredMounts, load_mount_config
-from adapters.system import SystemClock, UuidIds
-from adapters.tokenizer import default_tokenizer
-from application.policies import DEFAULT_POLICY, policy_by_name
-from application.ports.clock import Clock
-from application.ports.files import FileReader
-from application.ports.ids import IdSource
-from application.ports.store import ObjectStore
-from application.ports.tokenizer import Tokenizer
-from application.ports.tracking import SourceTracker
-from application.service import ContextService
-from application.settings import Settings
-from domain.errors import InvalidInput
-from domain.mounts import MountMapping, MountTable
+from selfctx.adapters.filesystem.identity import host_filesystem_id
+from selfctx.adapters.filesystem.reader import LocalFileReader
+from selfctx.adapters.filesystem.tracker import WatchdogTracker
+from selfctx.adapters.memory import MemoryStore
+from selfctx.adapters.mounts import UnconfiguredMounts, load_mount_config
+from selfctx.adapters.system import SystemClock, UuidIds
+from selfctx.adapters.tokenizer import default_tokenizer
+from selfctx.application.policies import DEFAULT_POLICY, policy_by_name
+from selfctx.application.ports.clock import Clock
+from selfctx.application.ports.files import FileReader
+from selfctx.application.ports.ids import IdSource
+from selfctx.application.ports.store import ObjectStore
+from selfctx.application.ports.tokenizer import Tokenizer
+from selfctx.application.ports.tracking import SourceTracker
+from selfctx.application.service import ContextService
+from selfctx.application.settings import Settings
+from selfctx.domain.errors import InvalidInput
+from selfctx.domain.mounts import MountMapping, MountTable
 
 __all__ = ["build_service", "open_store"]
 
@@ -38,7 +38,7 @@ def open_store(spec: str = "memory", *, timeout: float = 30.0) -> ObjectStore:
     if spec == "memory":
         return MemoryStore()
     if spec.startswith("xtdb://") or spec == "auto":
-        from adapters import xtdb  # imported lazily: the embedded default needs no JVM
+        from selfctx.adapters import xtdb  # imported lazily: the embedded default needs no JVM
 
         url = xtdb.ensure_local_node() if spec == "auto" else "http://" + spec[len("xtdb://") :]
         return xtdb.open_store(url, timeout=timeout)
@@ -68,13 +68,13 @@ def build_service(
     ``workspace`` (default: the current directory) is the root reads are confined to unless
     ``roots`` says otherwise. ``mounts`` translate a sandboxed agent's paths; paths under no mount
     belong to ``default_filesystem_id`` (default: the host's, i.e. no sandbox). New sessions get
-    the measured default layout policy (``application.policies.DEFAULT_POLICY``) unless
+    the measured default layout policy (``selfctx.application.policies.DEFAULT_POLICY``) unless
     ``settings`` or ``start_session(policy=...)`` says otherwise.
 
     ``mounts_file`` (default: ``$SELFCTX_MOUNTS``) is a TOML mount configuration
-    (``adapters.mounts``); its mappings come after ``mounts``, and its default filesystem applies
-    unless ``default_filesystem_id`` is given. ``track=True`` watches the files sessions read
-    with watchdog (or pass a ``tracker``); call ``service.close()`` to stop it. A
+    (``selfctx.adapters.mounts``); its mappings come after ``mounts``, and its default filesystem
+    applies unless ``default_filesystem_id`` is given. ``track=True`` watches the files sessions
+    read with watchdog (or pass a ``tracker``); call ``service.close()`` to stop it. A
     ``mount_detector`` is told the device of every file read and flags mounts nobody configured.
     """
     host = host_filesystem_id(host_id or os.environ.get("SELFCTX_HOST_FILESYSTEM_ID"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from application.ports.clock import Clock
-from application.ports.ids import IdSource
+from selfctx.application.ports.clock import Clock
+from selfctx.application.ports.ids import IdSource
 
 __all__ = ["SystemClock", "UuidIds"]
 

@@ -27,11 +27,11 @@ from typing import Any, Final
 
 import attrs
 
-from domain.chat import AssistantMessage, message_from_json, message_to_json
-from domain.errors import InvalidInput
-from domain.indexing import Outcome
-from domain.session import events as e
-from domain.session.state import CollapseWindow, PolicyConfig
+from selfctx.domain.chat import AssistantMessage, message_from_json, message_to_json
+from selfctx.domain.errors import InvalidInput
+from selfctx.domain.indexing import Outcome
+from selfctx.domain.session import events as e
+from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = [
     "LOG_TYPE",

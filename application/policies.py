@@ -13,8 +13,8 @@ from typing import Any, Final
 
 import attrs
 
-from domain.errors import InvalidInput
-from domain.session.state import POLICY_NAMES, PolicyConfig
+from selfctx.domain.errors import InvalidInput
+from selfctx.domain.session.state import POLICY_NAMES, PolicyConfig
 
 __all__ = ["DEFAULT_POLICY", "POLICIES", "policy_by_name"]
 
@@ -25,7 +25,8 @@ POLICIES: Final[Mapping[str, PolicyConfig]] = {
 DEFAULT_POLICY: Final = "inline"
 """The policy sessions get when none is named: the winner of ``selfctx bench context``
 (docs/benchmarks.md, decision 0008). ``ContextService`` itself defaults to ``ssot`` — the SSOT's
-own behaviour — and the composition root (``adapters.bootstrap.build_service``) applies this one."""
+own behaviour — and the composition root (``selfctx.adapters.bootstrap.build_service``) applies this
+one."""
 
 
 def policy_by_name(name: str | None = None, **overrides: Any) -> PolicyConfig:

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import attrs
 
-from application.persistence import (
+from selfctx.application.persistence import (
     compact_json,
     decode_events,
     document_size,
@@ -26,9 +26,9 @@ from application.persistence import (
     log_entry,
     log_entry_id,
 )
-from application.ports.clock import Clock
-from application.ports.ids import IdSource
-from application.ports.store import (
+from selfctx.application.ports.clock import Clock
+from selfctx.application.ports.ids import IdSource
+from selfctx.application.ports.store import (
     ConflictError,
     Document,
     Expect,
@@ -37,22 +37,22 @@ from application.ports.store import (
     StoreError,
     Submission,
 )
-from domain.documents import from_document, to_document
-from domain.errors import InvalidInput, SessionNotFound
-from domain.infrastructure import (
+from selfctx.domain.documents import from_document, to_document
+from selfctx.domain.errors import InvalidInput, SessionNotFound
+from selfctx.domain.infrastructure import (
     ChatObject,
     SessionObject,
     chat_id_for,
     session_id_for,
     state_from_snapshot,
 )
-from domain.inline import InlineCache
-from domain.objects import ContentObject, FileObject, SystemPromptObject, ToolcallObject
-from domain.rendering import RenderCache
-from domain.session import events as e
-from domain.session.commands import Command
-from domain.session.machine import decide_and_fold, fold
-from domain.session.state import SessionState
+from selfctx.domain.inline import InlineCache
+from selfctx.domain.objects import ContentObject, FileObject, SystemPromptObject, ToolcallObject
+from selfctx.domain.rendering import RenderCache
+from selfctx.domain.session import events as e
+from selfctx.domain.session.commands import Command
+from selfctx.domain.session.machine import decide_and_fold, fold
+from selfctx.domain.session.state import SessionState
 
 __all__ = ["MAX_ATTEMPTS", "PIPELINE_DEPTH", "OpenSession", "Reads", "SessionRunner", "as_stored"]
 
@@ -86,7 +86,7 @@ class OpenSession:
     token_cache: dict[str, int] = attrs.field(factory=dict)
     """Token counts of texts this session's prompts contained."""
     context_counter: Any = None
-    """Counts successive contexts incrementally (``application.tokens.ContextCounter``)."""
+    """Counts successive contexts incrementally (``selfctx.application.tokens.ContextCounter``)."""
 
     def remember(self, obj: ContentObject) -> None:
         """Record a newer version of one of the session's objects."""

@@ -3,7 +3,7 @@
 One service serves many sessions; each public method names the session it acts on. Calls on one
 session are serialised by that session's lock (a watcher thread and the agent loop may call at
 once); different sessions proceed independently. Every method either completes and is durable, or
-raises a :class:`~domain.errors.SelfContextError` and changes nothing.
+raises a :class:`~selfctx.domain.errors.SelfContextError` and changes nothing.
 """
 
 from __future__ import annotations
@@ -12,19 +12,19 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from application.ports.clock import Clock
-from application.ports.files import FileReader
-from application.ports.ids import IdSource
-from application.ports.store import ObjectStore, Version
-from application.ports.tokenizer import Tokenizer
-from application.ports.tracking import SourceTracker
-from application.runner import OpenSession, SessionRunner
-from application.settings import Settings
-from application.usecases.assemble import AssembleContext
-from application.usecases.base import Deps
-from application.usecases.chat import RecordToolCall, RecordTurn
-from application.usecases.context import ActionResult, Activate, Deactivate, Pin, Unpin
-from application.usecases.files import (
+from selfctx.application.ports.clock import Clock
+from selfctx.application.ports.files import FileReader
+from selfctx.application.ports.ids import IdSource
+from selfctx.application.ports.store import ObjectStore, Version
+from selfctx.application.ports.tokenizer import Tokenizer
+from selfctx.application.ports.tracking import SourceTracker
+from selfctx.application.runner import OpenSession, SessionRunner
+from selfctx.application.settings import Settings
+from selfctx.application.usecases.assemble import AssembleContext
+from selfctx.application.usecases.base import Deps
+from selfctx.application.usecases.chat import RecordToolCall, RecordTurn
+from selfctx.application.usecases.context import ActionResult, Activate, Deactivate, Pin, Unpin
+from selfctx.application.usecases.files import (
     Discover,
     DiscoverReport,
     IndexFile,
@@ -32,7 +32,7 @@ from application.usecases.files import (
     IndexResult,
     resolve,
 )
-from application.usecases.sessions import (
+from selfctx.application.usecases.sessions import (
     PastState,
     ResumeReport,
     ResumeSession,
@@ -41,15 +41,21 @@ from application.usecases.sessions import (
     StateAt,
     validate_session_id,
 )
-from application.usecases.tracking import RefreshReport, TrackSources
-from domain.chat import ToolCallRequest
-from domain.documents import from_document
-from domain.errors import SessionNotFound, UnknownObject
-from domain.inline import render_inline
-from domain.mounts import MountTable
-from domain.objects import ContentObject, FileObject, SystemPromptObject, ToolcallObject, ToolStatus
-from domain.rendering import AssembledContext, render_context
-from domain.session.state import CollapseWindow, PolicyConfig, SessionState
+from selfctx.application.usecases.tracking import RefreshReport, TrackSources
+from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.documents import from_document
+from selfctx.domain.errors import SessionNotFound, UnknownObject
+from selfctx.domain.inline import render_inline
+from selfctx.domain.mounts import MountTable
+from selfctx.domain.objects import (
+    ContentObject,
+    FileObject,
+    SystemPromptObject,
+    ToolcallObject,
+    ToolStatus,
+)
+from selfctx.domain.rendering import AssembledContext, render_context
+from selfctx.domain.session.state import CollapseWindow, PolicyConfig, SessionState
 
 __all__ = ["ContextService"]
 

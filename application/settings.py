@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import attrs
 
-from domain.session.state import CollapseWindow, PolicyConfig
+from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = ["Settings"]
 
 
 @attrs.frozen
 class Settings:
-    """Tunable limits and policies of a :class:`~application.service.ContextService`."""
+    """Tunable limits and policies of a :class:`~selfctx.application.service.ContextService`."""
 
     window: CollapseWindow = CollapseWindow()
     """Auto-collapse window for new sessions (SSOT default: 5 per turn, 3 turns)."""
     policy: PolicyConfig = PolicyConfig()
     """Layout and collapse policy for new sessions: the SSOT's by default here; the composition
-    root gives new sessions ``application.policies.DEFAULT_POLICY`` unless told otherwise."""
+    root gives new sessions ``selfctx.application.policies.DEFAULT_POLICY`` unless told
+    otherwise."""
     max_file_bytes: int = 2 * 1024 * 1024
     """Files larger than this are indexed as metadata only (content null, reason shown)."""
     max_output_bytes: int = 8 * 1024 * 1024

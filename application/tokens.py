@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 from pyrsistent import thaw
 
-from domain.rendering import AssembledContext, RenderedMessage
+from selfctx.domain.rendering import AssembledContext, RenderedMessage
 
 __all__ = ["ContextCounter", "context_texts", "context_tokens"]
 

@@ -1,4 +1,4 @@
-"""The behaviour every :class:`~application.ports.store.ObjectStore` must show.
+"""The behaviour every :class:`~selfctx.application.ports.store.ObjectStore` must show.
 
 An adapter's test module subclasses :class:`StoreContract` and implements ``make_store()``::
 
@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from application.ports.store import ConflictError, Expect, ObjectStore
-from domain.errors import InvalidInput
+from selfctx.application.ports.store import ConflictError, Expect, ObjectStore
+from selfctx.domain.errors import InvalidInput
 
 __all__ = ["StoreContract"]
 

@@ -12,15 +12,15 @@ from typing import Any, TypeAlias
 import attrs
 from pyrsistent import thaw
 
-from domain.errors import InvalidInput
-from domain.infrastructure import ChatObject, SessionObject
-from domain.objects import (
+from selfctx.domain.errors import InvalidInput
+from selfctx.domain.infrastructure import ChatObject, SessionObject
+from selfctx.domain.objects import (
     FileObject,
     SystemPromptObject,
     ToolcallObject,
     source_from_json,
 )
-from domain.session.state import CollapseWindow, PolicyConfig
+from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = ["StoredObject", "from_document", "to_document"]
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any, Final
 
-from domain.errors import InvalidInput
+from selfctx.domain.errors import InvalidInput
 
 __all__ = [
     "ABSENT",
@@ -229,8 +229,8 @@ def stable_stringify(value: object) -> str:
 
     Raises :class:`TypeError` for a top-level :data:`ABSENT` (``JSON.stringify(undefined)`` is
     not a string), a non-string key or a value of another type, and
-    :class:`~domain.errors.InvalidInput` for an int that is not exactly a double or for two keys
-    that JavaScript would read as one.
+    :class:`~selfctx.domain.errors.InvalidInput` for an int that is not exactly a double or for two
+    keys that JavaScript would read as one.
     """
     if value is ABSENT:
         raise TypeError("stable_stringify(ABSENT) has no text, as JSON.stringify(undefined)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 
-from domain.objects import FileObject
+from selfctx.domain.objects import FileObject
 
 __all__ = ["Outcome", "decide_deletion", "decide_discovery", "decide_full_index"]
 

@@ -14,9 +14,9 @@ from typing import Any, ClassVar
 import attrs
 from pyrsistent import pmap, pset, pvector
 
-from domain import hashing
-from domain.chat import Turn, message_from_json, message_to_json
-from domain.session.state import CollapseWindow, PolicyConfig, SessionState
+from selfctx.domain import hashing
+from selfctx.domain.chat import Turn, message_from_json, message_to_json
+from selfctx.domain.session.state import CollapseWindow, PolicyConfig, SessionState
 
 __all__ = ["ChatObject", "SessionObject", "chat_id_for", "session_id_for", "state_from_snapshot"]
 

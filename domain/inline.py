@@ -16,10 +16,16 @@ from typing import Any
 
 import attrs
 
-from domain.chat import AssistantMessage, ContextNote, ToolCallRequest, ToolResult, UserMessage
-from domain.objects import ContentObject, FileObject, Source, ToolcallObject
-from domain.rendering import AssembledContext, RenderedMessage, field
-from domain.session.state import SessionState
+from selfctx.domain.chat import (
+    AssistantMessage,
+    ContextNote,
+    ToolCallRequest,
+    ToolResult,
+    UserMessage,
+)
+from selfctx.domain.objects import ContentObject, FileObject, Source, ToolcallObject
+from selfctx.domain.rendering import AssembledContext, RenderedMessage, field
+from selfctx.domain.session.state import SessionState
 
 __all__ = ["INLINE_GUIDE", "InlineCache", "compact_call", "handle", "render_inline"]
 

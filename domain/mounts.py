@@ -10,8 +10,8 @@ from collections.abc import Iterable
 
 import attrs
 
-from domain.errors import InvalidInput, InvalidPath
-from domain.objects import FilesystemSource, Source
+from selfctx.domain.errors import InvalidInput, InvalidPath
+from selfctx.domain.objects import FilesystemSource, Source
 
 __all__ = ["MountMapping", "MountTable", "normalize_absolute"]
 

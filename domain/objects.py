@@ -14,9 +14,9 @@ from typing import Any, ClassVar, Final, Literal, TypeAlias
 import attrs
 from pyrsistent import thaw
 
-from domain import hashing
-from domain.chat import freeze_json
-from domain.errors import InvalidInput, InvalidPath
+from selfctx.domain import hashing
+from selfctx.domain.chat import freeze_json
+from selfctx.domain.errors import InvalidInput, InvalidPath
 
 __all__ = [
     "CONTENT_TYPES",

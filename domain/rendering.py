@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import attrs
 
-from domain.chat import (
+from selfctx.domain.chat import (
     AssistantMessage,
     ContextNote,
     ToolCallRequest,
@@ -20,8 +20,8 @@ from domain.chat import (
     Turn,
     UserMessage,
 )
-from domain.objects import ContentObject, FileObject, Source, ToolcallObject
-from domain.session.state import SessionState
+from selfctx.domain.objects import ContentObject, FileObject, Source, ToolcallObject
+from selfctx.domain.session.state import SessionState
 
 __all__ = [
     "ActiveBlock",

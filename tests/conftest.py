@@ -22,11 +22,11 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from adapters.memory import MemoryStore
-from application.ports.store import ObjectStore
-from application.service import ContextService
-from application.settings import Settings
-from domain.mounts import MountMapping, MountTable
+from selfctx.adapters.memory import MemoryStore
+from selfctx.application.ports.store import ObjectStore
+from selfctx.application.service import ContextService
+from selfctx.application.settings import Settings
+from selfctx.domain.mounts import MountMapping, MountTable
 from tests.support import (
     CountingClock,
     CountingIds,
@@ -80,7 +80,7 @@ def store_factory(request: pytest.FixtureRequest) -> StoreFactory:
     if kind == "memory":
         return StoreFactory("memory", MemoryStore, shared=False)
     if kind == "xtdb":
-        from adapters.xtdb import open_store
+        from selfctx.adapters.xtdb import open_store
 
         node = request.getfixturevalue("xtdb_node")
         return StoreFactory("xtdb", lambda: open_store(node.url, timeout=10.0), shared=True)

@@ -10,17 +10,17 @@ from typing import Any
 
 import attrs
 
-from adapters.tokenizer import EstimateTokenizer
-from application.persistence import LOG_TYPE
-from application.ports.clock import Clock
-from application.ports.files import (
+from selfctx.adapters.tokenizer import EstimateTokenizer
+from selfctx.application.persistence import LOG_TYPE
+from selfctx.application.ports.clock import Clock
+from selfctx.application.ports.files import (
     FileReader,
     FileSnapshot,
     SourceMissing,
     SourceUnreachable,
 )
-from application.ports.ids import IdSource
-from application.ports.store import (
+from selfctx.application.ports.ids import IdSource
+from selfctx.application.ports.store import (
     ConflictError,
     Document,
     Expect,
@@ -32,10 +32,10 @@ from application.ports.store import (
     Submission,
     Version,
 )
-from application.service import ContextService
-from application.settings import Settings
-from domain.mounts import MountTable
-from domain.objects import Source
+from selfctx.application.service import ContextService
+from selfctx.application.settings import Settings
+from selfctx.domain.mounts import MountTable
+from selfctx.domain.objects import Source
 
 __all__ = [
     "CONTAINER_FS",

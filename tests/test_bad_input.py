@@ -13,10 +13,10 @@ from typing import Any
 import attrs
 import pytest
 
-from application.ports.files import SourceMissing
-from application.service import ContextService
-from domain.chat import ToolCallRequest
-from domain.errors import (
+from selfctx.application.ports.files import SourceMissing
+from selfctx.application.service import ContextService
+from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.errors import (
     DuplicateObject,
     InvalidContent,
     InvalidInput,
@@ -27,8 +27,8 @@ from domain.errors import (
     SessionNotFound,
     UnknownObject,
 )
-from domain.mounts import MountMapping
-from domain.session.state import CollapseWindow
+from selfctx.domain.mounts import MountMapping
+from selfctx.domain.session.state import CollapseWindow
 from tests.support import FakeFileReader, StoreProbe, WrappedStore, file_id
 
 
@@ -191,7 +191,7 @@ def test_non_text_content_is_refused(world: World, refused: Any, content: object
 
 
 def test_oversized_content_is_refused(make_service: Any, world: World, refused: Any) -> None:
-    from application.settings import Settings
+    from selfctx.application.settings import Settings
 
     small = make_service(settings=Settings(max_output_bytes=8))
     small.resume_session(world.s1)

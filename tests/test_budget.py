@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from adapters.harness import to_anthropic, to_openai, validate_anthropic, validate_openai
-from application.settings import Settings
-from application.usecases.assemble import BudgetExceeded
-from domain.chat import ContextNote, ToolCallRequest
-from domain.session.state import PolicyConfig
+from selfctx.adapters.harness import to_anthropic, to_openai, validate_anthropic, validate_openai
+from selfctx.application.settings import Settings
+from selfctx.application.usecases.assemble import BudgetExceeded
+from selfctx.domain.chat import ContextNote, ToolCallRequest
+from selfctx.domain.session.state import PolicyConfig
 from tests.conftest import MakeService
 
 

@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from adapters.bootstrap import build_service
-from adapters.cli.replay_cmd import SAMPLE_SESSION
-from adapters.harness.replay import replay, replay_filesystem_id
-from adapters.harness.tokens import PromptCounter
-from adapters.harness.trajectories import load
-from adapters.memory import MemoryStore
-from adapters.tokenizer import EstimateTokenizer
-from application.policies import policy_by_name
-from application.tokens import context_tokens
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.cli.replay_cmd import SAMPLE_SESSION
+from selfctx.adapters.harness.replay import replay, replay_filesystem_id
+from selfctx.adapters.harness.tokens import PromptCounter
+from selfctx.adapters.harness.trajectories import load
+from selfctx.adapters.memory import MemoryStore
+from selfctx.adapters.tokenizer import EstimateTokenizer
+from selfctx.application.policies import policy_by_name
+from selfctx.application.tokens import context_tokens
 
 
 @pytest.mark.parametrize(

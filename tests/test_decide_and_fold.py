@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-import application.runner as runner_module
-from domain.session.machine import decide_and_fold, fold
-from domain.session.state import PolicyConfig
+import selfctx.application.runner as runner_module
+from selfctx.domain.session.machine import decide_and_fold, fold
+from selfctx.domain.session.state import PolicyConfig
 from tests.conftest import MakeService
 from tests.support import FakeFileReader
 

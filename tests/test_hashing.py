@@ -22,9 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from domain import hashing
-from domain.errors import InvalidInput
-from domain.hashing import ABSENT, stable_stringify
+from selfctx.domain import hashing
+from selfctx.domain.errors import InvalidInput
+from selfctx.domain.hashing import ABSENT, stable_stringify
 
 GOLDEN = Path(__file__).parent / "golden"
 TAGS = frozenset({"$absent", "$float", "$int"})

@@ -15,18 +15,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from application.ports.files import SourceMissing
-from application.ports.store import Receipt, StoreUnavailable, Submission
-from application.runner import SessionRunner
-from application.service import ContextService
-from application.usecases import files as files_usecase
-from domain.errors import InvalidInput
-from domain.indexing import Outcome
-from domain.mounts import MountTable
-from domain.objects import FileObject
-from domain.session import commands as c
-from domain.session.machine import decide
-from domain.session.state import SessionState
+from selfctx.application.ports.files import SourceMissing
+from selfctx.application.ports.store import Receipt, StoreUnavailable, Submission
+from selfctx.application.runner import SessionRunner
+from selfctx.application.service import ContextService
+from selfctx.application.usecases import files as files_usecase
+from selfctx.domain.errors import InvalidInput
+from selfctx.domain.indexing import Outcome
+from selfctx.domain.mounts import MountTable
+from selfctx.domain.objects import FileObject
+from selfctx.domain.session import commands as c
+from selfctx.domain.session.machine import decide
+from selfctx.domain.session.state import SessionState
 from tests.conftest import MakeService, StoreFactory, profile_max_examples
 from tests.support import (
     CountingClock,

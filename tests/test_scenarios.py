@@ -12,18 +12,18 @@ from collections.abc import Callable
 
 import pytest
 
-from application.persistence import entry_events
-from application.ports.files import SourceMissing, SourceUnreachable
-from application.ports.store import ConflictError, StoreUnavailable
-from application.runner import MAX_ATTEMPTS, SessionRunner
-from application.service import ContextService
-from application.settings import Settings
-from domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
-from domain.errors import InvalidInput
-from domain.indexing import Outcome
-from domain.mounts import MountMapping
-from domain.rendering import ActiveBlock, AssembledContext, RenderedMessage
-from domain.session.state import CollapseWindow, SessionState
+from selfctx.application.persistence import entry_events
+from selfctx.application.ports.files import SourceMissing, SourceUnreachable
+from selfctx.application.ports.store import ConflictError, StoreUnavailable
+from selfctx.application.runner import MAX_ATTEMPTS, SessionRunner
+from selfctx.application.service import ContextService
+from selfctx.application.settings import Settings
+from selfctx.domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
+from selfctx.domain.errors import InvalidInput
+from selfctx.domain.indexing import Outcome
+from selfctx.domain.mounts import MountMapping
+from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage
+from selfctx.domain.session.state import CollapseWindow, SessionState
 from tests.conftest import MakeService
 from tests.support import (
     CONTAINER_FS,

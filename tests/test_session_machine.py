@@ -32,18 +32,18 @@ from hypothesis.stateful import (
 )
 from pyrsistent import thaw
 
-from adapters.memory import MemoryStore
-from application.persistence import decode_events, entry_events
-from application.ports.files import SourceMissing, SourceUnreachable
-from application.ports.store import ObjectStore, StoreUnavailable
-from application.runner import SessionRunner
-from application.service import ContextService
-from domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
-from domain.errors import DuplicateObject, NotAContentObject, UnknownObject
-from domain.mounts import MountMapping, MountTable
-from domain.rendering import AssembledContext
-from domain.session.machine import fold
-from domain.session.state import CollapseWindow, SessionState
+from selfctx.adapters.memory import MemoryStore
+from selfctx.application.persistence import decode_events, entry_events
+from selfctx.application.ports.files import SourceMissing, SourceUnreachable
+from selfctx.application.ports.store import ObjectStore, StoreUnavailable
+from selfctx.application.runner import SessionRunner
+from selfctx.application.service import ContextService
+from selfctx.domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
+from selfctx.domain.errors import DuplicateObject, NotAContentObject, UnknownObject
+from selfctx.domain.mounts import MountMapping, MountTable
+from selfctx.domain.rendering import AssembledContext
+from selfctx.domain.session.machine import fold
+from selfctx.domain.session.state import CollapseWindow, SessionState
 from tests.conftest import StoreFactory, profile_max_examples
 from tests.support import (
     CONTAINER_FS,

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-import adapters.tokenizer as tk
-from adapters.cli import tokenizer_cmd
-from adapters.tokenizer import (
+import selfctx.adapters.tokenizer as tk
+from selfctx.adapters.cli import tokenizer_cmd
+from selfctx.adapters.tokenizer import (
     CL100K_BASE,
     DATA_DIR_ENV,
     O200K_BASE,
@@ -36,9 +36,9 @@ from adapters.tokenizer import (
     install,
     npm_ranks_to_tiktoken,
 )
-from adapters.tokenizer.exact import LONG_WHITESPACE_RUN, has_long_whitespace_run
-from application.ports.tokenizer import Tokenizer, TokenizerError
-from domain.errors import SelfContextError
+from selfctx.adapters.tokenizer.exact import LONG_WHITESPACE_RUN, has_long_whitespace_run
+from selfctx.application.ports.tokenizer import Tokenizer, TokenizerError
+from selfctx.domain.errors import SelfContextError
 
 # Counts by js-tiktoken 1.0.21 (npm, pure JavaScript: its own regex and BPE), run with node 20:
 # `getEncoding(name).encode(text, [], []).length`. An implementation independent of tiktoken's

@@ -2,7 +2,8 @@
 the naive harness, replaying real trajectories.
 
 For every model call of every trajectory, each contender's prompt is counted with one
-:class:`PromptCounter` (the rule of ``adapters.harness.tokens``): the *naive* prompt is the list
+:class:`PromptCounter` (the rule of ``selfctx.adapters.harness.tokens``): the *naive* prompt is the
+list
 the harness itself sent; a policy's is the request the context manager assembles. Per contender:
 
 * ``tokens``: input tokens summed over all calls;
@@ -25,14 +26,19 @@ from typing import Any
 
 import attrs
 
-from adapters.harness.replay import replay, replay_filesystem_id
-from adapters.harness.tokens import PromptCounter, request_texts
-from adapters.harness.tools import handle_context_tool
-from adapters.harness.trajectories import Trajectory, default_directory, load, trajectory_files
-from application.ports.tokenizer import Tokenizer
-from application.service import ContextService
-from domain.objects import ToolcallObject
-from domain.session.state import PolicyConfig
+from selfctx.adapters.harness.replay import replay, replay_filesystem_id
+from selfctx.adapters.harness.tokens import PromptCounter, request_texts
+from selfctx.adapters.harness.tools import handle_context_tool
+from selfctx.adapters.harness.trajectories import (
+    Trajectory,
+    default_directory,
+    load,
+    trajectory_files,
+)
+from selfctx.application.ports.tokenizer import Tokenizer
+from selfctx.application.service import ContextService
+from selfctx.domain.objects import ToolcallObject
+from selfctx.domain.session.state import PolicyConfig
 
 __all__ = ["CACHE_READ", "CACHE_WRITE", "Contender", "run_context_bench", "trajectories_in"]
 

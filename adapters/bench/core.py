@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from adapters.bench.stats import summary_ms
-from application.ports.store import ObjectStore
-from application.service import ContextService
-from domain.chat import ToolCallRequest
+from selfctx.adapters.bench.stats import summary_ms
+from selfctx.application.ports.store import ObjectStore
+from selfctx.application.service import ContextService
+from selfctx.domain.chat import ToolCallRequest
 
 __all__ = ["SIZES", "fill_session", "measure_turns", "run_core", "turns_for_two_snapshots"]
 

@@ -1,8 +1,8 @@
 """``selfctx bench store``: the in-memory store against a real XTDB node, in one run.
 
 * **Per turn** (``per_turn_ms``, ``bytes_per_turn``): ``selfctx bench core``'s session and turn
-  (``adapters.bench.core``) at each size. A session is filled once, on the in-memory store, then
-  copied into a fresh XTDB node of its own (the latest version of every document, in large
+  (``selfctx.adapters.bench.core``) at each size. A session is filled once, on the in-memory store,
+  then copied into a fresh XTDB node of its own (the latest version of every document, in large
   transactions: filling 10,000 objects one command at a time over HTTP would take longer than
   everything measured), and resumed there. The same turns then run on both stores. Both services
   use the SSOT layout policy, so that the figures compare stores, not layout policies.
@@ -36,15 +36,21 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from adapters.bench.core import SESSION, SIZES, fill_session, measure_turns, turns_for_two_snapshots
-from adapters.bench.stats import summary_ms
-from adapters.bootstrap import build_service
-from adapters.memory import MemoryStore
-from adapters.xtdb import XtdbNode, open_store
-from adapters.xtdb.node import ConfigName
-from application.ports.store import Document, ObjectStore
-from application.service import ContextService
-from application.settings import Settings
+from selfctx.adapters.bench.core import (
+    SESSION,
+    SIZES,
+    fill_session,
+    measure_turns,
+    turns_for_two_snapshots,
+)
+from selfctx.adapters.bench.stats import summary_ms
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.memory import MemoryStore
+from selfctx.adapters.xtdb import XtdbNode, open_store
+from selfctx.adapters.xtdb.node import ConfigName
+from selfctx.application.ports.store import Document, ObjectStore
+from selfctx.application.service import ContextService
+from selfctx.application.settings import Settings
 
 __all__ = ["copy_latest", "run_store_bench", "stdlib_sources"]
 

@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from adapters.bench.stats import percentile
-from adapters.bootstrap import build_service
-from adapters.filesystem.tracker import WatchdogTracker
-from adapters.memory import MemoryStore
-from application.ports.store import Document, Expect, Receipt
+from selfctx.adapters.bench.stats import percentile
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.filesystem.tracker import WatchdogTracker
+from selfctx.adapters.memory import MemoryStore
+from selfctx.application.ports.store import Document, Expect, Receipt
 
 __all__ = ["NotifyingStore", "run_watch"]
 

@@ -7,9 +7,9 @@ import json
 import sys
 from typing import Any
 
-from adapters.bench.core import SIZES, run_core
-from adapters.bootstrap import build_service
-from adapters.memory import MemoryStore
+from selfctx.adapters.bench.core import SIZES, run_core
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.memory import MemoryStore
 
 
 def _progress(quiet: bool) -> Any:
@@ -21,8 +21,8 @@ def _progress(quiet: bool) -> Any:
 
 
 def _core(args: argparse.Namespace) -> int:
-    from application.policies import DEFAULT_POLICY, policy_by_name
-    from application.settings import Settings
+    from selfctx.application.policies import DEFAULT_POLICY, policy_by_name
+    from selfctx.application.settings import Settings
 
     settings = Settings(policy=policy_by_name(args.policy or DEFAULT_POLICY))
 
@@ -50,7 +50,7 @@ def _core(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from adapters.bench.watch import run_watch  # imported here: it starts watchdog threads
+    from selfctx.adapters.bench.watch import run_watch  # imported here: it starts watchdog threads
 
     result = run_watch(
         files=args.files,
@@ -84,7 +84,7 @@ def _register_watch(benches: Any) -> None:
 
 
 def _store(args: argparse.Namespace) -> int:
-    from adapters.bench.store import run_store_bench, stdlib_sources  # starts JVMs
+    from selfctx.adapters.bench.store import run_store_bench, stdlib_sources  # starts JVMs
 
     sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else SIZES
     files = stdlib_sources()[: args.index_limit] if args.index_limit else None
@@ -144,14 +144,14 @@ GOALS = {"tokens": 0.50, "peak": 0.55, "cost": 0.75}
 
 
 def _context(args: argparse.Namespace) -> int:
-    from adapters.bench.context import (
+    from selfctx.adapters.bench.context import (
         default_directory,
         replay_service_factory,
         run_context_bench,
         trajectories_in,
     )
-    from adapters.tokenizer import default_tokenizer
-    from application.policies import POLICIES, policy_by_name
+    from selfctx.adapters.tokenizer import default_tokenizer
+    from selfctx.application.policies import POLICIES, policy_by_name
 
     paths = args.paths or [p for p in [default_directory()] if p is not None]
     if not paths:

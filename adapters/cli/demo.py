@@ -16,11 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from adapters.bootstrap import build_service, open_store
-from adapters.filesystem.identity import host_filesystem_id
-from application.service import ContextService
-from domain.chat import ToolCallRequest
-from domain.mounts import MountMapping
+from selfctx.adapters.bootstrap import build_service, open_store
+from selfctx.adapters.filesystem.identity import host_filesystem_id
+from selfctx.application.service import ContextService
+from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.mounts import MountMapping
 
 SAMPLE = Path(__file__).with_name("sample")
 AGENT_ROOT = "/workspace"

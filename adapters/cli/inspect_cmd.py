@@ -19,12 +19,12 @@ import os
 import sys
 from typing import Any
 
-from adapters.bootstrap import build_service, open_store
-from adapters.harness.render import to_anthropic, to_openai
-from application.persistence import entry_events
-from application.ports.store import ObjectStore
-from application.service import ContextService
-from domain.errors import InvalidInput, SessionNotFound
+from selfctx.adapters.bootstrap import build_service, open_store
+from selfctx.adapters.harness.render import to_anthropic, to_openai
+from selfctx.application.persistence import entry_events
+from selfctx.application.ports.store import ObjectStore
+from selfctx.application.service import ContextService
+from selfctx.domain.errors import InvalidInput, SessionNotFound
 
 STORE_ENV = "SELFCTX_STORE"
 _HASHES = ("identity_hash", "object_hash", "content_hash", "metadata_hash", "file_hash")

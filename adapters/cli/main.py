@@ -1,6 +1,6 @@
 """``selfctx``: the command-line front of the context manager.
 
-Each sub-command lives in its own module under ``adapters.cli`` and exposes
+Each sub-command lives in its own module under ``selfctx.adapters.cli`` and exposes
 ``register(subparsers)``; this module only collects them.
 """
 
@@ -12,17 +12,17 @@ import os
 import sys
 from collections.abc import Sequence
 
-from domain.errors import SelfContextError
+from selfctx.domain.errors import SelfContextError
 
 # Modules that contribute sub-commands, in the order `selfctx --help` lists them.
 COMMAND_MODULES = (
-    "adapters.cli.demo",
-    "adapters.cli.replay_cmd",
-    "adapters.cli.inspect_cmd",
-    "adapters.cli.xtdb_cmd",
-    "adapters.cli.bench_cmd",
-    "adapters.cli.tokenizer_cmd",
-    "adapters.cli.serve_cmd",
+    "selfctx.adapters.cli.demo",
+    "selfctx.adapters.cli.replay_cmd",
+    "selfctx.adapters.cli.inspect_cmd",
+    "selfctx.adapters.cli.xtdb_cmd",
+    "selfctx.adapters.cli.bench_cmd",
+    "selfctx.adapters.cli.tokenizer_cmd",
+    "selfctx.adapters.cli.serve_cmd",
 )
 
 

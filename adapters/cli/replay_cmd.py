@@ -18,22 +18,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from adapters.bootstrap import build_service, open_store
-from adapters.harness.replay import (
+from selfctx.adapters.bootstrap import build_service, open_store
+from selfctx.adapters.harness.replay import (
     ReplayReport,
     replay,
     replay_filesystem_id,
     session_id_for,
     totals,
 )
-from adapters.harness.session import HarnessSession
-from adapters.harness.tokens import PromptCounter
-from adapters.harness.trajectories import ModelCall, Trajectory, load
-from adapters.memory import MemoryStore
-from adapters.tokenizer import default_tokenizer
-from application.policies import DEFAULT_POLICY, POLICIES, policy_by_name
-from application.ports.store import ObjectStore
-from domain.errors import InvalidInput
+from selfctx.adapters.harness.session import HarnessSession
+from selfctx.adapters.harness.tokens import PromptCounter
+from selfctx.adapters.harness.trajectories import ModelCall, Trajectory, load
+from selfctx.adapters.memory import MemoryStore
+from selfctx.adapters.tokenizer import default_tokenizer
+from selfctx.application.policies import DEFAULT_POLICY, POLICIES, policy_by_name
+from selfctx.application.ports.store import ObjectStore
+from selfctx.domain.errors import InvalidInput
 
 SAMPLE_SESSION = Path(__file__).with_name("sample_session.json")
 """The example session the project ships (``make demo`` replays it)."""

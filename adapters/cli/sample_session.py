@@ -7,8 +7,8 @@ answered by a live :class:`HarnessSession`, exactly as a harness would. Outputs 
 way mini-swe-agent (``<returncode>``/``<output>``) and the SWE-agent/OpenHands editor (``cat -n``
 views) present them, with the copy's location shown as ``/workspace``.
 
-Regenerate with ``python -m adapters.cli.sample_session`` (the test suite only replays the shipped
-file; outputs such as test timings differ from run to run).
+Regenerate with ``python -m selfctx.adapters.cli.sample_session`` (the test suite only replays the
+shipped file; outputs such as test timings differ from run to run).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from adapters.bootstrap import build_service
-from adapters.harness.session import HarnessSession
-from adapters.harness.trajectories import OWN_FORMAT
-from adapters.memory import MemoryStore
-from application.policies import policy_by_name
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.harness.session import HarnessSession
+from selfctx.adapters.harness.trajectories import OWN_FORMAT
+from selfctx.adapters.memory import MemoryStore
+from selfctx.application.policies import policy_by_name
 
 SAMPLE = Path(__file__).with_name("sample")
 OUTPUT = Path(__file__).with_name("sample_session.json")

@@ -12,8 +12,8 @@ import os
 import sys
 from typing import IO, Any
 
-from adapters.bootstrap import build_service, open_store
-from adapters.harness.stdio import StdioServer
+from selfctx.adapters.bootstrap import build_service, open_store
+from selfctx.adapters.harness.stdio import StdioServer
 
 
 def _serve(args: argparse.Namespace, protocol: IO[bytes]) -> None:

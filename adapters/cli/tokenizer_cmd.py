@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from adapters.tokenizer import (
+from selfctx.adapters.tokenizer import (
     DEFAULT_SOURCES,
     ENCODINGS,
     O200K_BASE,
@@ -122,7 +122,7 @@ def _count(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from adapters.tokenizer import bench
+    from selfctx.adapters.tokenizer import bench
 
     paths = args.paths or ([_DEFAULT_CORPUS] if _DEFAULT_CORPUS.exists() else [])
     if not paths:

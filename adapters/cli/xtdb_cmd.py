@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from adapters.xtdb import fetch_jars, local, paths
+from selfctx.adapters.xtdb import fetch_jars, local, paths
 
 
 def _run_dir(args: argparse.Namespace) -> tuple[Path, Path | None]:

@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from domain.errors import SelfContextError
+from selfctx.domain.errors import SelfContextError
 
 __all__ = ["MACHINE_ID_FILES", "HostIdentityUnavailable", "host_filesystem_id"]
 

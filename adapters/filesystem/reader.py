@@ -9,15 +9,15 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 
-from application.ports.files import (
+from selfctx.application.ports.files import (
     FileReader,
     FileSnapshot,
     SourceMissing,
     SourceOutsideRoots,
     SourceUnreachable,
 )
-from domain.mounts import normalize_absolute
-from domain.objects import FilesystemSource, Source
+from selfctx.domain.mounts import normalize_absolute
+from selfctx.domain.objects import FilesystemSource, Source
 
 __all__ = ["LocalFileReader"]
 
@@ -61,7 +61,7 @@ class LocalFileReader(FileReader):
         """Canonical allowed roots; empty means the whole host filesystem."""
         self.on_stat = on_stat
         """Told ``(canonical path, st_dev)`` of every file read, from the stat the read makes
-        anyway (the mount detector of ``adapters.mounts`` listens here)."""
+        anyway (the mount detector of ``selfctx.adapters.mounts`` listens here)."""
 
     def _check_roots(self, source: Source, real: str) -> None:
         if self.roots and not any(_within(real, root) for root in self.roots):

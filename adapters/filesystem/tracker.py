@@ -1,9 +1,9 @@
 """Watching host files with watchdog (SSOT §5.8): one watch per parent directory, not per file.
 
 Events are hints (STYLE.md): each one only marks a watched path as worth a look. Marks are
-coalesced per path (:mod:`adapters.filesystem.coalesce`), so a burst of writes, or an editor's
-save by writing a temporary file and renaming it over the original, becomes one look at the file
-once it is quiet, and the application indexes whatever is there then: one ``updated`` version.
+coalesced per path (:mod:`selfctx.adapters.filesystem.coalesce`), so a burst of writes, or an
+editor's save by writing a temporary file and renaming it over the original, becomes one look at the
+file once it is quiet, and the application indexes whatever is there then: one ``updated`` version.
 
 * A watched file unlinked or moved away, and absent when the look happens, is reported ``gone``.
 * A watched file renamed within its directory also reports the new path (``renamed_from``), which
@@ -48,9 +48,14 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
-from adapters.filesystem.coalesce import Coalescer
-from application.ports.tracking import ChangeHandler, SourceChange, SourceTracker, TrackerFailure
-from domain.objects import FilesystemSource, Source
+from selfctx.adapters.filesystem.coalesce import Coalescer
+from selfctx.application.ports.tracking import (
+    ChangeHandler,
+    SourceChange,
+    SourceTracker,
+    TrackerFailure,
+)
+from selfctx.domain.objects import FilesystemSource, Source
 
 __all__ = ["WatchdogTracker"]
 

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from adapters.harness.messages import MalformedMessage, Message
-from adapters.harness.recognise import (
+from selfctx.adapters.harness.messages import MalformedMessage, Message
+from selfctx.adapters.harness.recognise import (
     Effect,
     FileEdit,
     FileRead,
@@ -29,14 +29,14 @@ from adapters.harness.recognise import (
     recognise,
     unwrap_output,
 )
-from application.persistence import entry_events
-from application.ports.files import SourceUnavailable
-from application.ports.store import StoreError
-from application.service import ContextService
-from domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
-from domain.errors import DuplicateObject, InvalidInput, SelfContextError
-from domain.objects import FileObject, ToolcallObject, ToolStatus
-from domain.session.machine import INFRASTRUCTURE_PREFIXES
+from selfctx.application.persistence import entry_events
+from selfctx.application.ports.files import SourceUnavailable
+from selfctx.application.ports.store import StoreError
+from selfctx.application.service import ContextService
+from selfctx.domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
+from selfctx.domain.errors import DuplicateObject, InvalidInput, SelfContextError
+from selfctx.domain.objects import FileObject, ToolcallObject, ToolStatus
+from selfctx.domain.session.machine import INFRASTRUCTURE_PREFIXES
 
 __all__ = ["IngestResult", "Ingestor"]
 

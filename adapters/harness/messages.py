@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 import attrs
 
-from domain.chat import ToolCallRequest
-from domain.errors import InvalidInput
-from domain.hashing import stable_stringify
+from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.errors import InvalidInput
+from selfctx.domain.hashing import stable_stringify
 
 __all__ = [
     "FORMATS",

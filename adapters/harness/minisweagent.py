@@ -28,9 +28,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from adapters.harness.ingest import IngestResult
-from adapters.harness.session import HarnessSession
-from application.service import ContextService
+from selfctx.adapters.harness.ingest import IngestResult
+from selfctx.adapters.harness.session import HarnessSession
+from selfctx.application.service import ContextService
 
 __all__ = [
     "CONTEXT_COMMAND",

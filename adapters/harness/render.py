@@ -16,8 +16,8 @@ from typing import Any
 
 from pyrsistent import thaw
 
-from domain.errors import InvalidInput
-from domain.rendering import AssembledContext, RenderedMessage
+from selfctx.domain.errors import InvalidInput
+from selfctx.domain.rendering import AssembledContext, RenderedMessage
 
 __all__ = [
     "ACTIVE_HEADER",

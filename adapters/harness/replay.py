@@ -19,14 +19,14 @@ from typing import Any
 
 import attrs
 
-from adapters.harness.render import to_anthropic, to_openai
-from adapters.harness.session import HarnessSession
-from adapters.harness.tokens import PromptCounter
-from adapters.harness.tools import is_context_tool
-from adapters.harness.trajectories import ModelCall, Trajectory
-from application.service import ContextService
-from domain.errors import InvalidInput
-from domain.objects import FileObject
+from selfctx.adapters.harness.render import to_anthropic, to_openai
+from selfctx.adapters.harness.session import HarnessSession
+from selfctx.adapters.harness.tokens import PromptCounter
+from selfctx.adapters.harness.tools import is_context_tool
+from selfctx.adapters.harness.trajectories import ModelCall, Trajectory
+from selfctx.application.service import ContextService
+from selfctx.domain.errors import InvalidInput
+from selfctx.domain.objects import FileObject
 
 __all__ = [
     "CallFigures",

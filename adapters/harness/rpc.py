@@ -1,10 +1,10 @@
 """JSON-RPC 2.0, one JSON value per line: framing, request checks, parameter checks, errors.
 
 :class:`LineServer` answers lines by calling the methods of its ``methods`` table; what the
-methods do is the subclass's business (``adapters.harness.stdio``). Every failure becomes an error
-object: the standard codes for the protocol's own failures, ``SERVER_ERROR`` with the project's
-stable ``kind`` for a deliberate error (:mod:`domain.errors`), ``INTERNAL_ERROR`` for a bug. The
-server keeps serving after each of them.
+methods do is the subclass's business (``selfctx.adapters.harness.stdio``). Every failure becomes an
+error object: the standard codes for the protocol's own failures, ``SERVER_ERROR`` with the
+project's stable ``kind`` for a deliberate error (:mod:`selfctx.domain.errors`), ``INTERNAL_ERROR``
+for a bug. The server keeps serving after each of them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import IO, Any, ClassVar
 
 import attrs
 
-from domain.errors import SelfContextError
+from selfctx.domain.errors import SelfContextError
 
 __all__ = [
     "ARRAY",

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from adapters.harness.ingest import Ingestor, IngestResult
-from adapters.harness.messages import parse_messages
-from adapters.harness.render import to_anthropic, to_openai
-from adapters.harness.tools import ToolAnswer, handle_context_tool, tool_schemas
-from application.service import ContextService
-from domain.errors import InvalidInput
-from domain.session.state import PolicyConfig
+from selfctx.adapters.harness.ingest import Ingestor, IngestResult
+from selfctx.adapters.harness.messages import parse_messages
+from selfctx.adapters.harness.render import to_anthropic, to_openai
+from selfctx.adapters.harness.tools import ToolAnswer, handle_context_tool, tool_schemas
+from selfctx.application.service import ContextService
+from selfctx.domain.errors import InvalidInput
+from selfctx.domain.session.state import PolicyConfig
 
 __all__ = ["HarnessSession"]
 

@@ -1,8 +1,8 @@
 """``selfctx serve --stdio``: the context manager for a harness in any language.
 
 JSON-RPC 2.0, one JSON value per line: requests on stdin, responses on stdout, logs on stderr
-only (the protocol itself, framing and errors are :mod:`adapters.harness.rpc`). This module holds
-the methods: sessions opened on the server, each a :class:`HarnessSession`, fed and read by
+only (the protocol itself, framing and errors are :mod:`selfctx.adapters.harness.rpc`). This module
+holds the methods: sessions opened on the server, each a :class:`HarnessSession`, fed and read by
 ``ingest`` and ``assemble``, and the model's context tools. Every deliberate error of the context
 manager reaches the client with its stable ``kind`` as ``data.kind``, and changes nothing.
 End of input closes every open session.
@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 
 import attrs
 
-from adapters.harness.messages import FORMATS, parse_messages
-from adapters.harness.render import to_anthropic, to_openai
-from adapters.harness.rpc import (
+from selfctx.adapters.harness.messages import FORMATS, parse_messages
+from selfctx.adapters.harness.render import to_anthropic, to_openai
+from selfctx.adapters.harness.rpc import (
     ARRAY,
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -38,11 +38,11 @@ from adapters.harness.rpc import (
     method,
     project_error,
 )
-from adapters.harness.session import HarnessSession
-from adapters.harness.tools import handle_context_tool, tool_schemas
-from application.policies import DEFAULT_POLICY, policy_by_name
-from application.service import ContextService
-from domain.errors import InvalidPath, SelfContextError
+from selfctx.adapters.harness.session import HarnessSession
+from selfctx.adapters.harness.tools import handle_context_tool, tool_schemas
+from selfctx.application.policies import DEFAULT_POLICY, policy_by_name
+from selfctx.application.service import ContextService
+from selfctx.domain.errors import InvalidPath, SelfContextError
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -64,7 +64,7 @@ POLICIES: dict[str, str] = {
     "handles, older outputs collapsed in batches once a token trigger is crossed.",
 }
 """Layout and collapse policies ``session.open`` accepts, by name, with a one-line description
-(their settings: ``application.policies.POLICIES``)."""
+(their settings: ``selfctx.application.policies.POLICIES``)."""
 
 METHODS: dict[str, Method] = {}
 """Every method the server answers, by name."""

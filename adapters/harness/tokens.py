@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from application.ports.tokenizer import Tokenizer
+from selfctx.application.ports.tokenizer import Tokenizer
 
 __all__ = ["PromptCounter", "request_texts"]
 

@@ -7,11 +7,11 @@ from typing import Any, Final
 
 import attrs
 
-from application.ports.store import StoreError
-from application.service import ContextService
-from domain.errors import InvalidInput, SelfContextError
-from domain.inline import handle
-from domain.objects import FileObject, ToolcallObject
+from selfctx.application.ports.store import StoreError
+from selfctx.application.service import ContextService
+from selfctx.domain.errors import InvalidInput, SelfContextError
+from selfctx.domain.inline import handle
+from selfctx.domain.objects import FileObject, ToolcallObject
 
 __all__ = ["CONTEXT_TOOLS", "ToolAnswer", "handle_context_tool", "is_context_tool", "tool_schemas"]
 

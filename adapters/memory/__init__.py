@@ -1,5 +1,5 @@
 """The in-memory store: the embedded default, and the store for experiments and tests."""
 
-from adapters.memory.store import MemoryStore
+from selfctx.adapters.memory.store import MemoryStore
 
 __all__ = ["MemoryStore"]

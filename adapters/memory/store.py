@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from application.ports.store import (
+from selfctx.application.ports.store import (
     ConflictError,
     Document,
     Expect,
@@ -22,7 +22,7 @@ from application.ports.store import (
     Receipt,
     Version,
 )
-from domain.errors import InvalidInput
+from selfctx.domain.errors import InvalidInput
 
 __all__ = ["MemoryStore"]
 

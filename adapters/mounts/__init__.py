@@ -1,16 +1,16 @@
 """Mount mappings from configuration: a TOML file, ``docker inspect`` output, and the
 ``stat().st_dev`` check that flags mounts nobody configured."""
 
-from adapters.mounts.config import load_mount_config, parse_mount_config
-from adapters.mounts.devices import UnconfiguredMount, UnconfiguredMounts
-from adapters.mounts.docker import (
+from selfctx.adapters.mounts.config import load_mount_config, parse_mount_config
+from selfctx.adapters.mounts.devices import UnconfiguredMount, UnconfiguredMounts
+from selfctx.adapters.mounts.docker import (
     DockerMounts,
     container_filesystem_id,
     mounts_from_docker_inspect,
     read_docker_inspect,
 )
-from adapters.mounts.errors import MountConfigError
-from adapters.mounts.spec import HOST, MountConfig, MountSpec
+from selfctx.adapters.mounts.errors import MountConfigError
+from selfctx.adapters.mounts.spec import HOST, MountConfig, MountSpec
 
 __all__ = [
     "HOST",

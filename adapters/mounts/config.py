@@ -28,10 +28,10 @@ import tomllib
 from collections.abc import Mapping
 from typing import Any, Final
 
-from adapters.mounts.docker import container_filesystem_id, read_docker_inspect
-from adapters.mounts.errors import MountConfigError
-from adapters.mounts.spec import HOST, MountConfig, MountSpec
-from domain.errors import InvalidInput
+from selfctx.adapters.mounts.docker import container_filesystem_id, read_docker_inspect
+from selfctx.adapters.mounts.errors import MountConfigError
+from selfctx.adapters.mounts.spec import HOST, MountConfig, MountSpec
+from selfctx.domain.errors import InvalidInput
 
 __all__ = ["load_mount_config", "parse_mount_config"]
 

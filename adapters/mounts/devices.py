@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from domain.mounts import normalize_absolute
+from selfctx.domain.mounts import normalize_absolute
 
 __all__ = ["UnconfiguredMount", "UnconfiguredMounts"]
 

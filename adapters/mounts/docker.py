@@ -17,8 +17,8 @@ from typing import Any, Final
 
 import attrs
 
-from adapters.mounts.errors import MountConfigError
-from adapters.mounts.spec import MountSpec
+from selfctx.adapters.mounts.errors import MountConfigError
+from selfctx.adapters.mounts.spec import MountSpec
 
 __all__ = [
     "DockerMounts",

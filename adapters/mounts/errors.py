@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from domain.errors import SelfContextError
+from selfctx.domain.errors import SelfContextError
 
 __all__ = ["MountConfigError"]
 

@@ -6,7 +6,7 @@ from typing import Final
 
 import attrs
 
-from domain.mounts import MountMapping, MountTable
+from selfctx.domain.mounts import MountMapping, MountTable
 
 __all__ = ["HOST", "MountConfig", "MountSpec"]
 

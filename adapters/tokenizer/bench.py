@@ -13,7 +13,7 @@ from pathlib import Path
 
 import attrs
 
-from application.ports.tokenizer import Tokenizer
+from selfctx.application.ports.tokenizer import Tokenizer
 
 from .encodings import spec_for
 from .estimate import EstimateTokenizer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from application.ports.tokenizer import Tokenizer
+from selfctx.application.ports.tokenizer import Tokenizer
 
 from .encodings import O200K_BASE
 from .errors import TokenizerDataCorrupt, TokenizerDataMissing

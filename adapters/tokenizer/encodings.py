@@ -16,7 +16,7 @@ from pathlib import Path
 import attrs
 from pyrsistent import pmap
 
-from domain.errors import InvalidInput
+from selfctx.domain.errors import InvalidInput
 
 DATA_DIR_ENV = "SELFCTX_TIKTOKEN_DIR"
 """Environment variable naming the directory that holds ``<encoding>.tiktoken`` rank files."""

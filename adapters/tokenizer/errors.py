@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from application.ports.tokenizer import TokenizerError
+from selfctx.application.ports.tokenizer import TokenizerError
 
 INSTALL_HINT = "run `selfctx tokenizer install`"
 

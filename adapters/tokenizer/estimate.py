@@ -11,7 +11,7 @@ digits and punctuation to more; ``docs/tokenizer.md`` reports its error on the t
 
 from __future__ import annotations
 
-from application.ports.tokenizer import Tokenizer
+from selfctx.application.ports.tokenizer import Tokenizer
 
 
 class EstimateTokenizer(Tokenizer):

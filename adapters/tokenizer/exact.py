@@ -25,7 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from application.ports.tokenizer import Tokenizer
+from selfctx.application.ports.tokenizer import Tokenizer
 
 from .encodings import O200K_BASE, EncodingSpec, data_dir, spec_for
 from .errors import INSTALL_HINT, TokenizerDataCorrupt, TokenizerDataMissing

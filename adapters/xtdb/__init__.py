@@ -4,12 +4,12 @@ The composition root needs :func:`open_store` (``--store xtdb://host:port``) and
 :func:`ensure_local_node` (``--store auto``); tests use :class:`XtdbNode`.
 """
 
-from adapters.xtdb.client import XtdbClient
-from adapters.xtdb.errors import NodeStartError, XtdbSetupError
-from adapters.xtdb.fetch import fetch_jars
-from adapters.xtdb.local import ensure_local_node
-from adapters.xtdb.node import PostgresTarget, XtdbNode
-from adapters.xtdb.store import XtdbStore, open_store
+from selfctx.adapters.xtdb.client import XtdbClient
+from selfctx.adapters.xtdb.errors import NodeStartError, XtdbSetupError
+from selfctx.adapters.xtdb.fetch import fetch_jars
+from selfctx.adapters.xtdb.local import ensure_local_node
+from selfctx.adapters.xtdb.node import PostgresTarget, XtdbNode
+from selfctx.adapters.xtdb.store import XtdbStore, open_store
 
 __all__ = [
     "NodeStartError",

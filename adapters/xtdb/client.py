@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from application.ports.store import StoreProtocolError, StoreRejected, StoreUnavailable
+from selfctx.application.ports.store import StoreProtocolError, StoreRejected, StoreUnavailable
 
 _JSON = {"Accept": "application/json"}
 _EDN_BODY = {"Accept": "application/json", "Content-Type": "application/edn"}

@@ -1,8 +1,8 @@
 """Just enough EDN to send Datalog query arguments to XTDB.
 
 XTDB 1.x reads query bodies only as EDN (or transit), never JSON. The queries themselves are
-constant EDN text in :mod:`adapters.xtdb.store`; values reach them only through ``:in-args``,
-written by :func:`dumps`, so no value is ever spliced into query text.
+constant EDN text in :mod:`selfctx.adapters.xtdb.store`; values reach them only through
+``:in-args``, written by :func:`dumps`, so no value is ever spliced into query text.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """Errors of running XTDB itself (fetching jars, starting nodes), as opposed to using a store.
 
-Store errors (unreachable, rejected, conflict) are the port's own, in ``application.ports.store``.
+Store errors (unreachable, rejected, conflict) are the port's own, in
+``selfctx.application.ports.store``.
 """
 
 from __future__ import annotations
 
-from domain.errors import SelfContextError
+from selfctx.domain.errors import SelfContextError
 
 
 class XtdbSetupError(SelfContextError):

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import attrs
 
-from adapters.xtdb import paths
-from adapters.xtdb.errors import XtdbSetupError
+from selfctx.adapters.xtdb import paths
+from selfctx.adapters.xtdb.errors import XtdbSetupError
 
 CENTRAL_URL = "https://repo.maven.apache.org/maven2"
 # Pinned so that the goal resolves the same way everywhere (no prefix/version lookup).

@@ -20,8 +20,8 @@ from typing import Any
 import attrs
 import httpx
 
-from adapters.xtdb import paths
-from adapters.xtdb.node import PID_FILE, ConfigName, RunInfo, XtdbNode
+from selfctx.adapters.xtdb import paths
+from selfctx.adapters.xtdb.node import PID_FILE, ConfigName, RunInfo, XtdbNode
 
 
 @attrs.frozen

@@ -25,8 +25,8 @@ from typing import Any, Literal
 import attrs
 import httpx
 
-from adapters.xtdb import fetch, paths
-from adapters.xtdb.errors import NodeStartError, XtdbSetupError
+from selfctx.adapters.xtdb import fetch, paths
+from selfctx.adapters.xtdb.errors import NodeStartError, XtdbSetupError
 
 ConfigName = Literal["memory", "rocksdb", "postgres"]
 PID_FILE = "node.json"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from adapters.xtdb.errors import XtdbSetupError
+from selfctx.adapters.xtdb.errors import XtdbSetupError
 
 XTDB_VERSION = "1.24.5"
 """The XTDB release the project runs (xtdb-core; see xtdb/pom.xml for the other pins)."""
@@ -48,7 +48,7 @@ def xtdb_home() -> Path:
 
 
 def lib_dir() -> Path:
-    """Every jar a node needs, fetched once by :func:`adapters.xtdb.fetch.fetch_jars`."""
+    """Every jar a node needs, fetched once by :func:`selfctx.adapters.xtdb.fetch.fetch_jars`."""
     return xtdb_home() / "lib"
 
 

@@ -29,9 +29,9 @@ from typing import Any
 
 import httpx
 
-from adapters.xtdb import edn
-from adapters.xtdb.client import XtdbClient
-from application.ports.store import (
+from selfctx.adapters.xtdb import edn
+from selfctx.adapters.xtdb.client import XtdbClient
+from selfctx.application.ports.store import (
     ConflictError,
     Document,
     Expect,
@@ -42,7 +42,7 @@ from application.ports.store import (
     Submission,
     Version,
 )
-from domain.errors import InvalidInput
+from selfctx.domain.errors import InvalidInput
 
 __all__ = ["XtdbStore", "open_store"]
 

@@ -6,8 +6,8 @@ import abc
 
 import attrs
 
-from domain.errors import SelfContextError
-from domain.objects import Source
+from selfctx.domain.errors import SelfContextError
+from selfctx.domain.objects import Source
 
 
 @attrs.frozen

@@ -3,8 +3,8 @@
 Documents are flat JSON objects with a string ``xt/id`` (SSOT §2.2). The store never interprets
 them beyond the attributes it queries: ``xt/id``, ``type`` and, on session-log entries,
 ``session_id`` and ``seq`` (see :meth:`ObjectStore.session_log`). Two adapters implement this
-port: the in-memory store (``adapters.memory``) and XTDB 1.x over HTTP (``adapters.xtdb``). Both
-run the same behaviour suite in ``contracts/store.py``.
+port: the in-memory store (``selfctx.adapters.memory``) and XTDB 1.x over HTTP
+(``selfctx.adapters.xtdb``). Both run the same behaviour suite in ``contracts/store.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from domain.errors import SelfContextError
+from selfctx.domain.errors import SelfContextError
 
 Document: TypeAlias = Mapping[str, Any]
 """A stored document: a JSON object whose ``xt/id`` is a non-empty string."""
@@ -100,7 +100,7 @@ class ConflictError(StoreError):
 
     Nothing of the commit was written. The retry policy is the caller's: re-read the objects named
     in ``object_ids``, decide again on fresh state and commit again (the application's use cases do
-    this a bounded number of times, see ``application.session_runner``).
+    this a bounded number of times, see ``selfctx.application.runner``).
     """
 
     kind = "conflict"
@@ -185,7 +185,7 @@ class ObjectStore(abc.ABC):
         fails, nothing is written and :class:`ConflictError` is raised. Returns once the commit is
         durable (as durable as the store is) and visible to this store object's reads.
         A document without a non-empty string ``xt/id``, or with a value JSON cannot carry, raises
-        ``domain.errors.InvalidInput`` before anything is sent. Raises :class:`StoreError`
+        ``selfctx.domain.errors.InvalidInput`` before anything is sent. Raises :class:`StoreError`
         subclasses for anything else; a failed commit leaves nothing half-written.
         """
 
@@ -222,7 +222,7 @@ class ObjectStore(abc.ABC):
         """Every session-log entry of ``session_id`` with ``seq > after_seq``, in ``seq`` order.
 
         Session-log entries are the documents with ``type == "session_log"``, a string
-        ``session_id`` and an integer ``seq`` (see ``application.persistence``).
+        ``session_id`` and an integer ``seq`` (see ``selfctx.application.persistence``).
         """
 
     @abc.abstractmethod

@@ -1,8 +1,8 @@
 """The tokenizer port: how many tokens a model would be sent for a piece of text.
 
 Budgets, layout policies and the context benchmark all measure prompts in tokens. Two adapters
-implement this port (``adapters.tokenizer``): an exact one built on tiktoken's published rank
-tables, and a documented estimate used when those tables are not installed. Every figure the
+implement this port (``selfctx.adapters.tokenizer``): an exact one built on tiktoken's published
+rank tables, and a documented estimate used when those tables are not installed. Every figure the
 project prints carries the :attr:`Tokenizer.name` of the tokenizer that produced it, so an
 estimate is never mistaken for an exact count.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 
-from domain.errors import SelfContextError
+from selfctx.domain.errors import SelfContextError
 
 
 class Tokenizer(abc.ABC):

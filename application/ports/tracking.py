@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from domain.objects import Source
+from selfctx.domain.objects import Source
 
 __all__ = ["ChangeHandler", "SourceChange", "SourceTracker", "TrackerFailure"]
 

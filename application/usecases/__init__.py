@@ -1,1 +1,2 @@
-"""The application's use cases, one small class each; :mod:`application.service` composes them."""
+"""The application's use cases, one small class each; :mod:`selfctx.application.service` composes
+them."""

@@ -23,15 +23,15 @@ from collections.abc import Callable
 import attrs
 from pyrsistent import thaw
 
-from application.ports.tokenizer import Tokenizer
-from application.runner import OpenSession
-from application.tokens import ContextCounter, context_tokens
-from application.usecases.base import Deps
-from domain.errors import SelfContextError
-from domain.inline import handle, render_inline
-from domain.objects import ToolcallObject
-from domain.rendering import AssembledContext, RenderedMessage, render_context
-from domain.session import commands as c
+from selfctx.application.ports.tokenizer import Tokenizer
+from selfctx.application.runner import OpenSession
+from selfctx.application.tokens import ContextCounter, context_tokens
+from selfctx.application.usecases.base import Deps
+from selfctx.domain.errors import SelfContextError
+from selfctx.domain.inline import handle, render_inline
+from selfctx.domain.objects import ToolcallObject
+from selfctx.domain.rendering import AssembledContext, RenderedMessage, render_context
+from selfctx.domain.session import commands as c
 
 __all__ = ["AssembleContext", "BudgetExceeded"]
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import attrs
 
-from application.ports.files import FileReader
-from application.runner import SessionRunner
-from application.settings import Settings
-from domain.errors import InvalidContent
-from domain.hashing import file_hash
-from domain.mounts import MountTable
-from domain.objects import FileObject, Source
+from selfctx.application.ports.files import FileReader
+from selfctx.application.runner import SessionRunner
+from selfctx.application.settings import Settings
+from selfctx.domain.errors import InvalidContent
+from selfctx.domain.hashing import file_hash
+from selfctx.domain.mounts import MountTable
+from selfctx.domain.objects import FileObject, Source
 
 __all__ = ["Deps", "observe_source", "observe_text"]
 

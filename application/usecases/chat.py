@@ -6,14 +6,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from application.runner import OpenSession, Reads
-from application.usecases.base import Deps
-from domain.chat import AssistantMessage, ToolCallRequest
-from domain.errors import DuplicateObject, InvalidContent, InvalidInput
-from domain.objects import ToolcallObject, ToolStatus
-from domain.session import commands as c
-from domain.session.machine import INFRASTRUCTURE_PREFIXES
-from domain.session.state import SessionState
+from selfctx.application.runner import OpenSession, Reads
+from selfctx.application.usecases.base import Deps
+from selfctx.domain.chat import AssistantMessage, ToolCallRequest
+from selfctx.domain.errors import DuplicateObject, InvalidContent, InvalidInput
+from selfctx.domain.objects import ToolcallObject, ToolStatus
+from selfctx.domain.session import commands as c
+from selfctx.domain.session.machine import INFRASTRUCTURE_PREFIXES
+from selfctx.domain.session.state import SessionState
 
 __all__ = ["RecordToolCall", "RecordTurn"]
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import attrs
 
-from application.runner import OpenSession, Reads
-from application.usecases.base import Deps, observe_source
-from domain.objects import FileObject, ToolcallObject
-from domain.session import commands as c
-from domain.session.machine import decide
-from domain.session.state import SessionState
+from selfctx.application.runner import OpenSession, Reads
+from selfctx.application.usecases.base import Deps, observe_source
+from selfctx.domain.objects import FileObject, ToolcallObject
+from selfctx.domain.session import commands as c
+from selfctx.domain.session.machine import decide
+from selfctx.domain.session.state import SessionState
 
 __all__ = ["ActionResult", "Activate", "Deactivate", "Pin", "Unpin"]
 

@@ -7,14 +7,14 @@ from typing import Final
 
 import attrs
 
-from application.ports.files import SourceUnreachable
-from application.runner import CommandBuilder, OpenSession, Reads
-from application.usecases.base import Deps, observe_source, observe_text
-from domain.errors import InvalidInput, InvalidPath
-from domain.indexing import Outcome, decide_discovery, decide_full_index
-from domain.objects import FileObject, Source
-from domain.session import commands as c
-from domain.session.state import SessionState
+from selfctx.application.ports.files import SourceUnreachable
+from selfctx.application.runner import CommandBuilder, OpenSession, Reads
+from selfctx.application.usecases.base import Deps, observe_source, observe_text
+from selfctx.domain.errors import InvalidInput, InvalidPath
+from selfctx.domain.indexing import Outcome, decide_discovery, decide_full_index
+from selfctx.domain.objects import FileObject, Source
+from selfctx.domain.session import commands as c
+from selfctx.domain.session.state import SessionState
 
 __all__ = [
     "BATCH_BYTES",

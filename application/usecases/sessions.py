@@ -7,23 +7,23 @@ from typing import Final
 
 import attrs
 
-from application.persistence import decode_events, entry_events
-from application.ports.files import SourceMissing, SourceUnavailable
-from application.runner import OpenSession, Reads
-from application.usecases.base import Deps, observe_source
-from domain.documents import from_document
-from domain.errors import InvalidInput, SessionExists, SessionNotFound
-from domain.infrastructure import (
+from selfctx.application.persistence import decode_events, entry_events
+from selfctx.application.ports.files import SourceMissing, SourceUnavailable
+from selfctx.application.runner import OpenSession, Reads
+from selfctx.application.usecases.base import Deps, observe_source
+from selfctx.domain.documents import from_document
+from selfctx.domain.errors import InvalidInput, SessionExists, SessionNotFound
+from selfctx.domain.infrastructure import (
     ChatObject,
     SessionObject,
     chat_id_for,
     session_id_for,
     state_from_snapshot,
 )
-from domain.objects import FileObject, SystemPromptObject
-from domain.session import commands as c
-from domain.session.machine import fold
-from domain.session.state import INITIAL, CollapseWindow, PolicyConfig, SessionState
+from selfctx.domain.objects import FileObject, SystemPromptObject
+from selfctx.domain.session import commands as c
+from selfctx.domain.session.machine import fold
+from selfctx.domain.session.state import INITIAL, CollapseWindow, PolicyConfig, SessionState
 
 __all__ = ["ResumeReport", "ResumeSession", "StartSession", "StateAt", "validate_session_id"]
 

@@ -21,14 +21,14 @@ from typing import Final
 
 import attrs
 
-from application.ports.files import SourceMissing, SourceUnavailable
-from application.ports.store import ConflictError
-from application.ports.tracking import SourceChange, SourceTracker
-from application.runner import MAX_ATTEMPTS, OpenSession, Reads
-from application.usecases.base import Deps, observe_source
-from domain.documents import to_document
-from domain.indexing import Outcome, decide_deletion, decide_full_index
-from domain.objects import FileObject, Source
+from selfctx.application.ports.files import SourceMissing, SourceUnavailable
+from selfctx.application.ports.store import ConflictError
+from selfctx.application.ports.tracking import SourceChange, SourceTracker
+from selfctx.application.runner import MAX_ATTEMPTS, OpenSession, Reads
+from selfctx.application.usecases.base import Deps, observe_source
+from selfctx.domain.documents import to_document
+from selfctx.domain.indexing import Outcome, decide_deletion, decide_full_index
+from selfctx.domain.objects import FileObject, Source
 
 __all__ = ["RefreshReport", "TrackSources"]
 

@@ -10,9 +10,9 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from domain.chat import AssistantMessage
-from domain.objects import FileObject, SystemPromptObject, ToolcallObject
-from domain.session.state import CollapseWindow, PolicyConfig
+from selfctx.domain.chat import AssistantMessage
+from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
+from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = [
     "Activate",

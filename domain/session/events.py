@@ -11,11 +11,11 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from domain.chat import AssistantMessage
-from domain.indexing import Outcome
-from domain.objects import FileObject, SystemPromptObject, ToolcallObject
-from domain.session.commands import Trigger
-from domain.session.state import CollapseWindow, PolicyConfig
+from selfctx.domain.chat import AssistantMessage
+from selfctx.domain.indexing import Outcome
+from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
+from selfctx.domain.session.commands import Trigger
+from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = [
     "AssistantMessageRecorded",

@@ -13,12 +13,12 @@ from functools import reduce
 
 import attrs
 
-from domain.chat import ChatMessage, ContextNote, ToolResult, Turn, UserMessage
-from domain.errors import DuplicateObject, InvalidInput, NotAContentObject, UnknownObject
-from domain.indexing import Outcome, decide_deletion, decide_discovery, decide_full_index
-from domain.session import commands as c
-from domain.session import events as e
-from domain.session.state import INITIAL, SessionState
+from selfctx.domain.chat import ChatMessage, ContextNote, ToolResult, Turn, UserMessage
+from selfctx.domain.errors import DuplicateObject, InvalidInput, NotAContentObject, UnknownObject
+from selfctx.domain.indexing import Outcome, decide_deletion, decide_discovery, decide_full_index
+from selfctx.domain.session import commands as c
+from selfctx.domain.session import events as e
+from selfctx.domain.session.state import INITIAL, SessionState
 
 __all__ = [
     "INFRASTRUCTURE_PREFIXES",
@@ -227,7 +227,7 @@ def window_collapses(state: SessionState) -> list[str]:
 def decide(state: SessionState, command: c.Command) -> tuple[e.Event, ...]:
     """The events ``command`` produces in ``state``, including window collapses that follow.
 
-    Raises a :class:`~domain.errors.SelfContextError` (and produces nothing) for a refused
+    Raises a :class:`~selfctx.domain.errors.SelfContextError` (and produces nothing) for a refused
     command. An empty result means the command changes nothing.
     """
     return decide_and_fold(state, command)[0]

@@ -7,8 +7,8 @@ from typing import Final
 import attrs
 from pyrsistent import PMap, PSet, PVector, pmap, pset, pvector
 
-from domain.chat import Turn
-from domain.errors import InvalidInput
+from selfctx.domain.chat import Turn
+from selfctx.domain.errors import InvalidInput
 
 __all__ = ["INITIAL", "POLICY_NAMES", "CollapseWindow", "PolicyConfig", "SessionState"]
 

@@ -12,14 +12,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.chat import AssistantMessage, ToolCallRequest
-from domain.documents import StoredObject, from_document, to_document
-from domain.errors import InvalidInput, SelfContextError
-from domain.infrastructure import ChatObject, SessionObject, state_from_snapshot
-from domain.objects import FileObject, FilesystemSource, SystemPromptObject, ToolcallObject
-from domain.session import commands as c
-from domain.session.machine import decide, fold
-from domain.session.state import INITIAL, POLICY_NAMES, CollapseWindow, PolicyConfig, SessionState
+from selfctx.domain.chat import AssistantMessage, ToolCallRequest
+from selfctx.domain.documents import StoredObject, from_document, to_document
+from selfctx.domain.errors import InvalidInput, SelfContextError
+from selfctx.domain.infrastructure import ChatObject, SessionObject, state_from_snapshot
+from selfctx.domain.objects import FileObject, FilesystemSource, SystemPromptObject, ToolcallObject
+from selfctx.domain.session import commands as c
+from selfctx.domain.session.machine import decide, fold
+from selfctx.domain.session.state import (
+    INITIAL,
+    POLICY_NAMES,
+    CollapseWindow,
+    PolicyConfig,
+    SessionState,
+)
 
 TEXT = st.text(max_size=12)
 JSON = st.recursive(

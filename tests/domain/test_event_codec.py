@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from application.persistence import decode_events, encode_events, entry_events, log_entry
-from domain.chat import AssistantMessage, ToolCallRequest
-from domain.errors import InvalidInput
-from domain.indexing import Outcome
-from domain.objects import SystemPromptObject
-from domain.session import events as e
-from domain.session.state import POLICY_NAMES, CollapseWindow, PolicyConfig
+from selfctx.application.persistence import decode_events, encode_events, entry_events, log_entry
+from selfctx.domain.chat import AssistantMessage, ToolCallRequest
+from selfctx.domain.errors import InvalidInput
+from selfctx.domain.indexing import Outcome
+from selfctx.domain.objects import SystemPromptObject
+from selfctx.domain.session import events as e
+from selfctx.domain.session.state import POLICY_NAMES, CollapseWindow, PolicyConfig
 
 TEXT = st.text(max_size=10)
 HASH = st.binary(min_size=32, max_size=32).map(bytes.hex)

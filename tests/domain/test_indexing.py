@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
-from domain.indexing import Outcome, decide_deletion, decide_discovery, decide_full_index
-from domain.objects import FileObject, FilesystemSource
+from selfctx.domain.indexing import Outcome, decide_deletion, decide_discovery, decide_full_index
+from selfctx.domain.objects import FileObject, FilesystemSource
 
 SOURCE = FilesystemSource("host", "/p/a.py")
 ELSEWHERE = FilesystemSource("host", "/p/b.py")

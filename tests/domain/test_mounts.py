@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.errors import InvalidInput, InvalidPath
-from domain.mounts import MountMapping, MountTable, normalize_absolute
-from domain.objects import FilesystemSource
+from selfctx.domain.errors import InvalidInput, InvalidPath
+from selfctx.domain.mounts import MountMapping, MountTable, normalize_absolute
+from selfctx.domain.objects import FilesystemSource
 
 HOST, BOX, OTHER = "host", "container", "nfs"
 

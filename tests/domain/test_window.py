@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from domain.objects import SystemPromptObject, ToolcallObject
-from domain.session import commands as c
-from domain.session import events as e
-from domain.session.machine import decide, evolve, window_collapses
-from domain.session.state import INITIAL, CollapseWindow, SessionState
+from selfctx.domain.objects import SystemPromptObject, ToolcallObject
+from selfctx.domain.session import commands as c
+from selfctx.domain.session import events as e
+from selfctx.domain.session.machine import decide, evolve, window_collapses
+from selfctx.domain.session.state import INITIAL, CollapseWindow, SessionState
 
 
 def start(per_turn: int = 5, turns: int = 3) -> SessionState:

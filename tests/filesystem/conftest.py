@@ -17,13 +17,13 @@ from typing import Any, Protocol
 
 import pytest
 
-from adapters.bootstrap import build_service
-from adapters.filesystem.tracker import WatchdogTracker
-from application.policies import policy_by_name
-from application.ports.store import ObjectStore
-from application.ports.tracking import TrackerFailure
-from application.service import ContextService
-from application.settings import Settings
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.filesystem.tracker import WatchdogTracker
+from selfctx.application.policies import policy_by_name
+from selfctx.application.ports.store import ObjectStore
+from selfctx.application.ports.tracking import TrackerFailure
+from selfctx.application.service import ContextService
+from selfctx.application.settings import Settings
 from tests.conftest import StoreFactory
 
 

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from application.service import ContextService
+from selfctx.application.service import ContextService
 
 __all__ = ["NOBODY", "eventually", "history", "run_unprivileged", "write"]
 

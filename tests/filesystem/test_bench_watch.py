@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from adapters.cli.main import main
+from selfctx.adapters.cli.main import main
 
 
 def test_bench_watch_prints_one_json_object_with_its_figures(

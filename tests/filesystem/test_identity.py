@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.filesystem.identity import HostIdentityUnavailable, host_filesystem_id
+from selfctx.adapters.filesystem.identity import HostIdentityUnavailable, host_filesystem_id
 
 
 def test_the_first_readable_machine_id_is_hashed(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.mounts import (
+from selfctx.adapters.mounts import (
     HOST,
     MountConfig,
     MountConfigError,
@@ -25,9 +25,9 @@ from adapters.mounts import (
     parse_mount_config,
     read_docker_inspect,
 )
-from application.ports.files import SourceUnreachable
-from domain.mounts import MountMapping
-from domain.objects import FileObject, FilesystemSource
+from selfctx.application.ports.files import SourceUnreachable
+from selfctx.domain.mounts import MountMapping
+from selfctx.domain.objects import FileObject, FilesystemSource
 from tests.filesystem.conftest import MakeFsService
 from tests.filesystem.helpers import eventually, write
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from application.ports.store import ConflictError
-from application.ports.tracking import SourceChange
-from domain.objects import FileObject, FilesystemSource
+from selfctx.application.ports.store import ConflictError
+from selfctx.application.ports.tracking import SourceChange
+from selfctx.domain.objects import FileObject, FilesystemSource
 from tests.conftest import StoreFactory
 from tests.filesystem.conftest import MakeFsService
 from tests.filesystem.helpers import eventually, history, write

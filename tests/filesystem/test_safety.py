@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from adapters.filesystem.reader import LocalFileReader
-from adapters.memory import MemoryStore
-from application.ports.files import SourceMissing, SourceOutsideRoots, SourceUnreachable
-from application.settings import Settings
-from domain.mounts import MountMapping
-from domain.objects import FileObject, FilesystemSource
+from selfctx.adapters.filesystem.reader import LocalFileReader
+from selfctx.adapters.memory import MemoryStore
+from selfctx.application.ports.files import SourceMissing, SourceOutsideRoots, SourceUnreachable
+from selfctx.application.settings import Settings
+from selfctx.domain.mounts import MountMapping
+from selfctx.domain.objects import FileObject, FilesystemSource
 from tests.filesystem.conftest import MakeFsService
 from tests.filesystem.helpers import NOBODY, history, run_unprivileged, write
 from tests.support import CONTAINER_FS

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from adapters.filesystem.coalesce import Coalescer
-from adapters.filesystem.tracker import WatchdogTracker
-from application.ports.tracking import SourceChange, TrackerFailure
-from domain.objects import FilesystemSource
+from selfctx.adapters.filesystem.coalesce import Coalescer
+from selfctx.adapters.filesystem.tracker import WatchdogTracker
+from selfctx.application.ports.tracking import SourceChange, TrackerFailure
+from selfctx.domain.objects import FilesystemSource
 from tests.filesystem.helpers import eventually, write
 
 HOST = "host-fs"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters.filesystem.tracker import WatchdogTracker
-from application.service import ContextService
-from domain.objects import FileObject, FilesystemSource
+from selfctx.adapters.filesystem.tracker import WatchdogTracker
+from selfctx.application.service import ContextService
+from selfctx.domain.objects import FileObject, FilesystemSource
 from tests.conftest import StoreFactory
 from tests.filesystem.conftest import MakeFsService
 from tests.filesystem.helpers import eventually, history, write

@@ -14,14 +14,14 @@ from typing import Any
 
 import attrs
 
-from adapters.bootstrap import build_service
-from adapters.harness import HarnessSession
-from adapters.memory import MemoryStore
-from application.policies import policy_by_name
-from application.ports.store import ObjectStore, Receipt
-from application.service import ContextService
-from application.settings import Settings
-from domain.session.state import SessionState
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.harness import HarnessSession
+from selfctx.adapters.memory import MemoryStore
+from selfctx.application.policies import policy_by_name
+from selfctx.application.ports.store import ObjectStore, Receipt
+from selfctx.application.service import ContextService
+from selfctx.application.settings import Settings
+from selfctx.domain.session.state import SessionState
 from tests.support import CountingClock, CountingIds, file_id
 
 CONTAINER = "container-x"

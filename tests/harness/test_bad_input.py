@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from adapters.harness import MalformedMessage
-from adapters.harness.messages import MAX_MESSAGE_CHARS
-from domain.errors import DuplicateObject
+from selfctx.adapters.harness import MalformedMessage
+from selfctx.adapters.harness.messages import MAX_MESSAGE_CHARS
+from selfctx.domain.errors import DuplicateObject
 from tests.harness.conftest import (
     a_assistant,
     a_result,

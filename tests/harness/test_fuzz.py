@@ -31,13 +31,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.harness import HarnessSession, MalformedMessage
-from adapters.harness.messages import Message, parse_messages
-from adapters.harness.render import to_anthropic, to_openai, validate_anthropic, validate_openai
-from adapters.memory import MemoryStore
-from application.ports.store import StoreError
-from domain.chat import AssistantMessage, ToolResult, UserMessage
-from domain.errors import SelfContextError
+from selfctx.adapters.harness import HarnessSession, MalformedMessage
+from selfctx.adapters.harness.messages import Message, parse_messages
+from selfctx.adapters.harness.render import (
+    to_anthropic,
+    to_openai,
+    validate_anthropic,
+    validate_openai,
+)
+from selfctx.adapters.memory import MemoryStore
+from selfctx.application.ports.store import StoreError
+from selfctx.domain.chat import AssistantMessage, ToolResult, UserMessage
+from selfctx.domain.errors import SelfContextError
 from tests.harness.conftest import (
     CWD,
     ROOTS,

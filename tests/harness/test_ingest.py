@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from adapters.bootstrap import build_service
-from adapters.harness import HarnessSession, Ingestor, IngestResult
-from adapters.harness.messages import parse_openai
-from adapters.memory import MemoryStore
-from application.policies import policy_by_name
-from application.ports.store import StoreError
-from application.service import ContextService
-from application.settings import Settings
-from domain.objects import FileObject, ToolcallObject
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.harness import HarnessSession, Ingestor, IngestResult
+from selfctx.adapters.harness.messages import parse_openai
+from selfctx.adapters.memory import MemoryStore
+from selfctx.application.policies import policy_by_name
+from selfctx.application.ports.store import StoreError
+from selfctx.application.service import ContextService
+from selfctx.application.settings import Settings
+from selfctx.domain.objects import FileObject, ToolcallObject
 from tests.harness.conftest import (
     CWD,
     ROOTS,

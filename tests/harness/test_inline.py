@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from adapters.harness import HarnessSession, to_anthropic, validate_anthropic
-from domain.session.state import PolicyConfig
+from selfctx.adapters.harness import HarnessSession, to_anthropic, validate_anthropic
+from selfctx.domain.session.state import PolicyConfig
 from tests.harness.conftest import (
     CWD,
     ROOTS,

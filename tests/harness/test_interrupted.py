@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from adapters.bootstrap import build_service
-from adapters.harness.session import HarnessSession
-from adapters.memory import MemoryStore
-from application.ports.store import Document, Expect, Receipt
-from application.service import ContextService
-from application.settings import Settings
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.harness.session import HarnessSession
+from selfctx.adapters.memory import MemoryStore
+from selfctx.application.ports.store import Document, Expect, Receipt
+from selfctx.application.service import ContextService
+from selfctx.application.settings import Settings
 from tests.support import WrappedStore
 
 SID = "interrupted"

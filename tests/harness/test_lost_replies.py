@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.harness.ingest import Ingestor
-from adapters.harness.messages import parse_openai
-from adapters.memory import MemoryStore
-from adapters.tokenizer import EstimateTokenizer
-from application.ports.store import StoreUnavailable
-from application.service import ContextService
-from domain.chat import AssistantMessage, ToolResult, UserMessage
-from domain.mounts import MountTable
+from selfctx.adapters.harness.ingest import Ingestor
+from selfctx.adapters.harness.messages import parse_openai
+from selfctx.adapters.memory import MemoryStore
+from selfctx.adapters.tokenizer import EstimateTokenizer
+from selfctx.application.ports.store import StoreUnavailable
+from selfctx.application.service import ContextService
+from selfctx.domain.chat import AssistantMessage, ToolResult, UserMessage
+from selfctx.domain.mounts import MountTable
 from tests.support import CountingClock, CountingIds, FakeFileReader, WrappedStore
 
 HISTORY = [

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from adapters.harness.messages import (
+from selfctx.adapters.harness.messages import (
     MAX_MESSAGE_CHARS,
     MalformedMessage,
     Message,
@@ -15,8 +15,8 @@ from adapters.harness.messages import (
     parse_messages,
     parse_openai,
 )
-from domain.chat import ToolCallRequest
-from domain.errors import InvalidInput
+from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.errors import InvalidInput
 from tests.harness.conftest import (
     a_assistant,
     a_result,

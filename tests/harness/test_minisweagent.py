@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from adapters.bootstrap import build_service
-from adapters.harness.minisweagent import SHELL_TOOLS_PROMPT, ContextModel, attach
-from application.policies import policy_by_name
-from application.service import ContextService
-from application.settings import Settings
-from domain.objects import FileObject, ToolcallObject
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.harness.minisweagent import SHELL_TOOLS_PROMPT, ContextModel, attach
+from selfctx.application.policies import policy_by_name
+from selfctx.application.service import ContextService
+from selfctx.application.settings import Settings
+from selfctx.domain.objects import FileObject, ToolcallObject
 
 SSOT = Settings(policy=policy_by_name("ssot"))
 """These runs check the SSOT layout's requests (metadata lines, toolcall_ref lines)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.harness.recognise import (
+from selfctx.adapters.harness.recognise import (
     Effect,
     FileEdit,
     FileRead,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from adapters.harness import HarnessSession
-from adapters.harness.render import (
+from selfctx.adapters.harness import HarnessSession
+from selfctx.adapters.harness.render import (
     ACTIVE_HEADER,
     METADATA_HEADER,
     InvalidRequest,
@@ -18,8 +18,8 @@ from adapters.harness.render import (
     validate_anthropic,
     validate_openai,
 )
-from domain.chat import ToolCallRequest
-from domain.rendering import ActiveBlock, AssembledContext, RenderedMessage
+from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage
 from tests.harness.conftest import (
     a_assistant,
     a_result,

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from adapters.bootstrap import build_service
-from adapters.harness.render import validate_anthropic, validate_openai
-from adapters.harness.stdio import (
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.harness.render import validate_anthropic, validate_openai
+from selfctx.adapters.harness.stdio import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -32,8 +32,8 @@ from adapters.harness.stdio import (
     SERVER_ERROR,
     StdioServer,
 )
-from adapters.memory import MemoryStore
-from application.ports.store import (
+from selfctx.adapters.memory import MemoryStore
+from selfctx.application.ports.store import (
     ConflictError,
     Document,
     Receipt,
@@ -45,7 +45,7 @@ from application.ports.store import (
 from tests.support import CountingClock, CountingIds, FakeFileReader, WrappedStore
 
 REPO = Path(__file__).resolve().parents[2]
-SERVE = [sys.executable, "-m", "adapters.cli.main", "serve", "--stdio"]
+SERVE = [sys.executable, "-m", "selfctx.adapters.cli.main", "serve", "--stdio"]
 TIMEOUT = 60.0
 """Longest wait for one answer: a guard against a hung server, not a performance bound."""
 

@@ -1,6 +1,6 @@
-from adapters.memory import MemoryStore
-from application.ports.store import ObjectStore
-from contracts.store import StoreContract
+from selfctx.adapters.memory import MemoryStore
+from selfctx.application.ports.store import ObjectStore
+from selfctx.contracts.store import StoreContract
 
 
 class TestMemoryStore(StoreContract):

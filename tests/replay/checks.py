@@ -10,16 +10,16 @@ from typing import Any
 
 import attrs
 
-from adapters.harness import HarnessSession, to_anthropic, to_openai
-from adapters.harness.render import validate_anthropic, validate_openai
-from adapters.harness.tools import is_context_tool
-from adapters.harness.trajectories import ModelCall, Trajectory
-from domain.objects import ToolcallObject
+from selfctx.adapters.harness import HarnessSession, to_anthropic, to_openai
+from selfctx.adapters.harness.render import validate_anthropic, validate_openai
+from selfctx.adapters.harness.tools import is_context_tool
+from selfctx.adapters.harness.trajectories import ModelCall, Trajectory
+from selfctx.domain.objects import ToolcallObject
 
 
 @attrs.define
 class CallChecker:
-    """An observer for :func:`adapters.harness.replay.replay` that asserts at every call.
+    """An observer for :func:`selfctx.adapters.harness.replay.replay` that asserts at every call.
 
     ``activate_every`` limits the byte-identity check to every n-th call (1: every call); the
     last call is always checked in full.

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from adapters.harness.trajectories import (
+from selfctx.adapters.harness.trajectories import (
     DIRECTORY_ENV,
     Trajectory,
     default_directory,

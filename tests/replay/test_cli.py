@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from adapters.cli.main import main
-from adapters.cli.replay_cmd import SAMPLE_SESSION
-from adapters.harness.replay import replay_filesystem_id
-from adapters.harness.trajectories import load
-from adapters.xtdb import XtdbNode
-from domain.objects import FileObject, FilesystemSource
+from selfctx.adapters.cli.main import main
+from selfctx.adapters.cli.replay_cmd import SAMPLE_SESSION
+from selfctx.adapters.harness.replay import replay_filesystem_id
+from selfctx.adapters.harness.trajectories import load
+from selfctx.adapters.xtdb import XtdbNode
+from selfctx.domain.objects import FileObject, FilesystemSource
 from tests.replay.data import FILES
 
 

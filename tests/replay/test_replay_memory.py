@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from adapters.bootstrap import build_service
-from adapters.harness.replay import replay, replay_filesystem_id
-from adapters.harness.tokens import PromptCounter
-from adapters.harness.trajectories import Trajectory
-from adapters.memory import MemoryStore
-from adapters.tokenizer import EstimateTokenizer
-from application.policies import POLICIES, policy_by_name
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.harness.replay import replay, replay_filesystem_id
+from selfctx.adapters.harness.tokens import PromptCounter
+from selfctx.adapters.harness.trajectories import Trajectory
+from selfctx.adapters.memory import MemoryStore
+from selfctx.adapters.tokenizer import EstimateTokenizer
+from selfctx.application.policies import POLICIES, policy_by_name
 from tests.replay.checks import CallChecker
 from tests.replay.data import trajectory_params
 

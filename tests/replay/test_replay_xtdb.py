@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from adapters.bootstrap import build_service
-from adapters.harness.replay import replay, replay_filesystem_id, session_id_for
-from adapters.harness.tokens import PromptCounter
-from adapters.harness.trajectories import Trajectory, load
-from adapters.tokenizer import EstimateTokenizer
-from adapters.xtdb import XtdbNode, open_store
-from adapters.xtdb.store import XtdbStore
-from application.policies import POLICIES, policy_by_name
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.harness.replay import replay, replay_filesystem_id, session_id_for
+from selfctx.adapters.harness.tokens import PromptCounter
+from selfctx.adapters.harness.trajectories import Trajectory, load
+from selfctx.adapters.tokenizer import EstimateTokenizer
+from selfctx.adapters.xtdb import XtdbNode, open_store
+from selfctx.adapters.xtdb.store import XtdbStore
+from selfctx.application.policies import POLICIES, policy_by_name
 from tests.replay.checks import CallChecker
 from tests.replay.data import trajectory_params
 

@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from adapters.bootstrap import build_service
-from adapters.cli import sample_session
-from adapters.harness.recognise import unwrap_output
-from adapters.harness.replay import ReplayReport, replay, replay_filesystem_id
-from adapters.harness.tokens import PromptCounter
-from adapters.harness.trajectories import OWN_FORMAT, Trajectory, load
-from adapters.memory import MemoryStore
-from adapters.tokenizer import EstimateTokenizer
-from application.policies import policy_by_name
-from application.service import ContextService
-from application.settings import Settings
-from domain.objects import FileObject
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.cli import sample_session
+from selfctx.adapters.harness.recognise import unwrap_output
+from selfctx.adapters.harness.replay import ReplayReport, replay, replay_filesystem_id
+from selfctx.adapters.harness.tokens import PromptCounter
+from selfctx.adapters.harness.trajectories import OWN_FORMAT, Trajectory, load
+from selfctx.adapters.memory import MemoryStore
+from selfctx.adapters.tokenizer import EstimateTokenizer
+from selfctx.application.policies import policy_by_name
+from selfctx.application.service import ContextService
+from selfctx.application.settings import Settings
+from selfctx.domain.objects import FileObject
 from tests.replay.checks import CallChecker
 
 SAMPLE_TREE = sample_session.SAMPLE

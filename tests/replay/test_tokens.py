@@ -1,12 +1,13 @@
-"""The one rule for prompt sizes (``adapters.harness.tokens``): the texts a provider tokenizes,
-counted the same way for a harness's list and for an assembled request in either format."""
+"""The one rule for prompt sizes (``selfctx.adapters.harness.tokens``): the texts a provider
+tokenizes, counted the same way for a harness's list and for an assembled request in either
+format."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from adapters.harness.tokens import PromptCounter, request_texts
-from application.ports.tokenizer import Tokenizer
+from selfctx.adapters.harness.tokens import PromptCounter, request_texts
+from selfctx.application.ports.tokenizer import Tokenizer
 
 
 class WordTokenizer(Tokenizer):

@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from adapters.harness.messages import parse_openai
-from adapters.harness.trajectories import (
+from selfctx.adapters.harness.messages import parse_openai
+from selfctx.adapters.harness.trajectories import (
     Trajectory,
     TrajectoryError,
     convert,
     load,
     trajectory_files,
 )
-from adapters.harness.trajectories.model import parts_text
+from selfctx.adapters.harness.trajectories.model import parts_text
 from tests.replay.data import FILES, file_params
 
 # LLM calls per trajectory, from the development set's README.

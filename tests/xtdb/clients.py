@@ -26,16 +26,16 @@ from typing import Any
 
 import httpx
 
-from adapters.bootstrap import build_service
-from adapters.harness.session import HarnessSession
-from adapters.harness.tools import is_context_tool
-from adapters.harness.trajectories import Trajectory, load
-from adapters.xtdb import XtdbClient, XtdbStore, open_store
-from application.persistence import LOG_TYPE
-from application.ports.store import Document, Expect, ObjectStore, Receipt, Version
-from application.service import ContextService
-from application.settings import Settings
-from domain.errors import SelfContextError
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.harness.session import HarnessSession
+from selfctx.adapters.harness.tools import is_context_tool
+from selfctx.adapters.harness.trajectories import Trajectory, load
+from selfctx.adapters.xtdb import XtdbClient, XtdbStore, open_store
+from selfctx.application.persistence import LOG_TYPE
+from selfctx.application.ports.store import Document, Expect, ObjectStore, Receipt, Version
+from selfctx.application.service import ContextService
+from selfctx.application.settings import Settings
+from selfctx.domain.errors import SelfContextError
 
 PASSES = 3
 """How many times each agent indexes every file (the test changes files between passes)."""
@@ -202,9 +202,9 @@ def replay_service(store: ObjectStore, workspace: str, filesystem: str) -> Conte
 
 def carry_on(trajectory: Trajectory, service: ContextService, session_id: str) -> None:
     """Open the session (start it, or resume it as a restarted harness would) and hand it the
-    trajectory's message lists call by call, as ``adapters.harness.replay`` does; the ingestion
-    cursor skips what the stored chat already holds. A context tool whose result is recorded
-    already is not run again."""
+    trajectory's message lists call by call, as ``selfctx.adapters.harness.replay`` does; the
+    ingestion cursor skips what the stored chat already holds. A context tool whose result is
+    recorded already is not run again."""
     session = HarnessSession(
         service, session_id, "openai", cwd=trajectory.cwd, roots=[trajectory.workspace]
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.xtdb import XtdbNode, fetch_jars
+from selfctx.adapters.xtdb import XtdbNode, fetch_jars
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from adapters.xtdb import PostgresTarget
+from selfctx.adapters.xtdb import PostgresTarget
 
 
 def find_bin_dir() -> Path | None:

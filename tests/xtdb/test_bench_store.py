@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from adapters.bench.store import copy_latest, stdlib_sources
-from adapters.cli.main import main
-from adapters.memory import MemoryStore
+from selfctx.adapters.bench.store import copy_latest, stdlib_sources
+from selfctx.adapters.cli.main import main
+from selfctx.adapters.memory import MemoryStore
 
 
 @pytest.mark.xtdb

@@ -35,13 +35,13 @@ from typing import Any
 
 import pytest
 
-from adapters.harness.trajectories import default_directory, load
-from adapters.memory import MemoryStore
-from adapters.xtdb import XtdbNode, XtdbStore, open_store
-from application.persistence import decode_events, entry_events
-from application.ports.store import Document, Expect, Receipt
-from domain.session.machine import fold
-from domain.session.state import SessionState
+from selfctx.adapters.harness.trajectories import default_directory, load
+from selfctx.adapters.memory import MemoryStore
+from selfctx.adapters.xtdb import XtdbNode, XtdbStore, open_store
+from selfctx.application.persistence import decode_events, entry_events
+from selfctx.application.ports.store import Document, Expect, Receipt
+from selfctx.domain.session.machine import fold
+from selfctx.domain.session.state import SessionState
 from tests.support import WrappedStore
 from tests.xtdb.clients import carry_on, doc_digest, replay_service
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from adapters.xtdb import XtdbClient, XtdbStore
-from application.ports.store import (
+from selfctx.adapters.xtdb import XtdbClient, XtdbStore
+from selfctx.application.ports.store import (
     ConflictError,
     Expect,
     StoreError,
@@ -21,7 +21,7 @@ from application.ports.store import (
     StoreRejected,
     StoreUnavailable,
 )
-from domain.errors import InvalidInput
+from selfctx.domain.errors import InvalidInput
 
 URL = "http://127.0.0.1:3999"
 Handler = Callable[[httpx.Request], httpx.Response]

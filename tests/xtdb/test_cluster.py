@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from adapters.xtdb import XtdbNode, open_store
-from application.ports.store import ConflictError, Expect
+from selfctx.adapters.xtdb import XtdbNode, open_store
+from selfctx.application.ports.store import ConflictError, Expect
 from tests.xtdb.pg import LocalPostgres, find_bin_dir
 
 pytestmark = [pytest.mark.xtdb, pytest.mark.slow]

@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from adapters.xtdb import XtdbNode, XtdbStore, open_store
-from application.ports.store import (
+from selfctx.adapters.xtdb import XtdbNode, XtdbStore, open_store
+from selfctx.application.ports.store import (
     Expect,
     ObjectStore,
     StoreError,
     StoreProtocolError,
     StoreUnavailable,
 )
-from contracts.store import StoreContract
+from selfctx.contracts.store import StoreContract
 
 pytestmark = pytest.mark.xtdb
 

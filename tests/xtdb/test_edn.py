@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.xtdb import edn
+from selfctx.adapters.xtdb import edn
 
 
 def test_scalars() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.xtdb import XtdbSetupError, fetch_jars, paths
+from selfctx.adapters.xtdb import XtdbSetupError, fetch_jars, paths
 
 pytestmark = pytest.mark.xtdb
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from adapters.bootstrap import build_service
-from adapters.xtdb import XtdbNode, XtdbStore, open_store
-from application.settings import Settings
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.xtdb import XtdbNode, XtdbStore, open_store
+from selfctx.application.settings import Settings
 from tests.support import file_id
 from tests.xtdb import clients
 

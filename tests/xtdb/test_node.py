@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from adapters.cli.main import main
-from adapters.xtdb import NodeStartError, XtdbNode, ensure_local_node, local
+from selfctx.adapters.cli.main import main
+from selfctx.adapters.xtdb import NodeStartError, XtdbNode, ensure_local_node, local
 
 pytestmark = pytest.mark.xtdb
 

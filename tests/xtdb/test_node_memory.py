@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from adapters.xtdb import XtdbNode, XtdbSetupError, open_store
-from adapters.xtdb.node import doc_cache_bytes
+from selfctx.adapters.xtdb import XtdbNode, XtdbSetupError, open_store
+from selfctx.adapters.xtdb.node import doc_cache_bytes
 
 pytestmark = pytest.mark.xtdb
 

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from adapters.bootstrap import build_service
-from adapters.xtdb import XtdbNode, open_store
-from application.persistence import entry_events
-from application.ports.store import StoreUnavailable
-from application.settings import Settings
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.xtdb import XtdbNode, open_store
+from selfctx.application.persistence import entry_events
+from selfctx.application.ports.store import StoreUnavailable
+from selfctx.application.settings import Settings
 
 pytestmark = [pytest.mark.xtdb, pytest.mark.slow]
 

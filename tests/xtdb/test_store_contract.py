@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.xtdb import XtdbNode, open_store
-from application.ports.store import ObjectStore
-from contracts.store import StoreContract
+from selfctx.adapters.xtdb import XtdbNode, open_store
+from selfctx.application.ports.store import ObjectStore
+from selfctx.contracts.store import StoreContract
 
 pytestmark = pytest.mark.xtdb
 

@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
-from adapters.xtdb import XtdbClient, XtdbNode, XtdbStore, open_store
-from application.persistence import decode_events, encode_events, entry_events, log_entry
-from application.ports.store import ConflictError, Expect
-from domain.session import events as ev
+from selfctx.adapters.xtdb import XtdbClient, XtdbNode, XtdbStore, open_store
+from selfctx.application.persistence import decode_events, encode_events, entry_events, log_entry
+from selfctx.application.ports.store import ConflictError, Expect
+from selfctx.domain.session import events as ev
 
 pytestmark = pytest.mark.xtdb
 

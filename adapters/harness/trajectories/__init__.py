@@ -15,14 +15,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from adapters.harness.trajectories.formats import (
+from selfctx.adapters.harness.trajectories.formats import (
     OWN_FORMAT,
     from_mini_swe_agent,
     from_openai_messages,
     from_swe_agent,
 )
-from adapters.harness.trajectories.model import ModelCall, Trajectory, TrajectoryError
-from adapters.harness.trajectories.openhands import from_openhands
+from selfctx.adapters.harness.trajectories.model import ModelCall, Trajectory, TrajectoryError
+from selfctx.adapters.harness.trajectories.openhands import from_openhands
 
 __all__ = [
     "DIRECTORY_ENV",

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from adapters.harness.trajectories.model import (
+from selfctx.adapters.harness.trajectories.model import (
     ModelCall,
     Trajectory,
     TrajectoryError,

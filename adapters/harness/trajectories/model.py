@@ -16,7 +16,7 @@ from typing import Any
 
 import attrs
 
-from domain.errors import InvalidInput
+from selfctx.domain.errors import InvalidInput
 
 __all__ = [
     "ModelCall",

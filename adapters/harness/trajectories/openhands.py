@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from adapters.harness.trajectories.model import (
+from selfctx.adapters.harness.trajectories.model import (
     ModelCall,
     Trajectory,
     TrajectoryError,
