@@ -15,12 +15,14 @@ from selfctx.adapters.filesystem.reader import LocalFileReader
 from selfctx.adapters.filesystem.tracker import WatchdogTracker
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.mounts import UnconfiguredMounts, load_mount_config
+from selfctx.adapters.search import SqliteSearchIndex
 from selfctx.adapters.system import SystemClock, UuidIds
 from selfctx.adapters.tokenizer import default_tokenizer
 from selfctx.application.policies import DEFAULT_POLICY, policy_by_name
 from selfctx.application.ports.clock import Clock
 from selfctx.application.ports.files import FileReader
 from selfctx.application.ports.ids import IdSource
+from selfctx.application.ports.search import SearchIndex
 from selfctx.application.ports.store import ObjectStore
 from selfctx.application.ports.tokenizer import Tokenizer
 from selfctx.application.ports.tracking import SourceTracker
@@ -62,6 +64,8 @@ def build_service(
     track: bool = False,
     tracker: SourceTracker | None = None,
     mount_detector: UnconfiguredMounts | None = None,
+    search: SearchIndex | None = None,
+    search_path: str | None = None,
 ) -> ContextService:
     """A ready :class:`ContextService`.
 
@@ -76,6 +80,8 @@ def build_service(
     applies unless ``default_filesystem_id`` is given. ``track=True`` watches the files sessions
     read with watchdog (or pass a ``tracker``); call ``service.close()`` to stop it. A
     ``mount_detector`` is told the device of every file read and flags mounts nobody configured.
+    The search index is ``search``, or SQLite FTS5 in ``search_path`` (default: in memory,
+    built from the store on first use; decision 0040).
     """
     host = host_filesystem_id(host_id or os.environ.get("SELFCTX_HOST_FILESYSTEM_ID"))
     workspace = os.path.realpath(workspace or os.getcwd())
@@ -103,4 +109,5 @@ def build_service(
         settings=settings or Settings(policy=policy_by_name(DEFAULT_POLICY)),
         tokenizer=tokenizer or default_tokenizer(),
         tracker=tracker,
+        search=search or SqliteSearchIndex(search_path or ":memory:"),
     )

@@ -15,6 +15,7 @@ from typing import Any
 from selfctx.application.ports.clock import Clock
 from selfctx.application.ports.files import FileReader
 from selfctx.application.ports.ids import IdSource
+from selfctx.application.ports.search import SearchHit, SearchIndex, SearchQuery, SearchUnavailable
 from selfctx.application.ports.store import ObjectStore, Version
 from selfctx.application.ports.tokenizer import Tokenizer
 from selfctx.application.ports.tracking import SourceTracker
@@ -32,6 +33,7 @@ from selfctx.application.usecases.files import (
     IndexResult,
     resolve,
 )
+from selfctx.application.usecases.search import SearchHistory
 from selfctx.application.usecases.sessions import (
     PastState,
     ResumeReport,
@@ -74,6 +76,7 @@ class ContextService:
         tokenizer: Tokenizer,
         settings: Settings | None = None,
         tracker: SourceTracker | None = None,
+        search: SearchIndex | None = None,
     ) -> None:
         self.store = store
         self.tracker = tracker
@@ -104,6 +107,7 @@ class ContextService:
         """Counts tokens for budgets and reports."""
         self._assemble = AssembleContext(deps, tokenizer)
         self._tracking = TrackSources(deps, tracker, self._open_sessions)
+        self._search = SearchHistory(store, search) if search is not None else None
         if tracker is not None:
             tracker.start(self._tracking.on_changes)
 
@@ -153,6 +157,8 @@ class ContextService:
         """Stop tracking (changes already seen are still written). Sessions stay stored."""
         if self.tracker is not None:
             self.tracker.close()
+        if self._search is not None:
+            self._search.index.close()
 
     def rehash(self, session_id: str) -> RefreshReport:
         """Re-read every file the session has read and write new versions for what changed
@@ -374,3 +380,35 @@ class ContextService:
     def history(self, object_id: str) -> list[Version]:
         """Every stored version of an object, oldest first."""
         return self.store.history(object_id)
+
+    # -- search ---------------------------------------------------------------------------
+
+    def search(
+        self,
+        text: str,
+        *,
+        session_id: str | None = None,
+        role: str | None = None,
+        kind: str | None = None,
+        limit: int = 20,
+    ) -> list[SearchHit]:
+        """Ranked hits for ``text`` (every term a case-insensitive substring) over what
+        ``session_id`` has seen — its messages, its tool outputs, every version of the files in
+        its index — or, with no session, over everything in the store. The index is caught up
+        with the store first, so whatever was committed before the call (by any client) is
+        found. Raises SearchUnavailable when the service has no search index."""
+        query = SearchQuery(text, session_id=session_id, role=role, kind=kind, limit=limit)
+        if session_id is not None:
+            validate_session_id(session_id)
+            if session_id not in self._sessions and not self._runner.exists(session_id):
+                raise SessionNotFound(session_id)
+        if self._search is None:
+            raise SearchUnavailable("this service was built without a search index")
+        return self._search(query)
+
+    def search_index_size(self) -> int:
+        """Entries in the search index after catching up with the store (0 without one)."""
+        if self._search is None:
+            return 0
+        self._search.catch_up()
+        return self._search.index.count()

@@ -292,3 +292,36 @@ class StoreContract:
         # The latest version decides.
         store.commit([{"xt/id": ns + "b", "type": ns + "else"}])
         assert store.ids_of_type(kind) == [ns + "a"]
+
+    # -- the transaction log -------------------------------------------------------------------
+
+    def test_changes_list_committed_transactions_in_order(
+        self, store: ObjectStore, ns: str
+    ) -> None:
+        before = store.latest_tx()
+        start = None if before is None else before.tx_id
+        first = store.commit([{"xt/id": ns + "a", "v": 1}, {"xt/id": ns + "b", "text": "é\n"}])
+        with pytest.raises(ConflictError):
+            store.commit([{"xt/id": ns + "a", "v": 99}], [Expect(ns + "a", None)])
+        second = store.commit([{"xt/id": ns + "a", "v": 2}])
+        mine = [
+            (c.tx_id, c.tx_time, [dict(d) for d in c.documents])
+            for c in store.changes(start, limit=10_000)
+            if any(str(d["xt/id"]).startswith(ns) for d in c.documents)
+        ]
+        assert mine == [
+            (
+                first.tx_id,
+                first.tx_time,
+                [{"xt/id": ns + "a", "v": 1}, {"xt/id": ns + "b", "text": "é\n"}],
+            ),
+            (second.tx_id, second.tx_time, [{"xt/id": ns + "a", "v": 2}]),
+        ]
+        # Paging: after a transaction, at most ``limit`` of them.
+        page = store.changes(first.tx_id, limit=1)
+        assert len(page) == 1 and page[0].tx_id > first.tx_id
+        assert all(c.tx_id > second.tx_id for c in store.changes(second.tx_id, limit=5))
+
+    def test_changes_refuse_a_limit_below_one(self, store: ObjectStore) -> None:
+        with pytest.raises(InvalidInput):
+            store.changes(None, limit=0)

@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 
+from selfctx.adapters.search import SqliteSearchIndex
 from selfctx.adapters.tokenizer import EstimateTokenizer
 from selfctx.application.persistence import LOG_TYPE
 from selfctx.application.ports.clock import Clock
@@ -21,6 +22,7 @@ from selfctx.application.ports.files import (
 )
 from selfctx.application.ports.ids import IdSource
 from selfctx.application.ports.store import (
+    Change,
     ConflictError,
     Document,
     Expect,
@@ -140,6 +142,7 @@ def compose_service(
         mounts=mounts,
         tokenizer=EstimateTokenizer(),
         settings=settings,
+        search=SqliteSearchIndex(),
     )
 
 
@@ -175,9 +178,10 @@ class WrappedStore(ObjectStore):
 
     ``namespace`` (for a store shared between tests, e.g. one XTDB node per run) is prefixed to
     every ``xt/id``, and to the ``session_id`` of every session-log entry, on the way in and
-    removed on the way out (documents, log queries, ``ids_of_type``, the ids a conflict names), so
-    literal ids such as ``tc-1`` or a session ``main`` in one test never meet another test's and
-    the caller reads back exactly the ids it wrote; with the default ``""`` nothing changes.
+    removed on the way out (documents, log queries, ``ids_of_type``, the ids a conflict names,
+    ``changes``, which also start where the namespace began), so literal ids such as ``tc-1`` or
+    a session ``main`` in one test never meet another test's and the caller reads back exactly
+    the ids it wrote; with the default ``""`` nothing changes.
     """
 
     def __init__(self, inner: ObjectStore, namespace: str = "") -> None:
@@ -191,6 +195,9 @@ class WrappedStore(ObjectStore):
         self.fail_commits = 0
         self.lose_acks = 0
         self.on_commit: Callable[[], object] | None = None
+        origin = inner.latest_tx() if namespace else None
+        self._origin = None if origin is None else origin.tx_id
+        """A namespace begins here: :meth:`changes` from the start reads from this point."""
 
     def _in(self, doc: Document) -> Document:
         ns = self.namespace
@@ -283,6 +290,22 @@ class WrappedStore(ObjectStore):
 
     def latest_tx(self) -> Receipt | None:
         return self.inner.latest_tx()
+
+    def changes(self, after_tx_id: int | None = None, limit: int = 500) -> list[Change]:
+        ns = self.namespace
+        if after_tx_id is None:
+            after_tx_id = self._origin
+        return [
+            attrs.evolve(
+                change,
+                documents=tuple(
+                    self._strip(doc)
+                    for doc in change.documents
+                    if str(doc.get("xt/id", "")).startswith(ns)
+                ),
+            )
+            for change in self.inner.changes(after_tx_id, limit)
+        ]
 
     def close(self) -> None:
         self.inner.close()

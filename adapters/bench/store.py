@@ -121,6 +121,9 @@ class _OneByOne(ObjectStore):
     def latest_tx(self) -> Any:
         return self.inner.latest_tx()
 
+    def changes(self, after_tx_id: int | None = None, limit: int = 500) -> Any:
+        return self.inner.changes(after_tx_id, limit)
+
 
 @contextmanager
 def _node(config: ConfigName, root: Path, name: str) -> Iterator[XtdbNode]:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from selfctx.application.ports.store import (
+    Change,
     ConflictError,
     Document,
     Expect,
@@ -55,6 +56,8 @@ class MemoryStore(ObjectStore):
         self._types: dict[str, str] = {}
         self._logs: dict[str, list[tuple[int, str]]] = {}  # session id -> [(seq, entry id)]
         self._tx: list[tuple[int, str]] = []
+        self._tx_docs: list[tuple[str, ...]] = []
+        """The JSON text of each transaction's documents (the same strings ``_versions`` holds)."""
         self.bytes_received = 0
         """JSON bytes of every document committed so far."""
 
@@ -105,6 +108,18 @@ class MemoryStore(ObjectStore):
     def latest_tx(self) -> Receipt | None:
         return Receipt(*self._tx[-1]) if self._tx else None
 
+    def changes(self, after_tx_id: int | None = None, limit: int = 500) -> list[Change]:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise InvalidInput("limit", limit, "must be a positive integer")
+        with self._lock:
+            start = 0 if after_tx_id is None else bisect.bisect_right(self._tx, (after_tx_id, "~"))
+            end = start + limit
+            picked = list(zip(self._tx[start:end], self._tx_docs[start:end], strict=True))
+        return [
+            Change(tx_id, tx_time, tuple(json.loads(text) for text in texts))
+            for (tx_id, tx_time), texts in picked
+        ]
+
     # -- writes ----------------------------------------------------------------------------
 
     def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
@@ -130,6 +145,7 @@ class MemoryStore(ObjectStore):
                     self._index_log_entry(doc)
                 self.bytes_received += len(text.encode("utf-8", "surrogatepass"))
             self._tx.append((tx_id, tx_time))
+            self._tx_docs.append(tuple(text for text, _ in encoded))
             return Receipt(tx_id=tx_id, tx_time=tx_time)
 
     def _index_log_entry(self, doc: Mapping[str, Any]) -> None:

@@ -224,13 +224,29 @@ class XtdbClient:
         )
         return None if answer is None else self._tx("latest-completed-tx", answer)
 
-    def tx_log(self, after_tx_id: int | None, *, timeout: float) -> list[dict[str, Any]]:
-        """Committed transactions after ``after_tx_id`` (all if None), oldest first."""
-        params = {} if after_tx_id is None else {"after-tx-id": after_tx_id}
+    def tx_log(
+        self,
+        after_tx_id: int | None,
+        *,
+        timeout: float,
+        with_ops: bool = False,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """Committed transactions after ``after_tx_id`` (all if None), oldest first; with
+        ``with_ops`` each carries ``txOps`` (``[["put", doc], ...]``); ``limit`` asks for at most
+        that many (our node honours it; the answer is cut here too, for upstream's)."""
+        params: dict[str, Any] = {} if after_tx_id is None else {"after-tx-id": after_tx_id}
+        if with_ops:
+            params["with-ops"] = "true"
+        if limit is not None:
+            params["limit"] = limit
         answer = self._call("GET", "/_xtdb/tx-log", "tx-log", timeout=timeout, params=params)
         if not isinstance(answer, list):
             raise self._shape_error("tx-log", answer)
-        return [self._tx("tx-log", entry) for entry in answer]
+        entries = [self._tx("tx-log", entry) for entry in answer]
+        if with_ops and not all(isinstance(entry.get("txOps"), list) for entry in entries):
+            raise self._shape_error("tx-log", answer)
+        return entries if limit is None else entries[:limit]
 
     def sync(self, *, wait: float, timeout: float) -> None:
         """Block until the node has indexed everything submitted to its tx-log so far."""

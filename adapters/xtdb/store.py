@@ -32,6 +32,7 @@ import httpx
 from selfctx.adapters.xtdb import edn
 from selfctx.adapters.xtdb.client import XtdbClient
 from selfctx.application.ports.store import (
+    Change,
     ConflictError,
     Document,
     Expect,
@@ -213,6 +214,26 @@ class XtdbStore(ObjectStore):
             if after < 0:
                 return None
             window *= 8
+
+    def changes(self, after_tx_id: int | None = None, limit: int = 500) -> list[Change]:
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise InvalidInput("limit", limit, "must be a positive integer")
+        entries = self.client.tx_log(after_tx_id, timeout=self.timeout, with_ops=True, limit=limit)
+        return [
+            Change(
+                tx_id=entry["txId"],
+                tx_time=entry["txTime"],
+                documents=tuple(
+                    op[1]
+                    for op in entry["txOps"]
+                    if isinstance(op, list)
+                    and len(op) > 1
+                    and op[0] == "put"
+                    and isinstance(op[1], dict)
+                ),
+            )
+            for entry in entries
+        ]
 
     # -- writes ----------------------------------------------------------------------------
 

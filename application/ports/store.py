@@ -46,6 +46,19 @@ class Receipt:
 
 
 @attrs.frozen
+class Change:
+    """One committed transaction and the documents it wrote, as :meth:`ObjectStore.changes`
+    lists them."""
+
+    tx_id: int
+    """The transaction's id."""
+    tx_time: str
+    """The transaction time, ISO-8601 UTC."""
+    documents: tuple[Document, ...]
+    """Every document the transaction wrote, in the order it wrote them."""
+
+
+@attrs.frozen
 class Version:
     """One version of a document, as the store recorded it."""
 
@@ -232,6 +245,14 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def latest_tx(self) -> Receipt | None:
         """The latest committed transaction, or None for an empty store."""
+
+    def changes(self, after_tx_id: int | None = None, limit: int = 500) -> list[Change]:
+        """Committed transactions after ``after_tx_id`` (from the first if None), oldest first,
+        at most ``limit`` of them, each with the documents it wrote: what a projection built from
+        the store (the search index) reads to catch up. Transactions whose preconditions failed
+        wrote nothing and are not listed. The default raises :class:`StoreError`: a store that
+        cannot list its transactions cannot feed a projection."""
+        raise StoreError(f"{type(self).__name__} cannot list its transactions", operation="changes")
 
     def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing
         """Release connections or other resources. The default does nothing."""

@@ -188,6 +188,9 @@ class AckingStore(ObjectStore):
     def latest_tx(self) -> Receipt | None:
         return self.inner.latest_tx()
 
+    def changes(self, after_tx_id: int | None = None, limit: int = 500) -> Any:
+        return self.inner.changes(after_tx_id, limit)
+
     def close(self) -> None:
         os.close(self.fd)
         self.inner.close()

@@ -18,6 +18,8 @@
     Without the parameter it answers as upstream does.
   - `submit-tx` with an `X-Selfctx-Blobs` header takes long string values as raw UTF-8 after a
     JSON head (see `blob-body`); `/_xtdb/status` says so with \"selfctxBlobs\": 1.
+  - `tx-log` takes `limit=N` (at most N transactions); with `with-ops=true` the ops are
+    `txOps: [[\"put\", doc], ...]`.
   - Only JSON responses; the server binds to the given host (default 127.0.0.1) only."
   (:require [clojure.data.json :as json]
             [clojure.edn :as edn]
@@ -292,9 +294,26 @@
     (when-not q (bad-request "No query provided."))
     [200 (vec (apply xt/q (db-for node params) q in-args))]))
 
-(defn- tx-log [node _ params]
-  (with-open [log (xt/open-tx-log node (->long params :after-tx-id) false)]
-    [200 (mapv tx->json (iterator-seq log))]))
+(defn- op->json
+  "A tx-op of the log as `[name & args]` (`[\"put\" doc]`), the shape submit-tx takes."
+  [[op & args]]
+  (into [(name op)] args))
+
+(defn- tx-log
+  "Committed transactions after `after-tx-id`; with `with-ops=true` each carries its ops as
+  `txOps` (documents included), and `limit=N` stops after N transactions (our extension: a
+  projection catching up reads the log a page at a time instead of all of it at once)."
+  [node _ params]
+  (let [with-ops? (flag? params :with-ops)
+        limit (->long params :limit)]
+    (when (and limit (< limit 1)) (bad-request (str "limit must be at least 1: " limit)))
+    (with-open [log (xt/open-tx-log node (->long params :after-tx-id) with-ops?)]
+      [200 (into []
+                 (comp (if limit (take limit) identity)
+                       (map (fn [tx]
+                              (cond-> (tx->json tx)
+                                with-ops? (assoc "txOps" (mapv op->json (::xt/tx-ops tx)))))))
+                 (iterator-seq log))])))
 
 (def ^:private routes
   {["POST" "/_xtdb/submit-tx"] submit-tx

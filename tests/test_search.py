@@ -1,0 +1,218 @@
+"""Search over what sessions have seen (issue 17; decision 0040), on both stores.
+
+The index is a projection of the store's transaction log: every test here writes through the
+service as a harness would, then searches, so the projection is exercised end to end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from selfctx.adapters.memory import MemoryStore
+from selfctx.adapters.search import SqliteSearchIndex
+from selfctx.application.ports.search import SearchQuery
+from selfctx.application.service import ContextService
+from selfctx.application.usecases.search import SearchHistory
+from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.errors import InvalidInput, SessionNotFound
+from tests.conftest import MakeService
+from tests.support import FakeFileReader, WrappedStore
+
+
+def _session(service: ContextService, sid: str = "s1") -> None:
+    service.start_session(sid, "You search.")
+
+
+def _call(service: ContextService, sid: str, call_id: str, command: str, output: str) -> None:
+    request = ToolCallRequest(call_id, "bash", {"command": command})
+    service.record_assistant_message(sid, f"Running {command}", [request])
+    service.record_tool_call(sid, call_id, tool="bash", args={"command": command}, output=output)
+
+
+def test_substring_case_insensitive_role_filter_limit_and_empty_query(
+    service: ContextService,
+) -> None:
+    """Seed 001's history search: case-insensitive substring, role filter, limit, and an empty
+    query finds nothing."""
+    _session(service)
+    service.record_user_message("s1", "Please fix the ParseError in calc")
+    service.record_assistant_message("s1", "I will look at the parser first.")
+    service.record_user_message("s1", "thanks, and the tokenizer too")
+
+    hits = service.search("parse", session_id="s1")
+    assert {(h.role, h.turn) for h in hits} == {("user", 1), ("assistant", 1)}
+    assert all(h.kind == "message" and h.object_id == "chat:s1" for h in hits)
+    assert [h.role for h in service.search("PARSE", session_id="s1", role="user")] == ["user"]
+    assert len(service.search("the", session_id="s1", limit=1)) == 1
+    assert len(service.search("the", session_id="s1")) == 3
+    assert service.search("", session_id="s1") == []
+    assert service.search("   ", session_id="s1") == []
+    assert service.search("nowhere-to-be-found", session_id="s1") == []
+
+
+def test_every_term_must_match_and_quotes_keep_a_phrase(service: ContextService) -> None:
+    _session(service)
+    service.record_user_message("s1", "the parser fails on minus signs")
+    service.record_user_message("s1", "signs of trouble in the lexer; minus one")
+    both = service.search("minus signs", session_id="s1")
+    assert [h.turn for h in sorted(both, key=lambda h: h.turn or 0)] == [1, 2]
+    phrase = service.search('"minus signs"', session_id="s1")
+    assert [h.turn for h in phrase] == [1]
+    # Terms shorter than three characters still filter (they cannot use the trigram index).
+    assert [h.turn for h in service.search("minus on", session_id="s1")] == [1, 2]
+    assert [h.turn for h in service.search("of", session_id="s1")] == [2]
+
+
+def test_ranking_prefers_more_and_title_matches(service: ContextService) -> None:
+    _session(service)
+    _call(service, "s1", "tc-1", "ls", "a.py b.py\nnothing about it here")
+    _call(service, "s1", "tc-2", "cat notes", "overflow overflow overflow: the overflow again")
+    _call(service, "s1", "tc-3", "grep overflow src", "src/x.c: no match")
+    hits = service.search("overflow", session_id="s1", kind="toolcall")
+    assert [h.object_id for h in hits][:2] in (["tc-2", "tc-3"], ["tc-3", "tc-2"])
+    assert "tc-1" not in [h.object_id for h in hits]
+    assert hits[0].score >= hits[1].score
+    assert all(h.role == "tool" and h.session_id == "s1" for h in hits)
+    assert "overflow" in hits[0].snippet.lower()
+
+
+def test_a_tool_output_hit_activates_and_brings_the_output_back(service: ContextService) -> None:
+    _session(service)
+    _call(service, "s1", "tc-1", "pytest -q", "FAILED test_minus - assert 3 == -5\n1 failed")
+    service.deactivate("s1", "tc-1")
+    [hit] = service.search("assert 3 == -5", session_id="s1")
+    assert (hit.object_id, hit.turn, hit.version, hit.latest) == ("tc-1", 0, 1, True)
+    assert "FAILED test_minus" in hit.snippet
+    assert service.activate("s1", hit.object_id).ok
+    assert service.object("s1", hit.object_id).content == (
+        "FAILED test_minus - assert 3 == -5\n1 failed"
+    )
+
+
+def test_a_session_never_finds_another_sessions_private_objects(
+    service: ContextService, files: FakeFileReader
+) -> None:
+    """Messages and tool outputs are private to their session; file versions are shared, but a
+    session finds only the files in its own index."""
+    _session(service, "mine")
+    _session(service, "theirs")
+    service.record_user_message("theirs", "the secret word is zebra")
+    _call(service, "theirs", "their-tc", "cat secret", "zebra stripes everywhere")
+    files.write("/w/theirs.txt", "zebra in a file only they read")
+    service.index_file("theirs", "/w/theirs.txt")
+    files.write("/w/shared.txt", "zebra crossing")
+    service.index_file("theirs", "/w/shared.txt")
+
+    assert service.search("zebra", session_id="mine") == []
+    service.index_file("mine", "/w/shared.txt")
+    [hit] = service.search("zebra", session_id="mine")
+    assert (hit.kind, hit.title, hit.session_id) == ("file", "/w/shared.txt", None)
+    # Everything, from the operator's side (no session).
+    kinds = sorted((h.kind, h.session_id) for h in service.search("zebra"))
+    assert kinds == [
+        ("file", None),
+        ("file", None),
+        ("message", "theirs"),
+        ("toolcall", "theirs"),
+    ]
+    # Discovery (a stub) puts a file in the index too: its later versions become findable.
+    files.write("/w/listed.txt", "zebra listed")
+    service.discover("mine", ["/w/listed.txt"])
+    service.index_file("theirs", "/w/listed.txt")
+    assert {h.title for h in service.search("zebra", session_id="mine")} == {
+        "/w/shared.txt",
+        "/w/listed.txt",
+    }
+
+
+def test_file_versions_are_searched_and_say_whether_they_are_the_latest(
+    service: ContextService, files: FakeFileReader
+) -> None:
+    _session(service)
+    files.write("/w/calc.py", "def evaluate(expr):\n    return left_fold(expr)\n")
+    service.index_file("s1", "/w/calc.py")
+    files.write("/w/calc.py", "def evaluate(expr):\n    return right_assoc(expr)\n")
+    report = service.rehash("s1")  # what a watcher would have written
+    assert report.updated
+
+    [old] = service.search("left_fold", session_id="s1")
+    assert (old.kind, old.version, old.latest) == ("file", 1, False)
+    [new] = service.search("right_assoc", session_id="s1")
+    assert (new.version, new.latest) == (2, True)
+    # One hit per file: its best-ranked version.
+    assert len(service.search("def evaluate", session_id="s1")) == 1
+    # The path is searched too (the title).
+    assert [h.title for h in service.search("calc.py", session_id="s1")] == ["/w/calc.py"]
+    files.delete("/w/calc.py")
+    service.rehash("s1")
+    [gone] = service.search("right_assoc", session_id="s1")
+    assert (gone.version, gone.latest) == (2, False)
+
+
+def test_another_client_builds_the_same_index_from_the_store(
+    make_service: MakeService, store: WrappedStore, files: FakeFileReader
+) -> None:
+    """The projection is the store's: a second service (another machine, say) on the same store
+    finds what the first committed, with the same ranking, and catches up incrementally."""
+    first = make_service()
+    _session(first)
+    _call(first, "s1", "tc-1", "make test", "error: undefined reference to `lexer_next'")
+    first.record_user_message("s1", "the lexer again")
+    second = make_service()
+    assert second.search("lexer", session_id="s1") == first.search("lexer", session_id="s1")
+    first.record_user_message("s1", "and the lexer once more")
+    hits = second.search("lexer", session_id="s1")
+    assert len(hits) == 3
+    assert hits == first.search("lexer", session_id="s1")
+
+
+def test_an_index_on_disk_catches_up_and_is_rebuilt_for_another_store(
+    tmp_path: Path, make_service: MakeService, store: WrappedStore
+) -> None:
+    path = str(tmp_path / "search.sqlite")
+    service = make_service()
+    _session(service)
+    service.record_user_message("s1", "persisted words: quokka")
+    index = SqliteSearchIndex(path)
+    assert SearchHistory(store, index)(SearchQuery("quokka"))[0].turn == 1
+    index.close()
+    service.record_user_message("s1", "more quokka")
+    reopened = SqliteSearchIndex(path)
+    history = SearchHistory(store, reopened)
+    assert history.catch_up() >= 1  # only what came after: the rest is on disk
+    assert [h.turn for h in history(SearchQuery("quokka", session_id="s1"))] in ([1, 2], [2, 1])
+    reopened.close()
+    # The same file against a store that never held those transactions starts again.
+    other = WrappedStore(MemoryStore())
+    elsewhere = SqliteSearchIndex(path)
+    assert SearchHistory(other, elsewhere)(SearchQuery("quokka")) == []
+    assert elsewhere.count() == 0
+    elsewhere.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "what"),
+    [
+        ({"limit": 0}, "limit"),
+        ({"limit": 10_000}, "limit"),
+        ({"role": "system"}, "role"),
+        ({"kind": "chat"}, "type"),
+    ],
+)
+def test_bad_queries_are_refused_by_name(
+    service: ContextService, kwargs: dict[str, object], what: str
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        service.search("x", **kwargs)  # type: ignore[arg-type]
+    assert caught.value.what == what
+
+
+def test_an_overlong_query_and_an_unknown_session_are_refused(service: ContextService) -> None:
+    with pytest.raises(InvalidInput):
+        service.search("x" * 1001)
+    with pytest.raises(SessionNotFound):
+        service.search("x", session_id="nobody")
+    with pytest.raises(InvalidInput):
+        service.search("x", session_id="bad id!")
