@@ -216,3 +216,37 @@ def test_an_overlong_query_and_an_unknown_session_are_refused(service: ContextSe
         service.search("x", session_id="nobody")
     with pytest.raises(InvalidInput):
         service.search("x", session_id="bad id!")
+
+
+def test_the_models_search_tool_names_what_activate_brings_back(
+    make_service: MakeService, files: FakeFileReader
+) -> None:
+    """The ``search`` context tool: under the inline layout each hit is named by its handle,
+    which ``activate`` takes; refusals are answers, not exceptions."""
+    from selfctx.adapters.harness import HarnessSession
+    from selfctx.application.policies import policy_by_name
+
+    service = make_service()
+    harness = HarnessSession(service, "s1", policy=policy_by_name("inline"))
+    files.write("/w/lexer.c", "int lexer_next(void) { return TOKEN_EOF; }\n")
+    service.index_file("s1", "/w/lexer.c")
+    _call(service, "s1", "tc-1", "make", "undefined reference to `lexer_next'")
+    service.record_user_message("s1", "why does lexer_next fail to link?")
+
+    answer = harness.handle("search", {"query": "lexer_next"})
+    assert answer.ok
+    lines = answer.message.splitlines()
+    assert lines[0] == "3 result(s) for 'lexer_next', best first:"
+    assert any(line.startswith("- #1 file /w/lexer.c:") for line in lines)
+    assert any(line.startswith("- #2 output of bash") for line in lines)
+    assert any(line.startswith("- turn 1 user: why does lexer_next") for line in lines)
+    assert harness.handle("activate", {"id": "#2"}).message.endswith(
+        "undefined reference to `lexer_next'"
+    )
+    only_files = harness.handle("search", {"query": "lexer_next", "type": "file"})
+    assert only_files.message.count("\n- ") == 1
+    assert not harness.handle("search", {}).ok
+    assert not harness.handle("search", {"query": "x", "limit": 0}).ok
+    refused = harness.handle("search", {"query": "x", "role": "root"})
+    assert not refused.ok and "role" in refused.message
+    assert harness.handle("search", {"query": "absent-text"}).message.startswith("nothing")

@@ -39,7 +39,7 @@ from selfctx.adapters.harness.rpc import (
     project_error,
 )
 from selfctx.adapters.harness.session import HarnessSession
-from selfctx.adapters.harness.tools import handle_context_tool, tool_schemas
+from selfctx.adapters.harness.tools import handle_context_tool, hit_to_json, tool_schemas
 from selfctx.application.policies import DEFAULT_POLICY, policy_by_name
 from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidPath, SelfContextError
@@ -272,6 +272,27 @@ def _discover(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
 @method(METHODS, "tools", {"format": _FORMAT})
 def _tools(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     return {"tools": tool_schemas(p["format"])}
+
+
+_INT = Check("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool))
+
+
+@method(
+    METHODS,
+    "search",
+    {"query": STR},
+    {"session_id": STR, "role": STR, "type": STR, "limit": _INT},
+)
+def _search(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
+    """Ranked hits over what a session has seen (or, without ``session_id``, the whole store)."""
+    hits = server.service.search(
+        p["query"],
+        session_id=p.get("session_id"),
+        role=p.get("role"),
+        kind=p.get("type"),
+        limit=p.get("limit", 20),
+    )
+    return {"hits": [hit_to_json(hit) for hit in hits]}
 
 
 @method(METHODS, "session.close", {"session_id": STR})

@@ -1,4 +1,8 @@
-"""The model's context tools: ready schemas for both formats, and the handler that runs them."""
+"""The model's context tools: ready schemas for both formats, and the handler that runs them.
+
+Four manage the context by id (``activate``, ``deactivate``, ``pin``, ``unpin``); ``search``
+finds what the session has seen, ranked, and names each hit so that ``activate`` brings it back.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,22 @@ from typing import Any, Final
 
 import attrs
 
+from selfctx.application.ports.search import KINDS, ROLES, SearchHit
 from selfctx.application.ports.store import StoreError
 from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput, SelfContextError
 from selfctx.domain.inline import handle
 from selfctx.domain.objects import FileObject, ToolcallObject
 
-__all__ = ["CONTEXT_TOOLS", "ToolAnswer", "handle_context_tool", "is_context_tool", "tool_schemas"]
+__all__ = [
+    "CONTEXT_TOOLS",
+    "SEARCH_LIMIT",
+    "ToolAnswer",
+    "handle_context_tool",
+    "hit_to_json",
+    "is_context_tool",
+    "tool_schemas",
+]
 
 CONTEXT_TOOLS: Final[Mapping[str, str]] = {
     "activate": "Load the full content of an object (file or tool output) into your context. "
@@ -21,8 +34,24 @@ CONTEXT_TOOLS: Final[Mapping[str, str]] = {
     "deactivate": "Collapse an object to its one-line summary. Its content stays retrievable.",
     "pin": "Keep a tool output in context: pinned outputs never collapse automatically.",
     "unpin": "Remove a pin; the output may collapse again once it is old.",
+    "search": "Search everything this session has seen (messages, tool outputs, every version "
+    "of the files it knows), best match first. Every word must occur (case-insensitive, any part "
+    "of a word); quote a phrase to keep it whole. Each hit names the id that activate brings "
+    "back.",
 }
 _ID = {"type": "string", "description": "The object's id, as shown after id= in its line."}
+_SEARCH_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "description": 'Words or "a phrase" to look for.'},
+        "role": {"type": "string", "enum": list(ROLES), "description": "Only this role."},
+        "type": {"type": "string", "enum": list(KINDS), "description": "Only this kind."},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "At most (10)."},
+    },
+    "required": ["query"],
+}
+SEARCH_LIMIT: Final = 10
+"""Hits the model's search returns unless it asks for another number (at most 50)."""
 
 
 def is_context_tool(name: str) -> bool:
@@ -30,16 +59,24 @@ def is_context_tool(name: str) -> bool:
 
 
 def tool_schemas(fmt: str) -> list[dict[str, Any]]:
-    """The four tools as OpenAI ``tools`` entries or Anthropic tool definitions."""
-    schema = {"type": "object", "properties": {"id": _ID}, "required": ["id"]}
+    """The context tools as OpenAI ``tools`` entries or Anthropic tool definitions."""
+    by_id = {"type": "object", "properties": {"id": _ID}, "required": ["id"]}
+
+    def schema(name: str) -> dict[str, Any]:
+        return _SEARCH_SCHEMA if name == "search" else by_id
+
     if fmt == "openai":
         return [
-            {"type": "function", "function": {"name": n, "description": d, "parameters": schema}}
+            {
+                "type": "function",
+                "function": {"name": n, "description": d, "parameters": schema(n)},
+            }
             for n, d in CONTEXT_TOOLS.items()
         ]
     if fmt == "anthropic":
         return [
-            {"name": n, "description": d, "input_schema": schema} for n, d in CONTEXT_TOOLS.items()
+            {"name": n, "description": d, "input_schema": schema(n)}
+            for n, d in CONTEXT_TOOLS.items()
         ]
     raise InvalidInput("format", fmt, "use 'openai' or 'anthropic'")
 
@@ -66,6 +103,8 @@ def handle_context_tool(
         return ToolAnswer(
             False, f"unknown tool {name!r}; the context tools are {sorted(CONTEXT_TOOLS)}"
         )
+    if name == "search":
+        return _search(service, session_id, arguments)
     object_id = arguments.get("id") if isinstance(arguments, Mapping) else None
     if not isinstance(object_id, str) or not object_id:
         return ToolAnswer(False, f"{name} needs an 'id' argument: the id shown in an object's line")
@@ -121,3 +160,70 @@ def _target(service: ContextService, session_id: str, call: ToolcallObject) -> s
         return service.object(session_id, ref).id
     except SelfContextError:
         return None
+
+
+def _search(service: ContextService, session_id: str, arguments: Mapping[str, Any]) -> ToolAnswer:
+    args = arguments if isinstance(arguments, Mapping) else {}
+    query = args.get("query")
+    if not isinstance(query, str) or not query.strip():
+        return ToolAnswer(False, "search needs a 'query': the words to look for")
+    limit = args.get("limit", SEARCH_LIMIT)
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 50:
+        return ToolAnswer(False, "search: 'limit' must be a whole number from 1 to 50")
+    try:
+        hits = service.search(
+            query,
+            session_id=session_id,
+            role=args.get("role"),
+            kind=args.get("type"),
+            limit=limit,
+        )
+    except StoreError:
+        raise
+    except SelfContextError as exc:
+        return ToolAnswer(False, f"search: {exc}")
+    if not hits:
+        return ToolAnswer(True, f"nothing this session has seen matches {query!r}")
+    lines = [f"{len(hits)} result(s) for {query!r}, best first:"]
+    lines += [_hit_line(service, session_id, hit) for hit in hits]
+    lines.append("activate(id) brings back a tool output or a file; messages are in the chat.")
+    return ToolAnswer(True, "\n".join(lines))
+
+
+def _hit_line(service: ContextService, session_id: str, hit: SearchHit) -> str:
+    """One hit for the model: the name ``activate`` takes, what it is, where, a snippet."""
+    if hit.kind == "message":
+        return f"- turn {hit.turn} {hit.role}: {hit.snippet}"
+    state = service.state(session_id)
+    name = f"id={hit.object_id}"
+    if state.policy.name == "inline" and state.in_index(hit.object_id):
+        name = handle(state, hit.object_id)
+    if hit.kind == "toolcall":
+        return f"- {name} output of {hit.title} (turn {hit.turn}): {hit.snippet}"
+    path = hit.title
+    try:
+        obj = service.object(session_id, hit.object_id)
+    except SelfContextError:
+        obj = None
+    if isinstance(obj, FileObject):
+        path = service.mounts.display_path(obj.source)
+    version = "" if hit.latest else f" (an earlier version, {hit.version}; it has changed since)"
+    return f"- {name} file {path}{version}: {hit.snippet}"
+
+
+def hit_to_json(hit: SearchHit) -> dict[str, Any]:
+    """A search hit as JSON (the RPC method's and ``selfctx search --json``'s shape)."""
+    return {
+        "type": hit.kind,
+        "object_id": hit.object_id,
+        "session_id": hit.session_id,
+        "role": hit.role,
+        "title": hit.title,
+        "snippet": hit.snippet,
+        "score": hit.score,
+        "tx_id": hit.tx_id,
+        "version": hit.version,
+        "latest": hit.latest,
+        "seq": hit.seq,
+        "turn": hit.turn,
+    }

@@ -356,10 +356,10 @@ def test_context_tool_calls_render_like_any_other() -> None:
 def test_tool_schemas_in_both_formats() -> None:
     h = open_harness()
     names = [t["function"]["name"] for t in h.tools()]
-    assert names == ["activate", "deactivate", "pin", "unpin"]
+    assert names == ["activate", "deactivate", "pin", "unpin", "search"]
     a = open_harness(make_service(), fmt="anthropic")
     assert [t["name"] for t in a.tools()] == names
-    assert all(t["input_schema"]["required"] == ["id"] for t in a.tools())
+    assert [t["input_schema"]["required"] for t in a.tools()] == [["id"]] * 4 + [["query"]]
 
 
 # -- the validators themselves ------------------------------------------------------------------

@@ -222,7 +222,7 @@ def test_a_session_from_open_to_close(fmt: str, server: Server, workspace: Path)
     sid = f"s-{fmt}"
     tools = server.call("tools", format=fmt)["tools"]
     names = [t["function"]["name"] if fmt == "openai" else t["name"] for t in tools]
-    assert names == ["activate", "deactivate", "pin", "unpin"]
+    assert names == ["activate", "deactivate", "pin", "unpin", "search"]
 
     opened = server.call(
         "session.open", session_id=sid, system_prompt="You fix bugs.", policy="ssot", format=fmt
@@ -509,7 +509,7 @@ def test_a_batch_is_answered_with_an_array(busy: tuple[Server, str]) -> None:
     answers = server.read()
     assert isinstance(answers, list)
     assert [a["id"] for a in answers] == ["a", None, "b", "c"]
-    assert len(answers[0]["result"]["tools"]) == 4
+    assert len(answers[0]["result"]["tools"]) == 5
     assert answers[1]["error"]["data"]["kind"] == "invalid_request"
     assert answers[2]["error"]["data"]["kind"] == "method_not_found"
     assert answers[3]["result"]["stats"]["pinned"] == 1  # in order: the pin ran first
@@ -529,7 +529,7 @@ def test_invalid_lines_are_answered_with_id_null_and_serving_goes_on(server: Ser
         assert response["id"] is None and response["error"]["code"] == PARSE_ERROR
     server.send("")  # blank lines are skipped
     server.send("   ")
-    assert len(server.call("tools", format="anthropic")["tools"]) == 4
+    assert len(server.call("tools", format="anthropic")["tools"]) == 5
 
 
 def test_stdout_carries_only_the_protocol_and_eof_shuts_down(server: Server) -> None:

@@ -71,6 +71,8 @@ def test_replay_progress_bar_on_request(capsys: pytest.CaptureFixture[str]) -> N
         (["sessions", "--store", "memory"], "lives only inside one process"),
         (["show", "s1"], "give --store"),
         (["history", "x", "--store", "memory"], "lives only inside one process"),
+        (["search", "x", "--store", "memory"], "lives only inside one process"),
+        (["search", "x"], "give --store"),
     ],
 )
 def test_clear_errors(
@@ -135,3 +137,36 @@ def test_sessions_show_and_history_on_xtdb(
     assert len({v["object_hash"] for v in versions[:3]}) == 3
     code, out, _ = _run(capsys, "history", f"{session}/call_003", "--store", store)
     assert code == 0 and "1 version(s)" in out and "content_hash" in out
+
+
+@pytest.mark.xtdb
+def test_search_on_xtdb(
+    capsys: pytest.CaptureFixture[str], xtdb_node: XtdbNode, tmp_path: Path
+) -> None:
+    """``selfctx search``: a replayed session's tool outputs, messages and files are found,
+    ranked; the index file is kept between runs and only catches up."""
+    store = f"xtdb://{xtdb_node.url.removeprefix('http://')}"
+    session = f"cli-{uuid.uuid4().hex[:8]}"
+    assert _run(capsys, "replay", "--store", store, "--session", session)[0] == 0
+    index = str(tmp_path / "search.sqlite")
+    base = ["search", "--store", store, "--index", index, "--session", session]
+
+    code, out, err = _run(capsys, *base, "AssertionError: 3 != -5", "--json")
+    assert code == 0, err
+    hits = json.loads(out)
+    assert hits and {h["session_id"] for h in hits} == {session}
+    assert hits[0]["type"] == "toolcall" and hits[0]["object_id"].startswith(f"{session}/")
+    assert "3 != -5" in hits[0]["snippet"]
+    assert hits == sorted(hits, key=lambda h: -h["score"])
+
+    code, out, _ = _run(capsys, *base, "min_precedence", "--type", "file", "--json")
+    files = json.loads(out)
+    assert files and all(h["title"].startswith("/workspace/calc/") for h in files)
+    assert len({h["object_id"] for h in files}) == len(files)  # one hit per file
+
+    code, out, _ = _run(capsys, *base, "regression test", "--role", "user")
+    assert code == 0 and f"{session} turn" in out and " user " in out
+    code, out, _ = _run(capsys, *base, "zzzz-nothing")
+    assert code == 0 and "nothing in session" in out
+    code, _, err = _run(capsys, *base, "x", "--limit", "0")
+    assert code == 2 and "limit" in err
