@@ -69,6 +69,61 @@ def _watch(args: argparse.Namespace) -> int:
     return 0
 
 
+def _search(args: argparse.Namespace) -> int:
+    from selfctx.adapters.bench.context import trajectories_in
+    from selfctx.adapters.bench.search import run_search_bench
+    from selfctx.adapters.harness.trajectories import default_directory
+
+    if args.trajectories:
+        paths = args.trajectories
+    else:
+        found = default_directory()
+        paths = [found] if found else []
+    trajectories = trajectories_in(paths) if paths else []
+
+    def make() -> Any:
+        return build_service(store=MemoryStore(), workspace="/", host_id="bench-host")
+
+    result = run_search_bench(
+        make,
+        trajectories,
+        objects=args.objects,
+        queries=args.queries,
+        progress=_progress(args.json),
+    )
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    q = result["query_ms"]
+    print(
+        f"{result['objects']:,} searchable objects ({result['sessions']} sessions, "
+        f"{result['trajectories']} trajectories)"
+    )
+    print(f"index: {result['index_per_s']:,} objects/s ({result['index_seconds']} s)")
+    print(
+        f"query: p50 {q['p50']} ms, p95 {q['p95']} ms, max {q['max']} ms over {result['queries']}"
+    )
+    return 0
+
+
+def _register_search(benches: Any) -> None:
+    search = benches.add_parser(
+        "search", help="build the search index over a large store and time queries"
+    )
+    search.add_argument("--json", action="store_true", help="print one JSON object")
+    search.add_argument(
+        "--objects", type=int, default=100_000, help="objects to write (default 100000)"
+    )
+    search.add_argument("--queries", type=int, default=300, help="queries timed (default 300)")
+    search.add_argument(
+        "--trajectories",
+        nargs="*",
+        metavar="PATH",
+        help="trajectory files or folders (default: $SELFCTX_TRAJECTORIES or the development set)",
+    )
+    search.set_defaults(handler=_search)
+
+
 def _register_watch(benches: Any) -> None:
     watch = benches.add_parser(
         "watch", help="latency from a file edit to its stored version; idle CPU while watching"
@@ -270,3 +325,4 @@ def register(subparsers: Any) -> None:
     context.set_defaults(handler=_context)
     _register_watch(benches)
     _register_store(benches)
+    _register_search(benches)

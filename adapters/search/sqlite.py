@@ -6,6 +6,15 @@ case-insensitive substring anywhere (``pars`` finds ``parser`` and ``ParseError`
 the hits (a title match weighs four times a body match). Terms shorter than three characters
 cannot be trigram-matched: they filter with ``LIKE`` (ASCII case folding) instead.
 
+Who may see an entry, and what it is, are tags in a third indexed column, ``scope``: one tag per
+session that may see it (a file version carries one per session with the file in its index,
+rewritten when another session meets the file), one for its kind and one for its role. So a
+session's query is one full-text match, and BM25 scores only that session's rows. A tag is three
+characters of Unicode's private use area, exactly one trigram: matching it reads one posting
+list instead of intersecting the trigrams of a longer name. Scoring costs about two microseconds a
+row, so a term that matches a large part of a big store is ranked among its most recent
+:data:`RANK_WINDOW` matches only (decision 0040).
+
 The file is a cache: deleting it only costs a rebuild from the store. ``:memory:`` (the default)
 keeps the index in this process.
 """
@@ -29,9 +38,11 @@ from selfctx.application.ports.search import (
     terms_of,
 )
 
-__all__ = ["SCHEMA_VERSION", "SqliteSearchIndex", "fts5_available"]
+__all__ = ["RANK_WINDOW", "SCHEMA_VERSION", "SqliteSearchIndex", "fts5_available"]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
+RANK_WINDOW: Final = 5_000
+"""A query matching more rows than this is ranked among its most recent matches only."""
 _TITLE_WEIGHT: Final = 4.0
 _SNIPPET_BEFORE: Final = 60
 _SNIPPET_AFTER: Final = 140
@@ -50,27 +61,41 @@ CREATE TABLE IF NOT EXISTS entries(
     seq INTEGER,
     turn INTEGER,
     version INTEGER NOT NULL,
-    content_hash TEXT
+    content_hash TEXT,
+    scope TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS entries_by_session ON entries(session_id, kind);
 CREATE INDEX IF NOT EXISTS entries_by_object ON entries(object_id);
 CREATE TABLE IF NOT EXISTS files(
     object_id TEXT PRIMARY KEY, versions INTEGER NOT NULL, content_hash TEXT
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tags(name TEXT PRIMARY KEY, code INTEGER NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS members(
     session_id TEXT NOT NULL, object_id TEXT NOT NULL, PRIMARY KEY(session_id, object_id)
 ) WITHOUT ROWID;
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
-    title, body, content='entries', content_rowid='id', tokenize='trigram'
+    title, body, scope, content='entries', content_rowid='id', tokenize='trigram'
 );
 """
-_TABLES: Final = ("fts", "entries", "files", "members", "meta")
+_TABLES: Final = ("fts", "entries", "files", "tags", "members", "meta")
 
 
 def fts5_available(connection: sqlite3.Connection) -> bool:
     """Whether this SQLite has FTS5 and the trigram tokenizer (3.34 or later)."""
     options = {row[0] for row in connection.execute("PRAGMA compile_options")}
     return "ENABLE_FTS5" in options and sqlite3.sqlite_version_info >= (3, 34, 0)
+
+
+_PRIVATE_USE: Final = 0xE000
+_CODES: Final = 6400
+"""Code points U+E000 to U+F8FF: three of them name up to 6400**3 tags."""
+
+
+def _tag(code: int) -> str:
+    """The tag of ``code``: three private-use characters, one trigram (no folding applies)."""
+    high, rest = divmod(code, _CODES * _CODES)
+    middle, low = divmod(rest, _CODES)
+    return "".join(chr(_PRIVATE_USE + n) for n in (high, middle, low))
 
 
 def _phrase(term: str) -> str:
@@ -152,12 +177,10 @@ class SqliteSearchIndex(SearchIndex):
                 if (None if current is None else current.tx_id) != batch.after:
                     db.execute("ROLLBACK")
                     return False
+                for member in batch.members:
+                    self._admit(member.session_id, member.object_id)
                 for entry in batch.entries:
                     self._insert(entry)
-                db.executemany(
-                    "INSERT OR IGNORE INTO members VALUES (?, ?)",
-                    [(m.session_id, m.object_id) for m in batch.members],
-                )
                 db.executemany(
                     "INSERT OR REPLACE INTO meta VALUES (?, ?)",
                     [("tx_id", batch.position.tx_id), ("tx_time", batch.position.tx_time)],
@@ -167,6 +190,41 @@ class SqliteSearchIndex(SearchIndex):
                 db.execute("ROLLBACK")
                 raise
             return True
+
+    def _admit(self, session_id: str, object_id: str) -> None:
+        """A session has the file in its index: tag the file's versions with it."""
+        db = self._db
+        added = db.execute("INSERT OR IGNORE INTO members VALUES (?, ?)", (session_id, object_id))
+        if not added.rowcount:
+            return
+        rows = db.execute(
+            "SELECT id, title, body, scope FROM entries WHERE object_id = ? AND kind = 'file'",
+            (object_id,),
+        ).fetchall()
+        tag = self._code(f"s:{session_id}")
+        for row_id, title, body, scope in rows:
+            db.execute(
+                "INSERT INTO fts(fts, rowid, title, body, scope) VALUES ('delete', ?, ?, ?, ?)",
+                (row_id, title, body, scope),
+            )
+            scope = f"{scope} {tag}"
+            db.execute("UPDATE entries SET scope = ? WHERE id = ?", (scope, row_id))
+            db.execute(
+                "INSERT INTO fts(rowid, title, body, scope) VALUES (?, ?, ?, ?)",
+                (row_id, title, body, scope),
+            )
+
+    def _code(self, name: str, *, create: bool = True) -> str:
+        """The tag of a session, kind or role (``s:ID``, ``k:KIND``, ``r:ROLE``); with
+        ``create=False``, an empty string for a name the index has never tagged."""
+        row = self._db.execute("SELECT code FROM tags WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            if not create:
+                return ""
+            code = self._db.execute("SELECT count(*) FROM tags").fetchone()[0]
+            self._db.execute("INSERT INTO tags VALUES (?, ?)", (name, code))
+            return _tag(code)
+        return _tag(int(row[0]))
 
     def _insert(self, entry: SearchEntry) -> None:
         db = self._db
@@ -183,10 +241,21 @@ class SqliteSearchIndex(SearchIndex):
             )
             if entry.body is None or (previous is not None and previous == entry.content_hash):
                 return  # nothing to search, or the same text as the version before
+            sessions = [
+                r[0]
+                for r in db.execute(
+                    "SELECT session_id FROM members WHERE object_id = ? ORDER BY session_id",
+                    (entry.object_id,),
+                )
+            ]
+        else:
+            sessions = [entry.session_id] if entry.session_id is not None else []
         body = entry.body or ""
+        names = [f"k:{entry.kind}"] + ([f"r:{entry.role}"] if entry.role else [])
+        scope = " ".join(self._code(n) for n in [*names, *(f"s:{s}" for s in sessions)])
         cursor = db.execute(
             "INSERT INTO entries(kind, object_id, session_id, role, title, body, tx_id, seq,"
-            " turn, version, content_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " turn, version, content_hash, scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 entry.kind,
                 entry.object_id,
@@ -199,11 +268,12 @@ class SqliteSearchIndex(SearchIndex):
                 entry.turn,
                 version,
                 entry.content_hash,
+                scope,
             ),
         )
         db.execute(
-            "INSERT INTO fts(rowid, title, body) VALUES (?, ?, ?)",
-            (cursor.lastrowid, entry.title, body),
+            "INSERT INTO fts(rowid, title, body, scope) VALUES (?, ?, ?, ?)",
+            (cursor.lastrowid, entry.title, body, scope),
         )
 
     def reset(self) -> None:
@@ -226,63 +296,98 @@ class SqliteSearchIndex(SearchIndex):
         with self._lock:
             return int(self._db.execute("SELECT count(*) FROM entries").fetchone()[0])
 
+    def sample(self, row: int) -> tuple[str, str | None]:
+        """The body and session of the ``row``-th entry (1-based): what a benchmark draws its
+        queries from."""
+        with self._lock:
+            found = self._db.execute(
+                "SELECT body, session_id FROM entries WHERE id = ?", (row,)
+            ).fetchone()
+        return ("", None) if found is None else (str(found[0]), found[1])
+
     def search(self, query: SearchQuery) -> list[SearchHit]:
         terms = terms_of(query.text)
         if not terms:
             return []
         long = [t for t in terms if len(t) >= 3]
         short = [t for t in terms if len(t) < 3]
-        where: list[str] = []
-        params: list[Any] = []
-        if query.session_id is not None:
-            where.append(
-                "(e.session_id = ? OR (e.kind = 'file' AND e.object_id IN"
-                " (SELECT object_id FROM members WHERE session_id = ?)))"
-            )
-            params += [query.session_id, query.session_id]
-        if query.kind is not None:
-            where.append("e.kind = ?")
-            params.append(query.kind)
-        if query.role is not None:
-            where.append("e.role = ?")
-            params.append(query.role)
-        for term in short:
-            where.append("(e.title LIKE ? ESCAPE '\\' OR e.body LIKE ? ESCAPE '\\')")
-            params += [_like(term), _like(term)]
-        if long:
-            sql = (
-                f"SELECT e.id, bm25(fts, {_TITLE_WEIGHT}, 1.0) AS rank, e.kind, e.object_id"
-                " FROM fts JOIN entries e ON e.id = fts.rowid WHERE fts MATCH ?"
-            )
-            params.insert(0, " AND ".join(_phrase(t) for t in long))
-            order = "rank, e.tx_id DESC"
-        else:
-            sql = "SELECT e.id, 0.0 AS rank, e.kind, e.object_id FROM entries e WHERE 1"
-            order = "e.tx_id DESC"
-        sql += "".join(f" AND {w}" for w in where) + f" ORDER BY {order} LIMIT ?"
+        parts = [f"{{title body}} : {_phrase(t)}" for t in long]
+        names = [
+            f"{prefix}:{value}"
+            for prefix, value in (("s", query.session_id), ("k", query.kind), ("r", query.role))
+            if value is not None
+        ]
         with self._lock:
-            ranked = self._best(sql, params, query.limit)
+            tags = [self._code(name, create=False) for name in names]
+        if "" in tags:
+            return []  # a session, kind or role the index has never seen
+        parts += [f"scope : {_phrase(tag)}" for tag in tags]
+        likes: list[str] = []
+        for term in short:
+            likes += [_like(term), _like(term)]
+        with self._lock:
+            ranked = self._best(" AND ".join(parts), bool(long), likes, query.limit)
             return self._hits(ranked, terms)
 
-    def _best(self, sql: str, params: list[Any], limit: int) -> list[tuple[int, float]]:
+    def _best(
+        self, match: str, scored: bool, likes: list[str], limit: int
+    ) -> list[tuple[int, float]]:
         """The best ``limit`` rows, one per file object (its best version): rows are read in
-        rank order, a few more than needed, more again if files repeat."""
+        rank order, a few more than needed, more again if files repeat. Without a term long
+        enough to score, newest first."""
+        db = self._db
+        rank = f"bm25(fts, {_TITLE_WEIGHT}, 1.0, 0.0)" if scored else "0.0"
+        if match:
+            floor = db.execute(
+                "SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+                (match, RANK_WINDOW - 1),
+            ).fetchone()
+            sql = f"SELECT fts.rowid, {rank} AS r FROM fts"
+            where = ["fts MATCH ?"]
+            params: list[Any] = [match]
+            if floor is not None:
+                where.append("fts.rowid >= ?")
+                params.append(floor[0])
+        else:  # only short terms and no scope: a scan
+            sql = "SELECT e.id, 0.0 AS r FROM entries e"
+            where, params = [], []
+        if likes:
+            if match:
+                sql += " JOIN entries e ON e.id = fts.rowid"
+            where += ["(e.title LIKE ? ESCAPE '\\' OR e.body LIKE ? ESCAPE '\\')"] * (
+                len(likes) // 2
+            )
+            params += likes
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY r, 1 DESC LIMIT ?"
         fetch = limit * 2 + 10
         while True:
-            rows = self._db.execute(sql, [*params, fetch]).fetchall()
+            rows = db.execute(sql, [*params, fetch]).fetchall()
+            kinds = self._kinds([row[0] for row in rows])
             seen: set[str] = set()
             picked: list[tuple[int, float]] = []
-            for row_id, rank, kind, object_id in rows:
+            for row_id, value in rows:
+                kind, object_id = kinds[row_id]
                 if kind == "file":
                     if object_id in seen:
                         continue
                     seen.add(object_id)
-                picked.append((row_id, -float(rank)))
+                picked.append((row_id, -float(value)))
                 if len(picked) == limit:
                     return picked
             if len(rows) < fetch:
                 return picked
             fetch *= 4
+
+    def _kinds(self, row_ids: list[int]) -> dict[int, tuple[str, str]]:
+        if not row_ids:
+            return {}
+        marks = ",".join("?" * len(row_ids))
+        rows = self._db.execute(
+            f"SELECT id, kind, object_id FROM entries WHERE id IN ({marks})", row_ids
+        )
+        return {row_id: (kind, object_id) for row_id, kind, object_id in rows}
 
     def _hits(self, ranked: list[tuple[int, float]], terms: list[str]) -> list[SearchHit]:
         if not ranked:
