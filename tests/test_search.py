@@ -250,3 +250,40 @@ def test_the_models_search_tool_names_what_activate_brings_back(
     refused = harness.handle("search", {"query": "x", "role": "root"})
     assert not refused.ok and "role" in refused.message
     assert harness.handle("search", {"query": "absent-text"}).message.startswith("nothing")
+
+
+def test_a_query_matching_more_than_the_window_ranks_its_newest_matches(
+    service: ContextService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision 0040's bound on scoring: beyond RANK_WINDOW matches, only the newest are
+    ranked (here the window is 3, and the best match is the oldest)."""
+    import selfctx.adapters.search.sqlite as sqlite_index
+
+    _session(service)
+    service.record_user_message("s1", "needle needle needle needle")
+    for n in range(4):
+        service.record_user_message("s1", f"needle in a long haystack of words {n}")
+    assert service.search("needle", session_id="s1", limit=1)[0].turn == 1
+    monkeypatch.setattr(sqlite_index, "RANK_WINDOW", 3)
+    hits = service.search("needle", session_id="s1")
+    assert sorted(h.turn or 0 for h in hits) == [3, 4, 5]
+
+
+def test_bench_search_runs_on_the_standard_library_alone(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``selfctx bench search --json`` on a clone alone: no trajectories, the standard library's
+    files only (a small corpus here; the figures are in docs/benchmarks.md)."""
+    import json
+
+    from selfctx.adapters.cli.main import main
+
+    monkeypatch.setenv("SELFCTX_TRAJECTORIES", str(tmp_path))
+    code = main(["bench", "search", "--objects", "300", "--queries", "20", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    result = json.loads(out)
+    assert result["objects"] >= 300 and result["trajectories"] == 0
+    assert result["index_per_s"] > 0
+    assert 0 < result["query_ms"]["p50"] <= result["query_ms"]["p95"]
+    assert result["mean_hits"] > 0  # queries are drawn from the corpus: they find something

@@ -34,7 +34,7 @@ from selfctx.application.policies import policy_by_name
 from selfctx.application.ports.search import SearchQuery
 from selfctx.application.service import ContextService
 from selfctx.application.usecases.search import SearchHistory
-from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
 
 __all__ = ["DEFAULT_OBJECTS", "run_search_bench", "stdlib_files"]
 
@@ -98,9 +98,7 @@ class _Corpus:
             )
             harness.ingest(list(trajectory.messages))
             self.sessions.append(sid)
-            state = self.service.state(sid)
-            messages = sum(len(t.messages) for t in state.turns)
-            self.objects += messages + sum(1 for k in state.kinds.values() if k == "file")
+            self.objects += _searchable(self.service, sid)
 
     def stdlib(self, files: list[Path], root: Path) -> None:
         opened: set[str] = set()
@@ -115,6 +113,7 @@ class _Corpus:
             if sid not in opened:
                 self.service.start_session(sid, "You read the standard library.", policy=_POLICY)
                 self.service.record_user_message(sid, f"Read through {path.parent.name}.")
+                self.objects += 1
                 opened.add(sid)
                 self.sessions.append(sid)
             self.service.index_file(sid, str(path), text)
@@ -141,6 +140,21 @@ class _Corpus:
 
 
 _POLICY = policy_by_name("ssot")
+
+
+def _searchable(service: ContextService, session_id: str) -> int:
+    """What a session adds to the index: its user and assistant messages, its tool outputs,
+    and the files it read (a stub has nothing to search)."""
+    state = service.state(session_id)
+    count = 0
+    for turn in state.turns:
+        for message in turn.messages:
+            spoken = isinstance(message, AssistantMessage) and (message.text or message.tool_calls)
+            count += bool(spoken or isinstance(message, UserMessage | ToolResult))
+    for object_id, kind in state.kinds.items():
+        if kind == "file" and service.object(session_id, object_id).content is not None:
+            count += 1
+    return count
 
 
 def _queries(index: SqliteSearchIndex, sessions: list[str], count: int) -> Iterator[SearchQuery]:
