@@ -121,3 +121,42 @@ def test_follower_latency_is_bounded(cluster: tuple[XtdbNode, XtdbNode]) -> None
             lags.append(time.monotonic() - started)
             assert on_b.get(f"lag-{i}") == {"xt/id": f"lag-{i}", "v": i}
         assert max(lags) < 1.0, lags
+
+
+def test_search_answers_the_same_through_either_node(
+    cluster: tuple[XtdbNode, XtdbNode], tmp_path: Path
+) -> None:
+    """The search index is a projection of the shared transaction log (decision 0040): a client
+    of node B, with an index of its own, finds what a client of node A wrote, ranked the same."""
+    from selfctx.adapters.bootstrap import build_service
+    from selfctx.domain.chat import ToolCallRequest
+
+    a, b = cluster
+    sid = f"search-{time.monotonic_ns()}"
+    with closing(open_store(a.url)) as on_a, closing(open_store(b.url)) as on_b:
+        writer = build_service(store=on_a, workspace=str(tmp_path), host_id="cluster-host")
+        writer.start_session(sid, "two nodes")
+        writer.record_user_message(sid, "why does the tokenizer drop the last token?")
+        call = ToolCallRequest("cluster-tc", "bash", {"command": "pytest -q"})
+        writer.record_assistant_message(sid, "Let me run the tokenizer tests.", [call])
+        last = writer.record_tool_call(
+            sid, "cluster-tc", tool="bash", args={"command": "pytest -q"},
+            output="FAILED test_tokenizer.py::test_last_token - IndexError",
+        )  # fmt: skip
+        assert last == "cluster-tc"
+        receipt = on_a.latest_tx()
+        assert receipt is not None
+        on_b.await_tx(receipt.tx_id)
+        reader = build_service(
+            store=on_b, workspace=str(tmp_path), host_id="cluster-host",
+            search_path=str(tmp_path / "b.sqlite"),
+        )  # fmt: skip
+        on_a_hits = writer.search("tokenizer", session_id=sid)
+        assert [h.kind for h in on_a_hits] and {h.role for h in on_a_hits} == {
+            "user",
+            "assistant",
+            "tool",
+        }
+        assert reader.search("tokenizer", session_id=sid) == on_a_hits
+        writer.close()
+        reader.close()
