@@ -27,7 +27,14 @@ from typing import Any, Final
 
 import attrs
 
-from selfctx.domain.chat import AssistantMessage, message_from_json, message_to_json
+from selfctx.domain.chat import (
+    AssistantMessage,
+    Turn,
+    message_from_json,
+    message_to_json,
+    turn_from_json,
+    turn_to_json,
+)
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.indexing import Outcome
 from selfctx.domain.session import events as e
@@ -68,6 +75,10 @@ def _value_to_json(value: Any) -> Any:
         return policy_to_json(value)
     if isinstance(value, AssistantMessage):
         return message_to_json(value)
+    if isinstance(value, tuple) and all(isinstance(v, Turn) for v in value):
+        return [turn_to_json(v) for v in value]
+    if isinstance(value, tuple):
+        return list(value)
     return value
 
 
@@ -92,6 +103,10 @@ def _value_from_json(name: str, value: Any) -> Any:
         return message_from_json(value)
     if name == "policy":
         return policy_from_json(value)
+    if name == "turns":
+        return tuple(turn_from_json(t) for t in value)
+    if isinstance(value, list):
+        return tuple(value)
     return value
 
 

@@ -94,6 +94,13 @@ class OpenSession:
         self.render_cache.invalidate(obj.id)
         self.inline_cache.invalidate(obj.id)
 
+    def reset_rendering(self) -> None:
+        """Forget what assembly rendered: the chat changed other than at its end (a rollback
+        restored an earlier one), which the incremental caches do not expect."""
+        self.render_cache = RenderCache()
+        self.inline_cache = InlineCache()
+        self.context_counter = None
+
 
 class Reads:
     """Store reads made while building one command. What was read becomes the commit's
@@ -214,6 +221,8 @@ class _Prepared:
     snapshot_bytes: int | None
     written: dict[str, Any]
     reads: Reads
+    chat_rewritten: bool = False
+    """An event restored an earlier chat: the session's renderings must start again."""
 
     def entry_expected(self) -> Expect:
         """The precondition that the next commit requires: this log entry, exactly as stored."""
@@ -307,8 +316,10 @@ class SessionRunner:
             return False
         changed: set[str] = set()
         prompt_changed = False
+        rewritten = False
         for entry in entries:
             events = decode_events(entry_events(entry))
+            rewritten |= any(isinstance(event, e.ChatRestored) for event in events)
             session.state = fold(events, session.state)
             session.seq = int(entry["seq"])
             session.log_bytes_since_snapshot += document_size(entry)
@@ -322,6 +333,8 @@ class SessionRunner:
                 session.remember(obj)
         if prompt_changed:
             session.system_prompt = self._system_prompt(session.state.system_prompt_id)
+        if rewritten:
+            session.reset_rendering()
         session.stale = False
         return True
 
@@ -425,6 +438,7 @@ class SessionRunner:
             snapshot_bytes=snapshot_bytes,
             written=written,
             reads=reads,
+            chat_rewritten=any(isinstance(event, e.ChatRestored) for event in events),
         )
 
     def _apply(self, session: OpenSession, prepared: _Prepared) -> None:
@@ -434,6 +448,8 @@ class SessionRunner:
         session.state, session.seq = after.state, after.seq
         session.snapshot_bytes = after.snapshot_bytes
         session.log_bytes_since_snapshot = after.log_bytes_since_snapshot
+        if prepared.chat_rewritten:
+            session.reset_rendering()
         self._refresh(session, prepared.reads, prepared.state)
         for version in prepared.written.values():
             if isinstance(version, SystemPromptObject):

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from selfctx.application.ports.clock import Clock
-from selfctx.application.ports.files import FileReader
+from selfctx.application.ports.files import FileReader, FileRestorer
 from selfctx.application.ports.ids import IdSource
 from selfctx.application.ports.search import SearchHit, SearchIndex, SearchQuery, SearchUnavailable
 from selfctx.application.ports.store import ObjectStore, Version
@@ -24,6 +24,14 @@ from selfctx.application.settings import Settings
 from selfctx.application.usecases.assemble import AssembleContext
 from selfctx.application.usecases.base import Deps
 from selfctx.application.usecases.chat import RecordToolCall, RecordTurn
+from selfctx.application.usecases.checkpoints import (
+    CheckpointInfo,
+    CreateCheckpoint,
+    ListCheckpoints,
+    Mode,
+    RollbackReport,
+    RollbackSession,
+)
 from selfctx.application.usecases.context import ActionResult, Activate, Deactivate, Pin, Unpin
 from selfctx.application.usecases.files import (
     Discover,
@@ -77,6 +85,7 @@ class ContextService:
         settings: Settings | None = None,
         tracker: SourceTracker | None = None,
         search: SearchIndex | None = None,
+        restorer: FileRestorer | None = None,
     ) -> None:
         self.store = store
         self.tracker = tracker
@@ -108,6 +117,11 @@ class ContextService:
         self._assemble = AssembleContext(deps, tokenizer)
         self._tracking = TrackSources(deps, tracker, self._open_sessions)
         self._search = SearchHistory(store, search) if search is not None else None
+        if restorer is None and isinstance(files, FileRestorer):
+            restorer = files  # the host reader writes back under the same roots
+        self._checkpoint = CreateCheckpoint(deps)
+        self._checkpoints = ListCheckpoints(deps)
+        self._rollback = RollbackSession(deps, restorer)
         if tracker is not None:
             tracker.start(self._tracking.on_changes)
 
@@ -195,12 +209,18 @@ class ContextService:
         return FileObject.identity_of(resolve(self._deps, path))
 
     def index_file(
-        self, session_id: str, path: str, content: str | bytes | None = None
+        self,
+        session_id: str,
+        path: str,
+        content: str | bytes | None = None,
+        *,
+        wrote: bool = False,
     ) -> IndexResult:
-        """The agent read a file (``content`` is what it read; None reads it from the source)."""
+        """The agent read a file (``content`` is what it read; None reads it from the source).
+        ``wrote``: the agent itself just wrote or edited it (what a rollback can restore)."""
         session = self._open(session_id)
         with session.lock:
-            result = self._index_file(session, path, content)
+            result = self._index_file(session, path, content, wrote=wrote)
             self._tracking.track(session, [result.object_id])
             return result
 
@@ -380,6 +400,39 @@ class ContextService:
     def history(self, object_id: str) -> list[Version]:
         """Every stored version of an object, oldest first."""
         return self.store.history(object_id)
+
+    # -- checkpoints and rollback -------------------------------------------------------------
+
+    def checkpoint(self, session_id: str, label: str | None = None) -> CheckpointInfo:
+        """Mark the session as it is now (``label`` default: ``checkpoint-N``), to roll back to.
+        Raises DuplicateCheckpoint for a label the session already has."""
+        session = self._open(session_id)
+        with session.lock:
+            return self._checkpoint(session, label)
+
+    def checkpoints(self, session_id: str) -> list[CheckpointInfo]:
+        """Every checkpoint of a stored session (open or not), oldest first."""
+        return self._checkpoints(validate_session_id(session_id))
+
+    def rollback(
+        self,
+        session_id: str,
+        to: str,
+        *,
+        mode: Mode = "conversation",
+        dry_run: bool = False,
+    ) -> RollbackReport:
+        """Go back to checkpoint ``to``: the sets and chat as they were (``conversation``), the
+        files this session wrote since as they were (``files``), or ``both``. Nothing is erased;
+        the session as it was before is saved as a checkpoint (``report.saved_as``), so a
+        rollback can be rolled back. Files someone else changed since are refused and listed
+        (``report.refused``). ``dry_run`` says what would change and changes nothing."""
+        session = self._open(session_id)
+        with session.lock:
+            report = self._rollback(session, to, mode, dry_run=dry_run)
+        if not dry_run:
+            self._tracking.track(session)
+        return report
 
     # -- search ---------------------------------------------------------------------------
 

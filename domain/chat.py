@@ -24,6 +24,8 @@ __all__ = [
     "freeze_json",
     "message_from_json",
     "message_to_json",
+    "turn_from_json",
+    "turn_to_json",
 ]
 
 
@@ -172,3 +174,13 @@ def message_from_json(data: Mapping[str, Any]) -> ChatMessage:
     if role == "note":
         return ContextNote(text=data["text"])
     raise ValueError(f"unknown chat message role {role!r}")
+
+
+def turn_to_json(turn: Turn) -> dict[str, Any]:
+    """The stored form of a turn: ``{"number", "messages": [...]}``."""
+    return {"number": turn.number, "messages": [message_to_json(m) for m in turn.messages]}
+
+
+def turn_from_json(data: Mapping[str, Any]) -> Turn:
+    """Inverse of :func:`turn_to_json`."""
+    return Turn(number=data["number"], messages=[message_from_json(m) for m in data["messages"]])

@@ -96,6 +96,11 @@ def to_document(obj: StoredObject) -> dict[str, Any]:
             last_used=[[i, n] for i, n in obj.last_used],
             use_clock=obj.use_clock,
         )
+        # Only when there are any: sessions that never checkpointed keep their shape.
+        if obj.checkpoints:
+            doc["checkpoints"] = list(obj.checkpoints)
+        if obj.detached:
+            doc["detached"] = list(obj.detached)
     doc.update(_hashes(obj))
     return doc
 
@@ -168,6 +173,8 @@ def _from_document(doc: Mapping[str, Any]) -> StoredObject:
             policy=PolicyConfig(**doc.get("policy", {})),
             last_used=tuple((str(i), int(n)) for i, n in doc.get("last_used", [])),
             use_clock=int(doc.get("use_clock", 0)),
+            checkpoints=tuple(str(label) for label in doc.get("checkpoints", [])),
+            detached=tuple(str(i) for i in doc.get("detached", [])),
             **common,
         )
     raise InvalidInput("document type", kind, "not an object type this project stores")

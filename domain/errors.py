@@ -105,3 +105,29 @@ class DuplicateObject(SelfContextError):
         self.object_id = object_id
         self.reason = reason
         super().__init__(f"object id {object_id!r} is already taken: {reason}")
+
+
+class UnknownCheckpoint(SelfContextError, LookupError):
+    """A rollback named a checkpoint the session does not have."""
+
+    kind = "unknown_checkpoint"
+
+    def __init__(self, label: str, session_id: str, known: tuple[str, ...] = ()) -> None:
+        self.label = label
+        self.session_id = session_id
+        self.known = known
+        listed = ", ".join(known[-10:]) if known else "none yet"
+        super().__init__(
+            f"session {session_id!r} has no checkpoint {label!r} (its latest: {listed})"
+        )
+
+
+class DuplicateCheckpoint(SelfContextError):
+    """A checkpoint label is already taken in this session."""
+
+    kind = "duplicate_checkpoint"
+
+    def __init__(self, label: str, session_id: str) -> None:
+        self.label = label
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r} already has a checkpoint {label!r}")

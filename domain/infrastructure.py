@@ -15,7 +15,7 @@ import attrs
 from pyrsistent import pmap, pset, pvector
 
 from selfctx.domain import hashing
-from selfctx.domain.chat import Turn, message_from_json, message_to_json
+from selfctx.domain.chat import Turn, turn_from_json, turn_to_json
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig, SessionState
 
 __all__ = ["ChatObject", "SessionObject", "chat_id_for", "session_id_for", "state_from_snapshot"]
@@ -29,10 +29,6 @@ def session_id_for(session_id: str) -> str:
 def chat_id_for(session_id: str) -> str:
     """Id of the chat object of session ``session_id``."""
     return f"chat:{session_id}"
-
-
-def _turn_to_json(turn: Turn) -> dict[str, Any]:
-    return {"number": turn.number, "messages": [message_to_json(m) for m in turn.messages]}
 
 
 @attrs.frozen
@@ -55,7 +51,7 @@ class ChatObject:
     @classmethod
     def of(cls, state: SessionState) -> ChatObject:
         """The chat of ``state``, with its hashes."""
-        turns = tuple(_turn_to_json(t) for t in state.turns)
+        turns = tuple(turn_to_json(t) for t in state.turns)
         refs = tuple(ref for t in state.turns for ref in t.toolcall_ids)
         session_ref = session_id_for(state.session_id)
         fields = {
@@ -78,10 +74,7 @@ class ChatObject:
         )
 
     def parsed_turns(self) -> list[Turn]:
-        return [
-            Turn(number=t["number"], messages=[message_from_json(m) for m in t["messages"]])
-            for t in self.turns
-        ]
+        return [turn_from_json(t) for t in self.turns]
 
 
 @attrs.frozen
@@ -114,6 +107,11 @@ class SessionObject:
     last_used: tuple[tuple[str, int], ...] = ()
     """(id, tick) for every object ever activated, in index order."""
     use_clock: int = 0
+    checkpoints: tuple[str, ...] = ()
+    """Checkpoint labels, oldest first."""
+    detached: tuple[str, ...] = ()
+    """Tool calls of the index whose place in the chat a rollback removed (the chat alone no
+    longer says they are tool calls)."""
 
     @classmethod
     def of(cls, state: SessionState, seq: int) -> SessionObject:
@@ -148,6 +146,12 @@ class SessionObject:
             policy=state.policy,
             last_used=tuple((i, state.last_used[i]) for i in state.ordered(pset(state.last_used))),
             use_clock=state.use_clock,
+            checkpoints=tuple(state.checkpoints),
+            detached=tuple(
+                i
+                for i in state.index
+                if state.kinds[i] == "toolcall" and i not in state.toolcall_turn
+            ),
         )
 
 
@@ -159,7 +163,8 @@ def state_from_snapshot(session: SessionObject, chat: ChatObject) -> SessionStat
         for ref in turn.toolcall_ids:
             toolcall_turn[ref] = turn.number
     index = session.session_index
-    kinds: Mapping[str, str] = {i: "toolcall" if i in toolcall_turn else "file" for i in index}
+    toolcalls = set(toolcall_turn) | set(session.detached)
+    kinds: Mapping[str, str] = {i: "toolcall" if i in toolcalls else "file" for i in index}
     return SessionState(
         session_id=session.session_id,
         system_prompt_id=session.system_prompt_ref,
@@ -177,4 +182,5 @@ def state_from_snapshot(session: SessionObject, chat: ChatObject) -> SessionStat
         auto_active=pset(session.auto_active),
         turns=pvector(turns),
         toolcall_turn=pmap(toolcall_turn),
+        checkpoints=pvector(session.checkpoints),
     )

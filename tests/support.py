@@ -16,7 +16,9 @@ from selfctx.application.persistence import LOG_TYPE
 from selfctx.application.ports.clock import Clock
 from selfctx.application.ports.files import (
     FileReader,
+    FileRestorer,
     FileSnapshot,
+    SourceChanged,
     SourceMissing,
     SourceUnreachable,
 )
@@ -81,7 +83,7 @@ class CountingIds(IdSource):
         return f"{self.prefix}-{self.issued:06d}"
 
 
-class FakeFileReader(FileReader):
+class FakeFileReader(FileReader, FileRestorer):
     """An in-memory filesystem map: ``(filesystem id, path) -> bytes``.
 
     Only the filesystems in ``readable`` can be read (by default the host's); a source on any
@@ -97,6 +99,8 @@ class FakeFileReader(FileReader):
         self.unreachable: set[tuple[str, str]] = set()
         self.reads: list[str] = []
         """Every path :meth:`read` was asked for, in order."""
+        self.restored: list[str] = []
+        """Every path :meth:`restore` wrote or deleted, in order."""
 
     def write(self, path: str, data: str | bytes, filesystem_id: str | None = None) -> None:
         raw = data.encode("utf-8") if isinstance(data, str) else data
@@ -122,6 +126,22 @@ class FakeFileReader(FileReader):
         return FileSnapshot(
             data=data if len(data) <= max_bytes else None, size=len(data), file_hash=digest
         )
+
+    def restore(self, source: Source, data: bytes | None, expected_hash: str | None) -> None:
+        """Write back like the host reader does: readable filesystems only, over what is
+        expected; ``restored`` lists every path written or deleted."""
+        key = (source.filesystem_id, source.path)
+        if source.filesystem_id not in self.readable or key in self.unreachable:
+            raise SourceUnreachable(source, "not writable here")
+        current = self.files.get(key)
+        found = None if current is None else hashlib.sha256(current).hexdigest()
+        if found != expected_hash:
+            raise SourceChanged(source, expected_hash, found)
+        self.restored.append(source.path)
+        if data is None:
+            del self.files[key]
+        else:
+            self.files[key] = data
 
 
 def compose_service(

@@ -3,15 +3,19 @@ special files."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
 import stat
+import tempfile
 from collections.abc import Callable, Sequence
 
 from selfctx.application.ports.files import (
     FileReader,
+    FileRestorer,
     FileSnapshot,
+    SourceChanged,
     SourceMissing,
     SourceOutsideRoots,
     SourceUnreachable,
@@ -42,11 +46,12 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-class LocalFileReader(FileReader):
+class LocalFileReader(FileReader, FileRestorer):
     """Reads files of the host filesystem under the allowed roots; refuses everything else.
 
     A source on another filesystem (a container's) is never read on the host, even if a file
-    with the same path exists here (SSOT §5.8).
+    with the same path exists here (SSOT §5.8). It also writes files back for a rollback, under
+    the same roots and the same rules (:meth:`restore`).
     """
 
     def __init__(
@@ -118,3 +123,39 @@ class LocalFileReader(FileReader):
             raise SourceUnreachable(source, os.strerror(exc.errno or errno.EIO)) from None
         finally:
             os.close(fd)
+
+    def restore(self, source: Source, data: bytes | None, expected_hash: str | None) -> None:
+        if source.filesystem_id != self.host_filesystem_id:
+            raise SourceUnreachable(source, "it lives on another filesystem, not written here")
+        real = os.path.realpath(source.path)
+        self._check_roots(source, real)
+        try:
+            current = self.read(source, 0).file_hash
+        except SourceMissing:
+            current = None
+        if current != expected_hash:
+            raise SourceChanged(source, expected_hash, current)
+        try:
+            if data is None:
+                os.unlink(real)
+                return
+            folder = os.path.dirname(real)
+            os.makedirs(folder, exist_ok=True)
+            self._check_roots(source, os.path.realpath(folder))
+            mode = os.stat(real).st_mode & 0o7777 if current is not None else 0o644
+            fd, temporary = tempfile.mkstemp(prefix=".selfctx-restore-", dir=folder)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.chmod(temporary, mode)
+                os.replace(temporary, real)  # whole or not at all
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+                raise
+        except PermissionError:
+            raise SourceUnreachable(source, "permission denied") from None
+        except OSError as exc:
+            raise SourceUnreachable(source, os.strerror(exc.errno or errno.EIO)) from None

@@ -311,9 +311,9 @@ class Ingestor:
             if ids and ids[0] in done:
                 continue
             if isinstance(effect, FileWrite):
-                self._index(effect.path, effect.content)
+                self._index(effect.path, effect.content, wrote=True)
             else:
-                self._index(effect.path, self._edited(effect))
+                self._index(effect.path, self._edited(effect), wrote=True)
 
     def _finish_interrupted(self) -> None:
         """After a resume: finish recording the last tool result if its client died part-way.
@@ -372,11 +372,13 @@ class Ingestor:
     def _allowed(self, path: str) -> bool:
         return any(path == r or path.startswith(r.rstrip("/") + "/") for r in self.roots)
 
-    def _index(self, path: str, content: str | None) -> list[str]:
+    def _index(self, path: str, content: str | None, *, wrote: bool = False) -> list[str]:
         """Index a file with known content, or from its source when the content is unknown;
-        a source that cannot be read leaves the tool call alone."""
+        a source that cannot be read leaves the tool call alone. ``wrote``: the agent wrote or
+        edited it (a rollback restores such files)."""
         try:
-            return [self.service.index_file(self.session_id, path, content).object_id]
+            result = self.service.index_file(self.session_id, path, content, wrote=wrote)
+            return [result.object_id]
         except (SourceUnavailable, InvalidInput):
             return []  # store errors are not caught: they must reach the harness
 

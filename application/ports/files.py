@@ -70,3 +70,34 @@ class FileReader(abc.ABC):
         """The source with its path canonicalised on the real filesystem (symlinks and ``..``
         resolved) and checked against the allowed roots; the default returns it unchanged."""
         return source
+
+
+class SourceChanged(SelfContextError):
+    """A file was not written back: what is on disk is not the version the caller expected
+    (someone changed it since)."""
+
+    kind = "source_changed"
+
+    def __init__(self, source: Source, expected: str | None, found: str | None) -> None:
+        self.source = source
+        self.expected = expected
+        self.found = found
+        now = "absent" if found is None else f"sha256 {found[:12]}…"
+        want = "absent" if expected is None else f"sha256 {expected[:12]}…"
+        super().__init__(f"{source.path} changed on disk: it is {now}, expected {want}")
+
+
+class FileRestorer(abc.ABC):
+    """Writes files back to what they were (a rollback): only where reads are allowed, and
+    only over the content the caller expects to find there."""
+
+    @abc.abstractmethod
+    def restore(self, source: Source, data: bytes | None, expected_hash: str | None) -> None:
+        """Make ``source`` hold ``data`` (None: delete it), if it now holds bytes whose SHA-256
+        is ``expected_hash`` (None: if it does not exist). The write replaces the file whole
+        (a reader never sees half of it); a missing directory inside the roots is created.
+
+        Raises :class:`SourceChanged` when the file is not as expected, and
+        :class:`SourceUnreachable` (or :class:`SourceOutsideRoots`) when it may not or cannot be
+        written from here. Nothing is written when it raises.
+        """

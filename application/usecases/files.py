@@ -59,13 +59,19 @@ def resolve(deps: Deps, path: str) -> Source:
 
 
 class IndexFile:
-    """An agent read a file: index it fully and put it in every set (trigger ``agent_read``)."""
+    """An agent read a file: index it fully and put it in every set (trigger ``agent_read``, or
+    ``agent_write`` when the agent itself just wrote or edited it)."""
 
     def __init__(self, deps: Deps) -> None:
         self._deps = deps
 
     def __call__(
-        self, session: OpenSession, path: str, content: str | bytes | None = None
+        self,
+        session: OpenSession,
+        path: str,
+        content: str | bytes | None = None,
+        *,
+        wrote: bool = False,
     ) -> IndexResult:
         source = resolve(self._deps, path)
         if content is not None:
@@ -78,7 +84,7 @@ class IndexFile:
             nonlocal outcome
             stored = reads.stored_file(observed)
             outcome, _ = decide_full_index(stored, observed)
-            return c.IndexFile(observed, stored, "agent_read")
+            return c.IndexFile(observed, stored, "agent_write" if wrote else "agent_read")
 
         self._deps.runner.execute(session, build)
         return IndexResult(observed.id, outcome, path)

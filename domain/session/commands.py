@@ -10,12 +10,13 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from selfctx.domain.chat import AssistantMessage
+from selfctx.domain.chat import AssistantMessage, Turn
 from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = [
     "Activate",
+    "Checkpoint",
     "CollapseToFit",
     "Command",
     "Deactivate",
@@ -28,14 +29,20 @@ __all__ = [
     "RecordToolCall",
     "RecordUserMessage",
     "Resume",
+    "Rollback",
+    "RollbackTarget",
     "SetSystemPrompt",
     "StartSession",
     "Trigger",
     "Unpin",
 ]
 
-Trigger: TypeAlias = Literal["agent_read", "watcher", "resume", "activation"]
-"""What started full indexing; it decides the session effects (§5.6 step 4)."""
+Trigger: TypeAlias = Literal[
+    "agent_read", "agent_write", "watcher", "resume", "activation", "restore"
+]
+"""What started full indexing; it decides the session effects (§5.6 step 4). ``agent_write`` is
+an agent read of a file the agent itself just wrote or edited (the same session effects; a
+rollback restores what the session wrote); ``restore`` is a rollback writing a file back."""
 
 
 @attrs.frozen
@@ -173,6 +180,40 @@ class CollapseToFit:
 
 
 @attrs.frozen
+class Checkpoint:
+    """Mark the session as it is now, to roll back to later."""
+
+    label: str | None = None
+    """A name (None: ``checkpoint-N``); unique within the session."""
+
+
+@attrs.frozen
+class RollbackTarget:
+    """The session's sets and chat as they were at a checkpoint (read from the store)."""
+
+    turns: tuple[Turn, ...]
+    pool: frozenset[str]
+    active: frozenset[str]
+    pinned: frozenset[str]
+    auto_active: frozenset[str]
+
+
+@attrs.frozen
+class Rollback:
+    """Go back to a checkpoint: its conversation (sets and chat), the files the session wrote
+    since, or both. Nothing is erased: the rollback is new events, and it first checkpoints the
+    session as it is, so it can itself be rolled back."""
+
+    label: str
+    """The checkpoint to go back to."""
+    target: RollbackTarget | None
+    """The conversation to restore; None leaves the conversation as it is (files only)."""
+    files: tuple[IndexFile | RecordDeletion, ...] = ()
+    """Files written back (trigger ``restore``): a version with the checkpoint's content, or a
+    deletion for a file that did not exist then."""
+
+
+@attrs.frozen
 class Resume:
     """The session is resumed: reconcile sourced objects with their sources (§3.6)."""
 
@@ -196,4 +237,6 @@ Command: TypeAlias = (
     | Unpin
     | Resume
     | CollapseToFit
+    | Checkpoint
+    | Rollback
 )

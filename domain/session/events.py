@@ -11,7 +11,7 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from selfctx.domain.chat import AssistantMessage
+from selfctx.domain.chat import AssistantMessage, Turn
 from selfctx.domain.indexing import Outcome
 from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
 from selfctx.domain.session.commands import Trigger
@@ -19,6 +19,8 @@ from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = [
     "AssistantMessageRecorded",
+    "ChatRestored",
+    "CheckpointCreated",
     "ContextNoteRecorded",
     "Event",
     "FileDeleted",
@@ -26,9 +28,11 @@ __all__ = [
     "FileIndexed",
     "ObjectActivated",
     "ObjectDeactivated",
+    "ObjectDemoted",
     "ObjectEncountered",
     "ObjectPinned",
     "ObjectUnpinned",
+    "RolledBack",
     "SessionResumed",
     "SessionStarted",
     "SystemPromptSet",
@@ -117,7 +121,8 @@ class FileDeleted:
 
 @attrs.frozen
 class ObjectEncountered:
-    """A content object entered the session index and the metadata pool."""
+    """A content object entered the session index and the metadata pool (or, already in the
+    index but only there, came back into the pool)."""
 
     object_id: str
     kind: Literal["file", "toolcall"]
@@ -137,8 +142,9 @@ class ObjectDeactivated:
     """An object left the active set; it stays in the metadata pool."""
 
     object_id: str
-    by: Literal["agent", "window", "budget"]
-    """Who collapsed it: the agent, the auto-collapse window, or token budget enforcement."""
+    by: Literal["agent", "window", "budget", "rollback"]
+    """Who collapsed it: the agent, the auto-collapse window, token budget enforcement, or a
+    rollback to a checkpoint when it was not active."""
 
 
 @attrs.frozen
@@ -163,6 +169,43 @@ class ContextNoteRecorded:
 
 
 @attrs.frozen
+class ObjectDemoted:
+    """An object left the metadata pool (and the active set); it stays in the index. A rollback
+    does this to what the session had not met at its checkpoint."""
+
+    object_id: str
+
+
+@attrs.frozen
+class CheckpointCreated:
+    """A checkpoint: the session as it was right before the log entry holding this event."""
+
+    label: str
+    auto: bool
+    """True when the policy took it (every N turns) or a rollback did (before rolling back)."""
+
+
+@attrs.frozen
+class ChatRestored:
+    """The chat became what it was at a checkpoint: the first ``keep`` turns stay, the turns
+    after them are replaced by ``turns``. The turns it removes stay in the log and the store."""
+
+    keep: int
+    turns: tuple[Turn, ...]
+
+
+@attrs.frozen
+class RolledBack:
+    """A rollback to checkpoint ``label`` happened (the events before it in the entry say what
+    it restored)."""
+
+    label: str
+    conversation: bool
+    files: tuple[str, ...]
+    """Ids of the files written back."""
+
+
+@attrs.frozen
 class SessionResumed:
     """The session was resumed; reconciliation events follow in the same batch."""
 
@@ -183,4 +226,8 @@ Event: TypeAlias = (
     | ObjectUnpinned
     | SessionResumed
     | ContextNoteRecorded
+    | ObjectDemoted
+    | CheckpointCreated
+    | ChatRestored
+    | RolledBack
 )

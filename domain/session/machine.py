@@ -12,9 +12,17 @@ from collections.abc import Iterable
 from functools import reduce
 
 import attrs
+from pyrsistent import PMap, pmap, pvector
 
 from selfctx.domain.chat import ChatMessage, ContextNote, ToolResult, Turn, UserMessage
-from selfctx.domain.errors import DuplicateObject, InvalidInput, NotAContentObject, UnknownObject
+from selfctx.domain.errors import (
+    DuplicateCheckpoint,
+    DuplicateObject,
+    InvalidInput,
+    NotAContentObject,
+    UnknownCheckpoint,
+    UnknownObject,
+)
 from selfctx.domain.indexing import Outcome, decide_deletion, decide_discovery, decide_full_index
 from selfctx.domain.session import commands as c
 from selfctx.domain.session import events as e
@@ -33,6 +41,9 @@ __all__ = [
 
 INFRASTRUCTURE_PREFIXES = ("chat:", "system_prompt:", "session:")
 """Id prefixes of infrastructure objects; tool-call ids may not use them."""
+MAX_LABEL = 100
+"""The longest checkpoint label."""
+_AGENT_TRIGGERS = ("agent_read", "agent_write")
 
 
 class SessionNotStarted(InvalidInput):
@@ -59,7 +70,7 @@ def _require_content_object(state: SessionState, object_id: str) -> None:
 def _admit(state: SessionState, object_id: str, kind: str, *, activate: bool) -> list[e.Event]:
     """Events that put an object in the index and pool, and the active set if asked."""
     out: list[e.Event] = []
-    if not state.in_index(object_id):
+    if object_id not in state.pool:  # new, or indexed only (after a rollback)
         out.append(e.ObjectEncountered(object_id, "file" if kind == "file" else "toolcall"))
     if activate and (object_id not in state.active or object_id in state.auto_active):
         out.append(e.ObjectActivated(object_id, auto=False))
@@ -71,7 +82,7 @@ def _index_events(state: SessionState, cmd: c.IndexFile) -> list[e.Event]:
     out: list[e.Event] = []
     if version is not None:
         out.append(e.FileIndexed(version.id, outcome, cmd.trigger, version.object_hash, version))
-    if cmd.trigger == "agent_read":
+    if cmd.trigger in _AGENT_TRIGGERS:
         out += _admit(state, cmd.observed.id, "file", activate=True)
     return out
 
@@ -93,6 +104,78 @@ def _deletion_events(cmd: c.RecordDeletion) -> list[e.Event]:
     if version is None:
         return []
     return [e.FileDeleted(version.id, cmd.trigger, version.object_hash, version)]
+
+
+def _check_label(label: object) -> str:
+    if not isinstance(label, str) or not label.strip():
+        raise InvalidInput("checkpoint label", label, "must be non-empty text")
+    if len(label) > MAX_LABEL or any(ord(ch) < 32 or ord(ch) == 127 for ch in label):
+        raise InvalidInput(
+            "checkpoint label", label, f"at most {MAX_LABEL} characters, no control characters"
+        )
+    return label
+
+
+def _fresh_label(state: SessionState, base: str) -> str:
+    """``base``, or ``base.2``, ``base.3``, ... : the first label the session has not used."""
+    taken = set(state.checkpoints)
+    label, n = base, 1
+    while label in taken:
+        n += 1
+        label = f"{base}.{n}"
+    return label
+
+
+def _restore_events(state: SessionState, target: c.RollbackTarget) -> list[e.Event]:
+    """Events that turn the sets and chat of ``state`` into those of ``target``."""
+    for ids in (target.pool, target.active, target.pinned, target.auto_active):
+        unknown = [i for i in ids if not state.in_index(i)]
+        if unknown:
+            raise ValueError(f"a rollback target names objects outside the index: {unknown[:3]}")
+    out: list[e.Event] = []
+    keep = 0
+    limit = min(len(state.turns), len(target.turns))
+    while keep < limit and state.turns[keep] == target.turns[keep]:
+        keep += 1
+    if keep < len(state.turns) or keep < len(target.turns):
+        out.append(e.ChatRestored(keep, tuple(target.turns[keep:])))
+    leaving = frozenset(state.pool).difference(target.pool)
+    out += [e.ObjectDemoted(i) for i in state.ordered(leaving)]
+    for object_id in state.ordered(target.pool.difference(state.pool, target.active)):
+        kind = state.kinds[object_id]
+        out.append(e.ObjectEncountered(object_id, "file" if kind == "file" else "toolcall"))
+    out += [
+        e.ObjectDeactivated(i, by="rollback")
+        for i in state.ordered(frozenset(state.active).difference(target.active, leaving))
+    ]
+    for object_id in state.ordered(target.active):
+        auto = object_id in target.auto_active
+        if object_id not in state.active or (object_id in state.auto_active) != auto:
+            out.append(e.ObjectActivated(object_id, auto=auto))
+    pinned = frozenset(state.pinned)
+    out += [e.ObjectUnpinned(i) for i in state.ordered(pinned.difference(target.pinned))]
+    out += [e.ObjectPinned(i) for i in state.ordered(target.pinned.difference(pinned))]
+    return out
+
+
+def _rollback_events(state: SessionState, cmd: c.Rollback) -> list[e.Event]:
+    if cmd.label not in state.checkpoints:
+        raise UnknownCheckpoint(cmd.label, state.session_id, tuple(state.checkpoints))
+    out: list[e.Event] = [e.CheckpointCreated(_fresh_label(state, "before-rollback"), auto=True)]
+    written: list[str] = []
+    for item in cmd.files:
+        if item.trigger != "restore":
+            raise ValueError("a rollback writes files back with trigger 'restore'")
+        found = (
+            _index_events(state, item) if isinstance(item, c.IndexFile) else _deletion_events(item)
+        )
+        out += found
+        if found:
+            written.append(item.observed.id if isinstance(item, c.IndexFile) else item.stored.id)
+    if cmd.target is not None:
+        out += _restore_events(state, cmd.target)
+    out.append(e.RolledBack(cmd.label, cmd.target is not None, tuple(written)))
+    return out
 
 
 def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
@@ -118,6 +201,11 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
         case c.SetSystemPrompt(system_prompt=prompt):
             return [e.SystemPromptSet(prompt.id, prompt.object_hash, prompt)]
         case c.RecordUserMessage(text=text):
+            every = state.policy.checkpoint_every
+            turn = state.current_turn + 1
+            if every is not None and (turn - 1) % every == 0:
+                label = _fresh_label(state, f"before-turn-{turn}")
+                return [e.CheckpointCreated(label, auto=True), e.UserMessageRecorded(text)]
             return [e.UserMessageRecorded(text)]
         case c.RecordAssistantMessage(message=message):
             return [e.AssistantMessageRecorded(message)]
@@ -184,6 +272,14 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
             if out and note:
                 out.append(e.ContextNoteRecorded(note))
             return out
+        case c.Checkpoint(label=label):
+            if label is None:
+                return [e.CheckpointCreated(_fresh_label(state, "checkpoint-1"), auto=False)]
+            if _check_label(label) in state.checkpoints:
+                raise DuplicateCheckpoint(label, state.session_id)
+            return [e.CheckpointCreated(label, auto=False)]
+        case c.Rollback():
+            return _rollback_events(state, cmd)
         case c.Resume(reconciled=reconciled):
             out = [e.SessionResumed()]
             for item in reconciled:
@@ -270,7 +366,7 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
             )
         case e.ObjectEncountered(object_id=object_id, kind=kind):
             if state.in_index(object_id):
-                return state
+                return attrs.evolve(state, pool=state.pool.add(object_id))
             return attrs.evolve(
                 state,
                 index=state.index.append(object_id),
@@ -298,6 +394,19 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
             )
         case e.ContextNoteRecorded(text=text):
             return _append_to_current_turn(state, ContextNote(text))
+        case e.ObjectDemoted(object_id=object_id):
+            return attrs.evolve(
+                state,
+                pool=state.pool.discard(object_id),
+                active=state.active.discard(object_id),
+                auto_active=state.auto_active.discard(object_id),
+            )
+        case e.CheckpointCreated(label=label):
+            return attrs.evolve(state, checkpoints=state.checkpoints.append(label))
+        case e.ChatRestored(keep=keep, turns=turns):
+            kept = list(state.turns[:keep])
+            kept += [Turn(keep + n, turn.messages) for n, turn in enumerate(turns)]
+            return attrs.evolve(state, turns=pvector(kept), toolcall_turn=_toolcall_turns(kept))
         case e.ObjectPinned(object_id=object_id):
             return attrs.evolve(state, pinned=state.pinned.add(object_id))
         case e.ObjectUnpinned(object_id=object_id):
@@ -308,9 +417,15 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
             | e.FileDiscovered()
             | e.FileDeleted()
             | e.SessionResumed()
+            | e.RolledBack()
         ):
             return state  # object versions change no session set (§5.6 step 4)
     raise TypeError(f"not a session event: {event!r}")  # pragma: no cover
+
+
+def _toolcall_turns(turns: Iterable[Turn]) -> PMap[str, int]:
+    """The turn of every tool call in the chat."""
+    return pmap({ref: turn.number for turn in turns for ref in turn.toolcall_ids})
 
 
 def _append_to_current_turn(state: SessionState, message: ChatMessage) -> SessionState:

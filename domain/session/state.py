@@ -58,12 +58,16 @@ class PolicyConfig:
     emergency_truncation: bool = False
     """When the chat alone exceeds the budget: drop the oldest whole turns from the prompt (never
     from the store) instead of raising ``BudgetExceeded``."""
+    checkpoint_every: int | None = None
+    """Take a checkpoint automatically before every N-th user message (before turns 1, 1+N, ...);
+    None: only when asked."""
 
     def __attrs_post_init__(self) -> None:
         if self.name not in POLICY_NAMES:
             raise InvalidInput("policy", self.name, f"known policies are {list(POLICY_NAMES)}")
         _positive_or_none(self.trigger_tokens, "trigger_tokens")
         _positive_or_none(self.budget_tokens, "budget_tokens")
+        _positive_or_none(self.checkpoint_every, "checkpoint_every")
         for what in ("clear_at_least", "keep_recent"):
             value = getattr(self, what)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -84,7 +88,9 @@ class SessionState:
     """Everything the session is, apart from object contents (those live in object versions).
 
     Invariants (checked by the tests after every step): active ⊆ pool ⊆ index; pinned ⊆ index;
-    the index never shrinks; only content objects appear in any set.
+    the index never shrinks; only content objects appear in any set. An object of the index that
+    is not in the pool is "indexed only" (SSOT §3.2): a rollback leaves there what the session had
+    not met at its checkpoint.
     """
 
     session_id: str = ""
@@ -116,6 +122,9 @@ class SessionState:
     """For each object ever activated, when it last was (a counter): "least recently used"."""
     use_clock: int = 0
     """Ticks at every activation."""
+    checkpoints: PVector[str] = attrs.field(factory=pvector)
+    """Checkpoint labels, oldest first. A checkpoint stands for the session as it was right
+    before the log entry that created it (the store keeps that state; a rollback restores it)."""
 
     @property
     def started(self) -> bool:

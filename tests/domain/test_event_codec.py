@@ -13,7 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from selfctx.application.persistence import decode_events, encode_events, entry_events, log_entry
-from selfctx.domain.chat import AssistantMessage, ToolCallRequest
+from selfctx.domain.chat import (
+    AssistantMessage,
+    ContextNote,
+    ToolCallRequest,
+    ToolResult,
+    Turn,
+    UserMessage,
+)
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.indexing import Outcome
 from selfctx.domain.objects import SystemPromptObject
@@ -41,6 +48,7 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
         clear_at_least=st.integers(0, 10**6),
         budget_tokens=st.none() | st.integers(1, 10**9),
         emergency_truncation=st.booleans(),
+        checkpoint_every=st.none() | st.integers(1, 99),
     ),
     "message": st.builds(
         AssistantMessage,
@@ -48,10 +56,38 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
         st.lists(st.builds(ToolCallRequest, TEXT, TEXT, ARGS), max_size=2).map(tuple),
     ),
     "outcome": st.sampled_from([Outcome.CREATED, Outcome.UPDATED]),
-    "trigger": st.sampled_from(["agent_read", "watcher", "resume", "activation"]),
+    "trigger": st.sampled_from(
+        ["agent_read", "agent_write", "watcher", "resume", "activation", "restore"]
+    ),
     "kind": st.sampled_from(["file", "toolcall"]),
     "auto": st.booleans(),
-    "by": st.sampled_from(["agent", "window", "budget"]),
+    "by": st.sampled_from(["agent", "window", "budget", "rollback"]),
+    "label": TEXT,
+    "keep": st.integers(0, 50),
+    "turns": st.lists(
+        st.builds(
+            Turn,
+            st.integers(0, 50),
+            st.lists(
+                st.one_of(
+                    st.builds(UserMessage, TEXT),
+                    st.builds(
+                        AssistantMessage,
+                        TEXT,
+                        st.lists(st.builds(ToolCallRequest, TEXT, TEXT, ARGS), max_size=2).map(
+                            tuple
+                        ),
+                    ),
+                    st.builds(ToolResult, TEXT),
+                    st.builds(ContextNote, TEXT),
+                ),
+                max_size=3,
+            ),
+        ),
+        max_size=3,
+    ).map(tuple),
+    "conversation": st.booleans(),
+    "files": st.lists(TEXT, max_size=3).map(tuple),
 }
 EVENT_TYPES = typing.get_args(e.Event)
 
