@@ -129,10 +129,12 @@ class LocalFileReader(FileReader, FileRestorer):
             raise SourceUnreachable(source, "it lives on another filesystem, not written here")
         real = os.path.realpath(source.path)
         self._check_roots(source, real)
-        try:
-            current = self.read(source, 0).file_hash
-        except SourceMissing:
-            current = None
+        current = None
+        if os.path.lexists(real):  # a missing file (or folder) is "absent", not unreachable
+            try:
+                current = self.read(source, 0).file_hash
+            except SourceMissing:
+                current = None
         if current != expected_hash:
             raise SourceChanged(source, expected_hash, current)
         try:
