@@ -39,7 +39,13 @@ from selfctx.application.ports.store import ObjectStore, StoreUnavailable
 from selfctx.application.runner import SessionRunner
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
-from selfctx.domain.errors import DuplicateObject, NotAContentObject, UnknownObject
+from selfctx.domain.errors import (
+    DuplicateCheckpoint,
+    DuplicateObject,
+    NotAContentObject,
+    UnknownCheckpoint,
+    UnknownObject,
+)
 from selfctx.domain.mounts import MountMapping, MountTable
 from selfctx.domain.rendering import AssembledContext
 from selfctx.domain.session.machine import fold
@@ -140,6 +146,8 @@ class Model:
         self.prompt = "You are tested."
         self.seq = 0
         self.past: dict[int, Frozen] = {}
+        self.checkpoints: dict[str, int] = {}
+        """Checkpoint label -> the log position it restores (the state after that many)."""
 
     # -- the rules ---------------------------------------------------------------------------
 
@@ -157,11 +165,38 @@ class Model:
                 self.active.discard(call)
 
     def encounter(self, object_id: str) -> bool:
+        """Into the index and the pool; True if that changed anything (an object a rollback
+        left in the index only comes back into the pool)."""
         if object_id in self.index:
-            return False
+            if object_id in self.pool:
+                return False
+            self.pool.add(object_id)
+            return True
         self.index.append(object_id)
         self.pool.add(object_id)
         return True
+
+    def fresh_label(self, base: str) -> str:
+        label, n = base, 1
+        while label in self.checkpoints:
+            n += 1
+            label = f"{base}.{n}"
+        return label
+
+    def roll_back(self, label: str) -> str:
+        """Conversation rollback: the sets and chat of the checkpoint; returns the label saving
+        the state before it."""
+        saved = self.fresh_label("before-rollback")
+        self.checkpoints[saved] = self.seq
+        then = self.past[self.checkpoints[label]]
+        self.pool, self.active = set(then.pool), set(then.active)
+        self.pinned, self.auto = set(then.pinned), set(then.auto)
+        self.chat = [list(turn) for turn in then.chat]
+        for number, turn in enumerate(self.chat):
+            for message in turn:
+                if message[0] == "tool":
+                    self.turn_of[message[1]] = number
+        return saved
 
     def write(self, path: str, version: Version) -> None:
         self.db[path] = version
@@ -185,6 +220,7 @@ class Model:
         new = self.encounter(fid(path))
         activated = fid(path) not in self.active
         self.active.add(fid(path))
+        self.pool.add(fid(path))
         return outcome, outcome != "unchanged" or new or activated
 
     def commit(self) -> None:
@@ -517,12 +553,14 @@ class SessionMachine(RuleBasedStateMachine):
             assert call().ok
             assert m.full_index(path, observe(self.disk[canon])) == "updated"
             m.active.add(object_id)
+            m.pool.add(object_id)
             m.commit()
             return
         assert call().ok
         if object_id in m.active and object_id not in m.auto:
             return
         m.active.add(object_id)
+        m.pool.add(object_id)  # an object in the index only comes back into the pool
         m.auto.discard(object_id)
         m.commit()
 
@@ -567,6 +605,40 @@ class SessionMachine(RuleBasedStateMachine):
         assert self.service.pin(SID, object_id).ok
         self.model.pinned.add(object_id)
         self.model.commit()
+
+    # -- checkpoints and rollback --------------------------------------------------------------
+
+    @rule(label=st.sampled_from([None, "a", "b", "c"]))
+    def checkpoint(self, label: str | None) -> None:
+        m = self.model
+        if label is not None and label in m.checkpoints:
+            self.refused(DuplicateCheckpoint, lambda: self.service.checkpoint(SID, label))
+            return
+        expected = label if label is not None else m.fresh_label("checkpoint-1")
+        created = self.service.checkpoint(SID, label)
+        assert (created.label, created.position) == (expected, m.seq)
+        m.checkpoints[expected] = m.seq
+        m.commit()
+
+    @precondition(lambda self: self.model.checkpoints)
+    @rule(data=st.data())
+    def rollback(self, data: st.DataObject) -> None:
+        """Conversation rollbacks, to any checkpoint (those rollbacks saved included)."""
+        m = self.model
+        label = data.draw(st.sampled_from(sorted(m.checkpoints)))
+        report = self.service.rollback(SID, label)
+        event(
+            f"a rollback left {len(report.leaving)} objects in the index only"
+            if report.leaving
+            else "a rollback left every object in the pool"
+        )
+        assert report.position == m.checkpoints[label]
+        assert report.saved_as == m.roll_back(label)
+        m.commit()
+
+    @rule()
+    def rollback_to_an_unknown_checkpoint_changes_nothing(self) -> None:
+        self.refused(UnknownCheckpoint, lambda: self.service.rollback(SID, "never-taken"))
 
     # -- the outside world ---------------------------------------------------------------------
 
@@ -679,6 +751,14 @@ class SessionMachine(RuleBasedStateMachine):
         assert frozen_of(state, self.service.assemble(SID)) == self.model.past[self.model.seq]
         for path, count in self.model.versions.items():
             assert len(self.service.history(fid(path))) == count, path
+
+    @invariant()
+    def checkpoints_agree(self) -> None:
+        if not self.model.seq:
+            return
+        listed = [(cp.label, cp.position) for cp in self.service.checkpoints(SID)]
+        assert listed == sorted(self.model.checkpoints.items(), key=lambda kv: kv[1])
+        assert list(self.service.state(SID).checkpoints) == [label for label, _ in listed]
 
     @invariant()
     def the_log_replays_to_the_same_state(self) -> None:
