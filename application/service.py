@@ -426,11 +426,18 @@ class ContextService:
         files this session wrote since as they were (``files``), or ``both``. Nothing is erased;
         the session as it was before is saved as a checkpoint (``report.saved_as``), so a
         rollback can be rolled back. Files someone else changed since are refused and listed
-        (``report.refused``). ``dry_run`` says what would change and changes nothing."""
-        session = self._open(session_id)
+        (``report.refused``). ``dry_run`` says what would change and changes nothing.
+
+        A session this service has not opened is read from the store for the rollback (not
+        resumed: nothing is reconciled or watched); a client holding it open catches up."""
+        with self._guard:
+            session = self._sessions.get(session_id)
+        held = session is not None
+        if session is None:
+            session = self._runner.load(validate_session_id(session_id))
         with session.lock:
             report = self._rollback(session, to, mode, dry_run=dry_run)
-        if not dry_run:
+        if held and not dry_run:
             self._tracking.track(session)
         return report
 

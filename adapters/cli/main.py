@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "selfctx.adapters.cli.replay_cmd",
     "selfctx.adapters.cli.inspect_cmd",
     "selfctx.adapters.cli.search_cmd",
+    "selfctx.adapters.cli.checkpoint_cmd",
     "selfctx.adapters.cli.xtdb_cmd",
     "selfctx.adapters.cli.bench_cmd",
     "selfctx.adapters.cli.tokenizer_cmd",

@@ -72,7 +72,7 @@ class RpcError(Exception):
 
 _DETAILS = (
     "index", "session_id", "object_id", "object_ids", "what", "reason", "where",
-    "operation", "url", "status",
+    "operation", "url", "status", "label",
 )  # fmt: skip
 
 

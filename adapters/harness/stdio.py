@@ -42,6 +42,11 @@ from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tools import handle_context_tool, hit_to_json, tool_schemas
 from selfctx.application.policies import DEFAULT_POLICY, policy_by_name
 from selfctx.application.service import ContextService
+from selfctx.application.usecases.checkpoints import (
+    MODES,
+    CheckpointInfo,
+    RollbackReport,
+)
 from selfctx.domain.errors import InvalidPath, SelfContextError
 
 __all__ = [
@@ -55,6 +60,8 @@ __all__ = [
     "SERVER_ERROR",
     "RpcError",
     "StdioServer",
+    "checkpoint_to_json",
+    "rollback_to_json",
 ]
 
 POLICIES: dict[str, str] = {
@@ -249,10 +256,15 @@ def _tools_call(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     return {"ok": answer.ok, "message": answer.message}
 
 
-@method(METHODS, "index_file", {"session_id": STR, "path": STR}, {"content": STR})
+_BOOL = Check("a boolean", lambda v: isinstance(v, bool))
+
+
+@method(METHODS, "index_file", {"session_id": STR, "path": STR}, {"content": STR, "wrote": _BOOL})
 def _index_file(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     harness = server.session(p["session_id"]).harness
-    result = server.service.index_file(harness.session_id, p["path"], p.get("content"))
+    result = server.service.index_file(
+        harness.session_id, p["path"], p.get("content"), wrote=p.get("wrote", False)
+    )
     return {"object_id": result.object_id, "outcome": str(result.outcome), "path": result.path}
 
 
@@ -295,6 +307,34 @@ def _search(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     return {"hits": [hit_to_json(hit) for hit in hits]}
 
 
+@method(METHODS, "checkpoint", {"session_id": STR}, {"label": STR})
+def _checkpoint(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
+    harness = server.session(p["session_id"]).harness
+    return checkpoint_to_json(server.service.checkpoint(harness.session_id, p.get("label")))
+
+
+@method(METHODS, "checkpoints", {"session_id": STR})
+def _checkpoints(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
+    found = server.service.checkpoints(p["session_id"])
+    return {"checkpoints": [checkpoint_to_json(cp) for cp in found]}
+
+
+_MODE = Check(f"one of {list(MODES)}", lambda v: v in MODES)
+
+
+@method(METHODS, "rollback", {"session_id": STR, "to": STR}, {"mode": _MODE, "dry_run": _BOOL})
+def _rollback(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
+    """Back to a checkpoint: ``conversation`` (default), ``files`` or ``both``."""
+    harness = server.session(p["session_id"]).harness
+    report = server.service.rollback(
+        harness.session_id,
+        p["to"],
+        mode=p.get("mode", "conversation"),
+        dry_run=p.get("dry_run", False),
+    )
+    return rollback_to_json(report)
+
+
 @method(METHODS, "session.close", {"session_id": STR})
 def _session_close(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     server.session(p["session_id"])
@@ -316,3 +356,33 @@ def _text_chars(request: Mapping[str, Any]) -> int:
         return 0
 
     return count(request.get("system", [])) + count(request["messages"])
+
+
+def checkpoint_to_json(checkpoint: CheckpointInfo) -> dict[str, Any]:
+    """A checkpoint as JSON (the RPC methods' and ``selfctx checkpoints --json``'s shape)."""
+    return {
+        "label": checkpoint.label,
+        "position": checkpoint.position,
+        "at": checkpoint.at,
+        "auto": checkpoint.auto,
+        "turn": checkpoint.turn,
+    }
+
+
+def rollback_to_json(report: RollbackReport) -> dict[str, Any]:
+    """What a rollback did, or would do, as JSON."""
+    return {
+        "to": report.label,
+        "mode": report.mode,
+        "dry_run": report.dry_run,
+        "position": report.position,
+        "turns_before": report.turns_before,
+        "turns_after": report.turns_after,
+        "leaving": list(report.leaving),
+        "files": [
+            {"object_id": f.object_id, "path": f.path, "action": f.action, "reason": f.reason}
+            for f in report.files
+        ],
+        "refused": [f.path for f in report.refused],
+        "saved_as": report.saved_as,
+    }

@@ -170,3 +170,55 @@ def test_search_on_xtdb(
     assert code == 0 and "nothing in session" in out
     code, _, err = _run(capsys, *base, "x", "--limit", "0")
     assert code == 2 and "limit" in err
+
+
+@pytest.mark.xtdb
+def test_checkpoints_and_rollback_on_xtdb(
+    capsys: pytest.CaptureFixture[str], xtdb_node: XtdbNode, tmp_path: Path
+) -> None:
+    """``selfctx checkpoint``, ``checkpoints`` and ``rollback`` on a stored session, files
+    included (a real file in a folder given as ``--root``)."""
+    from selfctx.adapters.bootstrap import build_service, open_store
+
+    store = f"xtdb://{xtdb_node.url.removeprefix('http://')}"
+    session = f"cli-{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "notes.md"
+    path.write_text("first\n")
+    service = build_service(store=open_store(store), workspace=str(tmp_path))
+    service.start_session(session, "sys")
+    service.index_file(session, str(path))
+    service.record_user_message(session, "write the second line")
+    service.close()
+
+    code, out, err = _run(capsys, "checkpoint", session, "--label", "one", "--store", store)
+    assert code == 0 and "checkpoint one" in out, err
+    service = build_service(store=open_store(store), workspace=str(tmp_path))
+    service.resume_session(session)
+    path.write_text("first\nsecond\n")
+    service.index_file(session, str(path), wrote=True)
+    service.record_user_message(session, "and a third")
+    service.close()
+
+    code, out, _ = _run(capsys, "checkpoints", session, "--store", store, "--json")
+    assert [c["label"] for c in json.loads(out)] == ["one"]
+    base = ["rollback", session, "--to", "one", "--store", store, "--root", str(tmp_path)]
+    code, out, _ = _run(capsys, *base, "--both", "--dry-run")
+    assert code == 0 and "would roll back to one" in out and f"write     {path}" in out
+    assert path.read_text() == "first\nsecond\n"
+    code, out, _ = _run(capsys, *base, "--both", "--json")
+    report = json.loads(out)
+    assert (report["turns_before"], report["turns_after"]) == (2, 1)
+    assert [f["action"] for f in report["files"]] == ["write"]
+    assert path.read_text() == "first\n"
+    code, out, _ = _run(capsys, "show", session, "--store", store)
+    assert "write the second line" in out and "and a third" not in out
+    code, out, _ = _run(capsys, "checkpoints", session, "--store", store)
+    assert "before-rollback" in out and "auto" in out
+    # Writing outside the roots is refused, not done.
+    code, out, _ = _run(
+        capsys, "rollback", session, "--to", report["saved_as"], "--files", "--store", store,
+        "--root", str(tmp_path / "elsewhere"),
+    )  # fmt: skip
+    assert code == 0 and "refused" in out and path.read_text() == "first\n"
+    code, _, err = _run(capsys, "rollback", session, "--to", "nope", "--store", store)
+    assert code == 2 and "no checkpoint 'nope'" in err
