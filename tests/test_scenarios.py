@@ -22,6 +22,7 @@ from selfctx.domain.chat import AssistantMessage, ToolCallRequest, ToolResult, U
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.indexing import Outcome
 from selfctx.domain.mounts import MountMapping
+from selfctx.domain.objects import FileObject
 from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage
 from selfctx.domain.session.state import CollapseWindow, SessionState
 from tests.conftest import MakeService
@@ -1118,7 +1119,8 @@ def test_activating_a_deleted_file_that_is_back_reads_it_again(
     files.delete("/p/back.py")
     service.rehash(sid)
     service.deactivate(sid, fid)
-    assert service.object(sid, fid).content_status == "deleted"
+    deleted = service.object(sid, fid)
+    assert isinstance(deleted, FileObject) and deleted.content_status == "deleted"
 
     still_gone = service.activate(sid, fid)  # not back yet: the deletion is what shows
 
