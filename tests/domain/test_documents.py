@@ -231,6 +231,42 @@ SNAPSHOT_FIELDS = {"seq", "auto_active", "window", "policy", "last_used", "use_c
 """The fields decision 0001 lists beyond the SSOT's, which a snapshot needs to rebuild a state."""
 
 
+ROLLBACK_FIELDS = {"checkpoints", "detached"}
+"""The two decision 0001 lists as present only when not empty (decision 0041)."""
+
+
 def test_the_session_document_holds_the_ssot_fields_and_the_recorded_snapshot_fields() -> None:
     doc = to_document(SessionObject.of(_started("go"), 1))
     assert set(doc) == ENVELOPE_AND_HASHES | SSOT_SESSION_FIELDS | SNAPSHOT_FIELDS
+
+
+def test_after_a_rollback_the_session_document_holds_its_checkpoints_and_detached_calls() -> None:
+    from selfctx.domain.session.machine import decide_and_fold
+
+    state = _started("go")
+    state = decide_and_fold(state, c.Checkpoint("cp"))[1]
+    target = state
+    state = decide_and_fold(state, c.RecordUserMessage("hi"))[1]
+    call = ToolCallRequest("tc", "bash", {})
+    state = decide_and_fold(state, c.RecordAssistantMessage(AssistantMessage("", (call,))))[1]
+    toolcall = ToolcallObject.build(
+        "tc", tool="bash", args={}, output="x", status="ok", chat_ref=state.chat_id
+    )
+    state = decide_and_fold(state, c.RecordToolCall(toolcall))[1]
+    rollback = c.Rollback(
+        "cp",
+        c.RollbackTarget(
+            tuple(target.turns),
+            frozenset(target.pool),
+            frozenset(target.active),
+            frozenset(target.pinned),
+            frozenset(target.auto_active),
+        ),
+    )
+    state = decide_and_fold(state, rollback)[1]
+    snapshot = SessionObject.of(state, 9)
+    doc = to_document(snapshot)
+    fields = ENVELOPE_AND_HASHES | SSOT_SESSION_FIELDS | SNAPSHOT_FIELDS | ROLLBACK_FIELDS
+    assert set(doc) == fields
+    assert (doc["checkpoints"], doc["detached"]) == (["cp", "before-rollback"], ["tc"])
+    assert from_document(doc) == snapshot
