@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from selfctx.application.budget import TokenBudget, token_budget
 from selfctx.application.ports.clock import Clock
 from selfctx.application.ports.files import FileReader, FileRestorer
 from selfctx.application.ports.ids import IdSource
@@ -326,6 +327,18 @@ class ContextService:
         session = self._open(session_id)
         with session.lock:
             return self._assemble(session)
+
+    def budget(self, session_id: str) -> TokenBudget:
+        """Seed 001's token-budget report for the context the model sees now: the chat's tokens
+        against its share, the prompt against the model's input limit, and whether the chat
+        needs compacting."""
+        session = self._open(session_id)
+        with session.lock:
+            return self._assemble.budget(session)
+
+    def budget_of(self, context: AssembledContext, policy: PolicyConfig) -> TokenBudget:
+        """The same report for any context (a past one, say), counted by this service."""
+        return token_budget(context, policy, self.tokenizer.count)
 
     @staticmethod
     def _resolve(session: OpenSession, ref: str) -> str:

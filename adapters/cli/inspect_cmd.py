@@ -132,10 +132,19 @@ def _show(args: argparse.Namespace) -> int:
         print(json.dumps(to_anthropic(context), indent=2, ensure_ascii=False))
         return 0
     state = past.state
+    budget = service.budget_of(context, state.policy)
+    compaction = (
+        ("needs compacting" if budget.needs_compaction else "no compaction needed")
+        if budget.compaction_enabled
+        else "compaction off"
+    )
     print(
         f"session {sid}, {where} (log position {position}, transaction {past.tx_id}): "
         f"{len(state.index)} objects, {len(state.active)} active, "
-        f"{len(state.pool) - len(state.active)} collapsed, {len(state.pinned)} pinned\n",
+        f"{len(state.pool) - len(state.active)} collapsed, {len(state.pinned)} pinned\n"
+        f"budget: chat {budget.history_tokens:,} of {budget.max_history_tokens:,} tokens, "
+        f"prompt {budget.prompt_tokens:,} of {budget.max_input_tokens:,} "
+        f"({budget.remaining:,} remaining), {compaction}\n",
         file=sys.stdout,
     )
     print(context.to_text())

@@ -307,6 +307,13 @@ def _search(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     return {"hits": [hit_to_json(hit) for hit in hits]}
 
 
+@method(METHODS, "budget", {"session_id": STR})
+def _budget(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
+    """Seed 001's token-budget report for the context the model sees now."""
+    harness = server.session(p["session_id"]).harness
+    return attrs.asdict(server.service.budget(harness.session_id))
+
+
 @method(METHODS, "checkpoint", {"session_id": STR}, {"label": STR})
 def _checkpoint(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     harness = server.session(p["session_id"]).harness

@@ -23,10 +23,12 @@ from collections.abc import Callable
 import attrs
 from pyrsistent import thaw
 
+from selfctx.application.budget import SHED_FRACTION, TokenBudget, token_budget
 from selfctx.application.ports.tokenizer import Tokenizer
 from selfctx.application.runner import OpenSession
 from selfctx.application.tokens import ContextCounter, context_tokens
 from selfctx.application.usecases.base import Deps
+from selfctx.application.usecases.shedding import files_to_shed, shedding_note
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.inline import handle, render_inline
 from selfctx.domain.objects import ToolcallObject
@@ -79,6 +81,11 @@ class AssembleContext:
             return render_inline(state, session.objects, prompt, display, session.inline_cache)
         return render_context(state, session.objects, prompt, display, session.render_cache)
 
+    def budget(self, session: OpenSession) -> TokenBudget:
+        """The token-budget report of the context the model sees now."""
+        context = self(session)
+        return token_budget(context, session.state.policy, self._counter(session))
+
     def tokens(self, session: OpenSession, context: AssembledContext) -> int:
         """Tokens of ``context`` (reusing the counts of messages counted before)."""
         counter = session.context_counter
@@ -89,13 +96,26 @@ class AssembleContext:
     def __call__(self, session: OpenSession) -> AssembledContext:
         policy = session.state.policy
         context = self.render(session)
-        if policy.trigger_tokens is None and policy.budget_tokens is None:
+        if (
+            policy.trigger_tokens is None
+            and policy.budget_tokens is None
+            and policy.max_input_tokens is None
+        ):
             return context
         count = self._counter(session)
         total = self.tokens(session, context)
         if policy.trigger_tokens is not None and total > policy.trigger_tokens:
             goal = max(policy.clear_at_least, total - policy.trigger_tokens)
             if self._collapse(session, count, goal, batch=True):
+                context = self.render(session)
+                total = self.tokens(session, context)
+        limit = policy.max_input_tokens
+        if limit is not None and total > SHED_FRACTION * limit:
+            chosen, cleared = files_to_shed(session, count, total - int(SHED_FRACTION * limit))
+            if chosen:
+                note = shedding_note(session, chosen, cleared, total, limit)
+                command = c.CollapseToFit(tuple(chosen), note)
+                self._deps.runner.execute(session, lambda reads, st: command)
                 context = self.render(session)
                 total = self.tokens(session, context)
         budget = policy.budget_tokens

@@ -61,6 +61,18 @@ class PolicyConfig:
     checkpoint_every: int | None = None
     """Take a checkpoint automatically before every N-th user message (before turns 1, 1+N, ...);
     None: only when asked."""
+    max_input_tokens: int | None = None
+    """The model's input limit (None: the hard budget, else 128,000); pre-request shedding drops
+    files past 90% of it, and the budget report measures against it."""
+    compaction_trigger_tokens: int | None = None
+    """Compact the chat's older turns once the chat alone exceeds this many tokens (seed 001's
+    trigger; None: never compact)."""
+    verbatim_window_tokens: int = 4000
+    """The most recent turns, up to about this many tokens, are never compacted."""
+    summary_budget_tokens: int = 500
+    """The longest summary a compaction writes, in tokens."""
+    min_verbatim_exchanges: int = 2
+    """At least this many of the latest user messages (with their turns) stay verbatim."""
 
     def __attrs_post_init__(self) -> None:
         if self.name not in POLICY_NAMES:
@@ -68,7 +80,11 @@ class PolicyConfig:
         _positive_or_none(self.trigger_tokens, "trigger_tokens")
         _positive_or_none(self.budget_tokens, "budget_tokens")
         _positive_or_none(self.checkpoint_every, "checkpoint_every")
-        for what in ("clear_at_least", "keep_recent"):
+        _positive_or_none(self.max_input_tokens, "max_input_tokens")
+        _positive_or_none(self.compaction_trigger_tokens, "compaction_trigger_tokens")
+        for what in ("verbatim_window_tokens", "summary_budget_tokens"):
+            _positive_or_none(getattr(self, what), what)
+        for what in ("clear_at_least", "keep_recent", "min_verbatim_exchanges"):
             value = getattr(self, what)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise InvalidInput(what, value, "must be an integer >= 0")

@@ -47,6 +47,14 @@ def test_search_checkpoint_and_rollback(server: Server, workspace: Path) -> None
     )
     assert relayed["ok"] and "turn 1 user" in relayed["message"]
 
+    budget = server.call("budget", session_id=sid)
+    assert set(budget) == {
+        "history_tokens", "max_history_tokens", "max_input_tokens", "prompt_tokens",
+        "remaining", "needs_compaction", "compaction_enabled",
+    }  # fmt: skip
+    assert 0 < budget["history_tokens"] <= budget["prompt_tokens"]
+    assert budget["remaining"] == budget["max_input_tokens"] - budget["prompt_tokens"]
+
     mark = server.call("checkpoint", session_id=sid, label="before-fix")
     assert mark["label"] == "before-fix" and mark["turn"] == 1
     (workspace / "calc.py").write_text("def add(a, b):\n    return a + b\n")

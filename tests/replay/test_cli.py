@@ -212,6 +212,7 @@ def test_checkpoints_and_rollback_on_xtdb(
     assert path.read_text() == "first\n"
     code, out, _ = _run(capsys, "show", session, "--store", store)
     assert "write the second line" in out and "and a third" not in out
+    assert "budget: chat " in out and " of 128,000 (" in out and "compaction off" in out
     code, out, _ = _run(capsys, "checkpoints", session, "--store", store)
     assert "before-rollback" in out and "auto" in out
     # Writing outside the roots is refused, not done.
