@@ -16,6 +16,7 @@ from selfctx.adapters.filesystem.tracker import WatchdogTracker
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.mounts import UnconfiguredMounts, load_mount_config
 from selfctx.adapters.search import SqliteSearchIndex
+from selfctx.adapters.summarizer import ExtractiveSummarizer, summarizer_from_env
 from selfctx.adapters.system import SystemClock, UuidIds
 from selfctx.adapters.tokenizer import default_tokenizer
 from selfctx.application.policies import DEFAULT_POLICY, policy_by_name
@@ -24,6 +25,7 @@ from selfctx.application.ports.files import FileReader
 from selfctx.application.ports.ids import IdSource
 from selfctx.application.ports.search import SearchIndex
 from selfctx.application.ports.store import ObjectStore
+from selfctx.application.ports.summarizer import Summarizer
 from selfctx.application.ports.tokenizer import Tokenizer
 from selfctx.application.ports.tracking import SourceTracker
 from selfctx.application.service import ContextService
@@ -66,6 +68,7 @@ def build_service(
     mount_detector: UnconfiguredMounts | None = None,
     search: SearchIndex | None = None,
     search_path: str | None = None,
+    summarizer: Summarizer | None = None,
 ) -> ContextService:
     """A ready :class:`ContextService`.
 
@@ -81,7 +84,9 @@ def build_service(
     read with watchdog (or pass a ``tracker``); call ``service.close()`` to stop it. A
     ``mount_detector`` is told the device of every file read and flags mounts nobody configured.
     The search index is ``search``, or SQLite FTS5 in ``search_path`` (default: in memory,
-    built from the store on first use; decision 0040).
+    built from the store on first use; decision 0040). Compaction summaries come from
+    ``summarizer``, else the HTTP summarizer ``$SELFCTX_SUMMARIZER_URL`` configures, else the
+    extractive one (decision 0043); the extractive one is also the fallback when a model fails.
     """
     host = host_filesystem_id(host_id or os.environ.get("SELFCTX_HOST_FILESYSTEM_ID"))
     workspace = os.path.realpath(workspace or os.getcwd())
@@ -110,4 +115,6 @@ def build_service(
         tokenizer=tokenizer or default_tokenizer(),
         tracker=tracker,
         search=search or SqliteSearchIndex(search_path or ":memory:"),
+        summarizer=summarizer or summarizer_from_env() or ExtractiveSummarizer(),
+        fallback_summarizer=ExtractiveSummarizer(),
     )

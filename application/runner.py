@@ -60,6 +60,8 @@ MAX_ATTEMPTS: Final = 5
 """How many times a command is decided again after conflicts before the conflict is raised."""
 PIPELINE_DEPTH: Final = 2
 """How many commits :meth:`SessionRunner.execute_pipelined` keeps in flight by default."""
+_REWRITES: Final = (e.ChatRestored, e.ChatCompacted)
+"""Events after which the chat differs other than at its end: renderings start again."""
 
 
 @attrs.define(eq=False)
@@ -319,7 +321,7 @@ class SessionRunner:
         rewritten = False
         for entry in entries:
             events = decode_events(entry_events(entry))
-            rewritten |= any(isinstance(event, e.ChatRestored) for event in events)
+            rewritten |= any(isinstance(event, _REWRITES) for event in events)
             session.state = fold(events, session.state)
             session.seq = int(entry["seq"])
             session.log_bytes_since_snapshot += document_size(entry)
@@ -438,7 +440,7 @@ class SessionRunner:
             snapshot_bytes=snapshot_bytes,
             written=written,
             reads=reads,
-            chat_rewritten=any(isinstance(event, e.ChatRestored) for event in events),
+            chat_rewritten=any(isinstance(event, _REWRITES) for event in events),
         )
 
     def _apply(self, session: OpenSession, prepared: _Prepared) -> None:
@@ -454,7 +456,7 @@ class SessionRunner:
         for version in prepared.written.values():
             if isinstance(version, SystemPromptObject):
                 session.system_prompt = version
-            else:
+            elif isinstance(version, FileObject | ToolcallObject):
                 session.remember(version)
 
     # -- pipelining ------------------------------------------------------------------------

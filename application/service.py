@@ -8,9 +8,12 @@ raises a :class:`~selfctx.domain.errors.SelfContextError` and changes nothing.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from pyrsistent import thaw
 
 from selfctx.application.budget import TokenBudget, token_budget
 from selfctx.application.ports.clock import Clock
@@ -18,6 +21,7 @@ from selfctx.application.ports.files import FileReader, FileRestorer
 from selfctx.application.ports.ids import IdSource
 from selfctx.application.ports.search import SearchHit, SearchIndex, SearchQuery, SearchUnavailable
 from selfctx.application.ports.store import ObjectStore, Version
+from selfctx.application.ports.summarizer import Summarizer, SummarizerError
 from selfctx.application.ports.tokenizer import Tokenizer
 from selfctx.application.ports.tracking import SourceTracker
 from selfctx.application.runner import OpenSession, SessionRunner
@@ -33,6 +37,7 @@ from selfctx.application.usecases.checkpoints import (
     RollbackReport,
     RollbackSession,
 )
+from selfctx.application.usecases.compaction import CompactChat, CompactionReport
 from selfctx.application.usecases.context import ActionResult, Activate, Deactivate, Pin, Unpin
 from selfctx.application.usecases.files import (
     Discover,
@@ -55,7 +60,7 @@ from selfctx.application.usecases.sessions import (
 from selfctx.application.usecases.tracking import RefreshReport, TrackSources
 from selfctx.domain.chat import ToolCallRequest
 from selfctx.domain.documents import from_document
-from selfctx.domain.errors import SessionNotFound, UnknownObject
+from selfctx.domain.errors import InvalidInput, SessionNotFound, UnknownObject
 from selfctx.domain.inline import render_inline
 from selfctx.domain.mounts import MountTable
 from selfctx.domain.objects import (
@@ -65,7 +70,7 @@ from selfctx.domain.objects import (
     ToolcallObject,
     ToolStatus,
 )
-from selfctx.domain.rendering import AssembledContext, render_context
+from selfctx.domain.rendering import AssembledContext, render_context, render_turn
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig, SessionState
 
 __all__ = ["ContextService"]
@@ -87,6 +92,8 @@ class ContextService:
         tracker: SourceTracker | None = None,
         search: SearchIndex | None = None,
         restorer: FileRestorer | None = None,
+        summarizer: Summarizer | None = None,
+        fallback_summarizer: Summarizer | None = None,
     ) -> None:
         self.store = store
         self.tracker = tracker
@@ -115,7 +122,11 @@ class ContextService:
         self._unpin = Unpin(deps)
         self.tokenizer = tokenizer
         """Counts tokens for budgets and reports."""
-        self._assemble = AssembleContext(deps, tokenizer)
+        compact = None
+        if summarizer is not None:
+            compact = CompactChat(deps, summarizer, fallback_summarizer or summarizer)
+        self._compact = compact
+        self._assemble = AssembleContext(deps, tokenizer, compact)
         self._tracking = TrackSources(deps, tracker, self._open_sessions)
         self._search = SearchHistory(store, search) if search is not None else None
         if restorer is None and isinstance(files, FileRestorer):
@@ -328,6 +339,17 @@ class ContextService:
         with session.lock:
             return self._assemble(session)
 
+    def compact(self, session_id: str) -> CompactionReport | None:
+        """Compact the chat's older turns now, whatever the trigger (seed 002's forced
+        summarisation): the turns before the verbatim window, or before a confident topic
+        boundary. None when there is nothing to compact. Raises SummarizerError only if no
+        summarizer is configured at all (a failing one falls back to the extractive one)."""
+        session = self._open(session_id)
+        if self._compact is None:
+            raise SummarizerError("this service was built without a summarizer")
+        with session.lock:
+            return self._compact(session, self.tokenizer.count, force=True)
+
     def budget(self, session_id: str) -> TokenBudget:
         """Seed 001's token-budget report for the context the model sees now: the chat's tokens
         against its share, the prompt against the model's input limit, and whether the chat
@@ -350,6 +372,24 @@ class ContextService:
                 return str(index[n - 1])
             raise UnknownObject(ref, session.session_id)
         return ref
+
+    def turns_text(self, session_id: str, first: int, last: int) -> str:
+        """Turns ``first`` to ``last`` of the session's chat, verbatim (compacted or not), as
+        the SSOT layout renders them: what ``activate("summary")`` answers with."""
+        session = self._open(session_id)
+        turns = session.state.turns
+        if not 0 <= first <= last < len(turns):
+            raise InvalidInput("turns", (first, last), f"the chat has turns 0 to {len(turns) - 1}")
+        lines = []
+        for turn in turns[first : last + 1]:
+            for message in render_turn(turn, session.objects):
+                body = message.text
+                for call in message.tool_calls:
+                    body += (
+                        f"\n-> {call.name} {json.dumps(thaw(call.arguments), ensure_ascii=False)}"
+                    )
+                lines.append(f"[turn {turn.number} {message.role}] {body}")
+        return "\n".join(lines)
 
     def prompt_tokens(self, session_id: str, context: AssembledContext) -> int:
         """Size of an assembled context in tokens, by the service's tokenizer."""

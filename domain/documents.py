@@ -16,6 +16,7 @@ from selfctx.domain.errors import InvalidInput
 from selfctx.domain.infrastructure import ChatObject, SessionObject
 from selfctx.domain.objects import (
     FileObject,
+    SummaryObject,
     SystemPromptObject,
     ToolcallObject,
     source_from_json,
@@ -25,7 +26,7 @@ from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 __all__ = ["StoredObject", "from_document", "to_document"]
 
 StoredObject: TypeAlias = (
-    FileObject | ToolcallObject | SystemPromptObject | ChatObject | SessionObject
+    FileObject | ToolcallObject | SystemPromptObject | ChatObject | SessionObject | SummaryObject
 )
 
 
@@ -69,6 +70,9 @@ def to_document(obj: StoredObject) -> dict[str, Any]:
     elif isinstance(obj, SystemPromptObject):
         doc = _envelope(obj, None)
         doc["content"] = obj.content
+    elif isinstance(obj, SummaryObject):
+        doc = _envelope(obj, None)
+        doc.update(content=obj.content, case=obj.case, upto=obj.upto, session_ref=obj.session_ref)
     elif isinstance(obj, ChatObject):
         doc = _envelope(obj, None)
         doc.update(
@@ -101,6 +105,9 @@ def to_document(obj: StoredObject) -> dict[str, Any]:
             doc["checkpoints"] = list(obj.checkpoints)
         if obj.detached:
             doc["detached"] = list(obj.detached)
+        if obj.compacted:
+            doc["compacted"] = obj.compacted
+            doc["summary"] = obj.summary
     doc.update(_hashes(obj))
     return doc
 
@@ -149,6 +156,14 @@ def _from_document(doc: Mapping[str, Any]) -> StoredObject:
         )
     if kind == "system_prompt":
         return SystemPromptObject(content=doc["content"], **common)
+    if kind == "summary":
+        return SummaryObject(
+            content=doc["content"],
+            case=doc["case"],
+            upto=int(doc["upto"]),
+            session_ref=doc["session_ref"],
+            **common,
+        )
     if kind == "chat":
         return ChatObject(
             session_ref=doc["session_ref"],
@@ -175,6 +190,8 @@ def _from_document(doc: Mapping[str, Any]) -> StoredObject:
             use_clock=int(doc.get("use_clock", 0)),
             checkpoints=tuple(str(label) for label in doc.get("checkpoints", [])),
             detached=tuple(str(i) for i in doc.get("detached", [])),
+            compacted=int(doc.get("compacted", 0)),
+            summary=str(doc.get("summary", "")),
             **common,
         )
     raise InvalidInput("document type", kind, "not an object type this project stores")

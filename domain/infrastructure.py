@@ -113,6 +113,10 @@ class SessionObject:
     detached: tuple[str, ...] = ()
     """Tool calls of the index whose place in the chat a rollback removed (the chat alone no
     longer says they are tool calls)."""
+    compacted: int = 0
+    """Turns before this one are compacted (decision 0043) ..."""
+    summary: str = ""
+    """... and the chat shows this in their place."""
 
     @classmethod
     def of(cls, state: SessionState, seq: int) -> SessionObject:
@@ -148,6 +152,8 @@ class SessionObject:
             last_used=tuple((i, state.last_used[i]) for i in state.ordered(pset(state.last_used))),
             use_clock=state.use_clock,
             checkpoints=tuple(state.checkpoints),
+            compacted=state.compacted,
+            summary=state.summary,
             detached=tuple(
                 i
                 for i in state.index
@@ -184,4 +190,6 @@ def state_from_snapshot(session: SessionObject, chat: ChatObject) -> SessionStat
         turns=pvector(turns),
         toolcall_turn=pmap(toolcall_turn),
         checkpoints=pvector(session.checkpoints),
+        compacted=session.compacted,
+        summary=session.summary,
     )

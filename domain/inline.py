@@ -23,6 +23,7 @@ from selfctx.domain.chat import (
     ToolResult,
     UserMessage,
 )
+from selfctx.domain.compaction import summary_text
 from selfctx.domain.objects import ContentObject, FileObject, Source, ToolcallObject
 from selfctx.domain.rendering import AssembledContext, RenderedMessage, field
 from selfctx.domain.session.state import SessionState
@@ -214,6 +215,12 @@ def render_inline(
     turns = state.turns
     while len(cache.counts) < len(turns):
         cache.counts.append(0)
+    if state.compacted and not cache.messages:
+        # The compacted turns are one message (decision 0043); rendering goes on after them.
+        last = state.compacted - 1
+        cache.messages.append(RenderedMessage("user", summary_text(state.compacted, state.summary)))
+        cache.origin.append((last, len(turns[last].messages) - 1))
+        cache.counts[last] = len(turns[last].messages)
     start = cache.origin[-1][0] if cache.origin else 0
     for number in range(start, len(turns)):
         turn = turns[number]

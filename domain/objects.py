@@ -26,6 +26,7 @@ __all__ = [
     "FileObject",
     "FilesystemSource",
     "Source",
+    "SummaryObject",
     "SystemPromptObject",
     "ToolcallObject",
     "file_type_of",
@@ -33,7 +34,7 @@ __all__ = [
 ]
 
 CONTENT_TYPES: Final = frozenset({"file", "toolcall"})
-INFRASTRUCTURE_TYPES: Final = frozenset({"chat", "system_prompt", "session"})
+INFRASTRUCTURE_TYPES: Final = frozenset({"chat", "system_prompt", "session", "summary"})
 
 ContentStatus: TypeAlias = Literal["deleted", "binary", "too_large"]
 """Why a file version holds no content although its source was seen (a decision record explains
@@ -273,6 +274,46 @@ class SystemPromptObject:
             id=object_id,
             identity_hash=hashing.identity_hash("system_prompt", xt_id=object_id),
             content=content,
+            content_hash=chash,
+            metadata_hash=meta,
+            object_hash=hashing.object_hash(hashing.ABSENT, chash, meta),
+        )
+
+
+@attrs.frozen
+class SummaryObject:
+    """A session's compaction summary (decision 0043): an infrastructure object, one per
+    session (``summary:{session}``), with a new version at every compaction. The chat shows its
+    content in place of the turns it covers; those turns stay in the session, verbatim."""
+
+    type: ClassVar[str] = "summary"
+    id: str
+    identity_hash: str
+    content: str
+    """The summary the model reads (for a truncation, a line saying an earlier topic was left)."""
+    case: str
+    """``summarize`` or ``truncate``."""
+    upto: int
+    """It covers the session's turns before this one."""
+    session_ref: str
+    content_hash: str | None
+    metadata_hash: str
+    object_hash: str
+
+    @classmethod
+    def build(cls, session_id: str, content: str, *, case: str, upto: int) -> SummaryObject:
+        """The version for a compaction of ``session_id``'s turns before ``upto``."""
+        object_id = f"summary:{session_id}"
+        session_ref = f"session:{session_id}"
+        meta = hashing.metadata_hash({"case": case, "upto": upto, "session_ref": session_ref})
+        chash = hashing.content_hash(content)
+        return cls(
+            id=object_id,
+            identity_hash=hashing.identity_hash("summary", xt_id=object_id),
+            content=content,
+            case=case,
+            upto=upto,
+            session_ref=session_ref,
             content_hash=chash,
             metadata_hash=meta,
             object_hash=hashing.object_hash(hashing.ABSENT, chash, meta),

@@ -20,6 +20,7 @@ from selfctx.domain.chat import (
     Turn,
     UserMessage,
 )
+from selfctx.domain.compaction import summary_text
 from selfctx.domain.objects import ContentObject, FileObject, Source, ToolcallObject
 from selfctx.domain.session.state import SessionState
 
@@ -227,6 +228,11 @@ def _chat(
         cache.chat_turns and cache.last_turn_length > len(turns[cache.chat_turns - 1].messages)
     ):
         cache.chat, cache.chat_turns, cache.last_turn_length = [], 0, 0
+    if state.compacted and not cache.chat_turns:
+        # The compacted turns are one message (decision 0043); rendering goes on after them.
+        cache.chat = [RenderedMessage("user", summary_text(state.compacted, state.summary))]
+        cache.chat_turns = state.compacted
+        cache.last_turn_length = len(turns[state.compacted - 1].messages)
     if cache.chat_turns:
         last = turns[cache.chat_turns - 1]
         new = last.messages[cache.last_turn_length :]

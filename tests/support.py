@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 
 from selfctx.adapters.search import SqliteSearchIndex
+from selfctx.adapters.summarizer import ExtractiveSummarizer
 from selfctx.adapters.tokenizer import EstimateTokenizer
 from selfctx.application.persistence import LOG_TYPE
 from selfctx.application.ports.clock import Clock
@@ -163,6 +164,7 @@ def compose_service(
         tokenizer=EstimateTokenizer(),
         settings=settings,
         search=SqliteSearchIndex(),
+        summarizer=ExtractiveSummarizer(),
     )
 
 

@@ -6,6 +6,7 @@ finds what the session has seen, ranked, and names each hit so that ``activate``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -14,6 +15,7 @@ import attrs
 from selfctx.application.ports.search import KINDS, ROLES, SearchHit
 from selfctx.application.ports.store import StoreError
 from selfctx.application.service import ContextService
+from selfctx.domain.compaction import SUMMARY_ID
 from selfctx.domain.errors import InvalidInput, SelfContextError
 from selfctx.domain.inline import handle
 from selfctx.domain.objects import FileObject, ToolcallObject
@@ -50,6 +52,9 @@ _SEARCH_SCHEMA: Final[dict[str, Any]] = {
     },
     "required": ["query"],
 }
+MAX_TURNS_CHARS: Final = 24_000
+"""The most of the compacted turns ``activate("summary")`` shows at once."""
+_TURNS = re.compile(r"turns?:(\d+)(?:-(\d+))?")
 SEARCH_LIMIT: Final = 10
 """Hits the model's search returns unless it asks for another number (at most 50)."""
 
@@ -108,6 +113,8 @@ def handle_context_tool(
     object_id = arguments.get("id") if isinstance(arguments, Mapping) else None
     if not isinstance(object_id, str) or not object_id:
         return ToolAnswer(False, f"{name} needs an 'id' argument: the id shown in an object's line")
+    if name == "activate" and (object_id == SUMMARY_ID or _TURNS.fullmatch(object_id)):
+        return _turns(service, session_id, object_id)
     try:
         if service.state(session_id).policy.name == "inline":
             return _inline(service, session_id, name, object_id)
@@ -227,3 +234,27 @@ def hit_to_json(hit: SearchHit) -> dict[str, Any]:
         "seq": hit.seq,
         "turn": hit.turn,
     }
+
+
+def _turns(service: ContextService, session_id: str, ref: str) -> ToolAnswer:
+    """``activate("summary")``: the compacted turns, verbatim; ``activate("turn:N")`` or
+    ``"turn:N-M"``: any turns, compacted or not."""
+    state = service.state(session_id)
+    if ref == SUMMARY_ID:
+        if not state.compacted:
+            return ToolAnswer(False, "nothing is compacted in this session yet")
+        first, last = 0, state.compacted - 1
+    else:
+        found = _TURNS.fullmatch(ref)
+        assert found is not None
+        first = int(found.group(1))
+        last = int(found.group(2)) if found.group(2) else first
+    try:
+        text = service.turns_text(session_id, first, last)
+    except SelfContextError as exc:
+        return ToolAnswer(False, f"activate {ref}: {exc}")
+    if len(text) > MAX_TURNS_CHARS:
+        text = text[:MAX_TURNS_CHARS] + (
+            f"\n… (cut at {MAX_TURNS_CHARS} characters; activate 'turn:N' shows one turn)"
+        )
+    return ToolAnswer(True, f"[turns {first} to {last}, verbatim]\n{text}")

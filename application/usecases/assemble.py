@@ -28,6 +28,7 @@ from selfctx.application.ports.tokenizer import Tokenizer
 from selfctx.application.runner import OpenSession
 from selfctx.application.tokens import ContextCounter, context_tokens
 from selfctx.application.usecases.base import Deps
+from selfctx.application.usecases.compaction import CompactChat
 from selfctx.application.usecases.shedding import files_to_shed, shedding_note
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.inline import handle, render_inline
@@ -56,9 +57,13 @@ class BudgetExceeded(SelfContextError):
 class AssembleContext:
     """Render the session's context and enforce its policy's token limits."""
 
-    def __init__(self, deps: Deps, tokenizer: Tokenizer) -> None:
+    def __init__(
+        self, deps: Deps, tokenizer: Tokenizer, compact: CompactChat | None = None
+    ) -> None:
         self._deps = deps
         self._tokenizer = tokenizer
+        self._compact = compact
+        """Compacts the chat's older turns when a policy asks (None: never)."""
 
     def _counter(self, session: OpenSession) -> Callable[[str], int]:
         cache = session.token_cache
@@ -95,6 +100,8 @@ class AssembleContext:
 
     def __call__(self, session: OpenSession) -> AssembledContext:
         policy = session.state.policy
+        if policy.compaction_trigger_tokens is not None and self._compact is not None:
+            self._compact(session, self._counter(session))
         context = self.render(session)
         if (
             policy.trigger_tokens is None

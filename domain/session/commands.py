@@ -11,7 +11,7 @@ from typing import Literal, TypeAlias
 import attrs
 
 from selfctx.domain.chat import AssistantMessage, Turn
-from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
+from selfctx.domain.objects import FileObject, SummaryObject, SystemPromptObject, ToolcallObject
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "Checkpoint",
     "CollapseToFit",
     "Command",
+    "CompactChat",
     "Deactivate",
     "Discover",
     "IndexFile",
@@ -196,6 +197,8 @@ class RollbackTarget:
     active: frozenset[str]
     pinned: frozenset[str]
     auto_active: frozenset[str]
+    compacted: int = 0
+    summary: str = ""
 
 
 @attrs.frozen
@@ -211,6 +214,14 @@ class Rollback:
     files: tuple[IndexFile | RecordDeletion, ...] = ()
     """Files written back (trigger ``restore``): a version with the checkpoint's content, or a
     deletion for a file that did not exist then."""
+
+
+@attrs.frozen
+class CompactChat:
+    """Compact the chat's turns before ``summary.upto`` (decision 0043)."""
+
+    summary: SummaryObject
+    """The summary's new version: what the chat shows in their place."""
 
 
 @attrs.frozen
@@ -239,4 +250,5 @@ Command: TypeAlias = (
     | CollapseToFit
     | Checkpoint
     | Rollback
+    | CompactChat
 )

@@ -13,12 +13,13 @@ import attrs
 
 from selfctx.domain.chat import AssistantMessage, Turn
 from selfctx.domain.indexing import Outcome
-from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
+from selfctx.domain.objects import FileObject, SummaryObject, SystemPromptObject, ToolcallObject
 from selfctx.domain.session.commands import Trigger
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = [
     "AssistantMessageRecorded",
+    "ChatCompacted",
     "ChatRestored",
     "CheckpointCreated",
     "ContextNoteRecorded",
@@ -192,6 +193,25 @@ class ChatRestored:
 
     keep: int
     turns: tuple[Turn, ...]
+    compacted: int = 0
+    """The checkpoint's compaction: turns before this one compacted ..."""
+    summary: str = ""
+    """... shown as this summary."""
+
+
+@attrs.frozen
+class ChatCompacted:
+    """The chat's turns before ``upto`` are compacted: the chat shows ``summary`` in their
+    place. The turns stay in the session and the log; the summary is also a new version of the
+    session's summary object."""
+
+    upto: int
+    case: str
+    """``summarize`` or ``truncate`` (decision 0043)."""
+    summary: str
+    object_id: str
+    object_hash: str
+    version: SummaryObject | None = _version_field
 
 
 @attrs.frozen
@@ -230,4 +250,5 @@ Event: TypeAlias = (
     | CheckpointCreated
     | ChatRestored
     | RolledBack
+    | ChatCompacted
 )

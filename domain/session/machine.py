@@ -39,7 +39,7 @@ __all__ = [
     "window_collapses",
 ]
 
-INFRASTRUCTURE_PREFIXES = ("chat:", "system_prompt:", "session:")
+INFRASTRUCTURE_PREFIXES = ("chat:", "system_prompt:", "session:", "summary:")
 """Id prefixes of infrastructure objects; tool-call ids may not use them."""
 MAX_LABEL = 100
 """The longest checkpoint label."""
@@ -137,8 +137,10 @@ def _restore_events(state: SessionState, target: c.RollbackTarget) -> list[e.Eve
     limit = min(len(state.turns), len(target.turns))
     while keep < limit and state.turns[keep] == target.turns[keep]:
         keep += 1
-    if keep < len(state.turns) or keep < len(target.turns):
-        out.append(e.ChatRestored(keep, tuple(target.turns[keep:])))
+    compaction = (target.compacted, target.summary) != (state.compacted, state.summary)
+    if keep < len(state.turns) or keep < len(target.turns) or compaction:
+        turns = tuple(target.turns[keep:])
+        out.append(e.ChatRestored(keep, turns, target.compacted, target.summary))
     leaving = frozenset(state.pool).difference(target.pool)
     out += [e.ObjectDemoted(i) for i in state.ordered(leaving)]
     for object_id in state.ordered(target.pool.difference(state.pool, target.active)):
@@ -280,6 +282,24 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
             return [e.CheckpointCreated(label, auto=False)]
         case c.Rollback():
             return _rollback_events(state, cmd)
+        case c.CompactChat(summary=summary):
+            if summary.id != f"summary:{state.session_id}":
+                raise ValueError(f"a summary of session {state.session_id!r} has another id")
+            if not state.compacted < summary.upto <= state.current_turn:
+                raise InvalidInput(
+                    "compaction", summary.upto, f"must be after turn {state.compacted} and "
+                    f"no later than the current turn, {state.current_turn}",
+                )  # fmt: skip
+            return [
+                e.ChatCompacted(
+                    summary.upto,
+                    summary.case,
+                    summary.content,
+                    summary.id,
+                    summary.object_hash,
+                    summary,
+                )
+            ]
         case c.Resume(reconciled=reconciled):
             out = [e.SessionResumed()]
             for item in reconciled:
@@ -406,7 +426,15 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
         case e.ChatRestored(keep=keep, turns=turns):
             kept = list(state.turns[:keep])
             kept += [Turn(keep + n, turn.messages) for n, turn in enumerate(turns)]
-            return attrs.evolve(state, turns=pvector(kept), toolcall_turn=_toolcall_turns(kept))
+            return attrs.evolve(
+                state,
+                turns=pvector(kept),
+                toolcall_turn=_toolcall_turns(kept),
+                compacted=event.compacted,
+                summary=event.summary,
+            )
+        case e.ChatCompacted(upto=upto, summary=summary):
+            return attrs.evolve(state, compacted=upto, summary=summary)
         case e.ObjectPinned(object_id=object_id):
             return attrs.evolve(state, pinned=state.pinned.add(object_id))
         case e.ObjectUnpinned(object_id=object_id):

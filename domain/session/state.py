@@ -138,6 +138,11 @@ class SessionState:
     """For each object ever activated, when it last was (a counter): "least recently used"."""
     use_clock: int = 0
     """Ticks at every activation."""
+    compacted: int = 0
+    """Turns before this one are compacted: the chat shows ``summary`` in their place (they stay
+    in ``turns``)."""
+    summary: str = ""
+    """What the chat shows in place of the compacted turns."""
     checkpoints: PVector[str] = attrs.field(factory=pvector)
     """Checkpoint labels, oldest first. A checkpoint stands for the session as it was right
     before the log entry that created it (the store keeps that state; a rollback restores it)."""

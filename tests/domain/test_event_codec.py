@@ -87,6 +87,10 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
         max_size=3,
     ).map(tuple),
     "conversation": st.booleans(),
+    "compacted": st.integers(0, 50),
+    "upto": st.integers(1, 50),
+    "case": st.sampled_from(["summarize", "truncate"]),
+    "summary": TEXT,
     "files": st.lists(TEXT, max_size=3).map(tuple),
 }
 EVENT_TYPES = typing.get_args(e.Event)
