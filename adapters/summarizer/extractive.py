@@ -66,17 +66,17 @@ class ExtractiveSummarizer(Summarizer):
             elif excerpt.role == "assistant":
                 lines.append(f"  assistant: {_first_sentence(text, 160)}")
             elif excerpt.role == "tool":
-                first, _, rest = text.partition("\n")
-                head = _first_sentence(first, 100)
-                error = _ERROR.search(rest)
+                top, _, below = text.partition("\n")
+                head = _first_sentence(top, 100)
+                error = _ERROR.search(below)
                 tail = f" — {_first_sentence(error.group(0), 100)}" if error else ""
                 lines.append(f"  tool: {head}{tail}")
         budget = budget_tokens * _CHARS_PER_TOKEN
         lines = [line for line in previous.splitlines() if line.strip()] + lines
-        first, rest = lines[:1], lines[1:]
-        while rest and _size(first + rest) > budget:
+        task, rest = lines[:1], lines[1:]
+        while rest and _size(task + rest) > budget:
             rest.pop(0)  # the oldest go first; the first request (usually the task) stays
-        summary = "\n".join(first + rest)
+        summary = "\n".join(task + rest)
         if len(summary) > budget:  # one line alone can be too long
             summary = summary[: budget - 1] + "…"
         return summary
