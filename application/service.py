@@ -340,10 +340,11 @@ class ContextService:
             return self._assemble(session)
 
     def compact(self, session_id: str) -> CompactionReport | None:
-        """Compact the chat's older turns now, whatever the trigger (seed 002's forced
-        summarisation): the turns before the verbatim window, or before a confident topic
-        boundary. None when there is nothing to compact. Raises SummarizerError only if no
-        summarizer is configured at all (a failing one falls back to the extractive one)."""
+        """Compact the chat's older turns now, whatever the trigger and however little it saves
+        (seed 002's forced summarisation): the turns before the verbatim window, or before a
+        confident topic boundary. None when there is nothing to compact. Raises SummarizerError
+        only if no summarizer is configured at all (a failing one falls back to the extractive
+        one)."""
         session = self._open(session_id)
         if self._compact is None:
             raise SummarizerError("this service was built without a summarizer")

@@ -299,3 +299,23 @@ def test_a_rollback_restores_the_compaction_of_its_checkpoint(make_service: Make
     service.rollback("s", "before")
     assert (service.state("s").compacted, service.state("s").summary) == (0, "")
     assert service.assemble("s") == before
+
+
+def test_a_rollback_to_a_checkpoint_taken_after_a_compaction_keeps_that_compaction(
+    make_service: MakeService,
+) -> None:
+    """(The session state machine found this: a rollback target without its compaction.)"""
+    service = make_service(settings=Settings(policy=POLICY))
+    service.start_session("s", "sys")
+    for n in range(1, 5):
+        _turn(service, "s", n)
+    assert service.compact("s") is not None
+    compaction = (service.state("s").compacted, service.state("s").summary)
+    service.checkpoint("s", "compacted")
+    context = service.assemble("s")
+    for n in range(5, 8):
+        _turn(service, "s", n)
+    assert service.compact("s") is not None
+    service.rollback("s", "compacted")
+    assert (service.state("s").compacted, service.state("s").summary) == compaction
+    assert service.assemble("s") == context

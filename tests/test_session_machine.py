@@ -39,6 +39,7 @@ from selfctx.application.ports.store import ObjectStore, StoreUnavailable
 from selfctx.application.runner import SessionRunner
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
+from selfctx.domain.compaction import summary_text
 from selfctx.domain.errors import (
     DuplicateCheckpoint,
     DuplicateObject,
@@ -49,7 +50,7 @@ from selfctx.domain.errors import (
 from selfctx.domain.mounts import MountMapping, MountTable
 from selfctx.domain.rendering import AssembledContext
 from selfctx.domain.session.machine import fold
-from selfctx.domain.session.state import CollapseWindow, SessionState
+from selfctx.domain.session.state import CollapseWindow, PolicyConfig, SessionState
 from tests.conftest import StoreFactory, profile_max_examples
 from tests.support import (
     CONTAINER_FS,
@@ -123,6 +124,8 @@ class Frozen:
     auto: frozenset[str]
     chat: tuple[tuple[tuple[Any, ...], ...], ...]
     context: tuple[Any, ...]
+    compaction: tuple[int, str] = (0, "")
+    """Turns before the first number are compacted into the summary (decision 0043)."""
 
 
 class Model:
@@ -148,6 +151,8 @@ class Model:
         self.past: dict[int, Frozen] = {}
         self.checkpoints: dict[str, int] = {}
         """Checkpoint label -> the log position it restores (the state after that many)."""
+        self.compacted = 0
+        self.summary = ""
 
     # -- the rules ---------------------------------------------------------------------------
 
@@ -192,6 +197,7 @@ class Model:
         self.pool, self.active = set(then.pool), set(then.active)
         self.pinned, self.auto = set(then.pinned), set(then.auto)
         self.chat = [list(turn) for turn in then.chat]
+        self.compacted, self.summary = then.compaction
         for number, turn in enumerate(self.chat):
             for message in turn:
                 if message[0] == "tool":
@@ -251,7 +257,9 @@ class Model:
 
     def rendered_chat(self) -> tuple[Any, ...]:
         out: list[Any] = []
-        for message in itertools.chain.from_iterable(self.chat):
+        if self.compacted:
+            out.append(("user", summary_text(self.compacted, self.summary), (), None))
+        for message in itertools.chain.from_iterable(self.chat[self.compacted :]):
             if message[0] == "tool":
                 tool, _, _, status = self.calls[message[1]]
                 ref = f"toolcall_ref id={message[1]} tool={tool} status={status}"
@@ -279,6 +287,7 @@ class Model:
             auto=frozenset(self.auto),
             chat=tuple(tuple(turn) for turn in self.chat),
             context=self.context(),
+            compaction=(self.compacted, self.summary),
         )
 
 
@@ -306,6 +315,7 @@ def frozen_of(state: SessionState, context: AssembledContext) -> Frozen:
         auto=frozenset(state.auto_active),
         chat=chat_of(state),
         context=context_of(context),
+        compaction=(state.compacted, state.summary),
     )
 
 
@@ -358,7 +368,9 @@ class SessionMachine(RuleBasedStateMachine):
     def start(self, per_turn: int, turns: int) -> None:
         self.model = Model(per_turn, turns)
         window = CollapseWindow(per_turn=per_turn, turns=turns)
-        self.service.start_session(SID, "You are tested.", window=window)
+        # No trigger: only the compact rule compacts, its window small enough that it can.
+        policy = PolicyConfig("ssot", verbatim_window_tokens=3, min_verbatim_exchanges=1)
+        self.service.start_session(SID, "You are tested.", window=window, policy=policy)
         self.model.commit()
         # Another session with objects of its own: their ids must stay out of reach.
         self.service.start_session(OTHER, "other")
@@ -634,6 +646,22 @@ class SessionMachine(RuleBasedStateMachine):
         )
         assert report.position == m.checkpoints[label]
         assert report.saved_as == m.roll_back(label)
+        m.commit()
+
+    @precondition(lambda self: len(self.model.chat) > 2)
+    @rule()
+    def compact(self) -> None:
+        """A forced compaction: which turns it takes is the rules' business (tested on their
+        own); that everything else still agrees with the model is this machine's."""
+        m = self.model
+        seq = self.service.log_position(SID)
+        report = self.service.compact(SID)
+        if report is None:
+            assert self.service.log_position(SID) == seq
+            return
+        event(f"compacted ({report.case})")
+        assert m.compacted < report.upto <= len(m.chat) - 1  # the newest turn always stays
+        m.compacted, m.summary = report.upto, report.summary
         m.commit()
 
     @rule()

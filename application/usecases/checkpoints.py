@@ -269,6 +269,8 @@ class RollbackSession:
                 active=frozenset(past.active),
                 pinned=frozenset(past.pinned),
                 auto_active=frozenset(past.auto_active),
+                compacted=past.compacted,
+                summary=past.summary,
             )
         plans = {p.object_id: p for p in report.files}
         restored: dict[str, FileObject | None] = {}

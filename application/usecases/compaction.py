@@ -147,8 +147,8 @@ class CompactChat:
         text = self._summary(session, plan)
         new = count(summary_text(plan.upto, text))
         cleared = sum(sizes[state.compacted : plan.upto]) + old - new
-        if cleared < (1 if force else max(1, policy.clear_at_least)):
-            return None  # a cache break that saves too little
+        if not force and cleared < max(1, policy.clear_at_least):
+            return None  # a cache break that saves too little (asked for, it is made anyway)
         summary = SummaryObject.build(session.session_id, text, case=plan.case, upto=plan.upto)
         command = c.CompactChat(summary)
         self._deps.runner.execute(session, lambda reads, st: command)
