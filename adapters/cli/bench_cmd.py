@@ -223,6 +223,8 @@ def _context(args: argparse.Namespace) -> int:
         )
     tokenizer = default_tokenizer()
     trajectories = trajectories_in(paths)
+    if args.long_session:
+        return _long_session(args, trajectories, tokenizer)
     result = run_context_bench(
         trajectories,
         replay_service_factory(build_service, tokenizer),
@@ -239,6 +241,32 @@ def _context(args: argparse.Namespace) -> int:
         print(json.dumps(result))
         return 0
     _context_table(result)
+    return 0
+
+
+def _long_session(args: argparse.Namespace, trajectories: Any, tokenizer: Any) -> int:
+    from selfctx.adapters.bench.context import replay_service_factory
+    from selfctx.adapters.bench.long_session import run_long_session
+
+    result = run_long_session(
+        trajectories,
+        replay_service_factory(build_service, tokenizer),
+        tokenizer,
+        _progress(args.json),
+    )
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(
+        f"one session of {len(trajectories)} trajectories: {result['calls']} model calls, "
+        f"{result['messages']} messages; input limit {result['budget']:,} tokens"
+    )
+    _context_table(result)
+    over = {n: t["peak"] > result["budget"] for n, t in result["total"].items()}
+    print(
+        "peak over the input limit: "
+        + ", ".join(f"{n} {'yes' if o else 'no'}" for n, o in over.items())
+    )
     return 0
 
 
@@ -317,6 +345,11 @@ def register(subparsers: Any) -> None:
     )
     context.add_argument("--json", action="store_true", help="print one JSON object")
     context.add_argument("--chart", help="write a PNG of prompt size per call to this path")
+    context.add_argument(
+        "--long-session",
+        action="store_true",
+        help="the trajectories as one session, with and without compaction at a 32k limit",
+    )
     context.add_argument(
         "--variant",
         action="append",
