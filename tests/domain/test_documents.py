@@ -16,7 +16,13 @@ from selfctx.domain.chat import AssistantMessage, ToolCallRequest
 from selfctx.domain.documents import StoredObject, from_document, to_document
 from selfctx.domain.errors import InvalidInput, SelfContextError
 from selfctx.domain.infrastructure import ChatObject, SessionObject, state_from_snapshot
-from selfctx.domain.objects import FileObject, FilesystemSource, SystemPromptObject, ToolcallObject
+from selfctx.domain.objects import (
+    FileObject,
+    FilesystemSource,
+    SummaryObject,
+    SystemPromptObject,
+    ToolcallObject,
+)
 from selfctx.domain.session import commands as c
 from selfctx.domain.session.machine import decide, fold
 from selfctx.domain.session.state import (
@@ -81,6 +87,13 @@ TOOLCALLS = st.builds(
     file_refs=st.none() | st.lists(st.text(min_size=1, max_size=8), max_size=3),
 )
 PROMPTS = st.builds(SystemPromptObject.build, st.just("system_prompt:s"), TEXT)
+SUMMARIES = st.builds(
+    SummaryObject.build,
+    st.just("s"),
+    TEXT,
+    case=st.sampled_from(["summarize", "truncate"]),
+    upto=st.integers(1, 50),
+)
 
 CALL_IDS = st.sampled_from(["t1", "t2", "t3", "t4", "t5"])
 COMMANDS = st.one_of(
@@ -113,6 +126,8 @@ COMMANDS = st.one_of(
     st.builds(c.Deactivate, CALL_IDS),
     st.builds(c.Pin, CALL_IDS),
     st.builds(c.Unpin, CALL_IDS),
+    st.builds(c.Checkpoint, st.none() | TEXT),
+    SUMMARIES.map(c.CompactChat),
 )
 POLICIES = st.builds(
     PolicyConfig,
@@ -137,6 +152,7 @@ STORED = st.one_of(
     files(),
     TOOLCALLS,
     PROMPTS,
+    SUMMARIES,
     states().map(ChatObject.of),
     st.builds(SessionObject.of, states(), st.integers(1, 10**6)),
 )
@@ -233,6 +249,8 @@ SNAPSHOT_FIELDS = {"seq", "auto_active", "window", "policy", "last_used", "use_c
 
 ROLLBACK_FIELDS = {"checkpoints", "detached"}
 """The two decision 0001 lists as present only when not empty (decision 0041)."""
+COMPACTION_FIELDS = {"compacted", "summary"}
+"""The two decision 0001 lists as present only after a compaction (decision 0043)."""
 
 
 def test_the_session_document_holds_the_ssot_fields_and_the_recorded_snapshot_fields() -> None:
@@ -270,3 +288,8 @@ def test_after_a_rollback_the_session_document_holds_its_checkpoints_and_detache
     assert set(doc) == fields
     assert (doc["checkpoints"], doc["detached"]) == (["cp", "before-rollback"], ["tc"])
     assert from_document(doc) == snapshot
+    summary = SummaryObject.build(state.session_id, "what happened", case="summarize", upto=1)
+    state = decide_and_fold(state, c.CompactChat(summary))[1]
+    doc = to_document(SessionObject.of(state, 10))
+    assert set(doc) == fields | COMPACTION_FIELDS
+    assert (doc["compacted"], doc["summary"]) == (1, "what happened")
