@@ -85,12 +85,10 @@ class LocalFileReader(FileReader):
 
     def _walk(self, source: Source) -> Walked:
         """Resolve a host source: in the agent's namespace if a mount holds it, else the host's."""
-        path = normalize_absolute(source.path)
-        mapping = self.mounts.covering(source) if self.mounts is not None else None
-        if mapping is not None and self.mounts is not None:
-            agent_path = self.mounts.display_path(FilesystemSource(source.filesystem_id, path))
-            return walk(agent_path, self.mounts, self.host_filesystem_id)
-        return walk(path, self._host_only, self.host_filesystem_id)
+        host = FilesystemSource(source.filesystem_id, normalize_absolute(source.path))
+        if self.mounts is not None and self.mounts.covering(host) is not None:
+            return walk(self.mounts.display_path(host), self.mounts, self.host_filesystem_id)
+        return walk(host.path, self._host_only, self.host_filesystem_id)
 
     def _resolve(self, source: Source) -> Walked:
         """Walk ``source`` and check where it ends; the caller closes the result."""

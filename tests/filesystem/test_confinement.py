@@ -207,3 +207,30 @@ def test_a_file_at_the_cap_is_read_and_hashed_whole(workspace: Path, host_id: st
     whole = reader.read(FilesystemSource(host_id, str(at_cap)), 1024)
     assert whole.data == b"a" * 1024 and whole.size == 1024
     assert reader.read(FilesystemSource(host_id, str(over)), 1024).data is None
+
+
+def test_walks_leave_no_descriptor_open(
+    mounted: dict[str, Path], workspace: Path, host_id: str
+) -> None:
+    project = mounted["project"]
+    (project / "loop").symlink_to("loop")
+    (project / "dir").mkdir()
+    table = MountTable(CONTAINER_FS, [MountMapping("/workspace", str(project), host_id)])
+    reader = LocalFileReader(host_id, [str(workspace)], mounts=table)
+    paths = [
+        *(project / name for name in ("leak_abs", "ok_abs", "ok_climb", "loop", "dir", "no")),
+        project / "no" / "such" / "file",
+        project / "src" / "a.py" / "below_a_file",
+        mounted["host_only"],
+        workspace.parent / "outside_roots",
+    ]
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(50):
+        for path in paths:
+            source = FilesystemSource(host_id, str(path))
+            for call in (reader.canonical, lambda s: reader.read(s, 1024)):
+                try:
+                    call(source)
+                except SourceUnavailable:
+                    pass
+    assert len(os.listdir("/proc/self/fd")) == before
