@@ -9,7 +9,8 @@ store port's errors, carrying the node's URL and the operation, raised ``from`` 
 - a body that is not the JSON expected (malformed, truncated, wrong shape):
   :class:`StoreProtocolError`.
 
-Timeouts are per call, in seconds; the caller divides its own deadline between its calls.
+Strings in answers are decoded as :mod:`selfctx.adapters.xtdb.text` says (the store encodes
+what it sends). Timeouts are per call, in seconds; the caller divides its own deadline between its calls.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from selfctx.adapters.xtdb import text
 from selfctx.application.ports.store import StoreProtocolError, StoreRejected, StoreUnavailable
 
 _JSON = {"Accept": "application/json"}
@@ -74,11 +76,16 @@ class XtdbClient:
                 f"HTTP {response.status_code}: {message}", status=response.status_code, **where
             )
         try:
-            return json.loads(body)
+            answer = json.loads(body)
         except ValueError as exc:  # includes UnicodeDecodeError
             raise StoreProtocolError(
                 f"the answer is not JSON ({exc}): {body[:200]!r}", **where
             ) from exc
+        # Strings the store escaped on the way in (text.py); the search is skipped by nearly
+        # every answer, which holds no escape at all.
+        if any(mark in body for mark in text.ESCAPE_MARKS):
+            answer = text.decode(answer)
+        return answer
 
     def _shape_error(self, operation: str, answer: Any) -> StoreProtocolError:
         return StoreProtocolError(
