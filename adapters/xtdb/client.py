@@ -10,7 +10,8 @@ store port's errors, carrying the node's URL and the operation, raised ``from`` 
   :class:`StoreProtocolError`.
 
 Strings in answers are decoded as :mod:`selfctx.adapters.xtdb.text` says (the store encodes
-what it sends). Timeouts are per call, in seconds; the caller divides its own deadline between its calls.
+what it sends). Timeouts are per call, in seconds; the caller divides its own deadline between
+its calls.
 """
 
 from __future__ import annotations
