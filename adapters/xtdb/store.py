@@ -17,7 +17,8 @@ Documents go out as JSON and come back as JSON, every string in them with its su
 points escaped on the way out and restored on the way back (:mod:`selfctx.adapters.xtdb.text`,
 decision 0026), since XTDB keeps strings as UTF-8, which has no form for them. The node
 (``xtdb/src/selfctx/http_server.clj``) reads JSON integers as 64-bit longs and keeps every map,
-list, string and null as sent, so a document read back and given as an :class:`Expect` hashes the same and its ``match`` passes.
+list, string and null as sent, so a document read back and given as an :class:`Expect` hashes
+the same and its ``match`` passes.
 """
 
 from __future__ import annotations
