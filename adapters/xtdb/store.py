@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from selfctx.adapters.xtdb import edn, text
+from selfctx.adapters.xtdb import edn, secret, text
 from selfctx.adapters.xtdb.client import XtdbClient
 from selfctx.application.ports.store import (
     ConflictError,
@@ -45,7 +45,7 @@ from selfctx.application.ports.store import (
     Submission,
     Version,
 )
-from selfctx.domain.errors import InvalidInput
+from selfctx.domain.errors import InvalidInput, SelfContextError
 
 __all__ = ["XtdbStore", "open_store"]
 
@@ -332,17 +332,24 @@ class _Submitted(Landing):
         return self._store._settle(self._sent.result(), self._expect)
 
 
-def open_store(url: str, *, timeout: float = 10.0) -> XtdbStore:
+def open_store(url: str, *, timeout: float = 10.0, key: str | None = None) -> XtdbStore:
     """An :class:`XtdbStore` on the node at ``url`` (``xtdb://host:port`` or ``http://...``).
 
-    Checks that the node answers and lets it index everything already in its tx-log, so the
-    store's first reads see every commit made before it was opened (through any node).
+    ``key`` is the node's secret; by default it is read from the node's key file
+    (:mod:`selfctx.adapters.xtdb.secret`), which every node this user started has. Checks that
+    the node answers and lets it index everything already in its tx-log, so the store's first
+    reads see every commit made before it was opened (through any node).
     """
     base = url.rstrip("/")
     if base.startswith("xtdb://"):
         base = "http://" + base.removeprefix("xtdb://")
     http = httpx.Client(base_url=base, headers={"Accept": "application/json"}, timeout=timeout)
-    store = XtdbStore(XtdbClient(http), timeout=timeout, owns_http=True)
+    client = XtdbClient(
+        http,
+        key=(lambda: key) if key is not None else (lambda: secret.read_key(base)),
+        key_hint="the key argument" if key is not None else str(_key_path(base)),
+    )
+    store = XtdbStore(client, timeout=timeout, owns_http=True)
     try:
         status = store.client.status(timeout=timeout)
         store.blobs = status.get("selfctxBlobs") == 1
@@ -351,3 +358,10 @@ def open_store(url: str, *, timeout: float = 10.0) -> XtdbStore:
         http.close()
         raise
     return store
+
+
+def _key_path(url: str) -> str:
+    try:
+        return str(secret.key_file(url))
+    except SelfContextError as exc:
+        return f"(no key file: {exc})"
