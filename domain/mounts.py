@@ -95,29 +95,32 @@ class MountTable:
         if not self.default_filesystem_id:
             raise InvalidInput("filesystem id", self.default_filesystem_id, "must not be empty")
 
-    def mapping_for(self, agent_path: str) -> MountMapping | None:
-        """The mapping an agent path falls under (the longest agent prefix), or None."""
-        path = normalize_absolute(agent_path)
+    def translate(self, path: str) -> tuple[str, str, MountMapping | None]:
+        """Forward translation of a path that is already normalised (not checked):
+        ``(filesystem id, canonical path, the mapping or None)``. For callers that translate
+        many paths, such as a walk through a namespace one component at a time."""
         best: MountMapping | None = None
         for mapping in self.mappings:
-            if _under(path, mapping.agent_prefix) is not None and (
-                best is None or len(mapping.agent_prefix) > len(best.agent_prefix)
+            prefix = mapping.agent_prefix
+            if (prefix == "/" or path == prefix or path.startswith(prefix + "/")) and (
+                best is None or len(prefix) > len(best.agent_prefix)
             ):
                 best = mapping
-        return best
+        if best is None:
+            return self.default_filesystem_id, path, None
+        rest = _under(path, best.agent_prefix)
+        assert rest is not None
+        return best.filesystem_id, _join(best.canonical_prefix, rest), best
+
+    def mapping_for(self, agent_path: str) -> MountMapping | None:
+        """The mapping an agent path falls under (the longest agent prefix), or None."""
+        return self.translate(normalize_absolute(agent_path))[2]
 
     def to_source(self, agent_path: str) -> Source:
         """Forward translation: the longest agent prefix wins; no match keeps the path with the
         default filesystem id."""
-        path = normalize_absolute(agent_path)
-        mapping = self.mapping_for(path)
-        if mapping is None:
-            return FilesystemSource(filesystem_id=self.default_filesystem_id, path=path)
-        rest = _under(path, mapping.agent_prefix)
-        assert rest is not None
-        return FilesystemSource(
-            filesystem_id=mapping.filesystem_id, path=_join(mapping.canonical_prefix, rest)
-        )
+        filesystem_id, path, _ = self.translate(normalize_absolute(agent_path))
+        return FilesystemSource(filesystem_id=filesystem_id, path=path)
 
     def covering(self, source: Source) -> MountMapping | None:
         """The mapping whose canonical prefix holds ``source`` (the longest one), or None: the

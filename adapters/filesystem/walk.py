@@ -141,10 +141,8 @@ class _Walk:
 
     def locate(self, agent_path: str) -> tuple[str | None, MountMapping | None]:
         """Host path of an agent path (None if it is on another filesystem), and its mount."""
-        mapping = self.table.mapping_for(agent_path)
-        source = self.table.to_source(agent_path)
-        host = source.path if source.filesystem_id == self.host_id else None
-        return host, mapping
+        filesystem_id, path, mapping = self.table.translate(agent_path)  # normalised by the walk
+        return (path if filesystem_id == self.host_id else None), mapping
 
     def reset(self) -> None:
         """Back to the namespace's root (an absolute link target)."""

@@ -19,17 +19,17 @@
   - `submit-tx` with an `X-Selfctx-Blobs` header takes long string values as raw UTF-8 after a
     JSON head (see `blob-body`); `/_xtdb/status` says so with \"selfctxBlobs\": 1.
   - Only JSON responses; the server binds to the given host (default 127.0.0.1) only.
-  - Only its owner gets in (decision 0027): every request carries `Authorization: Bearer <secret>`,
-    the secret read from `:secret-file` at start (401 otherwise); requests a web page could make
-    (an `Origin`, `Sec-Fetch-Site` other than `none`) get 403, and a body that is not the route's
-    own content type (`text/plain`, a form) gets 415. Transaction functions (`fn` ops, `xt/fn`
-    documents) are refused, and so is a query naming a namespaced symbol: both would run code.
-    The node's query engine allows only pure predicates (`:fn-allow-list` in the configs)."
+  - Only its owner gets in (decision 0027, `selfctx.guard`): every request carries the secret
+    read from `:secret-file` at start (401 otherwise); requests a web page could make get 403, a
+    body of another content type than the route's gets 415. Transaction functions (`fn` ops,
+    `xt/fn` documents) are refused, and so is a query naming a namespaced symbol: both would run
+    code. The node's query engine allows only pure predicates (`:fn-allow-list` in the configs)."
   (:require [clojure.data.json :as json]
             [clojure.edn :as edn]
             [clojure.instant :as instant]
             [clojure.string :as str]
             [clojure.tools.logging :as log]
+            [selfctx.guard :as guard]
             [xtdb.api :as xt]
             [xtdb.codec :as c]
             [xtdb.system :as sys])
@@ -37,9 +37,6 @@
            [java.io Closeable]
            [java.net InetSocketAddress URLDecoder]
            [java.nio.charset StandardCharsets]
-           [java.nio.file Files LinkOption Paths]
-           [java.nio.file.attribute PosixFilePermission]
-           [java.security MessageDigest]
            [java.time Duration]
            [java.util.concurrent ExecutorService Executors TimeoutException]
            [xtdb.api NodeOutOfSyncException]))
@@ -320,12 +317,6 @@
   (with-open [log (xt/open-tx-log node (->long params :after-tx-id) false)]
     [200 (mapv tx->json (iterator-seq log))]))
 
-(def ^:private body-types
-  "The one content type each POST route reads. Anything else, `text/plain` and forms above all
-  (what a web page may send without asking), is refused."
-  {"/_xtdb/submit-tx" "application/json"
-   "/_xtdb/query" "application/edn"})
-
 (def ^:private routes
   {["POST" "/_xtdb/submit-tx"] submit-tx
    ["GET" "/_xtdb/await-tx"] await-tx
@@ -342,37 +333,11 @@
   {"error" (or (ex-message e) (.getName (class e)))
    "class" (.getName (class e))})
 
-(defn- header ^String [^HttpExchange ex ^String k]
-  (.getFirst (.getRequestHeaders ex) k))
-
-(defn- same-secret?
-  "Constant time, so that the answer's timing does not tell how much of a guess was right."
-  [^bytes expected ^String given]
-  (and given (MessageDigest/isEqual expected (.getBytes given StandardCharsets/UTF_8))))
-
-(defn- refusal
-  "Why a request is refused before any route sees it, as [status message], or nil. Never names
-  the secret, or what was sent in its place."
-  [^HttpExchange ex ^bytes expected path]
-  (let [site (header ex "Sec-Fetch-Site")
-        media (some-> (header ex "Content-Type") (str/split #";") first str/trim str/lower-case)
-        wanted (get body-types path)]
-    (cond
-      (header ex "Origin")
-      [403 "requests from web pages are refused (the request has an Origin header)"]
-      (and site (not= "none" (str/lower-case site)))
-      [403 (str "requests from web pages are refused (Sec-Fetch-Site: " site ")")]
-      (not (same-secret? expected (header ex "Authorization")))
-      [401 (str "this node needs its secret: send \"Authorization: Bearer <secret>\", the "
-                "secret being the content of the key file its launcher wrote (docs/xtdb.md)")]
-      (and wanted (= "POST" (.getRequestMethod ex)) (not= wanted media))
-      [415 (str path " reads " wanted ", not " (or media "a body without a Content-Type"))])))
-
 (defn- handle [node ^bytes expected ^HttpExchange ex]
   (try
     (let [path (.getPath (.getRequestURI ex))
           handler (get routes [(.getRequestMethod ex) path])
-          refused (refusal ex expected path)
+          refused (guard/refusal ex expected path)
           [status body] (cond
                           refused
                           (let [[s message] refused]
@@ -409,20 +374,6 @@
     (.stop server 0)
     (.shutdownNow pool)))
 
-(defn- read-secret
-  "The secret in `file`: it must be the owner's alone and long enough to be unguessable."
-  ^bytes [^String file]
-  (when-not file
-    (throw (IllegalArgumentException. "the HTTP server needs :secret-file (decision 0027)")))
-  (let [path (Paths/get file (make-array String 0))
-        mode (Files/getPosixFilePermissions path (make-array LinkOption 0))
-        secret (str/trim (slurp file))]
-    (when-not (every? #{PosixFilePermission/OWNER_READ PosixFilePermission/OWNER_WRITE} mode)
-      (throw (IllegalArgumentException. (str file " may be read by others: it must be 0600"))))
-    (when (< (count secret) 32)
-      (throw (IllegalArgumentException. (str file " holds no secret of 32 characters or more"))))
-    (.getBytes (str "Bearer " secret) StandardCharsets/UTF_8)))
-
 (defn ->server
   "XTDB module: `{:selfctx.http-server/server {:port 3000 :host \"127.0.0.1\" :secret-file
   \"...\"}}` in a node's EDN config starts this server next to the node."
@@ -438,7 +389,7 @@
   (when-not (System/getProperty "sun.net.httpserver.nodelay")
     (System/setProperty "sun.net.httpserver.nodelay" "true"))
   ;; Awaits block a thread each, so the pool is larger than the core count.
-  (let [expected (read-secret secret-file)
+  (let [expected (guard/read-secret secret-file)
         pool (Executors/newFixedThreadPool (int threads))
         server (HttpServer/create (InetSocketAddress. ^String host (int port)) 128)]
     (.createContext server "/" (reify HttpHandler (handle [_ ex] (handle xtdb-node expected ex))))
