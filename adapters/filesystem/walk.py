@@ -80,6 +80,7 @@ class _Entry:
     fd: int | None
     state: State = "found"
     st: os.stat_result | None = None
+    """Its ``fstat``; None for a directory opened as one (and for what is not there)."""
 
 
 def _join(parent: str, name: str) -> str:
@@ -138,9 +139,13 @@ class _Walk:
         self.host_id = host_id
         self.stack: list[_Entry] = []
         self.links = 0
+        self.host_only = not table.mappings and table.default_filesystem_id == host_id
+        """The host's own namespace: every agent path is the host path (the common case)."""
 
     def locate(self, agent_path: str) -> tuple[str | None, MountMapping | None]:
         """Host path of an agent path (None if it is on another filesystem), and its mount."""
+        if self.host_only:
+            return agent_path, None
         filesystem_id, path, mapping = self.table.translate(agent_path)  # normalised by the walk
         return (path if filesystem_id == self.host_id else None), mapping
 
@@ -181,6 +186,23 @@ class _Walk:
             else:
                 self.push(self.enter(agent_path, host, mapping))
             return
+        host_path = _join(top.host_path or "/", name)
+        if _O_PATH and todo:
+            # More follows, so this should be a directory: open it as one, with no fstat. A
+            # link or a file fails with ENOTDIR and is looked at closer below.
+            try:
+                fd = os.open(name, _O_PATH | _NOFOLLOW | _DIRECTORY | _CLOEXEC, dir_fd=top.fd)
+            except NotADirectoryError:
+                pass
+            except FileNotFoundError:
+                self.push(_Entry(agent_path, host, mapping, None, "missing"))
+                return
+            except PermissionError:
+                self.push(_Entry(agent_path, host, mapping, None, "denied"))
+                return
+            else:
+                self.push(_Entry(agent_path, host_path, mapping, fd, "found"))
+                return
         try:
             fd, st = _open_here(name, top.fd)
         except FileNotFoundError:
@@ -197,7 +219,6 @@ class _Walk:
                 os.close(fd)
             self.follow(name, top.fd, todo)
             return
-        host_path = _join(top.host_path or "/", name)
         self.push(_Entry(agent_path, host_path, mapping, fd, "found", st))
 
     def follow(self, name: str, dir_fd: int, todo: list[str]) -> None:
@@ -270,7 +291,8 @@ def _result(w: _Walk) -> Walked:
         if parent is not None and parent.fd is not None and parent_fd is None:
             os.close(parent.fd)
         name = last.agent_path.rsplit("/", 1)[-1]
-        return Walked("found", last.agent_path, host, last.fd, last.st, parent_fd, name)
+        st = last.st if last.st is not None or last.fd is None else os.fstat(last.fd)
+        return Walked("found", last.agent_path, host, last.fd, st, parent_fd, name)
     if parent is not None and parent.fd is not None:
         os.close(parent.fd)
     if last.state == "foreign":

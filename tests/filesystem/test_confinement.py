@@ -233,3 +233,16 @@ def test_walks_leave_no_descriptor_open(
                 with contextlib.suppress(SourceUnavailable):
                     call(source)
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_link_ending_in_dotdot_is_its_directory(workspace: Path, host_id: str) -> None:
+    (workspace / "d" / "e").mkdir(parents=True)
+    (workspace / "up").symlink_to("d/e/..")
+    reader = LocalFileReader(host_id, [str(workspace)])
+    assert reader.canonical(FilesystemSource(host_id, str(workspace / "up"))).path == str(
+        workspace / "d"
+    )
+    source = FilesystemSource(host_id, str(workspace / "up"))
+    with pytest.raises(SourceUnreachable) as err:
+        reader.read(source, 1024)
+    assert "a directory" in str(err.value)
