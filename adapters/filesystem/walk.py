@@ -191,7 +191,7 @@ class _Walk:
             # More follows, so this should be a directory: open it as one, with no fstat. A
             # link or a file fails with ENOTDIR and is looked at closer below.
             try:
-                fd = os.open(name, _O_PATH | _NOFOLLOW | _DIRECTORY | _CLOEXEC, dir_fd=top.fd)
+                opened = os.open(name, _O_PATH | _NOFOLLOW | _DIRECTORY | _CLOEXEC, dir_fd=top.fd)
             except NotADirectoryError:
                 pass
             except FileNotFoundError:
@@ -201,7 +201,7 @@ class _Walk:
                 self.push(_Entry(agent_path, host, mapping, None, "denied"))
                 return
             else:
-                self.push(_Entry(agent_path, host_path, mapping, fd, "found"))
+                self.push(_Entry(agent_path, host_path, mapping, opened, "found"))
                 return
         try:
             fd, st = _open_here(name, top.fd)
