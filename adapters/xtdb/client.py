@@ -134,7 +134,7 @@ class XtdbClient:
             ) from exc
         # Strings the store escaped on the way in (text.py); the search is skipped by nearly
         # every answer, which holds no escape at all.
-        if any(mark in body for mark in text.ESCAPE_MARKS):
+        if text.ESCAPE_UTF8 in body:
             answer = text.decode(answer)
         return answer
 

@@ -17,13 +17,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["ESCAPE", "ESCAPE_MARKS", "decode", "encode", "encode_str"]
+__all__ = ["ESCAPE", "ESCAPE_UTF8", "decode", "encode", "encode_str"]
 
 ESCAPE = "\ufdd0"
 """The character that starts an escape."""
 
-ESCAPE_MARKS = (ESCAPE.encode("utf-8"), b"\\ufdd0", b"\\uFDD0")
-"""How an escape can look in a JSON answer: raw UTF-8, or JSON's own escape."""
+ESCAPE_UTF8 = ESCAPE.encode("utf-8")
+"""How an escape looks in a JSON answer. Our node writes every character but controls, quotes,
+U+2028/U+2029 and surrogates as UTF-8 (so does upstream's server, by default), so one search of an
+answer's bytes tells whether it holds any escape."""
 
 _TO_ESCAPE = re.compile("[\ud800-\udfff\ufdd0]")
 _ESCAPED = re.compile("\ufdd0([0-9a-f]{4})")
