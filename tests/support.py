@@ -128,7 +128,9 @@ class FakeFileReader(FileReader, FileRestorer):
             data=data if len(data) <= max_bytes else None, size=len(data), file_hash=digest
         )
 
-    def restore(self, source: Source, data: bytes | None, expected_hash: str | None) -> None:
+    def restore(
+        self, source: Source, data: bytes | None, expected_hash: str | None, max_bytes: int
+    ) -> None:
         """Write back like the host reader does: readable filesystems only, over what is
         expected; ``restored`` lists every path written or deleted."""
         key = (source.filesystem_id, source.path)

@@ -92,10 +92,13 @@ class FileRestorer(abc.ABC):
     only over the content the caller expects to find there."""
 
     @abc.abstractmethod
-    def restore(self, source: Source, data: bytes | None, expected_hash: str | None) -> None:
-        """Make ``source`` hold ``data`` (None: delete it), if it now holds bytes whose SHA-256
-        is ``expected_hash`` (None: if it does not exist). The write replaces the file whole
-        (a reader never sees half of it); a missing directory inside the roots is created.
+    def restore(
+        self, source: Source, data: bytes | None, expected_hash: str | None, max_bytes: int
+    ) -> None:
+        """Make ``source`` hold ``data`` (None: delete it), if it now holds bytes whose hash is
+        ``expected_hash`` (by the reading rule, ``max_bytes`` being the reading limit; None: if
+        it does not exist). The write replaces the file whole (a reader never sees half of it);
+        its directory must exist.
 
         Raises :class:`SourceChanged` when the file is not as expected, and
         :class:`SourceUnreachable` (or :class:`SourceOutsideRoots`) when it may not or cannot be

@@ -244,7 +244,7 @@ class RollbackSession:
         if self._restorer is None:
             return "this client cannot write files"
         try:
-            snapshot = self._deps.files.read(latest.source, 0)
+            snapshot = self._deps.files.read(latest.source, self._deps.settings.max_file_bytes)
             on_disk: str | None = snapshot.file_hash
         except SourceMissing:
             on_disk = None
@@ -279,7 +279,8 @@ class RollbackSession:
             data = text.encode("utf-8") if text is not None else None
             try:
                 assert self._restorer is not None  # a plan without one refuses every file
-                self._restorer.restore(latest.source, data, latest.file_hash)
+                limit = self._deps.settings.max_file_bytes
+                self._restorer.restore(latest.source, data, latest.file_hash, limit)
             except (SourceChanged, SourceUnavailable) as exc:
                 plans[object_id] = attrs.evolve(plans[object_id], action="refused", reason=str(exc))
                 continue

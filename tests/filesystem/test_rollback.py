@@ -107,28 +107,38 @@ def test_writes_stay_inside_the_roots_and_over_what_was_expected(
     write(inside, "one\n")
     write(outside, "out\n")
     os.symlink(outside, workspace / "link.txt")
+    os.symlink(tmp_path, workspace / "escape")
     reader = LocalFileReader("host", roots=[str(workspace)])
-    digest = reader.read(FilesystemSource("host", str(inside)), 1 << 20).file_hash
+    limit = 1 << 20
 
+    def source(path: Path | str) -> FilesystemSource:
+        return FilesystemSource("host", str(path))
+
+    digest = reader.read(source(inside), limit).file_hash
     with pytest.raises(SourceOutsideRoots):
-        reader.restore(FilesystemSource("host", str(outside)), b"x", None)
-    with pytest.raises(SourceOutsideRoots):  # a symlink does not lead out either
-        reader.restore(FilesystemSource("host", str(workspace / "link.txt")), b"x", None)
+        reader.restore(source(outside), b"x", None, limit)
+    with pytest.raises(SourceOutsideRoots):  # a folder that is a link out: the walk sees it
+        reader.restore(source(workspace / "escape" / "outside.txt"), b"x", None, limit)
+    with pytest.raises(SourceUnreachable):  # a link is never written through
+        reader.restore(source(workspace / "link.txt"), b"x", None, limit)
     with pytest.raises(SourceUnreachable):  # another filesystem's file is never written here
-        reader.restore(FilesystemSource("container", str(inside)), b"x", digest)
+        reader.restore(FilesystemSource("container", str(inside)), b"x", digest, limit)
     with pytest.raises(SourceChanged):
-        reader.restore(FilesystemSource("host", str(inside)), b"two\n", "0" * 64)
+        reader.restore(source(inside), b"two\n", "0" * 64, limit)
+    with pytest.raises(SourceUnreachable, match="directory is not there"):
+        reader.restore(source(workspace / "gone" / "b.txt"), b"b\n", None, limit)
     assert inside.read_text() == "one\n" and outside.read_text() == "out\n"
 
     os.chmod(inside, 0o640)
-    reader.restore(FilesystemSource("host", str(inside)), b"two\n", digest)
+    reader.restore(source(inside), b"two\n", digest, limit)
     assert inside.read_text() == "two\n"
     assert inside.stat().st_mode & 0o777 == 0o640  # the file keeps its mode
-    assert sorted(p.name for p in workspace.iterdir()) == ["a.txt", "link.txt"]  # no temp left
-    reader.restore(FilesystemSource("host", str(workspace / "sub" / "b.txt")), b"b\n", None)
-    assert (workspace / "sub" / "b.txt").read_text() == "b\n"
+    names = sorted(p.name for p in workspace.iterdir())
+    assert names == ["a.txt", "escape", "link.txt"]  # no temporary file left behind
+    reader.restore(source(workspace / "b.txt"), b"b\n", None, limit)
+    assert (workspace / "b.txt").read_text() == "b\n"
     with pytest.raises(SourceChanged):  # it exists now: "must not exist" fails
-        reader.restore(FilesystemSource("host", str(workspace / "sub" / "b.txt")), b"c", None)
-    new_digest = reader.read(FilesystemSource("host", str(inside)), 1 << 20).file_hash
-    reader.restore(FilesystemSource("host", str(inside)), None, new_digest)
+        reader.restore(source(workspace / "b.txt"), b"c", None, limit)
+    new_digest = reader.read(source(inside), limit).file_hash
+    reader.restore(source(inside), None, new_digest, limit)
     assert not inside.exists()
