@@ -520,9 +520,3 @@ class ContextService:
             raise SearchUnavailable("this service was built without a search index")
         return self._search(query)
 
-    def search_index_size(self) -> int:
-        """Entries in the search index after catching up with the store (0 without one)."""
-        if self._search is None:
-            return 0
-        self._search.catch_up()
-        return self._search.index.count()

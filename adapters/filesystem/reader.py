@@ -194,7 +194,6 @@ class LocalFileReader(FileReader, FileRestorer):
             raise SourceUnreachable(source, "it changed while it was opened")
         return fd
 
-
     def restore(
         self, source: Source, data: bytes | None, expected_hash: str | None, max_bytes: int
     ) -> None:
