@@ -519,4 +519,3 @@ class ContextService:
         if self._search is None:
             raise SearchUnavailable("this service was built without a search index")
         return self._search(query)
-
