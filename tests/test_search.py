@@ -287,3 +287,15 @@ def test_bench_search_runs_on_the_standard_library_alone(
     assert result["index_per_s"] > 0
     assert 0 < result["query_ms"]["p50"] <= result["query_ms"]["p95"]
     assert result["mean_hits"] > 0  # queries are drawn from the corpus: they find something
+
+
+def test_text_with_lone_surrogates_is_indexed_and_found(service: ContextService) -> None:
+    """A lone surrogate (which some tool outputs hold) has no UTF-8 form: the index keeps it as
+    U+FFFD (the project's hash rule for text, decision 0029), and the rest stays searchable.
+    (The suite's first run of the CLI search over a shared node met such a document.)"""
+    _session(service)
+    _call(service, "s1", "tc-sur", "cat odd", "before \ud800 after: wombat")
+    [hit] = service.search("wombat", session_id="s1")
+    assert hit.object_id == "tc-sur" and "before \ufffd after" in hit.snippet
+    # A query holding one is read by the same rule.
+    assert [h.object_id for h in service.search("\ud800 after", session_id="s1")] == ["tc-sur"]

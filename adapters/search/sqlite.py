@@ -27,6 +27,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Final
 
+import attrs
+
 from selfctx.application.ports.search import (
     IndexBatch,
     IndexPosition,
@@ -89,6 +91,28 @@ def fts5_available(connection: sqlite3.Connection) -> bool:
 _PRIVATE_USE: Final = 0xE000
 _CODES: Final = 6400
 """Code points U+E000 to U+F8FF: three of them name up to 6400**3 tags."""
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _text(value: str | None) -> str | None:
+    """``value`` as SQLite can store it: a lone surrogate code point (which has no UTF-8 form)
+    becomes U+FFFD, as the project's hash rule for text reads it (decision 0029)."""
+    if value is None or value.isascii():
+        return value
+    return _SURROGATE.sub("\ufffd", value)
+
+
+def _clean(entry: SearchEntry) -> SearchEntry:
+    """An entry whose every string SQLite can store (see :func:`_text`)."""
+    return attrs.evolve(
+        entry,
+        object_id=_text(entry.object_id) or "",
+        session_id=_text(entry.session_id),
+        title=_text(entry.title) or "",
+        body=_text(entry.body),
+    )
 
 
 def _tag(code: int) -> str:
@@ -178,9 +202,9 @@ class SqliteSearchIndex(SearchIndex):
                     db.execute("ROLLBACK")
                     return False
                 for member in batch.members:
-                    self._admit(member.session_id, member.object_id)
+                    self._admit(_text(member.session_id) or "", _text(member.object_id) or "")
                 for entry in batch.entries:
-                    self._insert(entry)
+                    self._insert(_clean(entry))
                 db.executemany(
                     "INSERT OR REPLACE INTO meta VALUES (?, ?)",
                     [("tx_id", batch.position.tx_id), ("tx_time", batch.position.tx_time)],
@@ -306,7 +330,7 @@ class SqliteSearchIndex(SearchIndex):
         return ("", None) if found is None else (str(found[0]), found[1])
 
     def search(self, query: SearchQuery) -> list[SearchHit]:
-        terms = terms_of(query.text)
+        terms = [t for t in (_text(term) for term in terms_of(query.text)) if t]
         if not terms:
             return []
         long = [t for t in terms if len(t) >= 3]
@@ -314,7 +338,11 @@ class SqliteSearchIndex(SearchIndex):
         parts = [f"{{title body}} : {_phrase(t)}" for t in long]
         names = [
             f"{prefix}:{value}"
-            for prefix, value in (("s", query.session_id), ("k", query.kind), ("r", query.role))
+            for prefix, value in (
+                ("s", _text(query.session_id)),
+                ("k", query.kind),
+                ("r", query.role),
+            )
             if value is not None
         ]
         with self._lock:
