@@ -193,7 +193,7 @@ def _search(service: ContextService, session_id: str, arguments: Mapping[str, An
         return ToolAnswer(True, f"nothing this session has seen matches {query!r}")
     lines = [f"{len(hits)} result(s) for {query!r}, best first:"]
     lines += [_hit_line(service, session_id, hit) for hit in hits]
-    lines.append("activate(id) brings back a tool output or a file; messages are in the chat.")
+    lines.append('activate(id) brings back a tool output or a file, activate("turn:N") a turn.')
     return ToolAnswer(True, "\n".join(lines))
 
 
