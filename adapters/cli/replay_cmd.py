@@ -112,8 +112,6 @@ def run_replays(
             workspace=trajectory.workspace,
             default_filesystem_id=replay_filesystem_id(trajectory),
         )
-        if persistent:
-            trajectory = trajectory.with_call_id_prefix(f"{session_id}/")
         bar = ProgressBar(err or sys.stderr, trajectory.name) if progress else None
         keep = ShowCall(len(trajectory.calls) + 1 + show if show is not None and show < 0 else show)
         try:

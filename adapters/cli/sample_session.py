@@ -33,6 +33,8 @@ SAMPLE = Path(__file__).with_name("sample")
 OUTPUT = Path(__file__).with_name("sample_session.json")
 ROOT = "/workspace"
 """Where the agent sees the project."""
+SESSION = "replay-sample_session"
+"""The session ``selfctx replay`` opens for the file by default (``session_id_for``)."""
 FILESYSTEM = "selfctx-sample"
 """The agent's filesystem, fixed so that file ids in the session are stable."""
 SYSTEM_PROMPT = (
@@ -56,8 +58,10 @@ class Recorder:
         )
         # Recorded with the SSOT's layout: the context tools' answers in the file are its answers
         # (a replay under another policy hands the session's own answers over instead).
+        # The session a plain replay of the file opens: a tool call's object id depends on its
+        # session (decision 0030), and the answers in the file name those ids.
         self.session = HarnessSession(
-            service, "sample", cwd=ROOT, roots=[ROOT], policy=policy_by_name("ssot")
+            service, SESSION, cwd=ROOT, roots=[ROOT], policy=policy_by_name("ssot")
         )
 
     def file_id(self, path: str) -> str:
@@ -70,7 +74,8 @@ class Recorder:
         self.messages.append({"role": "assistant", "content": text})
 
     def act(self, text: str, *calls: tuple[str, dict[str, Any]]) -> list[str]:
-        """One model message with one or more tool calls, then each call's result."""
+        """One model message with one or more tool calls, then each call's result. Returns the
+        calls' ids: the harness's ids, which name the calls in any session replaying the file."""
         ids = []
         requests = []
         for name, arguments in calls:

@@ -39,7 +39,7 @@ from selfctx.adapters.harness.rpc import (
     project_error,
 )
 from selfctx.adapters.harness.session import HarnessSession
-from selfctx.adapters.harness.tools import handle_context_tool, tool_schemas
+from selfctx.adapters.harness.tools import tool_schemas
 from selfctx.application.policies import DEFAULT_POLICY, policy_by_name
 from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidPath, SelfContextError
@@ -229,7 +229,7 @@ def _assemble(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
 def _context_method(name: str) -> None:
     def run(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
         harness = server.session(p["session_id"]).harness
-        result = getattr(server.service, name)(harness.session_id, p["id"])
+        result = getattr(server.service, name)(harness.session_id, harness.ids.resolve(p["id"]))
         return {"ok": result.ok, "message": result.message}
 
     method(METHODS, name, {"session_id": STR, "id": STR})(run)
@@ -243,9 +243,7 @@ for _name in ("activate", "deactivate", "pin", "unpin"):
 def _tools_call(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     """A context tool call the model made, relayed as is: refusals are answers for the model."""
     harness = server.session(p["session_id"]).harness
-    answer = handle_context_tool(
-        server.service, harness.session_id, p["name"], p.get("arguments", {})
-    )
+    answer = harness.handle(p["name"], p.get("arguments", {}))
     return {"ok": answer.ok, "message": answer.message}
 
 

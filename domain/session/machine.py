@@ -15,6 +15,7 @@ import attrs
 
 from selfctx.domain.chat import ChatMessage, ContextNote, ToolResult, Turn, UserMessage
 from selfctx.domain.errors import DuplicateObject, InvalidInput, NotAContentObject, UnknownObject
+from selfctx.domain.identifiers import RESERVED_PREFIXES, toolcall_id_problem
 from selfctx.domain.indexing import Outcome, decide_deletion, decide_discovery, decide_full_index
 from selfctx.domain.session import commands as c
 from selfctx.domain.session import events as e
@@ -31,8 +32,8 @@ __all__ = [
     "window_collapses",
 ]
 
-INFRASTRUCTURE_PREFIXES = ("chat:", "system_prompt:", "session:")
-"""Id prefixes of infrastructure objects; tool-call ids may not use them."""
+INFRASTRUCTURE_PREFIXES = RESERVED_PREFIXES
+"""Id prefixes of infrastructure objects and log entries; tool-call ids may not use them."""
 
 
 class SessionNotStarted(InvalidInput):
@@ -44,6 +45,14 @@ class SessionNotStarted(InvalidInput):
 def _require_started(state: SessionState) -> None:
     if not state.started:
         raise SessionNotStarted("session", "", "the session has not been started")
+
+
+def _require_toolcall_id(object_id: str) -> None:
+    """A toolcall's id is sent to providers and must never name another document (decision
+    0030): its form alone guarantees both."""
+    problem = toolcall_id_problem(object_id)
+    if problem is not None:
+        raise InvalidInput("tool-call id", object_id, problem)
 
 
 def _require_content_object(state: SessionState, object_id: str) -> None:
@@ -120,10 +129,11 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
         case c.RecordUserMessage(text=text):
             return [e.UserMessageRecorded(text)]
         case c.RecordAssistantMessage(message=message):
+            for call in message.tool_calls:
+                _require_toolcall_id(call.id)
             return [e.AssistantMessageRecorded(message)]
         case c.RecordToolCall(toolcall=toolcall, activate=activate):
-            if toolcall.id.startswith(INFRASTRUCTURE_PREFIXES):
-                raise InvalidInput("tool-call id", toolcall.id, "uses an infrastructure prefix")
+            _require_toolcall_id(toolcall.id)
             if state.in_index(toolcall.id):
                 raise DuplicateObject(toolcall.id, "this session already recorded that tool call")
             recorded: list[e.Event] = [

@@ -13,7 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from selfctx.application.persistence import decode_events, encode_events, entry_events, log_entry
-from selfctx.domain.chat import AssistantMessage, ToolCallRequest
+from selfctx.domain.chat import (
+    AssistantMessage,
+    ToolCallRequest,
+    message_from_json,
+    message_to_json,
+)
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.indexing import Outcome
 from selfctx.domain.objects import SystemPromptObject
@@ -112,3 +117,12 @@ def test_entries_written_before_decision_0017_are_read_too() -> None:
 def test_an_entry_without_a_list_of_events_is_refused(events: Any) -> None:
     with pytest.raises(InvalidInput, match="log:s:1"):
         entry_events({"xt/id": "log:s:1", "events": events})
+
+
+def test_a_call_keeps_the_harness_id_it_was_mapped_from() -> None:
+    mapped = ToolCallRequest("tc_0123", "bash", {"command": "ls"}, provider_id="call_0")
+    plain = ToolCallRequest("call-1", "bash", {})
+    data = message_to_json(AssistantMessage("", (mapped, plain)))
+    assert [c.get("provider_id") for c in data["tool_calls"]] == ["call_0", None]
+    assert "provider_id" not in data["tool_calls"][1]  # chats written before keep their form
+    assert message_from_json(data) == AssistantMessage("", (mapped, plain))

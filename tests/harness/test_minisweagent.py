@@ -22,6 +22,7 @@ from selfctx.adapters.harness.minisweagent import SHELL_TOOLS_PROMPT, ContextMod
 from selfctx.application.policies import policy_by_name
 from selfctx.application.service import ContextService
 from selfctx.application.settings import Settings
+from selfctx.domain.identifiers import toolcall_object_id
 from selfctx.domain.objects import FileObject, ToolcallObject
 
 SSOT = Settings(policy=policy_by_name("ssot"))
@@ -85,6 +86,11 @@ def recording(model_class: type) -> type:
     return Recording
 
 
+def tc(session_id: str, call_id: str) -> str:
+    """The object id of a harness call (decision 0030)."""
+    return toolcall_object_id(session_id, call_id, 1)
+
+
 def active_ids(messages: list[dict[str, Any]]) -> list[str]:
     text = json.dumps(messages)
     return [part.split("\\n", 1)[0] for part in text.split("ACTIVE_CONTENT id=")[1:]]
@@ -118,9 +124,9 @@ def check_objects(service: ContextService, sid: str, results: dict[str, str]) ->
     """Every tool call that has a result is a toolcall object holding exactly that result."""
     state = service.state(sid)
     toolcalls = [i for i in state.index if state.kinds[i] == "toolcall"]
-    assert sorted(toolcalls) == sorted(results)
+    assert sorted(toolcalls) == sorted(toolcall_object_id(sid, i, 1) for i in results)
     for call_id, text in results.items():
-        obj = service.object(sid, call_id)
+        obj = service.object(sid, toolcall_object_id(sid, call_id, 1))
         assert isinstance(obj, ToolcallObject) and obj.content == text
 
 
@@ -188,7 +194,7 @@ def test_mini_swe_agent_tool_calls_run_on_managed_requests(mini: Any, repo: Path
     }
     assert sorted(outputs) == sorted(f"call_{n}" for n in range(1, 11))
     check_objects(service, sid, outputs)
-    call_4 = service.object(sid, "call_4")
+    call_4 = service.object(sid, tc(sid, "call_4"))
     assert isinstance(call_4, ToolcallObject)
     assert call_4.status == "fail"  # the test failed before the fix
     assert "MARKER-42" in outputs["call_3"] and '"output"' in agent.messages[7]["content"]
@@ -210,19 +216,18 @@ def test_mini_swe_agent_tool_calls_run_on_managed_requests(mini: Any, repo: Path
         assert request[1]["content"].startswith("Objects in this session")
         assert not any(m["role"] == "tool" and "<returncode>" in m["content"] for m in request)
     calc_id = calc.id
-    assert active_ids(model.received[2]) == ["call_1", calc_id]  # the ls; the file, not the cat
-    assert "call_3" in active_ids(model.received[3]) and "MARKER-42" in json.dumps(
-        model.received[3]
-    )
+    call_1, call_3 = tc(sid, "call_1"), tc(sid, "call_3")
+    assert active_ids(model.received[2]) == [call_1, calc_id]  # the ls; the file, not the cat
+    assert call_3 in active_ids(model.received[3]) and "MARKER-42" in json.dumps(model.received[3])
     # After eight calls in the turn, the third has left the window of the last five.
     eighth = json.dumps(model.received[8])
-    assert "toolcall_ref id=call_3 tool=bash status=ok" in eighth
-    assert "MARKER-42" not in eighth and "call_3" not in active_ids(model.received[8])
+    assert f"toolcall_ref id={call_3} tool=bash status=ok" in eighth
+    assert "MARKER-42" not in eighth and call_3 not in active_ids(model.received[8])
     # `activate call_3` (a command the environment answered) brought it back ...
     ninth = model.received[9]
-    assert "call_3" in active_ids(ninth) and "MARKER-42" in json.dumps(ninth)
-    answer = service.object(sid, "call_9").content or ""
-    assert answer.startswith("<returncode>0</returncode>") and "call_3" in answer
+    assert call_3 in active_ids(ninth) and "MARKER-42" in json.dumps(ninth)
+    answer = service.object(sid, tc(sid, "call_9")).content or ""
+    assert answer.startswith("<returncode>0</returncode>") and call_3 in answer
     # ... and `deactivate <calc.py's id>` collapsed the file.
     assert calc_id in active_ids(model.received[9])
     assert calc_id not in active_ids(model.received[10])
@@ -275,9 +280,9 @@ def test_mini_swe_agent_text_actions_run_on_managed_requests(mini: Any, repo: Pa
     assert len(refs) == len(commands) - 1
     assert any("```mswea_bash_command\ncat calc.py\n```" in m["content"] for m in last)
     # The marker was pinned while among the last five calls: it never collapsed.
-    assert marker_id in active_ids(last) and "MARKER-42" in json.dumps(last)
-    assert f"mswea-{sid}-2-0" not in active_ids(last)  # the cat's call: the file is active
-    assert f"mswea-{sid}-6-0" not in active_ids(last)  # `echo a` left the window
+    assert tc(sid, marker_id) in active_ids(last) and "MARKER-42" in json.dumps(last)
+    assert tc(sid, f"mswea-{sid}-2-0") not in active_ids(last)  # the cat's: the file is active
+    assert tc(sid, f"mswea-{sid}-6-0") not in active_ids(last)  # `echo a` left the window
 
 
 def test_the_wrapper_resumes_without_recording_twice(mini: Any, repo: Path) -> None:

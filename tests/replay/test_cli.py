@@ -13,6 +13,7 @@ from selfctx.adapters.cli.replay_cmd import SAMPLE_SESSION
 from selfctx.adapters.harness.replay import replay_filesystem_id
 from selfctx.adapters.harness.trajectories import load
 from selfctx.adapters.xtdb import XtdbNode
+from selfctx.domain.identifiers import toolcall_object_id
 from selfctx.domain.objects import FileObject, FilesystemSource
 from tests.replay.data import FILES
 
@@ -54,7 +55,7 @@ def test_replay_show_prints_the_context_at_that_call(capsys: pytest.CaptureFixtu
     # The default (inline) layout: no metadata or active section; the activation the model asked
     # for answered with the old failing test output, appended where it asked.
     assert "[metadata]" not in context and "ACTIVE_CONTENT" not in context
-    activated = context.rsplit("tool_call id=call_016 name=activate", 1)[1]
+    activated = context.rsplit(" name=activate", 1)[1]
     assert "output of bash (fail)]" in activated and "AssertionError: 3 != -5" in activated
 
 
@@ -133,5 +134,6 @@ def test_sessions_show_and_history_on_xtdb(
     assert [v["version"] for v in versions][:3] == [1, 2, 3]
     assert all(v["object_hash"] and v["tx_time"] for v in versions)
     assert len({v["object_hash"] for v in versions[:3]}) == 3
-    code, out, _ = _run(capsys, "history", f"{session}/call_003", "--store", store)
+    call_003 = toolcall_object_id(session, "call_003", 1)  # decision 0030
+    code, out, _ = _run(capsys, "history", call_003, "--store", store)
     assert code == 0 and "1 version(s)" in out and "content_hash" in out

@@ -43,12 +43,11 @@ def _params() -> list[object]:
 def test_replay_on_xtdb(
     trajectory: Trajectory, policy: str, store: XtdbStore, tmp_path: Path
 ) -> None:
-    # The node is shared by the whole run: tool-call ids (object ids) and the filesystem get a
-    # namespace of this test's own (except the sample's filesystem, which its file fixes: its
-    # files are the same objects in every session, as they should be).
+    # The node is shared by the whole run: the session and the filesystem get a namespace of this
+    # test's own (except the sample's filesystem, which its file fixes: its files are the same
+    # objects in every session, as they should be). Tool-call object ids belong to the session.
     ns = f"t{uuid.uuid4().hex[:8]}"
     filesystem = trajectory.filesystem_id or f"{ns}:{replay_filesystem_id(trajectory)}"
-    trajectory = trajectory.with_call_id_prefix(f"{ns}/")
     service = build_service(store=store, workspace=str(tmp_path), default_filesystem_id=filesystem)
     checker = CallChecker(trajectory, activate_every=10)
     report = replay(

@@ -339,30 +339,6 @@ def test_openhands_resolver_schema_synthesises_calls() -> None:
 # -- the project's own format, prefixes, errors ------------------------------------------------
 
 
-def test_call_id_prefix_follows_context_tool_arguments() -> None:
-    data = {
-        "format": "openai-messages",
-        "workspace": "/w",
-        "messages": [
-            {"role": "user", "content": "go"},
-            {"role": "assistant", "content": "", "tool_calls": [_call("c1", "bash", "{}")]},
-            {"role": "tool", "tool_call_id": "c1", "content": "out"},
-            {
-                "role": "assistant",
-                "content": "",
-                "tool_calls": [_call("c2", "pin", '{"id": "c1"}')],
-            },
-            {"role": "tool", "tool_call_id": "c2", "content": "pinned"},
-        ],
-    }
-    t = convert(data, "own").with_call_id_prefix("p/")
-    assert t.messages[2]["tool_call_id"] == "p/c1"
-    pin = t.messages[3]["tool_calls"][0]
-    assert pin["id"] == "p/c2" and json.loads(pin["function"]["arguments"]) == {"id": "p/c1"}
-    assert t.tool_outputs() == {"p/c1": "out", "p/c2": "pinned"}
-    _check_stream(t)
-
-
 @pytest.mark.parametrize(
     ("text", "reason"),
     [
