@@ -8,6 +8,7 @@ raises a :class:`~selfctx.domain.errors.SelfContextError` and changes nothing.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -58,6 +59,10 @@ from selfctx.domain.rendering import AssembledContext, render_context
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig, SessionState
 
 __all__ = ["ContextService"]
+
+
+_HANDLE = re.compile(r"#[0-9]+")
+"""A ``#n`` handle (ASCII digits only: ``str.isdigit`` also takes ``²``, which ``int`` refuses)."""
 
 
 class ContextService:
@@ -304,11 +309,12 @@ class ContextService:
     @staticmethod
     def _resolve(session: OpenSession, ref: str) -> str:
         """An object id from an id or a handle ``#n`` (the n-th object of the session index)."""
-        if isinstance(ref, str) and ref.startswith("#") and ref[1:].isdigit():
-            n = int(ref[1:])
+        if isinstance(ref, str) and _HANDLE.fullmatch(ref):
+            digits = ref[1:].lstrip("0")
             index = session.state.index
-            if 1 <= n <= len(index):
-                return str(index[n - 1])
+            # Compared as text first: int() refuses numbers over 4,300 digits.
+            if digits and len(digits) <= len(str(len(index))) and int(digits) <= len(index):
+                return str(index[int(digits) - 1])
             raise UnknownObject(ref, session.session_id)
         return ref
 

@@ -72,14 +72,14 @@ class LocalFileReader(FileReader):
     def canonical(self, source: Source) -> Source:
         if source.filesystem_id != self.host_filesystem_id:
             return source
-        real = os.path.realpath(source.path)
+        real = _realpath(source)
         self._check_roots(source, real)
         return FilesystemSource(filesystem_id=source.filesystem_id, path=real)
 
     def read(self, source: Source, max_bytes: int) -> FileSnapshot:
         if source.filesystem_id != self.host_filesystem_id:
             raise SourceUnreachable(source, "it lives on another filesystem, not readable here")
-        real = os.path.realpath(source.path)
+        real = _realpath(source)
         self._check_roots(source, real)
         try:
             # Look before opening: opening a device or a FIFO can have effects of its own.
@@ -118,3 +118,14 @@ class LocalFileReader(FileReader):
             raise SourceUnreachable(source, os.strerror(exc.errno or errno.EIO)) from None
         finally:
             os.close(fd)
+
+
+def _realpath(source: Source) -> str:
+    """``os.path.realpath``, its failures typed: a link swapped while it resolves (``readlink``
+    of what ``lstat`` saw as a link), a path the OS cannot encode (a lone surrogate)."""
+    try:
+        return os.path.realpath(source.path)
+    except OSError as exc:
+        raise SourceUnreachable(source, os.strerror(exc.errno or errno.EIO)) from None
+    except ValueError as exc:
+        raise SourceUnreachable(source, f"the path cannot be used here: {exc}") from None

@@ -63,9 +63,13 @@ class Listing:
 
 Effect = FileRead | FileWrite | FileEdit | Listing
 
-_MINI = re.compile(r"\A<returncode>(-?\d+)</returncode>\s*<output>\n?(.*)</output>\s*\Z", re.S)
+# Numbers are ASCII digits, at most 18 of them: int() refuses more than 4,300 digits, and a
+# harness's text may hold anything.
+_MINI = re.compile(
+    r"\A<returncode>(-?[0-9]{1,18})</returncode>\s*<output>\n?(.*)</output>\s*\Z", re.S
+)
 _CAT_N_HEADER = re.compile(r"\AHere's the result of running `cat -n` on (\S+):\r?\n")
-_CAT_N_LINE = re.compile(r"\A *(\d+)\t(.*)\Z", re.S)
+_CAT_N_LINE = re.compile(r"\A *([0-9]{1,18})\t(.*)\Z", re.S)
 _DIR_HEADER = re.compile(r"\AHere's the files and directories up to \d+ levels deep in (\S+)")
 _CLIPPED = "<response clipped>"
 """What the editors put where they cut a long ``view`` (the rest is a note, not the file)."""
@@ -98,7 +102,7 @@ def unwrap_output(output: str) -> tuple[str, int | None]:
         return match.group(2), int(match.group(1))
     tail = _OPENHANDS_TAIL.search(output)
     if tail:
-        codes = re.findall(r"exit code (-?\d+)", tail.group(0))
+        codes = re.findall(r"exit code (-?[0-9]{1,18})\b", tail.group(0))
         return output[: tail.start()], int(codes[-1]) if codes else None
     prompt = _PROMPT.search(output)
     if prompt:  # a terminal's capture: CRLF line ends, the next prompt after the output
@@ -186,7 +190,7 @@ def _shell_effects(command: str, output: str, code: int | None, cwd: str) -> Ite
     elif program == "head" and simple:
         yield from _head(tokens, output, cwd)
     elif program == "sed" and simple and len(tokens) == 4 and tokens[1] == "-n":
-        match = re.fullmatch(r"1,(\d+)p", tokens[2])
+        match = re.fullmatch(r"1,([0-9]{1,18})p", tokens[2])
         if match and output.count("\n") < int(match.group(1)):
             yield FileRead(_resolve(cwd, tokens[3]), output)
     elif program == "sed" and "-i" in tokens and simple:
@@ -270,10 +274,10 @@ def _head(tokens: list[str], output: str, cwd: str) -> Iterator[Effect]:
     for token in args:
         if token == "-n":
             count = next(args, "")
-            if not count.isdigit():
+            if not re.fullmatch(r"[0-9]{1,18}", count):
                 return
             limit = int(count)
-        elif re.fullmatch(r"-n?\d+", token):
+        elif re.fullmatch(r"-n?[0-9]{1,18}", token):
             limit = int(token.lstrip("-n"))
         elif token.startswith("-"):
             return
