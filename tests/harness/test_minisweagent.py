@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,12 @@ from typing import Any
 import pytest
 
 from selfctx.adapters.bootstrap import build_service
-from selfctx.adapters.harness.minisweagent import SHELL_TOOLS_PROMPT, ContextModel, attach
+from selfctx.adapters.harness.minisweagent import (
+    SHELL_TOOLS_PROMPT,
+    ContextModel,
+    attach,
+    context_command,
+)
 from selfctx.application.policies import policy_by_name
 from selfctx.application.service import ContextService
 from selfctx.application.settings import Settings
@@ -304,3 +310,142 @@ def test_the_wrapper_resumes_without_recording_twice(mini: Any, repo: Path) -> N
     assert fresh.sync(agent.messages).consumed == 0
     assert fresh.session.ingestor.total == total
     assert os.path.samefile(fresh.session.ingestor.cwd, repo)
+
+
+# -- context commands under every policy (issue 15 item 11) -----------------------------------
+
+MARKER_SHOWN = [
+    # ssot: the output is active, in a block headed by its id
+    re.compile(r"ACTIVE_CONTENT id=(\S+)\n(?:(?!ACTIVE_CONTENT id=).)*?MARKER-42", re.S),
+    # inline: the output is in its tool message, labelled with its handle
+    re.compile(r"\[(#[0-9]+)\]\n(?:(?!\[#).)*?MARKER-42", re.S),
+]
+
+
+def shown_marker(messages: list[dict[str, Any]]) -> str | None:
+    """The id or handle under which the model was shown the marker's output."""
+    text = "\n".join(str(m.get("content") or "") for m in messages)
+    for pattern in MARKER_SHOWN:
+        found = pattern.search(text)
+        if found:
+            return found[1]
+    return None
+
+
+def scripted(model_class: type) -> type:
+    """``model_class`` whose next output names the marker's output as the model was shown it:
+    ``{MARKER}`` in it becomes the id or handle found in the messages it receives."""
+
+    class Scripted(model_class):  # type: ignore[misc]
+        marker: str | None = None
+
+        def query(self, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+            self.marker = shown_marker(messages) or self.marker
+            upcoming = self.config.outputs[self.current_index + 1]
+            if self.marker is not None:
+                text = json.dumps(upcoming).replace("{MARKER}", self.marker)
+                self.config.outputs[self.current_index + 1] = json.loads(text)
+            result: dict[str, Any] = super().query(messages, **kwargs)
+            return result
+
+    return Scripted
+
+
+CONTEXT_STEPS = [
+    "echo MARKER-$((6 * 7))",
+    "pin {MARKER}",
+    "deactivate {MARKER}",
+    "activate '{MARKER}'",
+    "unpin {MARKER}",
+    "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",
+]
+
+
+@pytest.mark.parametrize("mode", ["text", "toolcalls"])
+@pytest.mark.parametrize("policy", ["ssot", "inline"])
+def test_context_commands_never_reach_the_environment(
+    mini: Any, repo: Path, policy: str, mode: str
+) -> None:
+    from minisweagent.agents.default import DefaultAgent
+    from minisweagent.environments.local import LocalEnvironment
+    from minisweagent.models.test_models import (
+        DeterministicModel,
+        DeterministicToolcallModel,
+        make_output,
+        make_toolcall_output,
+    )
+
+    class RecordingEnvironment(LocalEnvironment):
+        ran: list[str] = []
+
+        def execute(self, action: dict[str, Any], cwd: str = "", **kwargs: Any) -> Any:
+            type(self).ran = [*type(self).ran, action.get("command", "")]
+            return super().execute(action, cwd, **kwargs)
+
+    service = build_service(workspace=str(repo), settings=Settings(policy=policy_by_name(policy)))
+    config_name = "default.yaml" if mode == "text" else "mini.yaml"
+    config = builtin_config(config_name)
+    if mode == "text":
+        outputs = [
+            make_output(f"Next.\n\n```mswea_bash_command\n{c}\n```", [{"command": c}])
+            for c in CONTEXT_STEPS
+        ]
+        model = scripted(DeterministicModel)(
+            outputs=outputs, observation_template=config["model"]["observation_template"]
+        )
+    else:
+        outputs = []
+        for n, command in enumerate(CONTEXT_STEPS, start=1):
+            call = {
+                "id": f"call_{n}",
+                "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps({"command": command})},
+            }
+            action = {"command": command, "tool_call_id": f"call_{n}"}
+            outputs.append(make_toolcall_output("Next.", [call], [action]))
+        model = scripted(DeterministicToolcallModel)(
+            outputs=outputs, observation_template=config["model"]["observation_template"]
+        )
+    env = RecordingEnvironment(cwd=str(repo), **config.get("environment", {}))
+    managed, managed_env = attach(model, env, service, f"ctx-{policy}-{mode}")
+    agent_config = config["agent"] | {"step_limit": 30, "cost_limit": 0}
+    agent = DefaultAgent(managed, managed_env, **agent_config)  # type: ignore[arg-type]
+    assert agent.run("Show me the marker.")["exit_status"] == "Submitted"
+
+    assert service.state(managed.session.session_id).policy.name == policy
+    # The model named the output as it was shown it: a handle under inline, an id under ssot.
+    assert model.marker is not None
+    assert model.marker.startswith("#" if policy == "inline" else "tc_"), model.marker
+    # Only the shell commands ran in the environment.
+    assert RecordingEnvironment.ran == [CONTEXT_STEPS[0], CONTEXT_STEPS[-1]]
+    answers = [
+        m["extra"]["raw_output"]
+        for m in agent.messages
+        if isinstance(m.get("extra"), dict) and "raw_output" in m["extra"]
+    ]
+    assert [
+        m["extra"]["returncode"] for m in agent.messages if "returncode" in (m.get("extra") or {})
+    ][1:5] == [0] * 4
+    assert "is pinned" in answers[1] and "is not pinned" in answers[4], answers
+
+
+@pytest.mark.parametrize(
+    ("command", "parsed"),
+    [
+        ("activate #3", ("activate", "#3")),
+        ("pin '#12'", ("pin", "#12")),
+        ('deactivate "tc_0123abc"', ("deactivate", "tc_0123abc")),
+        ("  unpin   tc_x  ", ("unpin", "tc_x")),
+        ("activate", ("activate", None)),  # a virtualenv's deactivate/activate never runs
+        ("deactivate", ("deactivate", None)),
+        ("activate #3 && ls", ("activate", None)),
+        ("pin 'unbalanced", ("pin", None)),
+        ("source venv/bin/activate", None),
+        ("activated_thing --x", None),
+        ("echo activate #3", None),
+    ],
+)
+def test_context_commands_are_recognised_in_every_form(
+    command: str, parsed: tuple[str, str | None] | None
+) -> None:
+    assert context_command(command) == parsed
