@@ -139,6 +139,40 @@ def _register_store(benches: Any) -> None:
     store.set_defaults(handler=_store)
 
 
+def _large(args: argparse.Namespace) -> int:
+    from selfctx.adapters.bench.large import SIZES_MB, run_large
+
+    sizes = tuple(float(s) for s in args.sizes.split(",")) if args.sizes else SIZES_MB
+    result = run_large(sizes, count=args.count, runs=args.runs, progress=_progress(args.json))
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"tokenizer: {result['tokenizer']}; medians of {result['runs']} runs, inline policy")
+    print(
+        f"{'list':>11} {'ingest s':>9} {'assemble s':>11} {'again s':>8}"
+        f" {'encoded/chars':>14} {'us/char':>8}"
+    )
+    for row in result["rows"]:
+        shown = f"{row['count']} x {row['size_mb']:g} MB"
+        ratio = row["encoded_chars"] / row["chars"]
+        print(
+            f"{shown:>11} {row['ingest_s']:>9.2f} {row['assemble_s']:>11.2f}"
+            f" {row['assemble_again_s']:>8.3f} {ratio:>14.3f} {row['assemble_us_per_char']:>8.3f}"
+        )
+    return 0
+
+
+def _register_large(benches: Any) -> None:
+    large = benches.add_parser(
+        "large", help="ingest and assemble lists of multi-megabyte tool outputs"
+    )
+    large.add_argument("--json", action="store_true", help="print one JSON object")
+    large.add_argument("--sizes", help="comma-separated output sizes in MB (default 1,2,4,7)")
+    large.add_argument("--count", type=int, default=8, help="outputs in the list (default 8)")
+    large.add_argument("--runs", type=int, default=3, help="runs per size (default 3)")
+    large.set_defaults(handler=_large)
+
+
 GOALS = {"tokens": 0.50, "peak": 0.55, "cost": 0.75}
 """Issue 6's goals for the default policy against naive: at most these ratios."""
 
@@ -270,3 +304,4 @@ def register(subparsers: Any) -> None:
     context.set_defaults(handler=_context)
     _register_watch(benches)
     _register_store(benches)
+    _register_large(benches)

@@ -92,6 +92,15 @@ _PROMPT = re.compile(r"(?:(?<=\r\n)|\A)[\w.-]+@[\w.-]+:[^\r\n]*[#$] ?\Z")
 """The shell prompt older OpenHands observations end with (``root@host:/workspace # ``)."""
 
 
+_TAIL_CHARS = 65_536
+"""How far from its end an output is searched for trailing lines: a search from the start tries
+every position of a text of megabytes for a pattern only its last lines can match."""
+
+
+def _near_end(output: str) -> int:
+    return max(0, len(output) - _TAIL_CHARS)
+
+
 def unwrap_output(output: str) -> tuple[str, int | None]:
     """The command's own output and exit code, without a harness's wrapping (mini-swe-agent's
     ``<returncode>``/``<output>``, SWE-agent's ``OBSERVATION:`` prefix, OpenHands' trailing
@@ -100,11 +109,11 @@ def unwrap_output(output: str) -> tuple[str, int | None]:
     match = _MINI.match(output)
     if match:
         return match.group(2), int(match.group(1))
-    tail = _OPENHANDS_TAIL.search(output)
+    tail = _OPENHANDS_TAIL.search(output, _near_end(output))
     if tail:
         codes = re.findall(r"exit code (-?[0-9]{1,18})\b", tail.group(0))
         return output[: tail.start()], int(codes[-1]) if codes else None
-    prompt = _PROMPT.search(output)
+    prompt = _PROMPT.search(output, _near_end(output))
     if prompt:  # a terminal's capture: CRLF line ends, the next prompt after the output
         return output[: prompt.start()].replace("\r\n", "\n"), None
     if output.startswith("OBSERVATION:\n"):
