@@ -1,7 +1,7 @@
 """Objects to flat stored documents and back (SSOT §2.2: all fields are top-level keys).
 
-Optional payload fields that are absent (``args_display``, ``file_refs``, ``content_status``) are
-left out of the document, exactly as they are left out of ``metadata_hash``.
+Optional payload fields that are absent (``args_display``, ``file_refs``, ``content_status``,
+``reported_by``) are left out of the document, exactly as they are left out of ``metadata_hash``.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ def to_document(obj: StoredObject) -> dict[str, Any]:
         )
         if obj.content_status is not None:
             doc["content_status"] = obj.content_status
+        if obj.reported_by is not None:
+            doc["reported_by"] = obj.reported_by
     elif isinstance(obj, ToolcallObject):
         doc = _envelope(obj, None)
         doc.update(
@@ -128,6 +130,7 @@ def _from_document(doc: Mapping[str, Any]) -> StoredObject:
             char_count=doc["char_count"],
             file_hash=doc["file_hash"],
             content_status=doc.get("content_status"),
+            reported_by=doc.get("reported_by"),
             **common,
         )
     if kind == "toolcall":

@@ -110,6 +110,15 @@ class FileObject:
     object_hash: str
     content_status: ContentStatus | None = None
     """Why content is null although the file was seen; None for ordinary versions and stubs."""
+    reported_by: str | None = None
+    """The session whose harness handed this content over when it could not be checked against
+    the source, or differed from it: what that agent saw, not known to be the file's (decision
+    0031). None for a version read from the source or checked against it."""
+
+    def reported_elsewhere(self, session_id: str) -> bool:
+        """True if another session's harness reported this content (it is not the file's truth
+        for ``session_id``)."""
+        return self.reported_by is not None and self.reported_by != session_id
 
     @property
     def is_stub(self) -> bool:
@@ -133,6 +142,7 @@ class FileObject:
         content: str | None,
         file_hash: str | None,
         content_status: ContentStatus | None = None,
+        reported_by: str | None = None,
     ) -> FileObject:
         """Compute every hash for a version with this content (the single place they are made)."""
         ident = cls.identity_of(source)
@@ -141,6 +151,8 @@ class FileObject:
         fields: dict[str, object] = {"file_type": file_type, "char_count": count}
         if content_status is not None:
             fields["content_status"] = content_status
+        if reported_by is not None:
+            fields["reported_by"] = reported_by
         meta = hashing.metadata_hash(fields)
         chash = hashing.content_hash(content)
         return cls(
@@ -155,6 +167,7 @@ class FileObject:
             metadata_hash=meta,
             object_hash=hashing.object_hash(file_hash, chash, meta),
             content_status=content_status,
+            reported_by=reported_by,
         )
 
     @classmethod

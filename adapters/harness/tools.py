@@ -12,6 +12,7 @@ from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput, SelfContextError
 from selfctx.domain.inline import handle
 from selfctx.domain.objects import FileObject, ToolcallObject
+from selfctx.domain.rendering import REPORTED_NOTE
 
 __all__ = ["CONTEXT_TOOLS", "ToolAnswer", "handle_context_tool", "is_context_tool", "tool_schemas"]
 
@@ -90,6 +91,8 @@ def _inline(service: ContextService, session_id: str, name: str, ref: str) -> To
             obj = service.object(session_id, obj.id)
         if isinstance(obj, FileObject):
             what = f"file {service.mounts.display_path(obj.source)}"
+            if obj.reported_elsewhere(session_id):  # decision 0031: not the file's truth
+                what = f"{what} {REPORTED_NOTE}"
         else:
             what = f"output of {obj.tool} ({obj.status})"
         status = obj.content_status if isinstance(obj, FileObject) else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from selfctx.application.ports.files import SourceUnavailable
 from selfctx.application.runner import OpenSession, Reads
 from selfctx.application.usecases.base import Deps, observe_source
 from selfctx.domain.objects import FileObject, ToolcallObject
@@ -44,6 +45,15 @@ class Activate:
             obj = session.objects.get(object_id)
             if isinstance(obj, FileObject) and obj.is_stub:
                 observed = observe_source(self._deps, obj.source)
+                stored = reads.stored_file(obj)
+                return c.Activate(object_id, c.IndexFile(observed, stored, "activation"))
+            if isinstance(obj, FileObject) and obj.reported_elsewhere(session.session_id):
+                # Another session's harness reported this content: read the file itself when
+                # it can be read here (decision 0031); else it is shown marked as a report.
+                try:
+                    observed = observe_source(self._deps, obj.source)
+                except SourceUnavailable:
+                    return c.Activate(object_id)
                 stored = reads.stored_file(obj)
                 return c.Activate(object_id, c.IndexFile(observed, stored, "activation"))
             return c.Activate(object_id)

@@ -69,7 +69,9 @@ class IndexFile:
     ) -> IndexResult:
         source = resolve(self._deps, path)
         if content is not None:
-            observed = observe_text(self._deps, source, content, where=path)
+            observed = observe_text(
+                self._deps, source, content, where=path, reporter=session.session_id
+            )
         else:
             observed = observe_source(self._deps, source)
         outcome = Outcome.UNCHANGED
