@@ -2,7 +2,7 @@
 items 7 and 10).
 
 Item 7: a line of deeply nested brackets, deep tool arguments, ``#`` and thousands of digits,
-numbers too long for ``int`` in tool outputs, and a symlink swapped while ``realpath`` resolves it
+numbers too long for ``int`` in tool outputs, and a symlink swapped while the reader resolves it
 each get a typed error (or are taken as they are), and the server answers the next request with
 every open session intact. Item 10: ``session.open`` refuses roots no file system can be asked
 about, its default roots work when the agent sees mounted paths, and it warns when a session can
@@ -127,7 +127,7 @@ def test_a_line_number_too_long_for_int_in_an_editor_view() -> None:
     assert h.ingest([o_user("go"), o_assistant("", view), o_tool("c1", output)]).consumed == 3
 
 
-def test_a_symlink_swapped_while_realpath_resolves_it_is_a_typed_error(
+def test_a_symlink_swapped_while_it_resolves_is_a_typed_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "real.py").write_text("x = 1\n")
@@ -136,11 +136,11 @@ def test_a_symlink_swapped_while_realpath_resolves_it_is_a_typed_error(
     source = FilesystemSource("host", str(tmp_path / "link.py"))
 
     def swapped(path: Any, *args: Any, **kwargs: Any) -> str:
-        # lstat saw a link; by the time realpath reads it, it is a plain file again.
+        # lstat saw a link; by the time it is read, it is a plain file again.
         raise OSError(22, "Invalid argument", str(path))
 
     monkeypatch.setattr(os, "readlink", swapped)
-    with pytest.raises(SourceUnreachable, match="Invalid argument"):
+    with pytest.raises(SourceUnreachable):
         reader.canonical(source)
     with pytest.raises(SourceUnreachable):
         reader.read(source, 1024)
