@@ -1,14 +1,12 @@
 """Cursor-based ingestion: each call the harness hands over its whole message list; every message
 is recorded exactly once.
 
-The ingestor remembers the harness's list as it last saw it (its *view*, as fingerprints) and every
-message it recorded (a multiset of fingerprints). A list that extends the view is consumed from
-the cursor. A list that is a prefix of the view (a retry, a truncation) records nothing. A list
-that diverges (the harness compacted or edited its history) is reconciled message by message:
-whatever was already recorded is recognised by its fingerprint and skipped, the rest is recorded
-after the existing history. Nothing recorded is ever removed, and nothing is recorded twice: tool
-messages are identified by their provider call id, other messages by role, text and the call ids
-they carry (docs/decisions/0007-ingestion-cursor.md states the one ambiguity this leaves).
+What is new in a list, and which object each tool call and result stands for, is the cursor's
+business (:mod:`selfctx.adapters.harness.cursor`; decisions 0007 and 0030): the whole list is
+planned and checked before anything is recorded. This module records what the plan says — user
+and assistant messages, and each tool result with what it shows about files (reads index them,
+listings discover them, writes and edits re-index them) — and finishes a result whose client died
+part-way through recording it.
 """
 
 from __future__ import annotations
