@@ -141,6 +141,8 @@ def _register_store(benches: Any) -> None:
 
 GOALS = {"tokens": 0.50, "peak": 0.55, "cost": 0.75}
 """Issue 6's goals for the default policy against naive: at most these ratios."""
+RECALL_GOAL = 0.90
+"""Issue 14's goal for the default policy: at least this share of used lines visible."""
 
 
 def _context(args: argparse.Namespace) -> int:
@@ -200,7 +202,17 @@ def _context_table(result: dict[str, Any]) -> None:
         print(f"{row['name'][:34]:34} {row['calls']:>5} {shown}{cells}")
     naive = result["total"]["naive"]
     print()
-    print(f"{'total':12} {'tokens':>12} {'peak':>9} {'cost':>12}   vs naive (tokens, peak, cost)")
+    print()
+    print("recall (visible / used lines) per trajectory:")
+    print(f"{'trajectory':34}" + "".join(f" {n:>18}" for n in names))
+    for row in result["trajectories"]:
+        cells = "".join(f" {_recall_cell(row[n]):>18}" for n in names)
+        print(f"{row['name'][:34]:34}{cells}")
+    print()
+    print(
+        f"{'total':24} {'tokens':>12} {'peak':>9} {'cost':>12} {'recall':>13}"
+        "   vs naive (tokens, peak, cost)"
+    )
     for name in names:
         t = result["total"][name]
         ratios = "  ".join(f"{t[k] / naive[k]:.2f}" for k in ("tokens", "peak", "cost"))
@@ -209,14 +221,26 @@ def _context_table(result: dict[str, Any]) -> None:
             if "retrievable" in t
             else ""
         )
-        print(f"{name:12} {t['tokens']:>12,} {t['peak']:>9,} {t['cost']:>12,}   {ratios}{extra}")
+        print(
+            f"{name[:24]:24} {t['tokens']:>12,} {t['peak']:>9,} {t['cost']:>12,}"
+            f" {_recall_cell(t):>13}   {ratios}{extra}"
+        )
     default = result["default_policy"]
     t = result["total"][default]
     met = {k: t[k] / naive[k] <= goal for k, goal in GOALS.items()}
+    recall_met = t.get("recall") is not None and t["recall"] >= RECALL_GOAL
     print(
-        f"default policy: {default}; goals (tokens <= 0.50, peak <= 0.55, cost <= 0.75 of naive): "
+        f"default policy: {default}; goals (tokens <= 0.50, peak <= 0.55, cost <= 0.75 of naive, "
+        f"recall >= {RECALL_GOAL:.2f}): "
         + ", ".join(f"{k} {'met' if ok else 'MISSED'}" for k, ok in met.items())
+        + f", recall {'met' if recall_met else 'MISSED'}"
     )
+
+
+def _recall_cell(figures: dict[str, Any]) -> str:
+    if not figures.get("used"):
+        return "—"
+    return f"{figures['visible']}/{figures['used']} {figures['recall']:.2f}"
 
 
 def _chart(

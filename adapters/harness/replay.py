@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from selfctx.adapters.harness.recall import Recall, used_lines, visible_lines
 from selfctx.adapters.harness.render import to_anthropic, to_openai
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tokens import PromptCounter
@@ -62,6 +63,10 @@ class CallFigures:
     """The session's log position when the request was assembled (``selfctx show`` reads it)."""
     recorded_prompt_tokens: int | None = None
     """What the original provider billed for this call, when recorded."""
+    used_lines: int = 0
+    """Lines of the recorded response copied from an earlier tool output (``recall``)."""
+    visible_lines: int = 0
+    """How many of them the managed request holds."""
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -97,6 +102,13 @@ class ReplayReport:
     def peak_managed(self) -> int:
         return max((c.managed_tokens for c in self.calls), default=0)
 
+    @property
+    def recall(self) -> Recall:
+        """Used lines, and how many the managed requests held (see ``harness.recall``)."""
+        return Recall(
+            sum(c.used_lines for c in self.calls), sum(c.visible_lines for c in self.calls)
+        )
+
     def total(self) -> dict[str, Any]:
         return {
             "naive_tokens": self.naive_tokens,
@@ -104,12 +116,16 @@ class ReplayReport:
             "peak_naive": self.peak_naive,
             "peak_managed": self.peak_managed,
             "recorded_prompt_tokens": self.recorded_prompt_tokens,
+            **self.recall.figures(),
         }
 
 
 def totals(reports: Sequence[ReplayReport]) -> dict[str, Any]:
     """Totals over several replays (peaks are the largest single prompt)."""
     recorded = [r.recorded_prompt_tokens for r in reports]
+    recall = Recall()
+    for report in reports:
+        recall.add(report.recall.used, report.recall.visible)
     return {
         "naive_tokens": sum(r.naive_tokens for r in reports),
         "managed_tokens": sum(r.managed_tokens for r in reports),
@@ -120,6 +136,7 @@ def totals(reports: Sequence[ReplayReport]) -> dict[str, Any]:
             if recorded and all(r is not None for r in recorded)
             else None
         ),
+        **recall.figures(),
     }
 
 
@@ -164,6 +181,7 @@ def replay(
         service, session_id, "openai", cwd=trajectory.cwd, roots=[trajectory.workspace], **options
     )
     feed = _Feed(session, trajectory.messages)
+    used = used_lines(trajectory.messages, [c.position for c in trajectory.calls])
     figures = []
     total = len(trajectory.calls)
     for number, call in enumerate(trajectory.calls, 1):
@@ -185,6 +203,8 @@ def replay(
                 pinned=len(state.pinned),
                 log_position=service.log_position(session_id),
                 recorded_prompt_tokens=call.recorded_prompt_tokens,
+                used_lines=len(used[number - 1]),
+                visible_lines=visible_lines(request, used[number - 1]),
             )
         )
         if observe is not None:
