@@ -50,6 +50,7 @@ from selfctx.domain.mounts import MountTable
 from selfctx.domain.objects import (
     ContentObject,
     FileObject,
+    FileView,
     SystemPromptObject,
     ToolcallObject,
     ToolStatus,
@@ -244,9 +245,11 @@ class ContextService:
         args_display: str | None = None,
         file_refs: Sequence[str] | None = None,
         activate: bool = True,
+        file_views: Sequence[FileView] | None = None,
     ) -> str:
         """A tool's result: a toolcall object, auto-activated unless ``activate`` is False (a
-        whole-file read whose file object is active instead). Returns its id."""
+        whole-file read whose file object is active instead). ``file_views`` say what it showed
+        of which files, or that it changed them (decision 0020). Returns its id."""
         session = self._open(session_id)
         with session.lock:
             return self._toolcall(
@@ -259,6 +262,7 @@ class ContextService:
                 args_display=args_display,
                 file_refs=file_refs,
                 activate=activate,
+                file_views=file_views,
             ).id
 
     # -- the agent's context tools ----------------------------------------------------------
@@ -367,7 +371,7 @@ class ContextService:
         prompt_doc = self.store.get_as_of(past.state.system_prompt_id, past.tx_id)
         prompt = from_document(prompt_doc) if prompt_doc is not None else None
         text = prompt.content if isinstance(prompt, SystemPromptObject) else ""
-        if past.state.policy.name == "inline":
+        if past.state.policy.inline_layout:
             return render_inline(past.state, objects, text, self.mounts.display_path)
         return render_context(past.state, objects, text, self.mounts.display_path)
 

@@ -123,7 +123,26 @@ def _collapsed(
         )
         more = len(files) - MAX_LISTED_FILES
         line += f"; files {shown}" + (f" and {more} more" if more > 0 else "")
+    later = state.superseded.get(obj.id)
+    if later is not None and later in state.positions:
+        newer = _changed_between(state, obj, later, objects)
+        shows = "shows its lines in a newer version" if newer else "shows its lines again"
+        line += f"; superseded: {handle(state, later)} {shows}"
     return line + "]"
+
+
+def _changed_between(
+    state: SessionState, obj: ToolcallObject, later: str, objects: Mapping[str, ContentObject]
+) -> bool:
+    """Whether a tool call between ``obj`` and ``later`` changed a file ``obj`` showed."""
+    files = {v.file for v in obj.file_views or () if v.kind != "change"}
+    for object_id in state.index[state.positions[obj.id] + 1 : state.positions[later] + 1]:
+        other = objects.get(object_id)
+        if isinstance(other, ToolcallObject) and any(
+            v.kind == "change" and v.file in files for v in other.file_views or ()
+        ):
+            return True
+    return False
 
 
 def _tool_message(

@@ -121,7 +121,7 @@ def _check_retrievable(
         if m.get("role") == "tool"
     }
     state = service.state(session_id)
-    inline = state.policy.name == "inline"
+    inline = state.policy.inline_layout
     for object_id in list(state.pool - state.active):
         obj = service.object(session_id, object_id)
         if not isinstance(obj, ToolcallObject):

@@ -23,6 +23,7 @@ from selfctx.adapters.harness.messages import MalformedMessage, Message
 from selfctx.adapters.harness.recognise import (
     Effect,
     FileEdit,
+    FileLines,
     FileRead,
     FileWrite,
     Listing,
@@ -35,7 +36,7 @@ from selfctx.application.ports.store import StoreError
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
 from selfctx.domain.errors import DuplicateObject, InvalidInput, SelfContextError
-from selfctx.domain.objects import FileObject, ToolcallObject, ToolStatus
+from selfctx.domain.objects import FileObject, FileView, ToolcallObject, ToolStatus
 from selfctx.domain.session.machine import INFRASTRUCTURE_PREFIXES
 
 __all__ = ["IngestResult", "Ingestor"]
@@ -107,7 +108,7 @@ class Ingestor:
         self.total = 0
         self._resync = False
         """Set when recording failed in the store: what landed is unknown until caught up."""
-        self.inline = service.state(session_id).policy.name == "inline"
+        self.inline = service.state(session_id).policy.inline_layout
         self._restore()
         self._finish_interrupted()
 
@@ -273,15 +274,24 @@ class Ingestor:
         effects = recognise(call.name, args, message.text, self.cwd)
         read_ids: list[str] = []
         listings: list[list[str]] = []
+        views: list[FileView] = []
         for effect in effects:
             if isinstance(effect, FileRead) and self._allowed(effect.path):
-                read_ids += self._index(effect.path, effect.content)
+                ids = self._index(effect.path, effect.content)
+                read_ids += ids
+                views += [FileView(i, "read") for i in ids]
+            elif isinstance(effect, FileLines) and self._allowed(effect.path):
+                views += [FileView(i, "lines", effect.ranges) for i in self._ids([effect.path])]
+            elif isinstance(effect, FileWrite | FileEdit) and self._allowed(effect.path):
+                views += [FileView(i, "change") for i in self._ids([effect.path])]
             elif isinstance(effect, Listing):
                 listings.append([p for p in effect.paths if self._allowed(p)])
-        # The files a call read or listed are its file_refs, so that a collapsed listing still
-        # names them; listed files are discovered after the call, in first-encounter order.
+        # The files a call read, viewed or listed are its file_refs, so that a collapsed output
+        # still names them; viewed and listed files are discovered after the call, in
+        # first-encounter order.
         listed = [i for paths in listings for i in self._ids(paths)]
-        refs = list(dict.fromkeys(read_ids + listed))
+        viewed = [v.file for v in views if v.kind == "lines"]
+        refs = list(dict.fromkeys(read_ids + viewed + listed))
         self.service.record_tool_call(
             sid,
             call.id,
@@ -293,6 +303,7 @@ class Ingestor:
             # ssot: a read file is active instead (decision 0006); inline: the read's message is
             # where the file's content shows, so the tool call itself stays visible.
             activate=not read_ids or self.inline,
+            file_views=views or None,
         )
         self._after_call(effects)
 
@@ -300,8 +311,9 @@ class Ingestor:
         """What a tool result records after its tool call: discovery of what it listed, then
         the files it wrote or edited (but not those in ``done``, already indexed since)."""
         for effect in effects:
-            if isinstance(effect, Listing):
-                paths = [p for p in effect.paths if self._allowed(p)]
+            if isinstance(effect, Listing | FileLines):
+                found = effect.paths if isinstance(effect, Listing) else (effect.path,)
+                paths = [p for p in found if self._allowed(p)]
                 if paths:
                     self.service.discover(self.session_id, paths, strict=False)
         for effect in effects:

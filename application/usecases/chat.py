@@ -10,7 +10,7 @@ from selfctx.application.runner import OpenSession, Reads
 from selfctx.application.usecases.base import Deps
 from selfctx.domain.chat import AssistantMessage, ToolCallRequest
 from selfctx.domain.errors import DuplicateObject, InvalidContent, InvalidInput
-from selfctx.domain.objects import ToolcallObject, ToolStatus
+from selfctx.domain.objects import FileView, ToolcallObject, ToolStatus
 from selfctx.domain.session import commands as c
 from selfctx.domain.session.machine import INFRASTRUCTURE_PREFIXES
 from selfctx.domain.session.state import SessionState
@@ -104,6 +104,7 @@ class RecordToolCall:
         args_display: str | None = None,
         file_refs: Sequence[str] | None = None,
         activate: bool = True,
+        file_views: Sequence[FileView] | None = None,
     ) -> ToolcallObject:
         if output is not None and not isinstance(output, str):
             raise InvalidContent(
@@ -126,6 +127,11 @@ class RecordToolCall:
             or not all(isinstance(ref, str) for ref in file_refs)
         ):
             raise InvalidInput("file_refs", file_refs, "must be a list of object ids")
+        if file_views is not None and (
+            not isinstance(file_views, Sequence)
+            or not all(isinstance(view, FileView) for view in file_views)
+        ):
+            raise InvalidInput("file_views", file_views, "must be a list of FileView values")
         if _text(toolcall_id, "tool-call id").startswith(INFRASTRUCTURE_PREFIXES):
             # Refused before the store is read: the answer must not depend on what exists.
             raise InvalidInput("tool-call id", toolcall_id, "uses an infrastructure prefix")
@@ -138,6 +144,7 @@ class RecordToolCall:
             chat_ref=session.state.chat_id,
             args_display=args_display,
             file_refs=file_refs,
+            file_views=file_views,
         )
         if session.stale:
             # A commit's answer was lost: it may hold this very call, so learn its fate first.

@@ -170,6 +170,9 @@ class CollapseToFit:
     """Active objects to collapse (unpinned)."""
     note: str
     """One line for the model saying what was collapsed and why."""
+    superseded: tuple[tuple[str, str], ...] = ()
+    """``(object, later output)`` for the objects collapsed because a later output shows the
+    same lines of their files again (decision 0021)."""
 
 
 @attrs.frozen

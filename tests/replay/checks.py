@@ -100,7 +100,7 @@ class CallChecker:
         before = service.state(sid).active
         answer = session.handle("activate", {"id": object_id})
         assert answer.ok, answer.message
-        if service.state(sid).policy.name == "inline":
+        if service.state(sid).policy.inline_layout:
             # Append-only: the answer itself carries the content, under a one-line header,
             # and nothing shown earlier changes.
             header, _, body = answer.message.partition("\n")
