@@ -199,6 +199,16 @@ class ContextService:
             self._tracking.track(session, [result.object_id])
             return result
 
+    def view_file(self, session_id: str, path: str) -> IndexResult:
+        """The agent saw some lines of a file: the whole file is read from its source and
+        indexed (a new version if it changed), joining the index and pool but not the active set
+        (decision 0020). Raises as :meth:`index_file` does when the source cannot be read."""
+        session = self._open(session_id)
+        with session.lock:
+            result = self._index_file(session, path, None, view=True)
+            self._tracking.track(session, [result.object_id])
+            return result
+
     def index_files(self, session_id: str, paths: Sequence[str]) -> tuple[IndexResult, ...]:
         """The agent read many files at once (say, a harness loading a source tree): each is
         indexed as :meth:`index_file` would index it, read from its source, but they are committed

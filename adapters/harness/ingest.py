@@ -311,9 +311,10 @@ class Ingestor:
         """What a tool result records after its tool call: discovery of what it listed, then
         the files it wrote or edited (but not those in ``done``, already indexed since)."""
         for effect in effects:
-            if isinstance(effect, Listing | FileLines):
-                found = effect.paths if isinstance(effect, Listing) else (effect.path,)
-                paths = [p for p in found if self._allowed(p)]
+            if isinstance(effect, FileLines) and self._allowed(effect.path):
+                self._view(effect.path)
+            elif isinstance(effect, Listing):
+                paths = [p for p in effect.paths if self._allowed(p)]
                 if paths:
                     self.service.discover(self.session_id, paths, strict=False)
         for effect in effects:
@@ -391,6 +392,15 @@ class Ingestor:
             return [self.service.index_file(self.session_id, path, content).object_id]
         except (SourceUnavailable, InvalidInput):
             return []  # store errors are not caught: they must reach the harness
+
+    def _view(self, path: str) -> None:
+        """A partial view: the whole file from its source when it can be read (a host file: it
+        becomes current and tracked), else a discovery stub, so the view names an object of the
+        session either way (decision 0020)."""
+        try:
+            self.service.view_file(self.session_id, path)
+        except (SourceUnavailable, InvalidInput):
+            self.service.discover(self.session_id, [path], strict=False)
 
     def _edited(self, edit: FileEdit) -> str | None:
         """The file's text after a replacement, when its current text is known exactly."""

@@ -34,8 +34,10 @@ __all__ = [
     "Unpin",
 ]
 
-Trigger: TypeAlias = Literal["agent_read", "watcher", "resume", "activation"]
-"""What started full indexing; it decides the session effects (§5.6 step 4)."""
+Trigger: TypeAlias = Literal["agent_read", "agent_view", "watcher", "resume", "activation"]
+"""What started full indexing; it decides the session effects (§5.6 step 4). ``agent_view``:
+the agent saw some lines of the file (a partial view) and the whole file was read from its
+source; it joins the index and pool, not the active set (decision 0020)."""
 
 
 @attrs.frozen

@@ -71,8 +71,8 @@ def _index_events(state: SessionState, cmd: c.IndexFile) -> list[e.Event]:
     out: list[e.Event] = []
     if version is not None:
         out.append(e.FileIndexed(version.id, outcome, cmd.trigger, version.object_hash, version))
-    if cmd.trigger == "agent_read":
-        out += _admit(state, cmd.observed.id, "file", activate=True)
+    if cmd.trigger in ("agent_read", "agent_view"):
+        out += _admit(state, cmd.observed.id, "file", activate=cmd.trigger == "agent_read")
     return out
 
 

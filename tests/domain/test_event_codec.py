@@ -51,7 +51,7 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
         st.lists(st.builds(ToolCallRequest, TEXT, TEXT, ARGS), max_size=2).map(tuple),
     ),
     "outcome": st.sampled_from([Outcome.CREATED, Outcome.UPDATED]),
-    "trigger": st.sampled_from(["agent_read", "watcher", "resume", "activation"]),
+    "trigger": st.sampled_from(["agent_read", "agent_view", "watcher", "resume", "activation"]),
     "kind": st.sampled_from(["file", "toolcall"]),
     "auto": st.booleans(),
     "by": st.sampled_from(["agent", "window", "budget"]),
