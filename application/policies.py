@@ -31,7 +31,7 @@ POLICIES: Final[Mapping[str, PolicyConfig]] = {
         recent_messages=20,
     ),
 }
-DEFAULT_POLICY: Final = "inline"
+DEFAULT_POLICY: Final = "relevance"
 """The policy sessions get when none is named: the winner of ``selfctx bench context``
 (docs/benchmarks.md, decision 0008). ``ContextService`` itself defaults to ``ssot`` — the SSOT's
 own behaviour — and the composition root (``selfctx.adapters.bootstrap.build_service``) applies this
