@@ -24,7 +24,7 @@ POLICIES: Final[Mapping[str, PolicyConfig]] = {
     "relevance": PolicyConfig(
         "relevance",
         trigger_tokens=5000,
-        clear_at_least=4000,
+        clear_at_least=3000,
         keep_recent=1,
         seen_calls=1,
         keep_tokens=3000,

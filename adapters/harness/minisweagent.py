@@ -42,8 +42,9 @@ __all__ = [
     "to_text_actions",
 ]
 
-CONTEXT_COMMAND = re.compile(r"\s*(activate|deactivate|pin|unpin)\s+([A-Za-z0-9_.:@+=-]+)\s*")
-"""A context tool given as a command: the tool's name and the object's id, nothing else."""
+CONTEXT_COMMAND = re.compile(r"\s*(activate|deactivate|pin|unpin)\s+(#?[A-Za-z0-9_.:@+=-]+)\s*")
+"""A context tool given as a command: the tool's name and the object's id or ``#n`` handle (the
+inline layouts name objects by handle), nothing else."""
 
 SHELL_TOOLS_PROMPT = """\
 ## Context management

@@ -4,10 +4,10 @@ For each call the original harness made, the replay hands a :class:`HarnessSessi
 list the harness sent (it ingests what is new), asks for the managed request, and measures both
 with one :class:`PromptCounter`: the *naive* prompt is the harness's own list, the *managed* one
 is ours. A context tool the recorded model called (``activate``, ``deactivate``, ``pin``,
-``unpin``, as in the project's own example session) is run on the session right before its result
-is ingested, as a harness would. The caller builds the service (and so picks the store); the
-replay never reads a host file as long as the service's default filesystem is not the host's
-(:func:`replay_filesystem_id`).
+``unpin``, as a tool of its own or, as mini-swe-agent runs them, as a shell command such as
+``activate #12``) is run on the session right before its result is ingested, as a harness would.
+The caller builds the service (and so picks the store); the replay never reads a host file as
+long as the service's default filesystem is not the host's (:func:`replay_filesystem_id`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from selfctx.adapters.harness.minisweagent import CONTEXT_COMMAND
 from selfctx.adapters.harness.recall import Recall, used_lines, visible_lines
 from selfctx.adapters.harness.render import to_anthropic, to_openai
 from selfctx.adapters.harness.session import HarnessSession
@@ -33,6 +34,7 @@ __all__ = [
     "CallFigures",
     "Observer",
     "ReplayReport",
+    "context_call",
     "replay",
     "replay_filesystem_id",
     "session_id_for",
@@ -223,6 +225,23 @@ def replay(
     )
 
 
+def context_call(call: Mapping[str, Any]) -> tuple[str, dict[str, Any], bool] | None:
+    """The context tool a recorded tool call ran: its name, its arguments, and whether it was
+    a shell command (whose answer mini-swe-agent wraps as a command's output); None for any
+    other call."""
+    name = call["function"]["name"]
+    if is_context_tool(name):
+        return name, _arguments(call), False
+    command = _arguments(call).get("command") if name in SHELL_TOOLS else None
+    match = CONTEXT_COMMAND.fullmatch(command) if isinstance(command, str) else None
+    if match is None:
+        return None
+    return match[1], {"id": match[2]}, True
+
+
+SHELL_TOOLS = frozenset({"bash", "execute_bash", "shell"})
+
+
 class _Feed:
     """Hands the session growing prefixes of the stream, running context tools on the way."""
 
@@ -233,13 +252,13 @@ class _Feed:
         session gave, as a real harness would send it (the recorded one came from whatever
         policy the recording ran)."""
         self.done = 0
-        self.context_calls: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.context_calls: dict[str, tuple[str, dict[str, Any], bool]] = {}
         self.answers: list[tuple[str, str]] = []
         for message in messages:
             for call in message.get("tool_calls") or ():
-                name = call["function"]["name"]
-                if is_context_tool(name):
-                    self.context_calls[call["id"]] = (name, _arguments(call))
+                found = context_call(call)
+                if found is not None:
+                    self.context_calls[call["id"]] = found
 
     def advance(self, end: int) -> None:
         """Ingest ``messages[:end]``; a context tool's result first runs the tool."""
@@ -249,7 +268,12 @@ class _Feed:
             call = self.context_calls.get(call_id)
             if message.get("role") == "tool" and call is not None:
                 self.session.ingest(list(self.messages[:index]))
-                answer = self.session.handle(*call).message
+                name, arguments, shell = call
+                result = self.session.handle(name, arguments)
+                answer = result.message
+                if shell:  # as mini-swe-agent's environment wrapper returns it
+                    code = 0 if result.ok else 1
+                    answer = f"<returncode>{code}</returncode>\n<output>\n{answer}\n</output>"
                 self.answers.append((call_id, answer))
                 self.messages[index] = {**message, "content": answer}
         if end > self.done:

@@ -122,23 +122,23 @@ class AssembleContext:
 
     def _collapse_seen(self, session: OpenSession, count: Callable[[str], int]) -> bool:
         """Collapse the outputs the agent has just answered ``seen_calls`` times and that show
-        nothing it works on. They sit near the end of the prompt: the cached prefix breaks only
-        a message or two before its end. No note: each would stay in the chat for good."""
+        nothing it works on, and those of its last few answers that a later output shows again.
+        They sit near the end of the prompt: the cached prefix breaks only a few messages before
+        its end. No note: one per call would stay in the chat for good."""
         state = session.state
         seen = state.policy.seen_calls or 1
-        window = _seen_toolcalls(state, seen)
-        if not window:
+        window = _seen_toolcalls(state, max(seen, SUPERSEDED_NEAR_END))
+        if not any(times >= seen for times in window.values()):
             return False
         spared = _newest_toolcalls(session, state.policy.keep_recent)
         plan = plan_collapse(state, session.objects, self._deps.mounts.display_path, count, spared)
         chosen = [
             i
-            for i in window
+            for i, times in window.items()
             if i in state.active
             and i not in state.pinned
             and i not in spared
-            and not plan.kept(i)
-            and plan.key(i) <= UNUSED
+            and (plan.always(i) or (times == seen and plan.key(i) <= UNUSED))
         ]
         if not chosen:
             return False
@@ -218,19 +218,22 @@ class AssembleContext:
         return True
 
 
-def _seen_toolcalls(state: SessionState, times: int) -> list[str]:
-    """The tool calls the agent has answered exactly ``times`` times: recorded between its
-    ``times + 1``-th and ``times``-th latest messages."""
+SUPERSEDED_NEAR_END = 4
+"""A superseded output among the agent's last this many answers collapses at once."""
+
+
+def _seen_toolcalls(state: SessionState, most: int) -> dict[str, int]:
+    """The tool calls the agent has answered 1 to ``most`` times, with how many times."""
     answered = 0
-    out: list[str] = []
+    out: dict[str, int] = {}
     for turn in reversed(state.turns):
         for message in reversed(turn.messages):
             if isinstance(message, AssistantMessage):
                 answered += 1
-                if answered > times:
+                if answered > most:
                     return out
-            elif isinstance(message, ToolResult) and answered == times:
-                out.append(message.toolcall_id)
+            elif isinstance(message, ToolResult) and answered >= 1:
+                out[message.toolcall_id] = answered
     return out
 
 

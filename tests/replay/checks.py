@@ -12,7 +12,7 @@ import attrs
 
 from selfctx.adapters.harness import HarnessSession, to_anthropic, to_openai
 from selfctx.adapters.harness.render import validate_anthropic, validate_openai
-from selfctx.adapters.harness.tools import is_context_tool
+from selfctx.adapters.harness.replay import context_call
 from selfctx.adapters.harness.trajectories import ModelCall, Trajectory
 from selfctx.domain.objects import ToolcallObject
 
@@ -41,7 +41,7 @@ class CallChecker:
             c["id"]
             for m in self.trajectory.messages
             for c in m.get("tool_calls") or ()
-            if is_context_tool(c["function"]["name"])
+            if context_call(c) is not None
         }
         self.outputs = {
             k: v for k, v in self.trajectory.tool_outputs().items() if k not in context_calls
