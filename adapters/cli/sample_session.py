@@ -186,7 +186,8 @@ def steps(handle_of: Callable[[str], str]) -> list[Step]:
             "The message quotes the name, so the assertion\n\n"
             '        self.assertIn("unknown function median", str(caught.exception))\n\n'
             "must expect 'median' in quotes.",
-            "sed -i \"s/unknown function median/unknown function 'median'/\" tests/test_functions.py",
+            "sed -i \"s/unknown function median/unknown function 'median'/\" "
+            "tests/test_functions.py",
         ),
         ("Again.", TESTS + " -v"),
         (
