@@ -300,7 +300,7 @@ def record(workdir: Path) -> dict[str, Any]:
     from minisweagent.config import builtin_config_dir
     from minisweagent.environments.local import LocalEnvironment
 
-    class Environment(LocalEnvironment):  # type: ignore[misc]
+    class Environment(LocalEnvironment):
         def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
             variables: dict[str, Any] = super().get_template_vars(**kwargs)
             return variables | MACHINE
