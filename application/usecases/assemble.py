@@ -209,7 +209,8 @@ class AssembleContext:
         )
         newer = tuple((i, plan.superseded[i]) for i in chosen if i in plan.superseded)
         if newer:
-            note += f" {len(newer)} of them are shown again by later outputs: " + ", ".join(
+            are = "is" if len(newer) == 1 else "are"
+            note += f" {len(newer)} of them {are} shown again by later outputs: " + ", ".join(
                 f"{handle(state, i)} by {handle(state, by)}" for i, by in newer
             )
             note += "."

@@ -89,10 +89,31 @@ def test_a_view_shown_again_collapses_first_and_says_so() -> None:
     assert f"superseded: {handle['c3']} shows its lines in a newer version" in tools["c1"]
     assert A_PY[:1200] in tools["c3"]  # the newer view of the file the agent works on
     assert state.superseded == {"c1": "c3"}
-    (note,) = notes(h)
-    assert f"{handle['c1']} by {handle['c3']}" in note
+    # near the end of the prompt: collapsed at once, not in a batch with a note
+    assert not any(handle["c1"] in note for note in notes(h))
     answer = h.handle("activate", {"id": handle["c1"]})
     assert answer.message.split("\n", 1)[1] == mini(A_PY[:600])
+
+
+def test_an_older_view_shown_again_goes_in_the_next_batch_with_a_note() -> None:
+    h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10**6)
+    messages: list[dict[str, Any]] = [
+        o_user("fix"),
+        o_assistant("The top of a.py.", bash("c1", "sed -n 1,20p a.py")),
+        o_tool("c1", mini(A_PY[:600])),
+    ]
+    for n in range(2, 8):  # a.py stays named; c1 is answered six times
+        messages += [
+            o_assistant("a.py", bash(f"c{n}", "grep -c x a.py")),
+            o_tool(f"c{n}", mini("3\n")),
+        ]
+    messages += [o_assistant("All of a.py.", bash("c8", "cat a.py")), o_tool("c8", mini(A_PY))]
+    h.ingest(messages)
+    tools = shown(h)  # the request is where collapses happen
+    state = h.service.state("s1")
+    handle = {i: f"#{state.positions[i] + 1}" for i in ("c1", "c8")}
+    assert "shows its lines again]" in tools["c1"] and state.superseded["c1"] == "c8"
+    assert any(f"{handle['c1']} by {handle['c8']}" in note for note in notes(h))
 
 
 def test_the_same_lines_again_without_a_change_say_again() -> None:
