@@ -310,9 +310,11 @@ class Ingestor:
     def _after_call(self, effects: Sequence[Effect], done: frozenset[str] = frozenset()) -> None:
         """What a tool result records after its tool call: discovery of what it listed, then
         the files it wrote or edited (but not those in ``done``, already indexed since)."""
+        listed = {p for effect in effects if isinstance(effect, Listing) for p in effect.paths}
         for effect in effects:
             if isinstance(effect, FileLines) and self._allowed(effect.path):
-                self._view(effect.path)
+                if effect.path not in listed:  # a search's hits: the listing discovers them
+                    self._view(effect.path)
             elif isinstance(effect, Listing):
                 paths = [p for p in effect.paths if self._allowed(p)]
                 if paths:
@@ -396,7 +398,8 @@ class Ingestor:
     def _view(self, path: str) -> None:
         """A partial view: the whole file from its source when it can be read (a host file: it
         becomes current and tracked), else a discovery stub, so the view names an object of the
-        session either way (decision 0020)."""
+        session either way (decision 0020). The hits of a search over many files are left to
+        its listing: they are discovered, not read."""
         try:
             self.service.view_file(self.session_id, path)
         except (SourceUnavailable, InvalidInput):
