@@ -85,7 +85,7 @@ def _inline(service: ContextService, session_id: str, name: str, ref: str) -> To
     state = service.state(session_id)
     label = handle(state, obj.id)
     if name == "activate":
-        if isinstance(obj, FileObject) and obj.is_stub:
+        if isinstance(obj, FileObject) and obj.needs_read:
             service.activate(session_id, obj.id)  # reads the source, or says why it cannot
             obj = service.object(session_id, obj.id)
         if isinstance(obj, FileObject):
