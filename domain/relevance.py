@@ -193,9 +193,10 @@ def relevance(
         f: display_path(o.source) for f in shown if isinstance(o := objects.get(f), FileObject)
     }
     working: dict[str, float] = {}
-    for age, texts in enumerate(_recent_texts(state, objects, recent_messages)):
-        for file_id in named_files(texts, paths):
-            working[file_id] = working.get(file_id, 0.0) + DECAY**age
+    if paths:  # no active output shows a file: there is nothing to keep, nothing to look for
+        for age, texts in enumerate(_recent_texts(state, objects, recent_messages)):
+            for file_id in named_files(texts, paths):
+                working[file_id] = working.get(file_id, 0.0) + DECAY**age
     superseded: dict[str, str] = {}
     tiers: dict[str, int] = {}
     for output in active:
