@@ -299,3 +299,43 @@ def test_the_wrapper_resumes_without_recording_twice(mini: Any, repo: Path) -> N
     assert fresh.sync(agent.messages).consumed == 0
     assert fresh.session.ingestor.total == total
     assert os.path.samefile(fresh.session.ingestor.cwd, repo)
+
+
+def test_a_context_command_may_name_an_object_by_its_handle() -> None:
+    """Under the inline layouts the model sees ``#n`` handles: ``activate #1`` is a context
+    command, answered by the session, never run in the shell (where ``#`` starts a comment)."""
+    from selfctx.adapters.harness import HarnessSession
+    from selfctx.adapters.harness.minisweagent import CONTEXT_COMMAND, ContextEnvironment
+
+    class Shell:
+        ran: list[str] = []
+
+        def execute(self, action: dict[str, Any], cwd: str = "", **kwargs: Any) -> dict[str, Any]:
+            self.ran.append(action["command"])
+            return {"output": "", "returncode": 0, "exception_info": ""}
+
+    assert CONTEXT_COMMAND.fullmatch("activate #12") is not None
+    assert CONTEXT_COMMAND.fullmatch("activate #12; rm -rf /") is None
+    service = build_service(settings=Settings(policy=policy_by_name("relevance")))
+    session = HarnessSession(service, "handles", "openai")
+    session.ingest(
+        [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": '{"command": "echo hi"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "hi\n"},
+        ]
+    )
+    shell = Shell()
+    answer = ContextEnvironment(shell, session).execute({"command": "activate #1"})
+    assert shell.ran == [] and answer["returncode"] == 0
+    assert answer["output"] == "[#1 output of bash (ok)]\nhi\n\n"
