@@ -309,6 +309,22 @@ def _chart(
     plt.close(figure)
 
 
+def _read(args: argparse.Namespace) -> int:
+    from selfctx.adapters.bench.read import run_read_bench
+    from selfctx.adapters.bench.store import stdlib_sources
+
+    result = run_read_bench(stdlib_sources(), rounds=args.rounds)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    rates, per_file = result["files_per_s"], result["per_file_us"]
+    print(f"{result['files']} files, median of {result['rounds']} alternating rounds")
+    for name in ("confined", "reference"):
+        print(f"{name:>10}: {rates[name]:>8,} files/s ({per_file[name]} us per file)")
+    print(f"ratio confined/reference: {result['ratio']}")
+    return 0
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("bench", help="run a benchmark and print its figures")
     benches = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
@@ -342,3 +358,9 @@ def register(subparsers: Any) -> None:
     context.set_defaults(handler=_context)
     _register_watch(benches)
     _register_store(benches)
+    read = benches.add_parser(
+        "read", help="confined reads (canonical + read) against realpath-then-open, files/s"
+    )
+    read.add_argument("--json", action="store_true", help="print one JSON object")
+    read.add_argument("--rounds", type=int, default=7, help="alternating rounds (default 7)")
+    read.set_defaults(handler=_read)
