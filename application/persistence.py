@@ -88,8 +88,10 @@ def encode_events(events: Iterable[e.Event]) -> list[dict[str, Any]]:
     for event in events:
         data: dict[str, Any] = {"event": type(event).__name__}
         for field in attrs.fields(type(event)):
-            if field.name != "version":
-                data[field.name] = _value_to_json(getattr(event, field.name))
+            value = getattr(event, field.name)
+            if field.name == "version" or (value is None and field.default is None):
+                continue  # an optional field left unset: decoding gives its default back
+            data[field.name] = _value_to_json(value)
         out.append(data)
     return out
 

@@ -9,6 +9,7 @@ raises a :class:`~selfctx.domain.errors.SelfContextError` and changes nothing.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -66,6 +67,7 @@ from selfctx.domain.mounts import MountTable
 from selfctx.domain.objects import (
     ContentObject,
     FileObject,
+    FileView,
     SystemPromptObject,
     ToolcallObject,
     ToolStatus,
@@ -74,6 +76,10 @@ from selfctx.domain.rendering import AssembledContext, render_context, render_tu
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig, SessionState
 
 __all__ = ["ContextService"]
+
+
+_HANDLE = re.compile(r"#[0-9]+")
+"""A ``#n`` handle (ASCII digits only: ``str.isdigit`` also takes ``²``, which ``int`` refuses)."""
 
 
 class ContextService:
@@ -236,6 +242,16 @@ class ContextService:
             self._tracking.track(session, [result.object_id])
             return result
 
+    def view_file(self, session_id: str, path: str) -> IndexResult:
+        """The agent saw some lines of a file: the whole file is read from its source and
+        indexed (a new version if it changed), joining the index and pool but not the active set
+        (decision 0020). Raises as :meth:`index_file` does when the source cannot be read."""
+        session = self._open(session_id)
+        with session.lock:
+            result = self._index_file(session, path, None, view=True)
+            self._tracking.track(session, [result.object_id])
+            return result
+
     def index_files(self, session_id: str, paths: Sequence[str]) -> tuple[IndexResult, ...]:
         """The agent read many files at once (say, a harness loading a source tree): each is
         indexed as :meth:`index_file` would index it, read from its source, but they are committed
@@ -282,9 +298,11 @@ class ContextService:
         args_display: str | None = None,
         file_refs: Sequence[str] | None = None,
         activate: bool = True,
+        file_views: Sequence[FileView] | None = None,
     ) -> str:
         """A tool's result: a toolcall object, auto-activated unless ``activate`` is False (a
-        whole-file read whose file object is active instead). Returns its id."""
+        whole-file read whose file object is active instead). ``file_views`` say what it showed
+        of which files, or that it changed them (decision 0020). Returns its id."""
         session = self._open(session_id)
         with session.lock:
             return self._toolcall(
@@ -297,6 +315,7 @@ class ContextService:
                 args_display=args_display,
                 file_refs=file_refs,
                 activate=activate,
+                file_views=file_views,
             ).id
 
     # -- the agent's context tools ----------------------------------------------------------
@@ -366,11 +385,12 @@ class ContextService:
     @staticmethod
     def _resolve(session: OpenSession, ref: str) -> str:
         """An object id from an id or a handle ``#n`` (the n-th object of the session index)."""
-        if isinstance(ref, str) and ref.startswith("#") and ref[1:].isdigit():
-            n = int(ref[1:])
+        if isinstance(ref, str) and _HANDLE.fullmatch(ref):
+            digits = ref[1:].lstrip("0")
             index = session.state.index
-            if 1 <= n <= len(index):
-                return str(index[n - 1])
+            # Compared as text first: int() refuses numbers over 4,300 digits.
+            if digits and len(digits) <= len(str(len(index))) and int(digits) <= len(index):
+                return str(index[int(digits) - 1])
             raise UnknownObject(ref, session.session_id)
         return ref
 
@@ -447,7 +467,7 @@ class ContextService:
         prompt_doc = self.store.get_as_of(past.state.system_prompt_id, past.tx_id)
         prompt = from_document(prompt_doc) if prompt_doc is not None else None
         text = prompt.content if isinstance(prompt, SystemPromptObject) else ""
-        if past.state.policy.name == "inline":
+        if past.state.policy.inline_layout:
             return render_inline(past.state, objects, text, self.mounts.display_path)
         return render_context(past.state, objects, text, self.mounts.display_path)
 

@@ -59,11 +59,13 @@ class ToolCallRequest:
     """A tool call the assistant asked for, as the provider reported it."""
 
     id: str
-    """The provider's tool-call id, which becomes the toolcall object's id."""
+    """The toolcall object's id (docs/decisions/0030-tool-call-ids.md)."""
     name: str
     """The tool's name."""
     arguments: Mapping[str, Any] = attrs.field(converter=freeze_json, factory=dict)
     """The call's arguments as a JSON object."""
+    provider_id: str | None = None
+    """The id the harness gave the call, when it is not ``id`` (a harness's ids are mapped)."""
 
 
 def _tool_calls(items: Iterable[ToolCallRequest]) -> tuple[ToolCallRequest, ...]:
@@ -138,6 +140,13 @@ class Turn:
         return tuple(reversed(found))
 
 
+def _call_to_json(call: ToolCallRequest) -> dict[str, Any]:
+    out = {"id": call.id, "name": call.name, "arguments": thaw(call.arguments)}
+    if call.provider_id is not None:  # absent otherwise, as in chats written before it existed
+        out["provider_id"] = call.provider_id
+    return out
+
+
 def message_to_json(message: ChatMessage) -> dict[str, Any]:
     """The stored form of a chat message (used in the chat document and the session log)."""
     if isinstance(message, UserMessage):
@@ -146,10 +155,7 @@ def message_to_json(message: ChatMessage) -> dict[str, Any]:
         return {
             "role": "assistant",
             "text": message.text,
-            "tool_calls": [
-                {"id": c.id, "name": c.name, "arguments": thaw(c.arguments)}
-                for c in message.tool_calls
-            ],
+            "tool_calls": [_call_to_json(c) for c in message.tool_calls],
         }
     if isinstance(message, ContextNote):
         return {"role": "note", "text": message.text}
@@ -165,7 +171,12 @@ def message_from_json(data: Mapping[str, Any]) -> ChatMessage:
         return AssistantMessage(
             text=data["text"],
             tool_calls=tuple(
-                ToolCallRequest(id=c["id"], name=c["name"], arguments=c["arguments"])
+                ToolCallRequest(
+                    id=c["id"],
+                    name=c["name"],
+                    arguments=c["arguments"],
+                    provider_id=c.get("provider_id"),
+                )
                 for c in data["tool_calls"]
             ),
         )

@@ -42,6 +42,9 @@ def decide_full_index(
     if stored.content_status != observed.content_status:
         # Same bytes, different verdict (e.g. the size cap changed): record the new reading.
         return Outcome.UPDATED, observed
+    if stored.reported_by is not None and observed.reported_by is None:
+        # A session's report, now read from the source: the file's own version (0031).
+        return Outcome.UPDATED, observed
     return Outcome.UNCHANGED, None
 
 

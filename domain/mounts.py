@@ -144,3 +144,29 @@ class MountTable:
         rest = _under(source.path, mapping.canonical_prefix)
         assert rest is not None
         return _join(mapping.agent_prefix, rest)
+
+    def agent_roots(self, canonical_root: str) -> tuple[str, ...]:
+        """The agent-visible directories under which the agent names files inside the canonical
+        directory ``canonical_root`` (a host directory a server was told to allow): the root
+        itself, as an unsandboxed agent sees it; where a mount puts it, when the root lies in a
+        mount; and every mount that lies inside the root."""
+        root = normalize_absolute(canonical_root)
+        found = [root]
+        for mapping in self.mappings:
+            inside = _under(root, mapping.canonical_prefix)
+            if inside is not None:
+                found.append(_join(mapping.agent_prefix, inside))
+            elif _under(mapping.canonical_prefix, root) is not None:
+                found.append(mapping.agent_prefix)
+        return tuple(dict.fromkeys(found))
+
+    def agent_path(self, canonical_path: str) -> str:
+        """Where the agent sees a canonical path: through the mount with the longest canonical
+        prefix that covers it, else the path itself."""
+        path = normalize_absolute(canonical_path)
+        best: tuple[int, MountMapping, str] | None = None
+        for mapping in self.mappings:
+            rest = _under(path, mapping.canonical_prefix)
+            if rest is not None and (best is None or len(mapping.canonical_prefix) > best[0]):
+                best = (len(mapping.canonical_prefix), mapping, rest)
+        return path if best is None else _join(best[1].agent_prefix, best[2])

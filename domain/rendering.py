@@ -25,6 +25,7 @@ from selfctx.domain.objects import ContentObject, FileObject, Source, ToolcallOb
 from selfctx.domain.session.state import SessionState
 
 __all__ = [
+    "REPORTED_NOTE",
     "ActiveBlock",
     "AssembledContext",
     "RenderCache",
@@ -51,8 +52,15 @@ def field(value: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", value)
 
 
-def metadata_line(obj: ContentObject, display_path: str | None = None) -> str:
-    """The one-line summary of a content object in the metadata pool (§4.1)."""
+REPORTED_NOTE = "[reported by another agent's tool output; not read from the file]"
+"""Shown after a file's line when its content is another session's report (decision 0031)."""
+
+
+def metadata_line(
+    obj: ContentObject, display_path: str | None = None, viewer: str | None = None
+) -> str:
+    """The one-line summary of a content object in the metadata pool (§4.1), as session
+    ``viewer`` sees it (content another session's harness reported is marked as such)."""
     if isinstance(obj, ToolcallObject):
         return f"id={field(obj.id)} type=toolcall tool={field(obj.tool)} status={obj.status}"
     path = field(display_path or obj.source.path)
@@ -61,6 +69,8 @@ def metadata_line(obj: ContentObject, display_path: str | None = None) -> str:
         return f"{head} {_STATUS_NOTES[obj.content_status]}"
     if obj.file_hash is None:
         return f"{head} [unread]"
+    if viewer is not None and obj.reported_elsewhere(viewer):
+        return f"{head} char_count={obj.char_count} {REPORTED_NOTE}"
     return f"{head} char_count={obj.char_count}"
 
 
@@ -260,7 +270,7 @@ def render_context(
     def line_of(object_id: str) -> str:
         obj = objects[object_id]
         path = display_path(obj.source) if isinstance(obj, FileObject) else None
-        return metadata_line(obj, path)
+        return metadata_line(obj, path, state.session_id)
 
     cache = cache if cache is not None else RenderCache()
     return AssembledContext(

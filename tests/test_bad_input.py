@@ -366,14 +366,41 @@ def test_tool_call_ids_reused_across_sessions_are_refused(world: World, refused:
 
 
 def test_a_tool_call_id_that_names_a_file_is_refused(world: World, refused: Any) -> None:
+    # A file's id is 64 hex digits: no toolcall id can have that form (decision 0030), so it is
+    # refused before the store is read, whether or not the file exists.
     for object_id in (world.foreign_file, world.file):
         refused(
-            DuplicateObject,
+            InvalidInput,
             object_id,
             lambda object_id=object_id: world.service.record_tool_call(
                 world.s1, object_id, tool="t", args={}, output="o"
             ),
         )
+        refused(
+            InvalidInput,
+            object_id,
+            lambda object_id=object_id: world.service.record_assistant_message(
+                world.s1, "", [ToolCallRequest(object_id, "t", {})]
+            ),
+        )
+
+
+@pytest.mark.parametrize("object_id", ["log:x:000000001", "log:", "a" * 41, "a:b", "a/b"])
+def test_a_tool_call_id_of_a_reserved_form_is_refused(
+    world: World, refused: Any, object_id: str
+) -> None:
+    refused(
+        InvalidInput,
+        object_id,
+        lambda: world.service.record_tool_call(world.s1, object_id, tool="t", args={}, output="o"),
+    )
+    refused(
+        InvalidInput,
+        object_id,
+        lambda: world.service.record_assistant_message(
+            world.s1, "", [ToolCallRequest(object_id, "t", {})]
+        ),
+    )
 
 
 def test_a_tool_call_id_reused_in_a_session_with_other_content_is_refused(

@@ -133,24 +133,21 @@ def test_a_missing_source_refuses_the_batch_and_writes_nothing(
     assert (service.state(sid), StoreProbe.of(store)) == (state, probe)
 
 
-def test_a_path_whose_id_a_tool_call_took_is_refused_by_every_reader(
+def test_no_tool_call_can_take_a_files_id_so_every_reader_reads_it(
     service: ContextService, sid: str, files: FakeFileReader, store: WrappedStore, host_id: str
 ) -> None:
-    # A harness may give a tool call any id, a file's among them: the file is then refused,
-    # whichever way it is read, naming its path, and nothing is written.
+    # A file's id has a form no toolcall id may have (decision 0030): the attempt is refused,
+    # nothing is written, and the file is read as ever, whichever way.
     write_all(files)
-    service.record_tool_call(
-        sid, file_id(host_id, "/p/a.py"), tool="bash", args={}, output="not a file"
-    )
     state, probe = service.state(sid), StoreProbe.of(store)
-    for attempt in (
-        lambda: service.index_file(sid, "/p/a.py"),
-        lambda: service.index_files(sid, PATHS),
-        lambda: service.discover(sid, ["/p/b.md", "/p/a.py"]),
-    ):
-        with pytest.raises(InvalidInput, match=r"'/p/a\.py': its id names a stored toolcall"):
-            attempt()
-        assert (service.state(sid), StoreProbe.of(store)) == (state, probe)
+    with pytest.raises(InvalidInput, match="longer than 40"):
+        service.record_tool_call(
+            sid, file_id(host_id, "/p/a.py"), tool="bash", args={}, output="not a file"
+        )
+    assert (service.state(sid), StoreProbe.of(store)) == (state, probe)
+    assert service.index_file(sid, "/p/a.py").object_id == file_id(host_id, "/p/a.py")
+    service.index_files(sid, PATHS)
+    service.discover(sid, ["/p/b.md", "/p/a.py"])
 
 
 def test_batches_are_bounded(

@@ -23,7 +23,7 @@ from selfctx.domain.errors import InvalidInput
 from selfctx.domain.indexing import Outcome
 from selfctx.domain.mounts import MountMapping
 from selfctx.domain.objects import FileObject
-from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage
+from selfctx.domain.rendering import REPORTED_NOTE, ActiveBlock, AssembledContext, RenderedMessage
 from selfctx.domain.session.state import CollapseWindow, SessionState
 from tests.conftest import MakeService
 from tests.support import (
@@ -238,11 +238,13 @@ def test_rereading_a_file_another_session_changed_shows_the_new_content(
     service.index_file(other, "/p/shared.txt", "new")
 
     # The agent of s1 reads the file again and sees "new" in its tool output; the store already
-    # holds that version, so nothing is written, but s1's context must show what was read.
+    # holds that version, so nothing is written, but s1's context must show what was read. The
+    # file cannot be read here: the stored version is s2's report, and says so (decision 0031).
     assert service.index_file(sid, "/p/shared.txt", "new").outcome is Outcome.UNCHANGED
     ctx = service.assemble(sid)
     assert ctx.active == (ActiveBlock(fid, "new"),)
-    assert ctx.metadata == (f"id={fid} type=file path=/p/shared.txt file_type=txt char_count=3",)
+    line = f"id={fid} type=file path=/p/shared.txt file_type=txt char_count=3 {REPORTED_NOTE}"
+    assert ctx.metadata == (line,)
 
 
 # -- activation (§3.3) --------------------------------------------------------------------------

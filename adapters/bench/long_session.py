@@ -2,9 +2,9 @@
 the chat alone outgrows a 32k budget; tokens, peak and cost with and without compaction.
 
 The trajectories are concatenated in name order: the first one's system prompt, then every
-message of each (its own system prompt left out), its tool-call ids prefixed with its number so
-they stay distinct. Each task's first user message is a change of topic, as a long real session
-has them. The contenders are the default layout policy as it is, and the same with compaction
+message of each (its own system prompt left out); provider call ids that recur (``toolu_01``)
+are told apart by the session's id scheme (decision 0030). Each task's first user message is a
+change of topic, as a long real session has them. The contenders are the default layout policy as it is, and the same with compaction
 (decision 0043) at a 32k input limit: the chat's share is the compaction trigger.
 """
 
@@ -46,11 +46,10 @@ def concatenate(trajectories: Sequence[Trajectory]) -> Trajectory:
     calls: list[ModelCall] = []
     first = trajectories[0]
     messages += [m for m in first.messages if m.get("role") == "system"][:1]
-    for number, trajectory in enumerate(trajectories):
-        prefixed = trajectory.with_call_id_prefix(f"t{number}/")
-        kept = [i for i, m in enumerate(prefixed.messages) if m.get("role") != "system"]
+    for trajectory in trajectories:
+        kept = [i for i, m in enumerate(trajectory.messages) if m.get("role") != "system"]
         offset = {index: len(messages) + n for n, index in enumerate(kept)}
-        messages += [prefixed.messages[i] for i in kept]
+        messages += [trajectory.messages[i] for i in kept]
         for call in trajectory.calls:
             if call.position in offset:
                 calls.append(ModelCall(offset[call.position], call.recorded_prompt_tokens))

@@ -86,8 +86,6 @@ class _Corpus:
             if self.full:
                 return
             sid = f"traj-{n}"
-            # Provider call ids recur across recordings (toolu_01): each session gets its own.
-            trajectory = trajectory.with_call_id_prefix(f"{sid}/")
             harness = HarnessSession(
                 self.service,
                 sid,

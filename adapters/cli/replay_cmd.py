@@ -112,8 +112,6 @@ def run_replays(
             workspace=trajectory.workspace,
             default_filesystem_id=replay_filesystem_id(trajectory),
         )
-        if persistent:
-            trajectory = trajectory.with_call_id_prefix(f"{session_id}/")
         bar = ProgressBar(err or sys.stderr, trajectory.name) if progress else None
         keep = ShowCall(len(trajectory.calls) + 1 + show if show is not None and show < 0 else show)
         try:
@@ -173,6 +171,13 @@ def _print_total(total: Mapping[str, Any], tokenizer: str, out: TextIO) -> None:
         f"({_pct(total['peak_managed'], total['peak_naive'])}); tokens: {tokenizer}",
         file=out,
     )
+    if total.get("used"):
+        print(
+            f"recall: {total['visible']} of {total['used']} used lines visible "
+            f"({total['recall']:.2f}; naive 1.00) — lines of the recorded responses copied from "
+            "earlier tool outputs",
+            file=out,
+        )
     if total.get("recorded_prompt_tokens") is not None:
         print(
             f"recorded by the original harness: {total['recorded_prompt_tokens']:,} prompt tokens "

@@ -90,11 +90,16 @@ class LocalFileReader(FileReader, FileRestorer):
             )
 
     def _walk(self, source: Source) -> Walked:
-        """Resolve a host source: in the agent's namespace if a mount holds it, else the host's."""
+        """Resolve a host source: in the agent's namespace if a mount holds it, else the host's.
+        A path the OS cannot be asked about (a lone surrogate: ``UnicodeEncodeError``) is
+        unreachable, like any other failure of the walk (issue 15 item 7: typed)."""
         host = FilesystemSource(source.filesystem_id, normalize_absolute(source.path))
-        if self.mounts is not None and self.mounts.covering(host) is not None:
-            return walk(self.mounts.display_path(host), self.mounts, self.host_filesystem_id)
-        return walk(host.path, self._host_only, self.host_filesystem_id)
+        try:
+            if self.mounts is not None and self.mounts.covering(host) is not None:
+                return walk(self.mounts.display_path(host), self.mounts, self.host_filesystem_id)
+            return walk(host.path, self._host_only, self.host_filesystem_id)
+        except ValueError as exc:
+            raise SourceUnreachable(source, f"the path cannot be used here: {exc}") from None
 
     def _resolve(self, source: Source) -> Walked:
         """Walk ``source`` and check where it ends; the caller closes the result."""

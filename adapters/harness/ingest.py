@@ -1,28 +1,28 @@
 """Cursor-based ingestion: each call the harness hands over its whole message list; every message
 is recorded exactly once.
 
-The ingestor remembers the harness's list as it last saw it (its *view*, as fingerprints) and every
-message it recorded (a multiset of fingerprints). A list that extends the view is consumed from
-the cursor. A list that is a prefix of the view (a retry, a truncation) records nothing. A list
-that diverges (the harness compacted or edited its history) is reconciled message by message:
-whatever was already recorded is recognised by its fingerprint and skipped, the rest is recorded
-after the existing history. Nothing recorded is ever removed, and nothing is recorded twice: tool
-messages are identified by their provider call id, other messages by role, text and the call ids
-they carry (docs/decisions/0007-ingestion-cursor.md states the one ambiguity this leaves).
+What is new in a list, and which object each tool call and result stands for, is the cursor's
+business (:mod:`selfctx.adapters.harness.cursor`; decisions 0007 and 0030): the whole list is
+planned and checked before anything is recorded. This module records what the plan says — user
+and assistant messages, and each tool result with what it shows about files (reads index them,
+listings discover them, writes and edits re-index them) — and finishes a result whose client died
+part-way through recording it.
 """
 
 from __future__ import annotations
 
-import collections
 import posixpath
 from collections.abc import Sequence
 
 import attrs
 
+from selfctx.adapters.harness.cursor import SYSTEM_MARK, Cursor, Planned
+from selfctx.adapters.harness.ids import CallIds
 from selfctx.adapters.harness.messages import MalformedMessage, Message
 from selfctx.adapters.harness.recognise import (
     Effect,
     FileEdit,
+    FileLines,
     FileRead,
     FileWrite,
     Listing,
@@ -33,10 +33,9 @@ from selfctx.application.persistence import entry_events
 from selfctx.application.ports.files import SourceUnavailable
 from selfctx.application.ports.store import StoreError
 from selfctx.application.service import ContextService
-from selfctx.domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
+from selfctx.domain.chat import ToolCallRequest, ToolResult
 from selfctx.domain.errors import DuplicateObject, InvalidInput, SelfContextError
-from selfctx.domain.objects import FileObject, ToolcallObject, ToolStatus
-from selfctx.domain.session.machine import INFRASTRUCTURE_PREFIXES
+from selfctx.domain.objects import FileObject, FileView, ToolcallObject, ToolStatus
 
 __all__ = ["IngestResult", "Ingestor"]
 
@@ -56,34 +55,6 @@ class IngestResult:
 _AFTER_CALL = frozenset({"Discover", "IndexFile", "Resume"})
 """Log commands that may follow a tool result's tool call while its recording is unfinished."""
 
-_SYSTEM_MARK = "[system] "
-"""How a system message in mid-conversation is kept: as a user message with this mark."""
-
-
-def _fingerprint(role: str, text: str, call_ids: Sequence[str] = (), call_id: str = "") -> str:
-    if role == "tool":
-        return Message("tool", "", tool_call_id=call_id).fingerprint
-    if role == "system":  # known by the form it is recorded in, so a resume recognises it
-        role, text = "user", _SYSTEM_MARK + text
-    calls = tuple(ToolCallRequest(i, "x") for i in call_ids)
-    return Message(role, text, calls).fingerprint  # type: ignore[arg-type]
-
-
-def _key(message: Message) -> str:
-    """The fingerprint the cursor uses for a message of the harness's list."""
-    if message.role == "system":
-        return _fingerprint("system", message.text)
-    return message.fingerprint
-
-
-def _common_prefix(a: Sequence[str], b: Sequence[str]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
 
 class Ingestor:
     """Feeds one session from a harness's message lists."""
@@ -100,102 +71,31 @@ class Ingestor:
         self.session_id = session_id
         self.cwd = posixpath.normpath(cwd)
         self.roots = tuple(posixpath.normpath(r) for r in roots)
-        self.view: list[str] = []
-        self.recorded: collections.Counter[str] = collections.Counter()
-        self.calls: dict[str, ToolCallRequest] = {}
-        self.answered: set[str] = set()
-        self.total = 0
+        self.cursor = self._new_cursor()
         self._resync = False
         """Set when recording failed in the store: what landed is unknown until caught up."""
-        self.inline = service.state(session_id).policy.name == "inline"
-        self._restore()
+        self.inline = service.state(session_id).policy.inline_layout
         self._finish_interrupted()
 
-    def _restore(self) -> None:
-        """Rebuild view and memory from the stored chat (after a resume: nothing is re-recorded
-        when the harness sends the same list again)."""
+    def _new_cursor(self) -> Cursor:
+        cursor = Cursor(self.session_id, self.service.settings.max_output_bytes)
         state = self.service.state(self.session_id)
-        prompt_fp = _fingerprint("system", self.service.system_prompt(self.session_id))
-        # Turn 0 always exists: only a session with recorded messages has a prompt in its view.
-        view = [prompt_fp] if any(turn.messages for turn in state.turns) else []
-        for turn in state.turns:
-            for message in turn.messages:
-                if isinstance(message, UserMessage):
-                    fp = _fingerprint("user", message.text)
-                elif isinstance(message, AssistantMessage):
-                    fp = _fingerprint("assistant", message.text, [c.id for c in message.tool_calls])
-                    for call in message.tool_calls:
-                        self.calls[call.id] = call
-                elif isinstance(message, ToolResult):
-                    fp = _fingerprint("tool", "", call_id=message.toolcall_id)
-                    self.answered.add(message.toolcall_id)
-                else:
-                    continue  # the context manager's own notes are not the harness's messages
-                view.append(fp)
-                self.recorded[fp] += 1
-                self.total += 1
-        self.view = view
+        cursor.restore(state.turns, self.service.system_prompt(self.session_id))
+        return cursor
 
-    # -- planning --------------------------------------------------------------------------
+    @property
+    def ids(self) -> CallIds:
+        """The session's tool calls: the harness's ids and the object ids they are stored as."""
+        return self.cursor.ids
 
-    def _plan(self, messages: Sequence[Message]) -> tuple[list[Message], bool]:
-        fps = [_key(m) for m in messages]
-        prefix = _common_prefix(self.view, fps)
-        if prefix == len(fps):
-            return [], False  # nothing beyond what we have seen (a retry or a truncation)
-        if prefix == len(self.view):
-            return list(messages[prefix:]), False
-        # Divergence: skip what was already recorded, in order of appearance.
-        available = collections.Counter(self.recorded)
-        available.subtract(fps[:prefix])
-        new = []
-        for message, fp in zip(messages[prefix:], fps[prefix:], strict=True):
-            if available[fp] > 0:
-                available[fp] -= 1
-            elif message.tool_calls and all(c.id in self.calls for c in message.tool_calls):
-                continue  # an assistant message the harness edited: its calls say which it is
-            else:
-                new.append(message)
-        return new, True
-
-    def _validate(self, new: Sequence[Message]) -> None:
-        """Refuse the whole list before recording anything."""
-        calls = dict(self.calls)
-        answered = set(self.answered)
-        for message in new:
-            if message.role == "assistant":
-                for call in message.tool_calls:
-                    if call.id in calls:
-                        raise MalformedMessage(message.index, f"tool call id {call.id!r} is reused")
-                    if call.id.startswith(INFRASTRUCTURE_PREFIXES):
-                        raise MalformedMessage(
-                            message.index,
-                            f"tool call id {call.id!r} uses a prefix of the session's own objects",
-                        )
-                    calls[call.id] = call
-            elif message.role == "tool":
-                call_id = message.tool_call_id or ""
-                if call_id not in calls:
-                    raise MalformedMessage(
-                        message.index,
-                        f"tool result for {call_id!r}, which no assistant message requested",
-                    )
-                if call_id in answered:
-                    raise MalformedMessage(
-                        message.index, f"a second result for tool call {call_id!r}"
-                    )
-                answered.add(call_id)
-                limit = self.service.settings.max_output_bytes
-                text = message.text
-                if len(text) > limit // 4 and len(text.encode("utf-8", "surrogatepass")) > limit:
-                    raise MalformedMessage(
-                        message.index, f"the tool output is over the limit of {limit} bytes"
-                    )
-        self._refuse_taken_ids([c for m in new if m.role == "assistant" for c in m.tool_calls])
+    @property
+    def total(self) -> int:
+        """Messages recorded over the session's life."""
+        return self.cursor.total
 
     def _refuse_taken_ids(self, calls: Sequence[ToolCallRequest]) -> None:
-        """A call id is its tool call's object id: one another object already has (another
-        session's tool call, say) is refused here, before anything of the list is recorded."""
+        """Object ids are digests no other session produces; should one be held all the same,
+        it is refused here, before anything of the list is recorded."""
         taken = self.service.taken_ids(self.session_id, [c.id for c in calls])
         if taken:
             raise DuplicateObject(taken[0], "another object already has this id")
@@ -205,66 +105,49 @@ class Ingestor:
     def ingest(self, messages: Sequence[Message]) -> IngestResult:
         """Record what is new in ``messages`` (the harness's whole list, parsed).
 
-        If recording fails in the store, the error is raised and the next call first catches up
-        with the store and rebuilds what it knows from the stored chat: a commit whose answer was
-        lost is then known, and nothing is recorded twice."""
+        The whole list is checked before anything is recorded. If recording fails in the store,
+        the error is raised and the next call first catches up with the store and rebuilds what
+        it knows from the stored chat: a commit whose answer was lost is then known, and nothing
+        is recorded twice."""
         if self._resync:
             self.service.refresh(self.session_id)
-            self.view, self.recorded, self.calls, self.answered = (
-                [],
-                collections.Counter(),
-                {},
-                set(),
-            )
-            self.total = 0
-            self._restore()
+            self.cursor = self._new_cursor()
             self._resync = False
         lead = 0
         while lead < len(messages) and messages[lead].role == "system":
             lead += 1
-        leading = {id(m) for m in messages[:lead]}
         _check_unique(messages)
-        new, diverged = self._plan(messages)
-        new = [m for m in new if id(m) not in leading]  # they are the system prompt, not chat
-        self._validate(new)
+        plan = self.cursor.plan(messages, lead)
+        self._refuse_taken_ids([c for item in plan.new for c in item.calls])
         if lead:
             prompt = "\n\n".join(m.text for m in messages[:lead])
             self.service.set_system_prompt(self.session_id, prompt)
         consumed = 0
         try:
-            for message in new:
-                self._record(message)
-                self.recorded[_key(message)] += 1
+            for item in plan.new:
+                self._record(item)
+                self.cursor.recorded_one(item)
                 consumed += 1
         except StoreError:
             self._resync = True
             raise
         finally:
-            self.total += consumed
-            if consumed == len(new):
-                if diverged or len(messages) > len(self.view):  # a prefix keeps the longer view
-                    self.view = [_key(m) for m in messages]
-            elif not diverged and consumed:
-                # Only part of an append was recorded: the view is the list up to the last
-                # message recorded (the list's leading system messages are not in ``new``).
-                end = next(n for n, m in enumerate(messages) if m is new[consumed - 1]) + 1
-                self.view = [_key(m) for m in messages[:end]]
-        return IngestResult(consumed=consumed, diverged=diverged, total=self.total)
+            self.cursor.settle(plan, consumed)
+        return IngestResult(consumed=consumed, diverged=plan.diverged, total=self.total)
 
-    def _record(self, message: Message) -> None:
+    def _record(self, item: Planned) -> None:
         sid = self.session_id
+        message = item.message
         if message.role == "user":
             self.service.record_user_message(sid, message.text)
         elif message.role == "system":  # in mid-conversation: kept, as a marked user message
-            self.service.record_user_message(sid, _SYSTEM_MARK + message.text)
+            self.service.record_user_message(sid, SYSTEM_MARK + message.text)
         elif message.role == "assistant":
-            self.service.record_assistant_message(sid, message.text, message.tool_calls)
-            for call in message.tool_calls:
-                self.calls[call.id] = call
+            self.service.record_assistant_message(sid, message.text, item.calls)
         else:
-            call = self.calls[message.tool_call_id or ""]
+            call = self.ids.call(item.answers or "")
+            assert call is not None, "planning maps every result to a known call"
             self._record_tool_result(call, message)
-            self.answered.add(call.id)
 
     def _record_tool_result(self, call: ToolCallRequest, message: Message) -> None:
         sid = self.session_id
@@ -273,15 +156,24 @@ class Ingestor:
         effects = recognise(call.name, args, message.text, self.cwd)
         read_ids: list[str] = []
         listings: list[list[str]] = []
+        views: list[FileView] = []
         for effect in effects:
             if isinstance(effect, FileRead) and self._allowed(effect.path):
-                read_ids += self._index(effect.path, effect.content)
+                ids = self._index(effect.path, effect.content)
+                read_ids += ids
+                views += [FileView(i, "read") for i in ids]
+            elif isinstance(effect, FileLines) and self._allowed(effect.path):
+                views += [FileView(i, "lines", effect.ranges) for i in self._ids([effect.path])]
+            elif isinstance(effect, FileWrite | FileEdit) and self._allowed(effect.path):
+                views += [FileView(i, "change") for i in self._ids([effect.path])]
             elif isinstance(effect, Listing):
                 listings.append([p for p in effect.paths if self._allowed(p)])
-        # The files a call read or listed are its file_refs, so that a collapsed listing still
-        # names them; listed files are discovered after the call, in first-encounter order.
+        # The files a call read, viewed or listed are its file_refs, so that a collapsed output
+        # still names them; viewed and listed files are discovered after the call, in
+        # first-encounter order.
         listed = [i for paths in listings for i in self._ids(paths)]
-        refs = list(dict.fromkeys(read_ids + listed))
+        viewed = [v.file for v in views if v.kind == "lines"]
+        refs = list(dict.fromkeys(read_ids + viewed + listed))
         self.service.record_tool_call(
             sid,
             call.id,
@@ -293,14 +185,19 @@ class Ingestor:
             # ssot: a read file is active instead (decision 0006); inline: the read's message is
             # where the file's content shows, so the tool call itself stays visible.
             activate=not read_ids or self.inline,
+            file_views=views or None,
         )
         self._after_call(effects)
 
     def _after_call(self, effects: Sequence[Effect], done: frozenset[str] = frozenset()) -> None:
         """What a tool result records after its tool call: discovery of what it listed, then
         the files it wrote or edited (but not those in ``done``, already indexed since)."""
+        listed = {p for effect in effects if isinstance(effect, Listing) for p in effect.paths}
         for effect in effects:
-            if isinstance(effect, Listing):
+            if isinstance(effect, FileLines) and self._allowed(effect.path):
+                if effect.path not in listed:  # a search's hits: the listing discovers them
+                    self._view(effect.path)
+            elif isinstance(effect, Listing):
                 paths = [p for p in effect.paths if self._allowed(p)]
                 if paths:
                     self.service.discover(self.session_id, paths, strict=False)
@@ -328,7 +225,7 @@ class Ingestor:
         """
         turns = [turn for turn in self.service.state(self.session_id).turns if turn.messages]
         last = turns[-1].messages[-1] if turns else None
-        if not isinstance(last, ToolResult) or last.toolcall_id not in self.calls:
+        if not isinstance(last, ToolResult) or not self.ids.known(last.toolcall_id):
             return
         position = self.service.log_position(self.session_id)
         after = None
@@ -352,7 +249,8 @@ class Ingestor:
             for ev in entry_events(e)
             if "object_id" in ev
         )
-        call = self.calls[last.toolcall_id]
+        call = self.ids.call(last.toolcall_id)
+        assert call is not None
         toolcall = self.service.object(self.session_id, last.toolcall_id)
         if not isinstance(toolcall, ToolcallObject) or toolcall.content is None:
             return
@@ -382,6 +280,16 @@ class Ingestor:
         except (SourceUnavailable, InvalidInput):
             return []  # store errors are not caught: they must reach the harness
 
+    def _view(self, path: str) -> None:
+        """A partial view: the whole file from its source when it can be read (a host file: it
+        becomes current and tracked), else a discovery stub, so the view names an object of the
+        session either way (decision 0020). The hits of a search over many files are left to
+        its listing: they are discovered, not read."""
+        try:
+            self.service.view_file(self.session_id, path)
+        except (SourceUnavailable, InvalidInput):
+            self.service.discover(self.session_id, [path], strict=False)
+
     def _edited(self, edit: FileEdit) -> str | None:
         """The file's text after a replacement, when its current text is known exactly."""
         try:
@@ -398,22 +306,23 @@ class Ingestor:
 
 
 def _check_unique(messages: Sequence[Message]) -> None:
-    """In one list a call id is requested once and answered once, whatever is already recorded
-    (after a divergence, an assistant message whose calls are recorded is taken for an edited
-    copy — only if no other message of the list carries them)."""
-    requested: set[str] = set()
-    answered: set[str] = set()
+    """In one list, the calls of one assistant message have distinct ids, and a call id is
+    answered at most once between two assistant messages that request it (a harness may give a
+    new call an id it used before: a result answers the latest call with its id)."""
+    answered: dict[str, bool] = {}
     for message in messages:
-        for call in message.tool_calls:
-            if call.id in requested:
-                raise MalformedMessage(message.index, f"tool call id {call.id!r} is reused")
-            requested.add(call.id)
+        ids = [call.id for call in message.tool_calls]
+        if len(set(ids)) != len(ids):
+            reused = next(i for i in ids if ids.count(i) > 1)
+            raise MalformedMessage(
+                message.index, f"tool call id {reused!r} is used twice in one message"
+            )
+        answered.update(dict.fromkeys(ids, False))
         if message.role == "tool":
-            if message.tool_call_id in answered:
-                raise MalformedMessage(
-                    message.index, f"a second result for tool call {message.tool_call_id!r}"
-                )
-            answered.add(message.tool_call_id or "")
+            call_id = message.tool_call_id or ""
+            if answered.get(call_id):
+                raise MalformedMessage(message.index, f"a second result for tool call {call_id!r}")
+            answered[call_id] = True
 
 
 def _failed(output: str) -> bool:

@@ -20,6 +20,7 @@ from selfctx.domain.hashing import stable_stringify
 
 __all__ = [
     "FORMATS",
+    "MAX_ARGUMENT_NESTING",
     "MAX_MESSAGE_CHARS",
     "Format",
     "MalformedMessage",
@@ -34,6 +35,9 @@ FORMATS: tuple[Format, ...] = ("openai", "anthropic")
 
 MAX_MESSAGE_CHARS = 8 * 1024 * 1024
 """Longest text a single message may carry (larger ones are refused, not truncated)."""
+MAX_ARGUMENT_NESTING = 64
+"""Deepest nesting of arrays and objects in a tool call's arguments (every JSON walker recurses:
+deeper arguments are refused, or kept as raw text when they came as text)."""
 
 
 class MalformedMessage(InvalidInput):
@@ -106,8 +110,10 @@ def _parts_text(parts: Any, index: int, what: str) -> str:
 
 
 def _json_problem(value: Any) -> str | None:
-    """Why ``value`` is not JSON that the store keeps exactly (NaN, infinities, integers no
-    double holds, non-string keys, other types), or None."""
+    """Why ``value`` is not JSON that the store keeps exactly (nested too deeply, NaN,
+    infinities, integers no double holds, non-string keys, other types), or None."""
+    if _nesting(value) > MAX_ARGUMENT_NESTING:
+        return f"nested more than {MAX_ARGUMENT_NESTING} levels deep"
     try:
         stable_stringify(value)  # refuses inexact integers, odd keys and types; writes NaN as null
     except (TypeError, InvalidInput) as exc:
@@ -122,6 +128,20 @@ def _json_problem(value: Any) -> str | None:
         elif isinstance(item, list | tuple):
             stack.extend(item)
     return None
+
+
+def _nesting(value: Any) -> int:
+    """How many levels of arrays and objects ``value`` nests (without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping | list | tuple):
+            deepest = max(deepest, depth)
+            if depth > MAX_ARGUMENT_NESTING:
+                break  # deep enough to refuse: no need to walk the rest
+            children = item.values() if isinstance(item, Mapping) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _arguments(raw: Any, index: int) -> dict[str, Any]:
@@ -139,6 +159,8 @@ def _arguments(raw: Any, index: int) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         # Models do emit broken JSON; keep the call, with the raw text, rather than refuse it.
         return {"_raw": raw, "_error": f"invalid JSON: {exc.msg}"}
+    except RecursionError:  # deeper than the parser goes: kept raw as well
+        return {"_raw": raw, "_error": f"invalid JSON: nested more than {MAX_ARGUMENT_NESTING}"}
     problem = _json_problem(parsed)
     if problem is not None:  # NaN, 1e400, huge integers: broken JSON for the store, kept raw too
         return {"_raw": raw, "_error": f"invalid JSON: {problem}"}

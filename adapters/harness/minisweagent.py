@@ -9,8 +9,9 @@ chat with ``toolcall_ref`` lines where tool outputs were, and the active content
 Context tools: mini-swe-agent's models offer the model one tool, ``bash`` (``LitellmModel`` sends
 ``tools=[BASH_TOOL]`` and turns any other tool name into a format error; the text-based models
 parse one bash block). So the context tools are commands: ``activate ID``, ``deactivate ID``,
-``pin ID``, ``unpin ID``, alone in an action. :class:`ContextEnvironment` answers them itself
-instead of running them, and the system prompt the model sees explains them.
+``pin ID``, ``unpin ID``, alone in an action, with the id as the model is shown it (a ``#12``
+handle under the ``inline`` policy, ``id=...`` under ``ssot``). :class:`ContextEnvironment`
+answers them itself instead of running them, and the system prompt the model sees explains them.
 
 Both of mini-swe-agent's action styles work: tool calls (``tool_calls`` and ``tool`` messages),
 and text actions (observations as ``user`` messages), which are recorded as tool calls with ids
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,22 +40,43 @@ __all__ = [
     "ContextEnvironment",
     "ContextModel",
     "attach",
+    "context_command",
     "to_openai_messages",
     "to_text_actions",
 ]
 
-CONTEXT_COMMAND = re.compile(r"\s*(activate|deactivate|pin|unpin)\s+([A-Za-z0-9_.:@+=-]+)\s*")
-"""A context tool given as a command: the tool's name and the object's id, nothing else."""
+CONTEXT_COMMAND = re.compile(r"\s*(activate|deactivate|pin|unpin)(?=\s|$|['\"])")
+"""A command that is a context tool: it starts with one of their names. Such a command never
+reaches the environment (not even a virtualenv's ``activate``): :func:`context_command` reads
+its one argument, the id, in any form the model is shown (``#12`` handles included, quoted or
+not: an unquoted ``#`` would start a shell comment)."""
 
 SHELL_TOOLS_PROMPT = """\
 ## Context management
-Your context lists every file and tool output you have seen as one line with its id; only active
-objects show their full content, and old tool outputs collapse to their line. To manage it, run
-one of these as a command on its own:
+Your context shows every file and tool output you have seen; old tool outputs collapse to one
+line. Each object is named by an id: a handle like `#12` or the id after `id=`. To manage your
+context, run one of these as a command on its own (ID is the handle or id as shown):
 - `activate ID`: load an object's full content (a file listed as [unread] is read)
 - `deactivate ID`: collapse an object to its line (it stays retrievable)
 - `pin ID`: keep a tool output from collapsing
 - `unpin ID`: let it collapse again"""
+
+
+def context_command(command: object) -> tuple[str, str | None] | None:
+    """``(tool, id)`` when ``command`` is a context tool (``id`` None when it is not given as
+    exactly one argument), or None for any other command."""
+    if not isinstance(command, str):
+        return None
+    match = CONTEXT_COMMAND.match(command)
+    if match is None:
+        return None
+    try:
+        words = shlex.split(command, comments=False)
+    except ValueError:  # an unbalanced quote
+        return match[1], None
+    if len(words) != 2 or words[0] != match[1]:
+        return match[1], None
+    return match[1], words[1]
 
 
 def _observation(message: Mapping[str, Any], exact: bool) -> Any:
@@ -251,12 +274,19 @@ class ContextEnvironment:
         return self.env.config
 
     def execute(self, action: dict[str, Any], cwd: str = "", **kwargs: Any) -> dict[str, Any]:
-        command = action.get("command")
-        match = CONTEXT_COMMAND.fullmatch(command) if isinstance(command, str) else None
-        if match is None:
+        parsed = context_command(action.get("command"))
+        if parsed is None:
             output: dict[str, Any] = self.env.execute(action, cwd, **kwargs)
             return output
-        answer = self.session.handle(match[1], {"id": match[2]})
+        name, object_id = parsed
+        if object_id is None:
+            return {
+                "output": f"usage: {name} ID (one id or #handle, as shown, as a command on "
+                "its own)\n",
+                "returncode": 2,
+                "exception_info": "",
+            }
+        answer = self.session.handle(name, {"id": object_id})
         return {
             "output": answer.message + "\n",
             "returncode": 0 if answer.ok else 1,

@@ -1,22 +1,25 @@
 """The assembled context as a request a provider accepts: OpenAI chat completions or Anthropic
 Messages, in the SSOT's order (system prompt, metadata pool, chat, active content).
 
-OpenAI: a system message, a second system message with the metadata lines, the chat (each tool
-message right after the assistant message that called it), and the active content as a final user
-message. Anthropic: ``system`` as two text blocks (prompt, metadata); the chat with strictly
-alternating roles, every ``tool_result`` block first in the user message right after its
-``tool_use``; the active content as a text block of the final user message.
+OpenAI: a system message (when there is a system prompt), one with the metadata lines, the chat
+(each tool message right after the assistant message that called it), and the active content as a
+final user message. Anthropic: ``system`` as text blocks (prompt, metadata; left out when both are
+empty); the chat with strictly alternating roles, every ``tool_result`` block first in the user
+message right after its ``tool_use``; the active content as a text block of the final user message.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pyrsistent import thaw
 
+from selfctx.adapters.harness.ids import emitted_id
 from selfctx.domain.errors import InvalidInput
+from selfctx.domain.identifiers import MAX_TOOLCALL_ID
 from selfctx.domain.rendering import AssembledContext, RenderedMessage
 
 __all__ = [
@@ -36,6 +39,8 @@ METADATA_HEADER = (
 )
 ACTIVE_HEADER = "Active content:"
 _NO_RESULT = "no result was recorded for this tool call"
+_SESSION_START = "(session start)"
+"""The first user message of a request that would otherwise have none."""
 
 
 class InvalidRequest(InvalidInput):
@@ -82,7 +87,10 @@ def _metadata_text(context: AssembledContext) -> str:
 
 def to_openai(context: AssembledContext) -> dict[str, Any]:
     """``{"messages": [...]}`` for the chat-completions API."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": context.system_prompt}]
+    # No system prompt, no system message: an empty one is noise a provider may refuse.
+    messages: list[dict[str, Any]] = []
+    if context.system_prompt.strip():
+        messages.append({"role": "system", "content": context.system_prompt})
     if context.metadata:
         messages.append({"role": "system", "content": _metadata_text(context)})
     for message in _paired(context.chat):
@@ -93,7 +101,7 @@ def to_openai(context: AssembledContext) -> dict[str, Any]:
             if message.tool_calls:
                 item["tool_calls"] = [
                     {
-                        "id": call.id,
+                        "id": emitted_id(call.id),
                         "type": "function",
                         "function": {
                             "name": call.name,
@@ -107,10 +115,16 @@ def to_openai(context: AssembledContext) -> dict[str, Any]:
             messages.append(item)
         else:
             messages.append(
-                {"role": "tool", "tool_call_id": message.toolcall_id, "content": message.text}
+                {
+                    "role": "tool",
+                    "tool_call_id": emitted_id(message.toolcall_id or ""),
+                    "content": message.text,
+                }
             )
     if context.active:
         messages.append({"role": "user", "content": _active_text(context)})
+    if not messages:  # a session with nothing yet: providers refuse an empty list
+        messages.append({"role": "user", "content": _SESSION_START})
     return {"messages": messages}
 
 
@@ -121,7 +135,7 @@ def _blocks(message: RenderedMessage) -> list[dict[str, Any]]:
     if message.role == "tool":
         block: dict[str, Any] = {
             "type": "tool_result",
-            "tool_use_id": message.toolcall_id,
+            "tool_use_id": emitted_id(message.toolcall_id or ""),
             "content": message.text,
         }
         if message.is_error:
@@ -131,26 +145,22 @@ def _blocks(message: RenderedMessage) -> list[dict[str, Any]]:
         [{"type": "text", "text": message.text}] if message.text.strip() else []
     )
     blocks += [
-        {"type": "tool_use", "id": c.id, "name": c.name, "input": thaw(c.arguments)}
+        {"type": "tool_use", "id": emitted_id(c.id), "name": c.name, "input": thaw(c.arguments)}
         for c in message.tool_calls
     ]
     return blocks
 
 
 def to_anthropic(context: AssembledContext, *, cache_control: bool = True) -> dict[str, Any]:
-    """``{"system": [...], "messages": [...]}`` for the Messages API.
+    """``{"system": [...], "messages": [...]}`` for the Messages API (``system`` only when there
+    is a system prompt or metadata).
 
     With ``cache_control``, two cache breakpoints mark the end of the stable prefix: the last
     system block, and the last block of the chat (before the active content, which changes from
     turn to turn in the SSOT layout; in the inline layout nothing follows the chat)."""
-    system: list[dict[str, Any]] = [
-        {
-            "type": "text",
-            "text": context.system_prompt
-            if context.system_prompt.strip()
-            else "(no system prompt)",
-        }
-    ]
+    system: list[dict[str, Any]] = []
+    if context.system_prompt.strip():  # no prompt, no block (Anthropic's system is optional)
+        system.append({"type": "text", "text": context.system_prompt})
     if context.metadata:
         system.append({"type": "text", "text": _metadata_text(context)})
     messages: list[dict[str, Any]] = []
@@ -167,15 +177,13 @@ def to_anthropic(context: AssembledContext, *, cache_control: bool = True) -> di
         else:
             messages.append({"role": role, "content": blocks})
     if not messages or messages[0]["role"] != "user":
-        messages.insert(
-            0, {"role": "user", "content": [{"type": "text", "text": "(session start)"}]}
-        )
+        messages.insert(0, {"role": "user", "content": [{"type": "text", "text": _SESSION_START}]})
     if messages[-1]["role"] == "assistant" and not context.active:
         # A final assistant message is a prefill, which may not end with whitespace.
         last = messages[-1]["content"][-1]
         if last["type"] == "text":
             last["text"] = last["text"].rstrip()
-    if cache_control:
+    if cache_control and system:
         system[-1]["cache_control"] = {"type": "ephemeral"}
         messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
     if context.active:
@@ -184,7 +192,10 @@ def to_anthropic(context: AssembledContext, *, cache_control: bool = True) -> di
             messages[-1]["content"].append(active)
         else:
             messages.append({"role": "user", "content": [active]})
-    return {"system": system, "messages": messages}
+    request: dict[str, Any] = {"messages": messages}
+    if system:
+        request["system"] = system
+    return request
 
 
 def _bad(n: int, reason: str) -> InvalidRequest:
@@ -240,6 +251,8 @@ def _openai_call(n: int, call: Any, seen: set[str]) -> str:
     call_id = call.get("id") if isinstance(call, Mapping) else None
     if not isinstance(call_id, str) or not call_id:
         raise _bad(n, "a tool call needs a non-empty string id")
+    if len(call_id) > MAX_TOOLCALL_ID:  # OpenAI refuses longer ids
+        raise _bad(n, f"tool call id {call_id!r} is longer than {MAX_TOOLCALL_ID} characters")
     if call_id in seen:
         raise _bad(n, f"tool call id {call_id!r} is used twice")
     seen.add(call_id)
@@ -249,6 +262,9 @@ def _openai_call(n: int, call: Any, seen: set[str]) -> str:
         raise _bad(n, f"tool call {call_id!r}: arguments must be a JSON string")
     return call_id
 
+
+_ANTHROPIC_ID = re.compile(r"[a-zA-Z0-9_-]+")
+"""Anthropic's pattern for tool_use ids (ours, ``TOOLCALL_ID``, are also at most 40 long)."""
 
 _OTHER_BLOCKS = {"image", "document", "thinking", "redacted_thinking"}
 
@@ -315,6 +331,8 @@ def _check_block(n: int, role: str, block: Any, seen: set[str]) -> None:
             raise _bad(n, "tool_use blocks come from the assistant")
         if not isinstance(call_id, str) or not call_id or call_id in seen:
             raise _bad(n, f"tool_use id {call_id!r} is missing or used twice")
+        if _ANTHROPIC_ID.fullmatch(call_id) is None:
+            raise _bad(n, f"tool_use id {call_id!r} does not match ^[a-zA-Z0-9_-]+$")
         seen.add(call_id)
         if not isinstance(block.get("name"), str) or not isinstance(block.get("input"), Mapping):
             raise _bad(n, f"tool_use {call_id!r} needs a name and an input object")
@@ -323,6 +341,8 @@ def _check_block(n: int, role: str, block: Any, seen: set[str]) -> None:
             raise _bad(n, "tool_result blocks come from the user")
         if not isinstance(block.get("tool_use_id"), str):
             raise _bad(n, "a tool_result needs a tool_use_id")
+        if _ANTHROPIC_ID.fullmatch(block["tool_use_id"]) is None:
+            raise _bad(n, f"tool_use_id {block['tool_use_id']!r} does not match ^[a-zA-Z0-9_-]+$")
         if not isinstance(block.get("content", ""), str | list):
             raise _bad(n, "tool_result content must be a string or a list of blocks")
     elif kind not in _OTHER_BLOCKS:

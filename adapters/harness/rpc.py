@@ -24,6 +24,7 @@ __all__ = [
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
+    "MAX_NESTING",
     "METHOD_NOT_FOUND",
     "OBJECT",
     "PARSE_ERROR",
@@ -46,6 +47,10 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 SERVER_ERROR = -32000
 """Code of every deliberate error of the context manager; ``data.kind`` says which one."""
+
+MAX_NESTING = 100
+"""Deepest nesting of arrays and objects a request may have: deeper values are refused before
+anything walks them (every JSON walker here, the standard library's included, recurses)."""
 
 
 class RpcError(Exception):
@@ -180,7 +185,7 @@ class LineServer:
                 else:
                     if not line.strip():
                         continue
-                    answer = self.handle_line(line)
+                    answer = self._answer(line)
                 if answer is not None:
                     try:
                         outstream.write(answer.encode("ascii") + b"\n")
@@ -194,12 +199,24 @@ class LineServer:
     def close(self) -> None:
         """Called once the input has ended."""
 
+    def _answer(self, line: str) -> str | None:
+        """:meth:`handle_line`, and whatever escapes it answered as an internal error: no input
+        ends the server."""
+        try:
+            return self.handle_line(line)
+        except Exception as exc:  # a bug outside any one request (framing, encoding an answer)
+            log.exception("internal error while answering a line")
+            failure = RpcError(INTERNAL_ERROR, "internal_error", f"{type(exc).__name__}: {exc}")
+            return _dump(_error(None, failure))
+
     def handle_line(self, line: str) -> str | None:
         """The response line to one input line, or None when nothing is due."""
         try:
             payload = json.loads(line)
         except ValueError as exc:
             return _dump(_error(None, RpcError(PARSE_ERROR, "parse_error", f"invalid JSON: {exc}")))
+        except RecursionError:  # the parser's own limit, far below what the line may hold
+            return _dump(_error(None, _too_deep("the request")))
         if isinstance(payload, list):
             if not payload:
                 empty = RpcError(INVALID_REQUEST, "invalid_request", "an empty batch")
@@ -225,6 +242,13 @@ class LineServer:
         name = request["method"]
         notification = "id" not in request
         try:
+            if _deeper_than(request.get("params"), MAX_NESTING):
+                raise RpcError(
+                    INVALID_PARAMS,
+                    "invalid_params",
+                    f"params: nested more than {MAX_NESTING} levels deep",
+                    param="params",
+                )
             result = self.call(name, request.get("params"))
             if notification:
                 return None
@@ -235,6 +259,10 @@ class LineServer:
             failure = exc
         except SelfContextError as exc:
             failure = project_error(exc)
+        except RecursionError:  # a value nested deeper than some walker allows: the caller's
+            failure = RpcError(
+                INVALID_PARAMS, "invalid_params", "params: nested too deeply", param="params"
+            )
         except Exception as exc:  # a bug: report it, keep serving
             log.exception("internal error in %s", name)
             failure = RpcError(
@@ -254,6 +282,25 @@ class LineServer:
                 method=name,
             )
         return spec.run(self, spec.params(params))
+
+
+def _too_deep(what: str) -> RpcError:
+    return RpcError(
+        INVALID_REQUEST, "invalid_request", f"{what} is nested more than {MAX_NESTING} levels deep"
+    )
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """True if arrays and objects in ``value`` nest more than ``limit`` levels (no recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _shape_error(request: Mapping[str, Any]) -> str | None:

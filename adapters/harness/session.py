@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from selfctx.adapters.harness.ids import CallIds
 from selfctx.adapters.harness.ingest import Ingestor, IngestResult
 from selfctx.adapters.harness.messages import parse_messages
 from selfctx.adapters.harness.render import to_anthropic, to_openai
@@ -43,6 +44,11 @@ class HarnessSession:
         """What reconciliation found if the session was resumed; None if it was started."""
         self.ingestor = Ingestor(service, session_id, cwd=cwd, roots=roots)
 
+    @property
+    def ids(self) -> CallIds:
+        """The session's tool calls: the harness's ids and the object ids they are stored as."""
+        return self.ingestor.ids
+
     def ingest(self, messages: Sequence[Mapping[str, Any]], system: Any = None) -> IngestResult:
         """Record what is new in the harness's list (Anthropic's ``system`` goes separately)."""
         return self.ingestor.ingest(parse_messages(messages, self.format, system))
@@ -57,5 +63,9 @@ class HarnessSession:
         return tool_schemas(self.format)
 
     def handle(self, name: str, arguments: Mapping[str, Any]) -> ToolAnswer:
-        """Run a context tool call the model made."""
+        """Run a context tool call the model made (its ``id`` may be any id the model was shown,
+        or the harness's id of a tool call)."""
+        ref = arguments.get("id") if isinstance(arguments, Mapping) else None
+        if isinstance(ref, str):
+            arguments = {**arguments, "id": self.ids.resolve(ref)}
         return handle_context_tool(self.service, self.session_id, name, arguments)

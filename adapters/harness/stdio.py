@@ -12,6 +12,7 @@ docs/harness.md lists the methods with an example exchange.
 
 from __future__ import annotations
 
+import logging
 import posixpath
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
@@ -39,7 +40,7 @@ from selfctx.adapters.harness.rpc import (
     project_error,
 )
 from selfctx.adapters.harness.session import HarnessSession
-from selfctx.adapters.harness.tools import handle_context_tool, hit_to_json, tool_schemas
+from selfctx.adapters.harness.tools import hit_to_json, tool_schemas
 from selfctx.application.policies import DEFAULT_POLICY, policy_by_name
 from selfctx.application.service import ContextService
 from selfctx.application.usecases.checkpoints import (
@@ -69,9 +70,13 @@ POLICIES: dict[str, str] = {
     "sliding-window auto-collapse of tool outputs.",
     "inline": "Cache-aware: an append-only prompt, objects shown where they arrived with #n "
     "handles, older outputs collapsed in batches once a token trigger is crossed.",
+    "relevance": "The inline layout, collapsing by predicted use: views of the files the agent "
+    "works on stay, other outputs collapse once answered, views shown again collapse first.",
 }
 """Layout and collapse policies ``session.open`` accepts, by name, with a one-line description
 (their settings: ``selfctx.application.policies.POLICIES``)."""
+
+log = logging.getLogger("selfctx.serve")
 
 METHODS: dict[str, Method] = {}
 """Every method the server answers, by name."""
@@ -91,8 +96,9 @@ class _Open:
 class StdioServer(LineServer):
     """Answers JSON-RPC requests against one :class:`ContextService`.
 
-    ``cwd`` and ``roots`` are the defaults of ``session.open``: the directory relative paths in
-    commands are resolved against, and the directories whose paths tool outputs may name.
+    ``cwd`` and ``roots`` (host paths) give the defaults of ``session.open``: the directory
+    relative paths in commands are resolved against, and the directories whose paths tool outputs
+    may name — translated to the paths the agent sees through the service's mounts.
     """
 
     methods: ClassVar[Mapping[str, Method]] = METHODS
@@ -103,6 +109,13 @@ class StdioServer(LineServer):
         self.service = service
         self.cwd = cwd
         self.roots = tuple(roots)
+        mounts = service.mounts
+        self.agent_cwd = mounts.agent_path(cwd) if cwd.startswith("/") else cwd
+        """The defaults of ``session.open`` as the agent names them: with mounts configured, the
+        agent sees ``/workspace`` where the server was told ``/home/me/project``."""
+        self.agent_roots = tuple(
+            dict.fromkeys(a for r in self.roots for a in mounts.agent_roots(r))
+        )
         self.sessions: dict[str, _Open] = {}
 
     def close(self) -> None:
@@ -127,9 +140,36 @@ class StdioServer(LineServer):
 
 
 def _absolute(path: str) -> str:
+    """An agent path a session is opened with (``cwd``, a root), checked: absolute, no NUL, and
+    text a file system can be asked about (no lone surrogate)."""
+    if "\x00" in path:
+        raise InvalidPath(path, "a path must not contain NUL")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidPath(path, "a path must be text (it holds a lone surrogate)") from None
     if not path.startswith("/"):
         raise InvalidPath(path, "must be an absolute path")
     return posixpath.normpath(path)
+
+
+def _root_warnings(server: StdioServer, cwd: str, roots: list[str]) -> list[str]:
+    """Why a session opened with these roots may index nothing (said, not refused: the roots
+    are the harness's to choose)."""
+    if not roots:
+        return ["no roots: no path in a tool output can be indexed"]
+    warnings = []
+    if not any(cwd == r or cwd.startswith(r.rstrip("/") + "/") for r in roots):
+        warnings.append(
+            f"the working directory {cwd} is under none of the roots {roots}: files the agent "
+            "names relative to it will not be indexed"
+        )
+    for root in roots:
+        try:
+            server.service.object_id_for(root)
+        except SelfContextError as exc:
+            warnings.append(f"root {root} cannot be read: {exc}")
+    return warnings
 
 
 @method(
@@ -154,8 +194,9 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
             f"session {session_id!r} is already open on this server; close it first",
             session_id=session_id,
         )
-    cwd = _absolute(p.get("cwd", server.cwd))
-    roots = [_absolute(r) for r in p.get("roots", server.roots)]
+    cwd = _absolute(p.get("cwd", server.agent_cwd))
+    roots = [_absolute(r) for r in p.get("roots", server.agent_roots)]
+    warnings = _root_warnings(server, cwd, roots)
     harness = HarnessSession(
         server.service,
         session_id,
@@ -175,6 +216,10 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
         "policy": policy,
         "recorded": harness.ingestor.total,
     }
+    if warnings:
+        out["warnings"] = warnings
+        for warning in warnings:
+            log.warning("session %s: %s", session_id, warning)
     if report is not None:
         out["reconciled"] = {
             "updated": list(report.updated),
@@ -236,7 +281,7 @@ def _assemble(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
 def _context_method(name: str) -> None:
     def run(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
         harness = server.session(p["session_id"]).harness
-        result = getattr(server.service, name)(harness.session_id, p["id"])
+        result = getattr(server.service, name)(harness.session_id, harness.ids.resolve(p["id"]))
         return {"ok": result.ok, "message": result.message}
 
     method(METHODS, name, {"session_id": STR, "id": STR})(run)
@@ -250,9 +295,7 @@ for _name in ("activate", "deactivate", "pin", "unpin"):
 def _tools_call(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     """A context tool call the model made, relayed as is: refusals are answers for the model."""
     harness = server.session(p["session_id"]).harness
-    answer = handle_context_tool(
-        server.service, harness.session_id, p["name"], p.get("arguments", {})
-    )
+    answer = harness.handle(p["name"], p.get("arguments", {}))
     return {"ok": answer.ok, "message": answer.message}
 
 

@@ -19,6 +19,7 @@ from selfctx.domain.compaction import SUMMARY_ID
 from selfctx.domain.errors import InvalidInput, SelfContextError
 from selfctx.domain.inline import handle
 from selfctx.domain.objects import FileObject, ToolcallObject
+from selfctx.domain.rendering import REPORTED_NOTE
 
 __all__ = [
     "CONTEXT_TOOLS",
@@ -116,7 +117,7 @@ def handle_context_tool(
     if name == "activate" and (object_id == SUMMARY_ID or _TURNS.fullmatch(object_id)):
         return _turns(service, session_id, object_id)
     try:
-        if service.state(session_id).policy.name == "inline":
+        if service.state(session_id).policy.inline_layout:
             return _inline(service, session_id, name, object_id)
         result = getattr(service, name)(session_id, object_id)
     except StoreError:
@@ -136,6 +137,8 @@ def _inline(service: ContextService, session_id: str, name: str, ref: str) -> To
             obj = service.object(session_id, obj.id)
         if isinstance(obj, FileObject):
             what = f"file {service.mounts.display_path(obj.source)}"
+            if obj.reported_elsewhere(session_id):  # decision 0031: not the file's truth
+                what = f"{what} {REPORTED_NOTE}"
         else:
             what = f"output of {obj.tool} ({obj.status})"
         status = obj.content_status if isinstance(obj, FileObject) else None

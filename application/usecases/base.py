@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from selfctx.application.ports.files import FileReader
+from selfctx.application.ports.files import FileReader, SourceUnavailable
 from selfctx.application.runner import SessionRunner
 from selfctx.application.settings import Settings
 from selfctx.domain.errors import InvalidContent
@@ -25,8 +25,13 @@ class Deps:
     settings: Settings
 
 
-def observe_text(deps: Deps, source: Source, content: str | bytes, where: str) -> FileObject:
-    """A version built from content a harness handed over (an agent read's tool output)."""
+def observe_text(
+    deps: Deps, source: Source, content: str | bytes, where: str, reporter: str
+) -> FileObject:
+    """A version built from content the harness of session ``reporter`` handed over (an agent
+    read's tool output). It is checked against the source when the source can be read here: the
+    same bytes make an ordinary version; otherwise the version is marked as that session's
+    report (``reported_by``, decision 0031), never served to other sessions as the file's."""
     if isinstance(content, bytes | bytearray):
         try:
             content = bytes(content).decode("utf-8")
@@ -43,7 +48,13 @@ def observe_text(deps: Deps, source: Source, content: str | bytes, where: str) -
         raise InvalidContent(
             where, f"{len(raw)} bytes is over the limit of {deps.settings.max_output_bytes}"
         )
-    return FileObject.build(source, content=content, file_hash=file_hash(raw))
+    reported = file_hash(raw)
+    try:
+        on_disk: str | None = deps.files.read(source, deps.settings.max_file_bytes).file_hash
+    except SourceUnavailable:
+        on_disk = None  # a container's file, a file gone since: only the harness saw it
+    marked = None if on_disk == reported else reporter
+    return FileObject.build(source, content=content, file_hash=reported, reported_by=marked)
 
 
 def observe_source(deps: Deps, source: Source) -> FileObject:

@@ -10,9 +10,9 @@ from selfctx.application.runner import OpenSession, Reads
 from selfctx.application.usecases.base import Deps
 from selfctx.domain.chat import AssistantMessage, ToolCallRequest
 from selfctx.domain.errors import DuplicateObject, InvalidContent, InvalidInput
-from selfctx.domain.objects import ToolcallObject, ToolStatus
+from selfctx.domain.identifiers import toolcall_id_problem
+from selfctx.domain.objects import FileView, ToolcallObject, ToolStatus
 from selfctx.domain.session import commands as c
-from selfctx.domain.session.machine import INFRASTRUCTURE_PREFIXES
 from selfctx.domain.session.state import SessionState
 
 __all__ = ["RecordToolCall", "RecordTurn"]
@@ -52,10 +52,18 @@ def _check_json(value: object, what: str, whole: object) -> None:
     raise InvalidInput(what, whole, f"a {type(value).__name__} is not a JSON value")
 
 
+def _toolcall_id(value: object) -> str:
+    """Refused before the store is read: the answer must not depend on what exists."""
+    problem = toolcall_id_problem(value)
+    if problem is not None:
+        raise InvalidInput("tool-call id", value, problem)
+    return str(value)
+
+
 def _tool_call_request(call: object) -> ToolCallRequest:
     if not isinstance(call, ToolCallRequest):
         raise InvalidInput("tool call", call, "must be a ToolCallRequest")
-    _name(call.id, "tool-call id")
+    _toolcall_id(call.id)
     _name(call.name, "tool name")
     _check_json(call.arguments, "tool arguments", call.arguments)
     return call
@@ -104,6 +112,7 @@ class RecordToolCall:
         args_display: str | None = None,
         file_refs: Sequence[str] | None = None,
         activate: bool = True,
+        file_views: Sequence[FileView] | None = None,
     ) -> ToolcallObject:
         if output is not None and not isinstance(output, str):
             raise InvalidContent(
@@ -126,9 +135,12 @@ class RecordToolCall:
             or not all(isinstance(ref, str) for ref in file_refs)
         ):
             raise InvalidInput("file_refs", file_refs, "must be a list of object ids")
-        if _text(toolcall_id, "tool-call id").startswith(INFRASTRUCTURE_PREFIXES):
-            # Refused before the store is read: the answer must not depend on what exists.
-            raise InvalidInput("tool-call id", toolcall_id, "uses an infrastructure prefix")
+        _toolcall_id(toolcall_id)
+        if file_views is not None and (
+            not isinstance(file_views, Sequence)
+            or not all(isinstance(view, FileView) for view in file_views)
+        ):
+            raise InvalidInput("file_views", file_views, "must be a list of FileView values")
         toolcall = ToolcallObject.build(
             toolcall_id,
             tool=_text(tool, "tool name"),
@@ -138,6 +150,7 @@ class RecordToolCall:
             chat_ref=session.state.chat_id,
             args_display=args_display,
             file_refs=file_refs,
+            file_views=file_views,
         )
         if session.stale:
             # A commit's answer was lost: it may hold this very call, so learn its fate first.

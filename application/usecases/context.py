@@ -53,6 +53,15 @@ class Activate:
                     return c.Activate(object_id)  # still gone, or out of reach: its deletion shows
                 stored = reads.stored_file(obj)
                 return c.Activate(object_id, c.IndexFile(observed, stored, "activation"))
+            if isinstance(obj, FileObject) and obj.reported_elsewhere(session.session_id):
+                # Another session's harness reported this content: read the file itself when
+                # it can be read here (decision 0031); else it is shown marked as a report.
+                try:
+                    observed = observe_source(self._deps, obj.source)
+                except SourceUnavailable:
+                    return c.Activate(object_id)
+                stored = reads.stored_file(obj)
+                return c.Activate(object_id, c.IndexFile(observed, stored, "activation"))
             return c.Activate(object_id)
 
         self._deps.runner.execute(session, build)

@@ -59,8 +59,10 @@ def resolve(deps: Deps, path: str) -> Source:
 
 
 class IndexFile:
-    """An agent read a file: index it fully and put it in every set (trigger ``agent_read``, or
-    ``agent_write`` when the agent itself just wrote or edited it)."""
+    """An agent read a file: index it fully and put it in every set (trigger ``agent_read``,
+    or ``agent_write`` when the agent itself just wrote or edited it); or it saw some lines of it
+    (``view``): index the whole file from its source and put it in the index and pool only
+    (trigger ``agent_view``, decision 0020)."""
 
     def __init__(self, deps: Deps) -> None:
         self._deps = deps
@@ -71,11 +73,14 @@ class IndexFile:
         path: str,
         content: str | bytes | None = None,
         *,
+        view: bool = False,
         wrote: bool = False,
     ) -> IndexResult:
         source = resolve(self._deps, path)
         if content is not None:
-            observed = observe_text(self._deps, source, content, where=path)
+            observed = observe_text(
+                self._deps, source, content, where=path, reporter=session.session_id
+            )
         else:
             observed = observe_source(self._deps, source)
         outcome = Outcome.UNCHANGED
@@ -84,7 +89,8 @@ class IndexFile:
             nonlocal outcome
             stored = reads.stored_file(observed)
             outcome, _ = decide_full_index(stored, observed)
-            return c.IndexFile(observed, stored, "agent_write" if wrote else "agent_read")
+            trigger: c.Trigger = "agent_view" if view else "agent_read"
+            return c.IndexFile(observed, stored, "agent_write" if wrote else trigger)
 
         self._deps.runner.execute(session, build)
         return IndexResult(observed.id, outcome, path)

@@ -39,11 +39,14 @@ __all__ = [
 ]
 
 Trigger: TypeAlias = Literal[
-    "agent_read", "agent_write", "watcher", "resume", "activation", "restore"
+    "agent_read", "agent_view", "agent_write", "watcher", "resume", "activation", "restore"
 ]
-"""What started full indexing; it decides the session effects (§5.6 step 4). ``agent_write`` is
-an agent read of a file the agent itself just wrote or edited (the same session effects; a
-rollback restores what the session wrote); ``restore`` is a rollback writing a file back."""
+"""What started full indexing; it decides the session effects (§5.6 step 4). ``agent_view``:
+the agent saw some lines of the file (a partial view) and the whole file was read from its
+source; it joins the index and pool, not the active set (decision 0020). ``agent_write`` is an
+agent read of a file the agent itself just wrote or edited (the same session effects as
+``agent_read``; a rollback restores what the session wrote); ``restore`` is a rollback writing a
+file back."""
 
 
 @attrs.frozen
@@ -178,6 +181,9 @@ class CollapseToFit:
     """Active objects to collapse (unpinned)."""
     note: str
     """One line for the model saying what was collapsed and why."""
+    superseded: tuple[tuple[str, str], ...] = ()
+    """``(object, later output)`` for the objects collapsed because a later output shows the
+    same lines of their files again (decision 0021)."""
 
 
 @attrs.frozen

@@ -146,6 +146,9 @@ class ObjectDeactivated:
     by: Literal["agent", "window", "budget", "rollback"]
     """Who collapsed it: the agent, the auto-collapse window, token budget enforcement, or a
     rollback to a checkpoint when it was not active."""
+    superseded_by: str | None = None
+    """A tool output collapsed because a later one shows the same lines of its files again:
+    that later one (decision 0021)."""
 
 
 @attrs.frozen

@@ -23,6 +23,7 @@ from selfctx.domain.errors import (
     UnknownCheckpoint,
     UnknownObject,
 )
+from selfctx.domain.identifiers import RESERVED_PREFIXES, toolcall_id_problem
 from selfctx.domain.indexing import Outcome, decide_deletion, decide_discovery, decide_full_index
 from selfctx.domain.session import commands as c
 from selfctx.domain.session import events as e
@@ -39,11 +40,11 @@ __all__ = [
     "window_collapses",
 ]
 
-INFRASTRUCTURE_PREFIXES = ("chat:", "system_prompt:", "session:", "summary:")
-"""Id prefixes of infrastructure objects; tool-call ids may not use them."""
+INFRASTRUCTURE_PREFIXES = RESERVED_PREFIXES
+"""Id prefixes of infrastructure objects and log entries; tool-call ids may not use them."""
 MAX_LABEL = 100
 """The longest checkpoint label."""
-_AGENT_TRIGGERS = ("agent_read", "agent_write")
+_AGENT_TRIGGERS = ("agent_read", "agent_write", "agent_view")
 
 
 class SessionNotStarted(InvalidInput):
@@ -55,6 +56,14 @@ class SessionNotStarted(InvalidInput):
 def _require_started(state: SessionState) -> None:
     if not state.started:
         raise SessionNotStarted("session", "", "the session has not been started")
+
+
+def _require_toolcall_id(object_id: str) -> None:
+    """A toolcall's id is sent to providers and must never name another document (decision
+    0030): its form alone guarantees both."""
+    problem = toolcall_id_problem(object_id)
+    if problem is not None:
+        raise InvalidInput("tool-call id", object_id, problem)
 
 
 def _require_content_object(state: SessionState, object_id: str) -> None:
@@ -83,7 +92,7 @@ def _index_events(state: SessionState, cmd: c.IndexFile) -> list[e.Event]:
     if version is not None:
         out.append(e.FileIndexed(version.id, outcome, cmd.trigger, version.object_hash, version))
     if cmd.trigger in _AGENT_TRIGGERS:
-        out += _admit(state, cmd.observed.id, "file", activate=True)
+        out += _admit(state, cmd.observed.id, "file", activate=cmd.trigger != "agent_view")
     return out
 
 
@@ -210,10 +219,11 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
                 return [e.CheckpointCreated(label, auto=True), e.UserMessageRecorded(text)]
             return [e.UserMessageRecorded(text)]
         case c.RecordAssistantMessage(message=message):
+            for call in message.tool_calls:
+                _require_toolcall_id(call.id)
             return [e.AssistantMessageRecorded(message)]
         case c.RecordToolCall(toolcall=toolcall, activate=activate):
-            if toolcall.id.startswith(INFRASTRUCTURE_PREFIXES):
-                raise InvalidInput("tool-call id", toolcall.id, "uses an infrastructure prefix")
+            _require_toolcall_id(toolcall.id)
             if state.in_index(toolcall.id):
                 raise DuplicateObject(toolcall.id, "this session already recorded that tool call")
             recorded: list[e.Event] = [
@@ -263,14 +273,18 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
         case c.Unpin(object_id=object_id):
             _require_content_object(state, object_id)
             return [e.ObjectUnpinned(object_id)] if object_id in state.pinned else []
-        case c.CollapseToFit(object_ids=object_ids, note=note):
+        case c.CollapseToFit(object_ids=object_ids, note=note, superseded=superseded):
             out = []
+            newer = dict(superseded)
+            for later in newer.values():
+                _require_content_object(state, later)
             for object_id in dict.fromkeys(object_ids):
                 _require_content_object(state, object_id)
                 if object_id in state.pinned:
                     raise InvalidInput("object", object_id, "is pinned; a pin is never collapsed")
                 if object_id in state.active:
-                    out.append(e.ObjectDeactivated(object_id, by="budget"))
+                    by = newer.get(object_id)
+                    out.append(e.ObjectDeactivated(object_id, by="budget", superseded_by=by))
             if out and note:
                 out.append(e.ContextNoteRecorded(note))
             return out
@@ -406,11 +420,14 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
                 last_used=state.last_used.set(object_id, state.use_clock + 1),
                 use_clock=state.use_clock + 1,
             )
-        case e.ObjectDeactivated(object_id=object_id):
+        case e.ObjectDeactivated(object_id=object_id, superseded_by=later):
             return attrs.evolve(
                 state,
                 active=state.active.discard(object_id),
                 auto_active=state.auto_active.discard(object_id),
+                superseded=state.superseded.set(object_id, later)
+                if later is not None
+                else state.superseded,
             )
         case e.ContextNoteRecorded(text=text):
             return _append_to_current_turn(state, ContextNote(text))

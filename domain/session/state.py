@@ -30,9 +30,11 @@ class CollapseWindow:
             raise InvalidInput("collapse window", sizes, "sizes must be at least 1")
 
 
-POLICY_NAMES = ("ssot", "inline")
+POLICY_NAMES = ("ssot", "inline", "relevance")
 """Layout and collapse policies: ``ssot`` is the SSOT's four sections and sliding window;
-``inline`` keeps the prompt append-only and collapses in batches (docs/decisions/0008)."""
+``inline`` keeps the prompt append-only and collapses in batches (docs/decisions/0008);
+``relevance`` lays it out as ``inline`` does and collapses by predicted use, keeping the files
+the agent works on (docs/decisions/0021)."""
 
 
 def _positive_or_none(value: int | None, what: str) -> None:
@@ -58,6 +60,17 @@ class PolicyConfig:
     emergency_truncation: bool = False
     """When the chat alone exceeds the budget: drop the oldest whole turns from the prompt (never
     from the store) instead of raising ``BudgetExceeded``."""
+    recent_messages: int = 8
+    """``relevance``: the files named in this many of the agent's last messages (and in the
+    traceback frames of their outputs) are its working set."""
+    seen_calls: int | None = None
+    """``relevance``: an output that shows nothing of the working set collapses, without a note,
+    once the agent has answered after it this many times — while it is still near the end of the
+    prompt, where collapsing it rewrites almost nothing of the cached prefix (None: only batches
+    collapse)."""
+    keep_tokens: int | None = None
+    """``relevance``: outputs that show the working set are kept by batch collapses up to this
+    many tokens, those of the most recently named files first (None: all of them)."""
     checkpoint_every: int | None = None
     """Take a checkpoint automatically before every N-th user message (before turns 1, 1+N, ...);
     None: only when asked."""
@@ -79,12 +92,14 @@ class PolicyConfig:
             raise InvalidInput("policy", self.name, f"known policies are {list(POLICY_NAMES)}")
         _positive_or_none(self.trigger_tokens, "trigger_tokens")
         _positive_or_none(self.budget_tokens, "budget_tokens")
+        _positive_or_none(self.keep_tokens, "keep_tokens")
+        _positive_or_none(self.seen_calls, "seen_calls")
         _positive_or_none(self.checkpoint_every, "checkpoint_every")
         _positive_or_none(self.max_input_tokens, "max_input_tokens")
         _positive_or_none(self.compaction_trigger_tokens, "compaction_trigger_tokens")
         for what in ("verbatim_window_tokens", "summary_budget_tokens"):
             _positive_or_none(getattr(self, what), what)
-        for what in ("clear_at_least", "keep_recent", "min_verbatim_exchanges"):
+        for what in ("clear_at_least", "keep_recent", "min_verbatim_exchanges", "recent_messages"):
             value = getattr(self, what)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise InvalidInput(what, value, "must be an integer >= 0")
@@ -93,6 +108,11 @@ class PolicyConfig:
     def uses_window(self) -> bool:
         """The sliding window applies only to the SSOT policy."""
         return self.name == "ssot"
+
+    @property
+    def inline_layout(self) -> bool:
+        """The prompt is laid out by ``render_inline`` (``inline`` and ``relevance``)."""
+        return self.name in ("inline", "relevance")
 
 
 def _turn_zero() -> PVector[Turn]:
@@ -138,6 +158,9 @@ class SessionState:
     """For each object ever activated, when it last was (a counter): "least recently used"."""
     use_clock: int = 0
     """Ticks at every activation."""
+    superseded: PMap[str, str] = attrs.field(factory=pmap)
+    """Tool outputs collapsed because a later output shows the same lines of their files again,
+    with that later output (decision 0021): a fact about the two outputs, kept once made."""
     compacted: int = 0
     """Turns before this one are compacted: the chat shows ``summary`` in their place (they stay
     in ``turns``)."""

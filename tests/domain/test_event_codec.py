@@ -20,6 +20,8 @@ from selfctx.domain.chat import (
     ToolResult,
     Turn,
     UserMessage,
+    message_from_json,
+    message_to_json,
 )
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.indexing import Outcome
@@ -48,6 +50,9 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
         clear_at_least=st.integers(0, 10**6),
         budget_tokens=st.none() | st.integers(1, 10**9),
         emergency_truncation=st.booleans(),
+        recent_messages=st.integers(0, 100),
+        seen_calls=st.none() | st.integers(1, 9),
+        keep_tokens=st.none() | st.integers(1, 10**6),
         checkpoint_every=st.none() | st.integers(1, 99),
     ),
     "message": st.builds(
@@ -57,7 +62,7 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
     ),
     "outcome": st.sampled_from([Outcome.CREATED, Outcome.UPDATED]),
     "trigger": st.sampled_from(
-        ["agent_read", "agent_write", "watcher", "resume", "activation", "restore"]
+        ["agent_read", "agent_view", "agent_write", "watcher", "resume", "activation", "restore"]
     ),
     "kind": st.sampled_from(["file", "toolcall"]),
     "auto": st.booleans(),
@@ -92,6 +97,7 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "case": st.sampled_from(["summarize", "truncate"]),
     "summary": TEXT,
     "files": st.lists(TEXT, max_size=3).map(tuple),
+    "superseded_by": st.none() | TEXT,
 }
 EVENT_TYPES = typing.get_args(e.Event)
 
@@ -152,3 +158,12 @@ def test_entries_written_before_decision_0017_are_read_too() -> None:
 def test_an_entry_without_a_list_of_events_is_refused(events: Any) -> None:
     with pytest.raises(InvalidInput, match="log:s:1"):
         entry_events({"xt/id": "log:s:1", "events": events})
+
+
+def test_a_call_keeps_the_harness_id_it_was_mapped_from() -> None:
+    mapped = ToolCallRequest("tc_0123", "bash", {"command": "ls"}, provider_id="call_0")
+    plain = ToolCallRequest("call-1", "bash", {})
+    data = message_to_json(AssistantMessage("", (mapped, plain)))
+    assert [c.get("provider_id") for c in data["tool_calls"]] == ["call_0", None]
+    assert "provider_id" not in data["tool_calls"][1]  # chats written before keep their form
+    assert message_from_json(data) == AssistantMessage("", (mapped, plain))

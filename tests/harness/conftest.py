@@ -21,6 +21,8 @@ from selfctx.application.policies import policy_by_name
 from selfctx.application.ports.store import ObjectStore, Receipt
 from selfctx.application.service import ContextService
 from selfctx.application.settings import Settings
+from selfctx.domain.chat import AssistantMessage
+from selfctx.domain.identifiers import toolcall_object_id
 from selfctx.domain.session.state import SessionState
 from tests.support import CountingClock, CountingIds, file_id
 
@@ -41,6 +43,11 @@ def make_service(policy: str = "ssot", store: ObjectStore | None = None) -> Cont
         ids=CountingIds(),
         settings=Settings(policy=policy_by_name(policy)),
     )
+
+
+def tc(call_id: str, occurrence: int = 1, session_id: str = "s1") -> str:
+    """The object id of the harness's ``occurrence``-th call with id ``call_id`` (decision 0030)."""
+    return toolcall_object_id(session_id, call_id, occurrence)
 
 
 def fid(path: str) -> str:
@@ -186,8 +193,19 @@ def chat_roles(service: ContextService, session_id: str = "s1") -> list[str]:
 
 
 def recorded_call_ids(service: ContextService, session_id: str = "s1") -> list[str]:
-    """The tool results of the chat, in order."""
-    return [m.toolcall_id for m in service.assemble(session_id).chat if m.toolcall_id is not None]
+    """The tool results of the chat, in order, by the harness's ids of their calls."""
+    harness_ids = {
+        call.id: call.provider_id or call.id
+        for turn in service.state(session_id).turns
+        for message in turn.messages
+        if isinstance(message, AssistantMessage)
+        for call in message.tool_calls
+    }
+    return [
+        harness_ids.get(m.toolcall_id, m.toolcall_id)
+        for m in service.assemble(session_id).chat
+        if m.toolcall_id is not None
+    ]
 
 
 def check_invariants(state: SessionState) -> None:

@@ -32,7 +32,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from selfctx.adapters.harness import HarnessSession, MalformedMessage
-from selfctx.adapters.harness.messages import Message, parse_messages
 from selfctx.adapters.harness.render import (
     to_anthropic,
     to_openai,
@@ -43,6 +42,7 @@ from selfctx.adapters.memory import MemoryStore
 from selfctx.application.ports.store import StoreError
 from selfctx.domain.chat import AssistantMessage, ToolResult, UserMessage
 from selfctx.domain.errors import SelfContextError
+from selfctx.domain.identifiers import is_valid_toolcall_id
 from tests.harness.conftest import (
     CWD,
     ROOTS,
@@ -56,7 +56,7 @@ from tests.harness.conftest import (
 from tests.support import WrappedStore
 
 TOTAL_STREAMS = 10_000
-POLICIES = st.sampled_from(["ssot", "inline"])
+POLICIES = st.sampled_from(["ssot", "inline", "relevance"])
 """Each stream runs under one of the layout policies (decision 0008)."""
 SHARE = {"openai": 0.4, "anthropic": 0.4, "malformed": 0.2}
 _SCALE = float(os.environ.get("SELFCTX_HARNESS_FUZZ_SCALE", "1"))
@@ -82,10 +82,13 @@ def fuzz(share: str, fraction: float = 1.0) -> settings:
 @attrs.frozen
 class Call:
     id: str
+    """The id the harness sends (``call_0`` again and again when it reuses ids)."""
     name: str
     args: dict[str, Any]
     output: str
     is_error: bool = False
+    uid: int = 0
+    """What tells the test's calls apart when the harness reuses ids."""
 
 
 @attrs.frozen
@@ -114,8 +117,13 @@ TEXT = st.text(alphabet=st.sampled_from("abc xyz_.:/\n\t-=()'\"#é😀\ud800"), 
 
 
 @st.composite
-def tool_call(draw: st.DrawFn, call_id: str, fmt: str) -> Call:
+def tool_call(draw: st.DrawFn, call_id: str, fmt: str, uid: int = 0) -> Call:
     """A tool call with the output of a file-like command, wrapped as the harness would."""
+    return attrs.evolve(draw(_tool_call(call_id, fmt)), uid=uid)
+
+
+@st.composite
+def _tool_call(draw: st.DrawFn, call_id: str, fmt: str) -> Call:
     path = draw(st.sampled_from(PATHS))
     content = draw(TEXT)
     code = draw(st.sampled_from([0, 0, 0, 1, 2]))
@@ -174,9 +182,12 @@ def tool_call(draw: st.DrawFn, call_id: str, fmt: str) -> Call:
 
 @attrs.define
 class Names:
-    """Unique texts and call ids for one stream (plain texts never repeat)."""
+    """Unique texts and call ids for one stream (plain texts never repeat). With ``reuse``, the
+    harness numbers calls per message, as harnesses over llama.cpp or Kimi do (``call_0`` on
+    every turn): a reused id after a new assistant message is a new call."""
 
     fmt: str
+    reuse: bool = False
     counter: Iterator[int] = attrs.field(factory=itertools.count)
 
     def text(self, what: str, draw: st.DrawFn | None = None) -> str:
@@ -187,8 +198,14 @@ class Names:
             return " " * (n + 1)
         return f"{what} #{n}" + ("\n\n" if style == "trailing" else "")
 
-    def call_id(self) -> str:
-        return f"{'toolu' if self.fmt == 'anthropic' else 'call'}_{next(self.counter)}"
+    def call_id(self, position: int = 0) -> str:
+        prefix = "toolu" if self.fmt == "anthropic" else "call"
+        if self.reuse:
+            return f"functions.bash:{position}" if self.fmt == "openai" else f"{prefix}_{position}"
+        return f"{prefix}_{next(self.counter)}"
+
+    def uid(self) -> int:
+        return next(self.counter)
 
 
 @st.composite
@@ -208,7 +225,9 @@ def conversation(draw: st.DrawFn, fmt: str, names: Names) -> list[Item]:
             items.append(Item("user", names.text("user", draw)))
         else:
             n = draw(st.integers(0, 3))
-            calls = tuple(draw(tool_call(names.call_id(), fmt)) for _ in range(n))
+            calls = tuple(draw(tool_call(names.call_id(k), fmt, names.uid())) for k in range(n))
+            if names.reuse:  # distinct messages (decision 0007's ambiguity is shown elsewhere)
+                calls = tuple(attrs.evolve(c, args={**c.args, "n": c.uid}) for c in calls)
             text = draw(st.sampled_from(["", names.text("assistant", draw)])) if calls else ""
             items.append(
                 Item("assistant", text or ("" if calls else names.text("assistant", draw)), calls)
@@ -301,6 +320,23 @@ class Step:
     """The failing commit reaches the store and only its answer is lost."""
 
 
+def well_paired(items: list[Item]) -> tuple[Item, ...]:
+    """The items without results whose calls are not those of the assistant item right before
+    them. A harness that reuses ids sends a result right after its call (providers require it):
+    a result cut off from its call by a truncation or a compaction would name another call."""
+    out: list[Item] = []
+    for item in items:
+        if item.kind == "results":
+            before = out[-1] if out else None
+            asked = (
+                {c.uid for c in before.calls} if before and before.kind == "assistant" else set()
+            )
+            if not {c.uid for c in item.calls} <= asked:
+                continue
+        out.append(item)
+    return tuple(out)
+
+
 def edited(item: Item, names: Names, draw: st.DrawFn) -> Item:
     if item.kind == "results":
         # bool(): mypy checks the right operand of `and` in the context of the left one's type,
@@ -314,7 +350,11 @@ def edited(item: Item, names: Names, draw: st.DrawFn) -> Item:
 
 @st.composite
 def streams(draw: st.DrawFn, fmt: str, malformed: bool = False) -> list[Step]:
-    names = Names(fmt)
+    names = Names(fmt, reuse=draw(st.booleans()))
+
+    def listed(items: list[Item]) -> tuple[Item, ...]:
+        return well_paired(items) if names.reuse else tuple(items)
+
     pending = draw(conversation(fmt, names))
     lead = next((n for n, i in enumerate(pending) if i.kind != "system"), len(pending))
     history: list[Item] = pending[:lead]
@@ -330,7 +370,7 @@ def streams(draw: st.DrawFn, fmt: str, malformed: bool = False) -> list[Step]:
             history, pending = history + pending[:n], pending[n:]
         elif op == "shorter":  # a retry with fewer messages: the history stays as it is
             k = draw(st.integers(lead, len(history) - 1))
-            steps.append(Step(op, tuple(history[:k])))
+            steps.append(Step(op, listed(history[:k])))
             continue
         elif op == "truncate" and len(history) > lead + 1:
             history = history[: draw(st.integers(lead + 1, len(history) - 1))]
@@ -342,24 +382,27 @@ def streams(draw: st.DrawFn, fmt: str, malformed: bool = False) -> list[Step]:
             k = draw(st.integers(lead, len(history) - 1))
             history = [*history[:k], edited(history[k], names, draw), *history[k + 1 :]]
         elif op == "bad":  # after the history or a shorter list (then it diverges)
-            base = history[: draw(st.integers(lead, len(history)))]
+            base = list(listed(history[: draw(st.integers(lead, len(history)))]))
             bad, offset = draw(bad_tail(fmt, base, names))
             steps.append(Step(op, tuple(base), tuple(bad), offset))
             continue
         fail_at = draw(st.sampled_from([None] * 5 + [1, 2, 3, 4, 6]))
         lost = fail_at is not None and draw(st.booleans())
-        steps.append(Step(op, tuple(history), fail_at=fail_at, lost_ack=lost))
+        steps.append(Step(op, listed(history), fail_at=fail_at, lost_ack=lost))
     return steps
 
 
 @st.composite
 def bad_tail(draw: st.DrawFn, fmt: str, history: list[Item], names: Names) -> tuple[list[Any], int]:
-    """Malformed messages, and the position of the one the error must name. A reused id or a
-    second result is taken from ``history``, the list the bad messages follow: with the message
-    that carries it out of the list, a divergence reads it as the same message, edited."""
-    known = [c.id for i in history for c in i.calls if i.kind == "assistant"]
-    answered = [c.id for i in history for c in i.calls if i.kind == "results"]
-    new_id = names.call_id()
+    """Malformed messages, and the position of the one the error must name. A second result is
+    for a call of ``history``, the list the bad messages follow, whose latest request there is
+    answered (a reused id requested again awaits a result of its own)."""
+    latest_answered: dict[str, bool] = {}
+    for item in history:
+        for c in item.calls:
+            latest_answered[c.id] = item.kind == "results"
+    answered = sorted(i for i, done in latest_answered.items() if done)
+    new_id = f"fresh_{names.uid()}"
     if fmt == "openai":
         call = {"id": new_id, "type": "function", "function": {"name": "bash", "arguments": "{}"}}
         options: list[tuple[list[Any], int]] = [
@@ -375,7 +418,6 @@ def bad_tail(draw: st.DrawFn, fmt: str, history: list[Item], names: Names) -> tu
             ([{"role": "assistant", "content": "", "tool_calls": [call, call]}], 0),
             ([{"role": "tool", "content": "no id"}], 0),
             ([{"role": "tool", "tool_call_id": "nobody", "content": "x"}], 0),
-            ([{"role": "assistant", "content": "", "tool_calls": [dict(call, id="chat:x")]}], 0),
             (
                 [
                     {
@@ -397,9 +439,6 @@ def bad_tail(draw: st.DrawFn, fmt: str, history: list[Item], names: Names) -> tu
                 2,
             ),
         ]
-        if known:
-            reused = dict(call, id=draw(st.sampled_from(known)))
-            options += 3 * [([{"role": "assistant", "content": "", "tool_calls": [reused]}], 0)]
         if answered:
             again = draw(st.sampled_from(answered))
             options += 3 * [([{"role": "tool", "tool_call_id": again, "content": "again"}], 0)]
@@ -430,12 +469,8 @@ def bad_tail(draw: st.DrawFn, fmt: str, history: list[Item], names: Names) -> tu
             ([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "nobody"}]}], 0),
             ([{"role": "user", "content": [{"text": "untyped"}]}], 0),
             ([{"role": "assistant", "content": [use, use]}], 0),
-            ([{"role": "assistant", "content": [dict(use, id="session:x")]}], 0),
             ([{"role": "assistant", "content": [dict(use, input={"n": math.inf})]}], 0),
         ]
-        if known:
-            reused = dict(use, id=draw(st.sampled_from(known)))
-            options += 3 * [([{"role": "assistant", "content": [reused]}], 0)]
         if answered:
             again = draw(st.sampled_from(answered))
             result = {"type": "tool_result", "tool_use_id": again, "content": "again"}
@@ -447,16 +482,43 @@ def bad_tail(draw: st.DrawFn, fmt: str, history: list[Item], names: Names) -> tu
 # -- running a stream -----------------------------------------------------------------------------
 
 
-def identity(message: Message) -> tuple[Any, ...]:
-    """What makes a message distinct for the cursor (decision 0007; an edited assistant message
-    whose calls are recorded is that message)."""
-    if message.role == "tool":
-        return ("tool", message.tool_call_id)
-    if message.role == "assistant" and message.tool_calls:
-        return ("calls", tuple(c.id for c in message.tool_calls))
-    if message.role == "system":
-        return ("user", "[system] " + message.text)
-    return (message.role, message.text)
+def paired(items: tuple[Item, ...]) -> tuple[Item, ...]:
+    """The items with each result's call taken to be the latest call with its id before it in
+    the list, as the harness's list pairs them (with reused ids, a stream cut and grown again
+    can pair a result with another call than the one it was drawn for)."""
+    latest: dict[str, Call] = {}
+    out = []
+    for item in items:
+        if item.kind == "assistant":
+            latest.update({c.id: c for c in item.calls})
+        elif item.kind == "results":
+            calls = tuple(
+                attrs.evolve(c, uid=latest[c.id].uid) if c.id in latest else c for c in item.calls
+            )
+            item = attrs.evolve(item, calls=calls)
+        out.append(item)
+    return tuple(out)
+
+
+def identities(items: tuple[Item, ...], fmt: str) -> set[tuple[Any, ...]]:
+    """What makes a message distinct for the cursor (decision 0007): a tool result the call it
+    answers; an assistant message with calls its calls (edited, it is that message); others
+    their role and text."""
+    out: set[tuple[Any, ...]] = set()
+    # Leading system messages (a note is one in OpenAI lists) are the system prompt.
+    prompt = ("system", "note") if fmt == "openai" else ("system",)
+    lead = next((n for n, i in enumerate(items) if i.kind not in prompt), len(items))
+    for item in paired(items)[lead:]:
+        if item.kind in ("user", "note"):
+            out.add(("user", ("[system] " if item.kind == "note" else "") + item.text))
+        elif item.kind == "assistant":
+            calls = tuple(c.uid for c in item.calls)
+            out.add(("calls", calls) if calls else ("assistant", item.text))
+        else:
+            out |= {("tool", c.uid) for c in item.calls}
+            if item.text:
+                out.add(("user", item.text))
+    return out
 
 
 def chat_messages(h: HarnessSession) -> list[Any]:
@@ -498,7 +560,8 @@ class Run:
     h: HarnessSession
     store: WrappedStore
     seen: set[tuple[Any, ...]] = attrs.field(factory=set)
-    answered: set[str] = attrs.field(factory=set)
+    answered: set[int] = attrs.field(factory=set)
+    """The uids of the calls whose results were handed over."""
 
     def send(self, step: Step) -> None:
         messages, system = render(list(step.items), self.fmt)
@@ -516,15 +579,14 @@ class Run:
             self.h = HarnessSession(
                 self.h.service, self.h.session_id, self.fmt, cwd=CWD, roots=ROOTS
             )
-        parsed = parse_messages(messages, self.fmt, system)
         if step.fail_at is not None:
             failing = failing_commit(self.store, step.fail_at, step.lost_ack)
             with failing, contextlib.suppress(StoreError):
                 self.h.ingest(messages, system=system)
         self.h.ingest(messages, system=system)
-        lead = next((n for n, m in enumerate(parsed) if m.role != "system"), len(parsed))
-        self.seen |= {identity(m) for m in parsed[lead:]}
-        self.answered |= {m.tool_call_id for m in parsed if m.role == "tool" and m.tool_call_id}
+        self.seen |= identities(step.items, self.fmt)
+        results = [c.uid for i in paired(step.items) if i.kind == "results" for c in i.calls]
+        self.answered |= set(results)
         self.check()
 
     def check(self) -> None:
@@ -532,8 +594,10 @@ class Run:
         check_invariants(service.state(sid))
         chat = chat_messages(self.h)
         results = collections.Counter(m.toolcall_id for m in chat if isinstance(m, ToolResult))
-        assert set(results) == self.answered
+        assert len(results) == len(self.answered)
         assert all(n == 1 for n in results.values()), results
+        for object_id in results:  # every id emitted is valid in both formats (decision 0030)
+            assert is_valid_toolcall_id(object_id), object_id
         assert all(service.state(sid).in_index(i) for i in results)
         assert len(chat) == len(self.seen), (len(chat), len(self.seen))
         context = service.assemble(sid)

@@ -16,7 +16,7 @@ from selfctx.application.policies import policy_by_name
 from selfctx.application.ports.store import StoreError
 from selfctx.application.service import ContextService
 from selfctx.application.settings import Settings
-from selfctx.domain.objects import FileObject, ToolcallObject
+from selfctx.domain.objects import FileObject, FileView, ToolcallObject
 from tests.harness.conftest import (
     CWD,
     ROOTS,
@@ -39,6 +39,7 @@ from tests.harness.conftest import (
     open_harness,
     recorded_call_ids,
     snapshot,
+    tc,
 )
 from tests.support import CountingClock, CountingIds, WrappedStore
 
@@ -46,7 +47,7 @@ A_PY = "import os\n\nprint(os.getcwd())\n"
 
 
 def ref(call_id: str, tool: str = "bash", status: str = "ok") -> tuple[str, str]:
-    return ("tool", f"toolcall_ref id={call_id} tool={tool} status={status}")
+    return ("tool", f"toolcall_ref id={tc(call_id)} tool={tool} status={status}")
 
 
 def base() -> list[dict[str, Any]]:
@@ -59,7 +60,7 @@ def base() -> list[dict[str, Any]]:
 
 
 def toolcall(service: ContextService, call_id: str) -> ToolcallObject:
-    obj = service.object("s1", call_id)
+    obj = service.object("s1", tc(call_id))
     assert isinstance(obj, ToolcallObject)
     return obj
 
@@ -292,15 +293,15 @@ def test_a_whole_file_read_indexes_the_file_and_links_the_call_without_activatin
     h.ingest(base())
     state = h.service.state("s1")
     a_py = fid("/testbed/a.py")
-    assert list(state.index) == [a_py, "c1"]
-    assert set(state.pool) == {a_py, "c1"}
+    assert list(state.index) == [a_py, tc("c1")]
+    assert set(state.pool) == {a_py, tc("c1")}
     assert set(state.active) == {a_py}  # decision 0006: the file, not the call too
     assert file(h.service, "/testbed/a.py").content == A_PY
     call = toolcall(h.service, "c1")
     assert (call.tool, call.status, call.content) == ("bash", "ok", mini(A_PY))
     assert tuple(call.file_refs or ()) == (a_py,)
     # The output is still retrievable byte for byte.
-    assert h.service.activate("s1", "c1").ok
+    assert h.service.activate("s1", tc("c1")).ok
     assert toolcall(h.service, "c1").content == mini(A_PY)
 
 
@@ -316,9 +317,33 @@ def test_a_partial_read_stays_an_active_tool_call() -> None:
         ]
     )
     state = h.service.state("s1")
-    assert list(state.index) == ["c1", "c2"]
-    assert set(state.active) == {"c1", "c2"}
-    assert toolcall(h.service, "c1").file_refs is None
+    a_py = h.service.object_id_for("/testbed/a.py")
+    # the viewed file is discovered (a stub: its content is never taken from a partial view)
+    assert list(state.index) == [tc("c1"), a_py, tc("c2")]
+    assert set(state.active) == {tc("c1"), tc("c2")}
+    assert file(h.service, "/testbed/a.py").is_stub
+    # each call records which lines of it the output shows (decision 0020)
+    first, second = toolcall(h.service, "c1"), toolcall(h.service, "c2")
+    assert first.file_refs == (a_py,) and second.file_refs == (a_py,)
+    assert first.file_views == (FileView(a_py, "lines", ((1, 3),)),)
+    assert second.file_views == (FileView(a_py, "lines", ((5, 10),)),)
+
+
+def test_writes_and_edits_are_recorded_as_changes() -> None:
+    h = open_harness()
+    h.ingest(
+        [
+            o_user("fix"),
+            o_assistant("", bash("c1", "cat a.py")),
+            o_tool("c1", mini(A_PY)),
+            o_assistant("", bash("c2", "sed -i 's/x/y/' a.py")),
+            o_tool("c2", mini("")),
+        ]
+    )
+    a_py = h.service.object_id_for("/testbed/a.py")
+    assert toolcall(h.service, "c1").file_views == (FileView(a_py, "read"),)
+    edit = toolcall(h.service, "c2")
+    assert edit.file_views == (FileView(a_py, "change"),) and edit.file_refs is None
 
 
 def test_an_editor_view_with_a_range_is_a_partial_read() -> None:
@@ -331,7 +356,7 @@ def test_an_editor_view_with_a_range_is_a_partial_read() -> None:
             a_user(a_result("t1", numbered("/testbed/a.py", "x\ny"))),
         ]
     )
-    assert set(h.service.state("s1").active) == {"t1"}
+    assert set(h.service.state("s1").active) == {tc("t1")}
 
 
 def test_reads_and_listings_outside_the_roots_are_dropped() -> None:
@@ -347,8 +372,8 @@ def test_reads_and_listings_outside_the_roots_are_dropped() -> None:
     )
     state = h.service.state("s1")
     b_py = fid("/testbed/b.py")
-    assert list(state.index) == ["c1", "c2", b_py]
-    assert set(state.active) == {"c1", "c2"}  # the /etc read stays a tool call
+    assert list(state.index) == [tc("c1"), tc("c2"), b_py]
+    assert set(state.active) == {tc("c1"), tc("c2")}  # the /etc read stays a tool call
     assert file(h.service, "/testbed/b.py").is_stub
 
 
@@ -362,7 +387,7 @@ def test_listing_paths_relative_to_cd() -> None:
         ]
     )
     assert list(h.service.state("s1").index) == [
-        "c1",
+        tc("c1"),
         fid("/testbed/src/main.py"),
         fid("/testbed/src/util.py"),
         fid("/testbed/src/README.md"),
@@ -389,7 +414,7 @@ def test_a_str_replace_on_known_content_is_applied() -> None:
     assert file(h.service, "/testbed/a.py").content == (
         "import os\n\nprint(os.getcwd(), flush=True)\n"
     )
-    assert set(h.service.state("s1").active) == {fid("/testbed/a.py"), "c2"}
+    assert set(h.service.state("s1").active) == {fid("/testbed/a.py"), tc("c2")}
 
 
 def test_a_str_replace_on_unknown_or_ambiguous_content_changes_no_file() -> None:
@@ -398,7 +423,7 @@ def test_a_str_replace_on_unknown_or_ambiguous_content_changes_no_file() -> None
         "c9", "str_replace_editor", command="str_replace", path="/testbed/b.py", old_str="x"
     )
     h.ingest([o_user("edit"), o_assistant("", unknown), o_tool("c9", "has been edited")])
-    assert list(h.service.state("s1").index) == ["c9"]  # a container file: nothing to read
+    assert list(h.service.state("s1").index) == [tc("c9")]  # a container file: nothing to read
     twice = o_call(
         "c2", "str_replace_editor", command="str_replace", path="/testbed/a.py", old_str="o"
     )
@@ -419,13 +444,13 @@ def test_create_indexes_its_file_text() -> None:
         ]
     )
     assert file(h.service, "/testbed/new.py").content == "x = 1\n"
-    assert list(h.service.state("s1").index) == ["c1", fid("/testbed/new.py")]
+    assert list(h.service.state("s1").index) == [tc("c1"), fid("/testbed/new.py")]
 
 
 def test_a_write_whose_content_is_unknown_is_not_indexed_in_a_container() -> None:
     h = open_harness()
     h.ingest([o_user("w"), o_assistant("", bash("c1", "echo x > out.txt")), o_tool("c1", mini(""))])
-    assert list(h.service.state("s1").index) == ["c1"]
+    assert list(h.service.state("s1").index) == [tc("c1")]
 
 
 def test_fail_statuses() -> None:
@@ -443,7 +468,7 @@ def test_fail_statuses() -> None:
     assert toolcall(h.service, "c2").status == "ok"
     a = open_harness(fmt="anthropic", session_id="s2", service=h.service)
     a.ingest([a_user("go"), a_assistant(a_use("t1")), a_user(a_result("t1", "no", is_error=True))])
-    obj = h.service.object("s2", "t1")
+    obj = h.service.object("s2", tc("t1", session_id="s2"))
     assert isinstance(obj, ToolcallObject) and obj.status == "fail"
 
 

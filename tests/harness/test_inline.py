@@ -14,6 +14,7 @@ from tests.harness.conftest import (
     o_tool,
     o_user,
     open_harness,
+    tc,
 )
 
 SMALL = PolicyConfig("inline", trigger_tokens=60, clear_at_least=1, keep_recent=1)
@@ -30,7 +31,7 @@ def test_a_failed_call_is_an_anthropic_error_result_in_the_inline_layout() -> No
     request = to_anthropic(h.service.assemble("s1"))
     validate_anthropic(request)
     results = [b for m in request["messages"] for b in m["content"] if b["type"] == "tool_result"]
-    assert [(b["tool_use_id"], b.get("is_error")) for b in results] == [("c1", True)]
+    assert [(b["tool_use_id"], b.get("is_error")) for b in results] == [(tc("c1"), True)]
 
 
 def test_a_collapsed_listing_still_names_the_files_it_found() -> None:
@@ -47,7 +48,7 @@ def test_a_collapsed_listing_still_names_the_files_it_found() -> None:
         ]
     )
     chat = h.service.assemble("s1").chat
-    first = next(m for m in chat if m.toolcall_id == "c1")
+    first = next(m for m in chat if m.toolcall_id == tc("c1"))
     assert first.text == (
         f"[#1 collapsed: bash ok, {len(output)} chars; files #2 /testbed/a.py, #3 /testbed/b.py]"
     )

@@ -12,6 +12,7 @@ from selfctx.adapters.tokenizer import EstimateTokenizer
 from selfctx.application.ports.store import StoreUnavailable
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import AssistantMessage, ToolResult, UserMessage
+from selfctx.domain.identifiers import toolcall_object_id
 from selfctx.domain.mounts import MountTable
 from tests.support import CountingClock, CountingIds, FakeFileReader, WrappedStore
 
@@ -63,7 +64,7 @@ def test_a_lost_answer_then_a_retry_records_every_message_once(lost_at: int) -> 
     assert [getattr(m, "text", getattr(m, "toolcall_id", None)) for m in chat] == [
         "Fix the bug.",
         "Looking.",
-        "c1",
+        toolcall_object_id("s", "c1", 1),
         "continue",
     ]
     # A second service resuming the session sees the same, and nothing more is recorded.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,10 +19,16 @@ from typing import Any
 import pytest
 
 from selfctx.adapters.bootstrap import build_service
-from selfctx.adapters.harness.minisweagent import SHELL_TOOLS_PROMPT, ContextModel, attach
+from selfctx.adapters.harness.minisweagent import (
+    SHELL_TOOLS_PROMPT,
+    ContextModel,
+    attach,
+    context_command,
+)
 from selfctx.application.policies import policy_by_name
 from selfctx.application.service import ContextService
 from selfctx.application.settings import Settings
+from selfctx.domain.identifiers import toolcall_object_id
 from selfctx.domain.objects import FileObject, ToolcallObject
 
 SSOT = Settings(policy=policy_by_name("ssot"))
@@ -85,6 +92,11 @@ def recording(model_class: type) -> type:
     return Recording
 
 
+def tc(session_id: str, call_id: str) -> str:
+    """The object id of a harness call (decision 0030)."""
+    return toolcall_object_id(session_id, call_id, 1)
+
+
 def active_ids(messages: list[dict[str, Any]]) -> list[str]:
     text = json.dumps(messages)
     return [part.split("\\n", 1)[0] for part in text.split("ACTIVE_CONTENT id=")[1:]]
@@ -118,9 +130,9 @@ def check_objects(service: ContextService, sid: str, results: dict[str, str]) ->
     """Every tool call that has a result is a toolcall object holding exactly that result."""
     state = service.state(sid)
     toolcalls = [i for i in state.index if state.kinds[i] == "toolcall"]
-    assert sorted(toolcalls) == sorted(results)
+    assert sorted(toolcalls) == sorted(toolcall_object_id(sid, i, 1) for i in results)
     for call_id, text in results.items():
-        obj = service.object(sid, call_id)
+        obj = service.object(sid, toolcall_object_id(sid, call_id, 1))
         assert isinstance(obj, ToolcallObject) and obj.content == text
 
 
@@ -188,7 +200,7 @@ def test_mini_swe_agent_tool_calls_run_on_managed_requests(mini: Any, repo: Path
     }
     assert sorted(outputs) == sorted(f"call_{n}" for n in range(1, 11))
     check_objects(service, sid, outputs)
-    call_4 = service.object(sid, "call_4")
+    call_4 = service.object(sid, tc(sid, "call_4"))
     assert isinstance(call_4, ToolcallObject)
     assert call_4.status == "fail"  # the test failed before the fix
     assert "MARKER-42" in outputs["call_3"] and '"output"' in agent.messages[7]["content"]
@@ -210,19 +222,18 @@ def test_mini_swe_agent_tool_calls_run_on_managed_requests(mini: Any, repo: Path
         assert request[1]["content"].startswith("Objects in this session")
         assert not any(m["role"] == "tool" and "<returncode>" in m["content"] for m in request)
     calc_id = calc.id
-    assert active_ids(model.received[2]) == ["call_1", calc_id]  # the ls; the file, not the cat
-    assert "call_3" in active_ids(model.received[3]) and "MARKER-42" in json.dumps(
-        model.received[3]
-    )
+    call_1, call_3 = tc(sid, "call_1"), tc(sid, "call_3")
+    assert active_ids(model.received[2]) == [call_1, calc_id]  # the ls; the file, not the cat
+    assert call_3 in active_ids(model.received[3]) and "MARKER-42" in json.dumps(model.received[3])
     # After eight calls in the turn, the third has left the window of the last five.
     eighth = json.dumps(model.received[8])
-    assert "toolcall_ref id=call_3 tool=bash status=ok" in eighth
-    assert "MARKER-42" not in eighth and "call_3" not in active_ids(model.received[8])
+    assert f"toolcall_ref id={call_3} tool=bash status=ok" in eighth
+    assert "MARKER-42" not in eighth and call_3 not in active_ids(model.received[8])
     # `activate call_3` (a command the environment answered) brought it back ...
     ninth = model.received[9]
-    assert "call_3" in active_ids(ninth) and "MARKER-42" in json.dumps(ninth)
-    answer = service.object(sid, "call_9").content or ""
-    assert answer.startswith("<returncode>0</returncode>") and "call_3" in answer
+    assert call_3 in active_ids(ninth) and "MARKER-42" in json.dumps(ninth)
+    answer = service.object(sid, tc(sid, "call_9")).content or ""
+    assert answer.startswith("<returncode>0</returncode>") and call_3 in answer
     # ... and `deactivate <calc.py's id>` collapsed the file.
     assert calc_id in active_ids(model.received[9])
     assert calc_id not in active_ids(model.received[10])
@@ -275,9 +286,9 @@ def test_mini_swe_agent_text_actions_run_on_managed_requests(mini: Any, repo: Pa
     assert len(refs) == len(commands) - 1
     assert any("```mswea_bash_command\ncat calc.py\n```" in m["content"] for m in last)
     # The marker was pinned while among the last five calls: it never collapsed.
-    assert marker_id in active_ids(last) and "MARKER-42" in json.dumps(last)
-    assert f"mswea-{sid}-2-0" not in active_ids(last)  # the cat's call: the file is active
-    assert f"mswea-{sid}-6-0" not in active_ids(last)  # `echo a` left the window
+    assert tc(sid, marker_id) in active_ids(last) and "MARKER-42" in json.dumps(last)
+    assert tc(sid, f"mswea-{sid}-2-0") not in active_ids(last)  # the cat's: the file is active
+    assert tc(sid, f"mswea-{sid}-6-0") not in active_ids(last)  # `echo a` left the window
 
 
 def test_the_wrapper_resumes_without_recording_twice(mini: Any, repo: Path) -> None:
@@ -299,3 +310,180 @@ def test_the_wrapper_resumes_without_recording_twice(mini: Any, repo: Path) -> N
     assert fresh.sync(agent.messages).consumed == 0
     assert fresh.session.ingestor.total == total
     assert os.path.samefile(fresh.session.ingestor.cwd, repo)
+
+
+# -- context commands under every policy (issue 15 item 11) -----------------------------------
+
+MARKER_SHOWN = [
+    # ssot: the output is active, in a block headed by its id
+    re.compile(r"ACTIVE_CONTENT id=(\S+)\n(?:(?!ACTIVE_CONTENT id=).)*?MARKER-42", re.S),
+    # inline: the output is in its tool message, labelled with its handle
+    re.compile(r"\[(#[0-9]+)\]\n(?:(?!\[#).)*?MARKER-42", re.S),
+]
+
+
+def shown_marker(messages: list[dict[str, Any]]) -> str | None:
+    """The id or handle under which the model was shown the marker's output."""
+    text = "\n".join(str(m.get("content") or "") for m in messages)
+    for pattern in MARKER_SHOWN:
+        found = pattern.search(text)
+        if found:
+            return found[1]
+    return None
+
+
+def scripted(model_class: type) -> type:
+    """``model_class`` whose next output names the marker's output as the model was shown it:
+    ``{MARKER}`` in it becomes the id or handle found in the messages it receives."""
+
+    class Scripted(model_class):  # type: ignore[misc]
+        marker: str | None = None
+
+        def query(self, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+            self.marker = shown_marker(messages) or self.marker
+            upcoming = self.config.outputs[self.current_index + 1]
+            if self.marker is not None:
+                text = json.dumps(upcoming).replace("{MARKER}", self.marker)
+                self.config.outputs[self.current_index + 1] = json.loads(text)
+            result: dict[str, Any] = super().query(messages, **kwargs)
+            return result
+
+    return Scripted
+
+
+CONTEXT_STEPS = [
+    "echo MARKER-$((6 * 7))",
+    "pin {MARKER}",
+    "deactivate {MARKER}",
+    "activate '{MARKER}'",
+    "unpin {MARKER}",
+    "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",
+]
+
+
+@pytest.mark.parametrize("mode", ["text", "toolcalls"])
+@pytest.mark.parametrize("policy", ["ssot", "inline", "relevance"])
+def test_context_commands_never_reach_the_environment(
+    mini: Any, repo: Path, policy: str, mode: str
+) -> None:
+    from minisweagent.agents.default import DefaultAgent
+    from minisweagent.environments.local import LocalEnvironment
+    from minisweagent.models.test_models import (
+        DeterministicModel,
+        DeterministicToolcallModel,
+        make_output,
+        make_toolcall_output,
+    )
+
+    class RecordingEnvironment(LocalEnvironment):
+        ran: list[str] = []
+
+        def execute(self, action: dict[str, Any], cwd: str = "", **kwargs: Any) -> Any:
+            type(self).ran = [*type(self).ran, action.get("command", "")]
+            return super().execute(action, cwd, **kwargs)
+
+    service = build_service(workspace=str(repo), settings=Settings(policy=policy_by_name(policy)))
+    config_name = "default.yaml" if mode == "text" else "mini.yaml"
+    config = builtin_config(config_name)
+    if mode == "text":
+        outputs = [
+            make_output(f"Next.\n\n```mswea_bash_command\n{c}\n```", [{"command": c}])
+            for c in CONTEXT_STEPS
+        ]
+        model = scripted(DeterministicModel)(
+            outputs=outputs, observation_template=config["model"]["observation_template"]
+        )
+    else:
+        outputs = []
+        for n, command in enumerate(CONTEXT_STEPS, start=1):
+            call = {
+                "id": f"call_{n}",
+                "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps({"command": command})},
+            }
+            action = {"command": command, "tool_call_id": f"call_{n}"}
+            outputs.append(make_toolcall_output("Next.", [call], [action]))
+        model = scripted(DeterministicToolcallModel)(
+            outputs=outputs, observation_template=config["model"]["observation_template"]
+        )
+    env = RecordingEnvironment(cwd=str(repo), **config.get("environment", {}))
+    managed, managed_env = attach(model, env, service, f"ctx-{policy}-{mode}")
+    agent_config = config["agent"] | {"step_limit": 30, "cost_limit": 0}
+    agent = DefaultAgent(managed, managed_env, **agent_config)  # type: ignore[arg-type]
+    assert agent.run("Show me the marker.")["exit_status"] == "Submitted"
+
+    assert service.state(managed.session.session_id).policy.name == policy
+    # The model named the output as it was shown it: a handle under inline, an id under ssot.
+    assert model.marker is not None
+    assert model.marker.startswith("tc_" if policy == "ssot" else "#"), model.marker
+    # Only the shell commands ran in the environment.
+    assert RecordingEnvironment.ran == [CONTEXT_STEPS[0], CONTEXT_STEPS[-1]]
+    answers = [
+        m["extra"]["raw_output"]
+        for m in agent.messages
+        if isinstance(m.get("extra"), dict) and "raw_output" in m["extra"]
+    ]
+    assert [
+        m["extra"]["returncode"] for m in agent.messages if "returncode" in (m.get("extra") or {})
+    ][1:5] == [0] * 4
+    assert "is pinned" in answers[1] and "is not pinned" in answers[4], answers
+
+
+@pytest.mark.parametrize(
+    ("command", "parsed"),
+    [
+        ("activate #3", ("activate", "#3")),
+        ("pin '#12'", ("pin", "#12")),
+        ('deactivate "tc_0123abc"', ("deactivate", "tc_0123abc")),
+        ("  unpin   tc_x  ", ("unpin", "tc_x")),
+        ("activate", ("activate", None)),  # a virtualenv's deactivate/activate never runs
+        ("deactivate", ("deactivate", None)),
+        ("activate #3 && ls", ("activate", None)),
+        ("pin 'unbalanced", ("pin", None)),
+        ("source venv/bin/activate", None),
+        ("activated_thing --x", None),
+        ("echo activate #3", None),
+    ],
+)
+def test_context_commands_are_recognised_in_every_form(
+    command: str, parsed: tuple[str, str | None] | None
+) -> None:
+    assert context_command(command) == parsed
+
+
+def test_a_context_command_may_name_an_object_by_its_handle() -> None:
+    """Under the inline layouts the model sees ``#n`` handles: ``activate #1`` is a context
+    command, answered by the session, never run in the shell (where ``#`` starts a comment)."""
+    from selfctx.adapters.harness import HarnessSession
+    from selfctx.adapters.harness.minisweagent import ContextEnvironment
+
+    class Shell:
+        ran: list[str] = []
+
+        def execute(self, action: dict[str, Any], cwd: str = "", **kwargs: Any) -> dict[str, Any]:
+            self.ran.append(action["command"])
+            return {"output": "", "returncode": 0, "exception_info": ""}
+
+    service = build_service(settings=Settings(policy=policy_by_name("relevance")))
+    session = HarnessSession(service, "handles", "openai")
+    session.ingest(
+        [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": '{"command": "echo hi"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "hi\n"},
+        ]
+    )
+    shell = Shell()
+    answer = ContextEnvironment(shell, session).execute({"command": "activate #1"})
+    assert shell.ran == [] and answer["returncode"] == 0
+    assert answer["output"] == "[#1 output of bash (ok)]\nhi\n\n"

@@ -34,6 +34,7 @@ from tests.harness.conftest import (
     o_tool,
     o_user,
     open_harness,
+    tc,
 )
 
 CALL = ToolCallRequest("c1", "bash", {"command": "ls"})
@@ -115,14 +116,28 @@ def test_anthropic_exact() -> None:
 
 def test_empty_context() -> None:
     empty = AssembledContext(system_prompt="", metadata=(), chat=(), active=())
-    assert to_openai(empty) == {"messages": [{"role": "system", "content": ""}]}
+    assert to_openai(empty) == {"messages": [{"role": "user", "content": "(session start)"}]}
     request = to_anthropic(empty, cache_control=False)
     assert request == {
-        "system": [{"type": "text", "text": "(no system prompt)"}],
         "messages": [{"role": "user", "content": [{"type": "text", "text": "(session start)"}]}],
     }
     validate_openai(to_openai(empty))
     validate_anthropic(request)
+
+
+@pytest.mark.parametrize("policy", ["ssot", "inline"])
+@pytest.mark.parametrize("prompt", ["", "  \n"])
+def test_no_system_prompt_no_empty_system_message(policy: str, prompt: str) -> None:
+    """Issue 15 item 19: a request without a system prompt carries no empty system message."""
+    h = open_harness(make_service(policy), system_prompt=prompt)
+    h.ingest([o_user("hi"), o_assistant("", bash("c1", "ls")), o_tool("c1", mini("a.py\n"))])
+    openai, anthropic = both(h)
+    systems = [m["content"] for m in openai["messages"] if m["role"] == "system"]
+    assert all(text.strip() for text in systems), systems
+    assert all(b["text"].strip() for b in anthropic.get("system", [])), anthropic.get("system")
+    if policy == "ssot":  # the metadata pool is the one system text
+        assert [t.split("\n")[0] for t in systems] == [METADATA_HEADER]
+        assert [b["text"] for b in anthropic["system"]] == systems
 
 
 def test_raw_arguments_are_given_back_as_the_model_wrote_them() -> None:
@@ -200,12 +215,16 @@ def test_parallel_calls_with_results_in_odd_order() -> None:
     )
     openai, anthropic = both(h)
     assert [m.get("tool_call_id") for m in openai["messages"] if m["role"] == "tool"] == [
-        "c1",
-        "c2",
-        "c3",
+        tc("c1"),
+        tc("c2"),
+        tc("c3"),
     ]
     assert blocks(anthropic)[2][:3] == ["tool_result"] * 3
-    assert [b["tool_use_id"] for b in anthropic["messages"][2]["content"][:3]] == ["c1", "c2", "c3"]
+    assert [b["tool_use_id"] for b in anthropic["messages"][2]["content"][:3]] == [
+        tc("c1"),
+        tc("c2"),
+        tc("c3"),
+    ]
 
 
 def test_a_user_message_between_a_call_and_its_result() -> None:
@@ -219,7 +238,7 @@ def test_a_user_message_between_a_call_and_its_result() -> None:
         ]
     )
     openai, anthropic = both(h)
-    assert roles(openai)[3:6] == ["assistant", "tool", "user"]
+    assert roles(openai)[2:5] == ["assistant", "tool", "user"]  # after the metadata and "go"
     assert blocks(anthropic)[-1][:2] == ["tool_result", "text"]
 
 
@@ -249,7 +268,7 @@ def test_a_chat_starting_with_an_assistant_message() -> None:
     h = open_harness(fmt="anthropic")
     h.ingest([a_assistant("Hello! What shall we do?"), a_user("fix it")])
     openai, anthropic = both(h)
-    assert roles(openai)[1:] == ["assistant", "user"]
+    assert roles(openai) == ["assistant", "user"]  # no system prompt, no objects: no system
     assert anthropic["messages"][0] == {
         "role": "user",
         "content": [{"type": "text", "text": "(session start)"}],
@@ -278,8 +297,8 @@ def test_fail_statuses_become_is_error() -> None:
         for b in anthropic["messages"][2]["content"]
         if b["type"] == "tool_result"
     }
-    assert results["t1"]["is_error"] is True
-    assert "is_error" not in results["t2"]
+    assert results[tc("t1")]["is_error"] is True
+    assert "is_error" not in results[tc("t2")]
 
 
 def test_a_mini_swe_agent_failure_is_an_error_result() -> None:
@@ -293,7 +312,7 @@ def test_an_empty_user_message() -> None:
     h = open_harness()
     h.ingest([o_user(""), o_assistant("ok"), o_user("")])
     openai, anthropic = both(h)
-    assert roles(openai) == ["system", "user", "assistant", "user"]
+    assert roles(openai) == ["user", "assistant", "user"]
     assert roles(anthropic) == ["user", "assistant"]
 
 
@@ -319,8 +338,9 @@ def test_a_final_assistant_message_ends_without_whitespace() -> None:
 def test_a_whitespace_system_prompt() -> None:
     h = open_harness(system_prompt="  ")
     h.ingest([o_user("hi")])
-    _, anthropic = both(h)
-    assert anthropic["system"][0]["text"] == "(no system prompt)"
+    openai, anthropic = both(h)
+    assert "system" not in anthropic
+    assert [m["role"] for m in openai["messages"]] == ["user"]
 
 
 def test_the_active_content_is_last_in_both_formats() -> None:
@@ -526,15 +546,16 @@ def test_context_tools_answer_and_act() -> None:
     h.ingest(
         [o_user("go"), o_assistant("", bash("c1", "pytest")), o_tool("c1", mini("1 passed\n"))]
     )
-    assert "c1" in h.service.state("s1").active
-    answer = h.handle("deactivate", {"id": "c1"})
-    assert answer.ok and "c1" not in h.service.state("s1").active
-    assert h.handle("activate", {"id": "c1"}).ok
-    assert "c1" in h.service.state("s1").active
-    assert h.handle("pin", {"id": "c1"}).ok
-    assert "c1" in h.service.state("s1").pinned
+    c1 = tc("c1")
+    assert c1 in h.service.state("s1").active
+    answer = h.handle("deactivate", {"id": c1})  # the id the model is shown
+    assert answer.ok and c1 not in h.service.state("s1").active
+    assert h.handle("activate", {"id": "c1"}).ok  # the harness's id of the call maps to it too
+    assert c1 in h.service.state("s1").active
+    assert h.handle("pin", {"id": c1}).ok
+    assert c1 in h.service.state("s1").pinned
     assert h.handle("unpin", {"id": "c1"}).ok
-    assert "c1" not in h.service.state("s1").pinned
+    assert c1 not in h.service.state("s1").pinned
 
 
 @pytest.mark.parametrize(

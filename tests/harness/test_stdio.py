@@ -42,6 +42,7 @@ from selfctx.application.ports.store import (
     StoreRejected,
     StoreUnavailable,
 )
+from selfctx.domain.identifiers import toolcall_object_id
 from tests.support import CountingClock, CountingIds, FakeFileReader, WrappedStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -199,6 +200,11 @@ class Conversation:
         return params
 
 
+def tc(session_id: str, call_id: str, occurrence: int = 1) -> str:
+    """The object id a harness's call is stored and shown under (decision 0030)."""
+    return toolcall_object_id(session_id, call_id, occurrence)
+
+
 def active_ids(request: dict[str, Any]) -> list[str]:
     text = json.dumps(request["messages"])
     return [part.split("\\n", 1)[0] for part in text.split("ACTIVE_CONTENT id=")[1:]]
@@ -245,7 +251,7 @@ def test_a_session_from_open_to_close(fmt: str, server: Server, workspace: Path)
     # call is in the chat as a reference only (decision 0006).
     assert active_ids(request) == [calc]
     assert json.dumps(FILES["calc.py"])[1:-1] in text
-    assert "toolcall_ref id=call_cat tool=bash status=ok" in text
+    assert f"toolcall_ref id={tc(sid, 'call_cat')} tool=bash status=ok" in text
     assert request["stats"] | {"chars": 0, "log_position": 0} == {
         "index": 2, "pool": 2, "active": 1, "pinned": 0, "collapsed": 1, "files": 1,
         "toolcalls": 1, "turns": 2, "messages": len(request["messages"]), "chars": 0,
@@ -269,15 +275,16 @@ def test_a_session_from_open_to_close(fmt: str, server: Server, workspace: Path)
     listed = request["messages"][1]["content"] if fmt == "openai" else request["system"][1]["text"]
     assert f"path={workspace}/pkg/other.py file_type=py [unread]" in listed
     assert f"path={workspace}/pkg/util.py file_type=py [unread]" in listed
-    assert active_ids(request) == [calc] + [f"call_echo{n}" for n in range(1, 6)]
-    assert "toolcall_ref id=call_echo0 tool=bash status=ok" in json.dumps(request)
+    assert active_ids(request) == [calc] + [tc(sid, f"call_echo{n}") for n in range(1, 6)]
+    assert f"toolcall_ref id={tc(sid, 'call_echo0')} tool=bash status=ok" in json.dumps(request)
 
     # The model's context tools.
     for method, expected in [("activate", True), ("pin", True), ("unpin", True)]:
+        # The harness's id of the call maps to the object the model is shown.
         result = server.call(method, session_id=sid, id="call_echo0")
-        assert result["ok"] is expected and "call_echo0" in result["message"]
+        assert result["ok"] is expected and tc(sid, "call_echo0") in result["message"]
     request = server.call("assemble", session_id=sid, format=fmt)
-    assert "call_echo0" in active_ids(request)
+    assert tc(sid, "call_echo0") in active_ids(request)
     assert "step 0" in json.dumps(request)
     assert server.call("deactivate", session_id=sid, id=calc)["ok"] is True
     relayed = server.call("tools.call", session_id=sid, name="activate", arguments={"id": "nope"})
@@ -345,12 +352,6 @@ def lines(request: dict[str, Any]) -> str:
 
 
 ORPHAN = [{"role": "tool", "tool_call_id": "call_zzz", "content": "x"}]
-REUSED = [  # a new message (one of its calls is new) that reuses a recorded call id
-    {"role": "assistant", "content": "once more", "tool_calls": [
-        {"id": "call_a", "type": "function", "function": {"name": "bash", "arguments": "{}"}},
-        {"id": "call_new", "type": "function", "function": {"name": "bash", "arguments": "{}"}},
-    ]},
-]  # fmt: skip
 
 # (what is wrong, the raw line, expected code, expected data.kind)
 PROTOCOL_ERRORS = [
@@ -408,7 +409,8 @@ def test_protocol_errors_are_answered_and_change_nothing(
     assert response["id"] == expected_id
     assert server.call("assemble", session_id=sid) == before  # still serving, unchanged
     if kind == "invalid_params" and "policy" in raw:
-        assert error["data"]["policies"] == ["inline", "ssot"] and "greedy" in error["message"]
+        assert error["data"]["policies"] == ["inline", "relevance", "ssot"]
+        assert "greedy" in error["message"]
 
 
 def project_error_cases(workspace: Path) -> list[tuple[str, str, dict[str, Any], str]]:
@@ -420,7 +422,6 @@ def project_error_cases(workspace: Path) -> list[tuple[str, str, dict[str, Any],
         ("huge content", "index_file", {"path": str(workspace / "big.txt"), "content": huge},
          "invalid_content"),
         ("orphan result", "ingest", {"messages": ORPHAN}, "malformed_message"),
-        ("reused call id", "ingest", {"messages": REUSED}, "malformed_message"),
         ("unknown role", "ingest", {"messages": [{"role": "wizard", "content": "x"}]},
          "malformed_message"),
         ("non-string content", "ingest", {"messages": [{"role": "user", "content": 5}]},
@@ -433,12 +434,6 @@ def project_error_cases(workspace: Path) -> list[tuple[str, str, dict[str, Any],
         ("the system prompt", "pin", {"id": "system_prompt:busy"}, "not_a_content_object"),
         ("not open", "assemble", {"session_id": "never-opened"}, "session_not_found"),
         ("opened twice", "session.open", {}, "session_exists"),
-        ("a call id of another session", "ingest", {"messages": [
-            {"role": "user", "content": "again"},
-            {"role": "assistant", "content": "", "tool_calls": [{"id": "call_elsewhere",
-             "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": "call_elsewhere", "content": "different"},
-        ]}, "duplicate_object"),
         ("missing file", "index_file", {"path": str(workspace / "gone.py")}, "source_missing"),
         ("a directory", "index_file", {"path": str(workspace / "pkg")}, "source_unreachable"),
         ("no such directory", "index_file", {"path": str(workspace / "nodir/x.py")},

@@ -12,7 +12,7 @@ import attrs
 
 from selfctx.adapters.harness import HarnessSession, to_anthropic, to_openai
 from selfctx.adapters.harness.render import validate_anthropic, validate_openai
-from selfctx.adapters.harness.tools import is_context_tool
+from selfctx.adapters.harness.replay import context_call
 from selfctx.adapters.harness.trajectories import ModelCall, Trajectory
 from selfctx.domain.objects import ToolcallObject
 
@@ -41,7 +41,7 @@ class CallChecker:
             c["id"]
             for m in self.trajectory.messages
             for c in m.get("tool_calls") or ()
-            if is_context_tool(c["function"]["name"])
+            if context_call(c) is not None
         }
         self.outputs = {
             k: v for k, v in self.trajectory.tool_outputs().items() if k not in context_calls
@@ -65,13 +65,13 @@ class CallChecker:
             if m["role"] == "tool"
         ]
         for call_id in answered:
+            object_id = session.ids.answer(call_id)  # decision 0030: the harness's ids map
+            assert object_id is not None and state.in_index(object_id), call_id
             if call_id not in self.outputs:
-                assert state.in_index(call_id), call_id
                 continue
-            obj = service.object(sid, call_id)
+            obj = service.object(sid, object_id)
             assert isinstance(obj, ToolcallObject), call_id
             assert obj.content == self.outputs[call_id], call_id
-            assert state.in_index(call_id), call_id
         # the request is valid for its provider, in both formats
         validate_openai(request)
         context = service.assemble(sid)
@@ -81,7 +81,8 @@ class CallChecker:
         last = number == len(self.trajectory.calls)
         if last or number % self.activate_every == 0:
             shown_as_lines = frozenset(state.pool - state.active)
-            collapsed = [i for i in state.ordered(shown_as_lines) if i in self.outputs]
+            harness_id = session.ids.provider_id
+            collapsed = [i for i in state.ordered(shown_as_lines) if harness_id(i) in self.outputs]
             for object_id in collapsed:
                 self._round_trip(session, object_id)
         self.calls_checked += 1
@@ -97,21 +98,22 @@ class CallChecker:
 
     def _round_trip(self, session: HarnessSession, object_id: str) -> None:
         service, sid = session.service, session.session_id
+        output = self.outputs[session.ids.provider_id(object_id)]
         before = service.state(sid).active
         answer = session.handle("activate", {"id": object_id})
         assert answer.ok, answer.message
-        if service.state(sid).policy.name == "inline":
+        if service.state(sid).policy.inline_layout:
             # Append-only: the answer itself carries the content, under a one-line header,
             # and nothing shown earlier changes.
             header, _, body = answer.message.partition("\n")
-            assert header.startswith("[#") and body == self.outputs[object_id], object_id
+            assert header.startswith("[#") and body == output, object_id
             assert service.state(sid).active == before
             self.activations += 1
             return
         context = service.assemble(sid)
         blocks = {b.object_id: b.content for b in context.active}
-        assert blocks[object_id] == self.outputs[object_id], object_id
-        expected = f"ACTIVE_CONTENT id={object_id}\n{self.outputs[object_id]}"
+        assert blocks[object_id] == output, object_id
+        expected = f"ACTIVE_CONTENT id={object_id}\n{output}"
         assert expected in to_openai(context)["messages"][-1]["content"]
         answer = session.handle("deactivate", {"id": object_id})
         assert answer.ok, answer.message

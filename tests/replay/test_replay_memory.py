@@ -1,5 +1,6 @@
-"""Every trajectory of the development set, replayed end to end on the in-memory store, with the
-full checks at every model call (``checks.CallChecker``)."""
+"""Every recorded session (the project's own; the development set's when present), replayed end
+to end on the in-memory store, with the full checks at every model call
+(``checks.CallChecker``)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def test_replay_on_memory_checks_every_call(
     assert [c.call for c in report.calls] == list(range(1, len(trajectory.calls) + 1))
     # after the replay the whole stream is stored: every answered call is an object
     state = service.state(report.session_id)
+    assert checker.session is not None
     for call_id in trajectory.tool_outputs():
-        assert state.in_index(call_id)
+        assert state.in_index(checker.session.ids.answer(call_id) or call_id)
     assert report.naive_tokens > 0 and report.managed_tokens > 0

@@ -221,9 +221,11 @@ def carry_on(trajectory: Trajectory, service: ContextService, session_id: str) -
     done = 0
     for end in [call.position for call in trajectory.calls] + [len(messages)]:
         for index in range(done, end):
-            call_id = messages[index].get("tool_call_id")
-            if call_id in context_calls and call_id not in session.ingestor.answered:
-                session.ingest(messages[:index])
+            call_id = str(messages[index].get("tool_call_id"))
+            if call_id not in context_calls:
+                continue
+            session.ingest(messages[:index])
+            if session.ids.answer(call_id) not in session.ids.answered:
                 answer = session.handle(*context_calls[call_id]).message
                 messages[index] = {**messages[index], "content": answer}
         session.ingest(messages[:end])
@@ -239,7 +241,7 @@ def _arguments(raw: Any) -> dict[str, Any]:
 
 
 def _replay_main(args: argparse.Namespace) -> int:
-    trajectory = load(args.trajectory)[0].with_call_id_prefix(args.prefix)
+    trajectory = load(args.trajectory)[0]
     transport = KillingTransport(
         httpx.HTTPTransport(), args.kill_at, args.kill_when, armed=args.arm_after <= 0
     )
@@ -272,7 +274,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     replay.add_argument("--url", required=True)
     replay.add_argument("--trajectory", required=True)
     replay.add_argument("--session", required=True)
-    replay.add_argument("--prefix", required=True, help="tool-call id prefix")
     replay.add_argument("--filesystem", required=True)
     replay.add_argument("--workspace", required=True)
     replay.add_argument("--acks", required=True)

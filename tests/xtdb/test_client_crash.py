@@ -173,11 +173,11 @@ def test_kill_9_at_random_points_loses_no_acknowledged_command(
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     ns = f"t{uuid.uuid4().hex[:8]}"
-    session, prefix, filesystem = f"{ns}-crash", f"{ns}/", f"{ns}:replay"
+    session, filesystem = f"{ns}-crash", f"{ns}:replay"
     workspace = tmp_path / "ws"
     workspace.mkdir()
     path = trajectory_file()
-    trajectory = load(path)[0].with_call_id_prefix(prefix)
+    trajectory = load(path)[0]
 
     # The uninterrupted replay, with the same ids, on the in-memory store.
     counting = CountingStore(MemoryStore())
@@ -198,7 +198,7 @@ def test_kill_9_at_random_points_loses_no_acknowledged_command(
     def client(*extra: str) -> subprocess.Popen[str]:
         command = [sys.executable, "-m", "tests.xtdb.clients", "replay"]
         command += ["--url", xtdb_node.url, "--trajectory", str(path), "--session", session]
-        command += ["--prefix", prefix, "--filesystem", filesystem, "--workspace", str(workspace)]
+        command += ["--filesystem", filesystem, "--workspace", str(workspace)]
         command += ["--acks", str(acks), *extra]
         with open(tmp_path / "clients.log", "a") as log:
             return subprocess.Popen(

@@ -125,39 +125,6 @@ class Trajectory:
         note = f"{renamed} reused tool-call id(s) renamed id#2, id#3..."
         return attrs.evolve(self, messages=tuple(out), notes=(*self.notes, note))
 
-    def with_call_id_prefix(self, prefix: str) -> Trajectory:
-        """The same session with every tool-call id prefixed (to replay it into a store that
-        already holds these ids: a tool call's id is its object's id). Context-tool arguments
-        naming a tool call follow."""
-        if not prefix:
-            return self
-        ids = {c["id"] for m in self.messages for c in m.get("tool_calls") or ()}
-        out = []
-        for message in self.messages:
-            message = dict(message)
-            if message.get("tool_call_id") in ids:
-                message["tool_call_id"] = prefix + message["tool_call_id"]
-            if message.get("tool_calls"):
-                message["tool_calls"] = [_prefixed(c, prefix, ids) for c in message["tool_calls"]]
-            out.append(message)
-        return attrs.evolve(self, messages=tuple(out))
-
-
-_CONTEXT_TOOLS = frozenset({"activate", "deactivate", "pin", "unpin"})
-
-
-def _prefixed(call: Mapping[str, Any], prefix: str, ids: set[str]) -> dict[str, Any]:
-    function = dict(call["function"])
-    if function.get("name") in _CONTEXT_TOOLS:
-        try:
-            args = json.loads(function.get("arguments") or "{}")
-        except json.JSONDecodeError:
-            args = None
-        if isinstance(args, dict) and args.get("id") in ids:
-            args["id"] = prefix + args["id"]
-            function["arguments"] = json.dumps(args)
-    return {**call, "id": prefix + call["id"], "function": function}
-
 
 # -- building messages ----------------------------------------------------------------------
 
