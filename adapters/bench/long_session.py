@@ -4,8 +4,9 @@ the chat alone outgrows a 32k budget; tokens, peak and cost with and without com
 The trajectories are concatenated in name order: the first one's system prompt, then every
 message of each (its own system prompt left out); provider call ids that recur (``toolu_01``)
 are told apart by the session's id scheme (decision 0030). Each task's first user message is a
-change of topic, as a long real session has them. The contenders are the default layout policy as it is, and the same with compaction
-(decision 0043) at a 32k input limit: the chat's share is the compaction trigger.
+change of topic, as a long real session has them. The contenders are the default layout policy
+as it is, and the same with compaction (decision 0043) at a 32k input limit: the chat's share is
+the compaction trigger.
 """
 
 from __future__ import annotations
