@@ -38,7 +38,7 @@ def test_search_checkpoint_and_rollback(server: Server, workspace: Path) -> None
     server.call("ingest", session_id=sid, **chat.ingest_params())
 
     hits = server.call("search", session_id=sid, query="return a - b")["hits"]
-    assert "call_cat" in [h["object_id"] for h in hits]
+    assert "toolcall" in [h["type"] for h in hits]  # the cat's output (under its object id)
     assert all("return a - b" in h["snippet"] for h in hits)
     assert {h["session_id"] for h in hits if h["type"] != "file"} == {sid}
     assert server.call("search", query="subtracts", role="user", limit=1)["hits"][0]["turn"] == 1
