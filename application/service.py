@@ -225,12 +225,18 @@ class ContextService:
             self._turn.user(session, text)
 
     def record_assistant_message(
-        self, session_id: str, text: str, tool_calls: Sequence[ToolCallRequest] = ()
+        self,
+        session_id: str,
+        text: str,
+        tool_calls: Sequence[ToolCallRequest] = (),
+        *,
+        reasoning: Sequence[Mapping[str, Any]] = (),
     ) -> None:
-        """A model message with the tool calls it requested."""
+        """A model message with the tool calls it requested (and the provider's reasoning blocks,
+        kept opaque: see ``AssistantMessage.reasoning``)."""
         session = self._open(session_id)
         with session.lock:
-            self._turn.assistant(session, text, tool_calls)
+            self._turn.assistant(session, text, tool_calls, reasoning=reasoning)
 
     def record_tool_call(
         self,

@@ -68,6 +68,10 @@ def _tool_calls(items: Iterable[ToolCallRequest]) -> tuple[ToolCallRequest, ...]
     return tuple(items)
 
 
+def _blocks(items: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    return tuple(freeze_json(item) for item in items)
+
+
 @attrs.frozen
 class UserMessage:
     """A message from the user; it begins a new turn."""
@@ -84,6 +88,10 @@ class AssistantMessage:
     """The message text (may be empty when the message only calls tools)."""
     tool_calls: tuple[ToolCallRequest, ...] = attrs.field(converter=_tool_calls, default=())
     """Tool calls requested, in the provider's order."""
+    reasoning: tuple[Mapping[str, Any], ...] = attrs.field(converter=_blocks, default=())
+    """The provider's reasoning blocks, opaque and exactly as it sent them (Anthropic
+    ``thinking``/``redacted_thinking`` blocks with their signatures, OpenAI Responses
+    ``reasoning`` items): a provider requires some of them back unchanged."""
 
 
 @attrs.frozen
@@ -141,7 +149,7 @@ def message_to_json(message: ChatMessage) -> dict[str, Any]:
     if isinstance(message, UserMessage):
         return {"role": "user", "text": message.text}
     if isinstance(message, AssistantMessage):
-        return {
+        data = {
             "role": "assistant",
             "text": message.text,
             "tool_calls": [
@@ -149,6 +157,9 @@ def message_to_json(message: ChatMessage) -> dict[str, Any]:
                 for c in message.tool_calls
             ],
         }
+        if message.reasoning:  # absent when empty: messages stored before it read the same
+            data["reasoning"] = [thaw(block) for block in message.reasoning]
+        return data
     if isinstance(message, ContextNote):
         return {"role": "note", "text": message.text}
     return {"role": "tool", "toolcall_ref": message.toolcall_id}
@@ -166,6 +177,7 @@ def message_from_json(data: Mapping[str, Any]) -> ChatMessage:
                 ToolCallRequest(id=c["id"], name=c["name"], arguments=c["arguments"])
                 for c in data["tool_calls"]
             ),
+            reasoning=data.get("reasoning", ()),
         )
     if role == "tool":
         return ToolResult(toolcall_id=data["toolcall_ref"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import attrs
 
@@ -88,6 +89,8 @@ class RenderedMessage:
     """For ``tool``: the tool call this result answers."""
     is_error: bool = False
     """For ``tool``: the tool call failed (status ``fail``)."""
+    reasoning: tuple[Mapping[str, Any], ...] = ()
+    """For ``assistant``: the provider's reasoning blocks, as recorded (see ``AssistantMessage``)."""
 
 
 @attrs.frozen
@@ -144,7 +147,9 @@ def _turn_messages(turn: Turn, objects: Mapping[str, ContentObject]) -> Iterator
         if isinstance(message, UserMessage):
             yield RenderedMessage("user", message.text)
         elif isinstance(message, AssistantMessage):
-            yield RenderedMessage("assistant", message.text, message.tool_calls)
+            yield RenderedMessage(
+                "assistant", message.text, message.tool_calls, reasoning=message.reasoning
+            )
         elif isinstance(message, ToolResult):
             obj = objects[message.toolcall_id]
             assert isinstance(obj, ToolcallObject)

@@ -258,7 +258,9 @@ class Ingestor:
         elif message.role == "system":  # in mid-conversation: kept, as a marked user message
             self.service.record_user_message(sid, _SYSTEM_MARK + message.text)
         elif message.role == "assistant":
-            self.service.record_assistant_message(sid, message.text, message.tool_calls)
+            self.service.record_assistant_message(
+                sid, message.text, message.tool_calls, reasoning=message.reasoning
+            )
             for call in message.tool_calls:
                 self.calls[call.id] = call
         else:

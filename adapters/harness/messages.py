@@ -27,10 +27,13 @@ __all__ = [
     "parse_anthropic",
     "parse_messages",
     "parse_openai",
+    "parse_responses",
 ]
 
-Format = Literal["openai", "anthropic"]
-FORMATS: tuple[Format, ...] = ("openai", "anthropic")
+Format = Literal["openai", "anthropic", "responses"]
+FORMATS: tuple[Format, ...] = ("openai", "anthropic", "responses")
+"""``openai``: Chat Completions messages; ``anthropic``: Messages; ``responses``: OpenAI Responses
+``input`` items."""
 
 MAX_MESSAGE_CHARS = 8 * 1024 * 1024
 """Longest text a single message may carry (larger ones are refused, not truncated)."""
@@ -62,6 +65,9 @@ class Message:
     """For ``tool``: the call this result answers."""
     is_error: bool = False
     """For ``tool``: the provider marked the result as an error."""
+    reasoning: tuple[Mapping[str, Any], ...] = ()
+    """For ``assistant``: the provider's reasoning blocks, kept as sent (Anthropic ``thinking`` and
+    ``redacted_thinking`` blocks with their signatures, Responses ``reasoning`` items)."""
     index: int = attrs.field(default=-1, eq=False)
     """Position in the harness's list (for error messages)."""
 
@@ -202,6 +208,19 @@ def _tool_result_text(block: Mapping[str, Any], index: int) -> str:
     return _parts_text(content, index, "tool_result content")
 
 
+def _reasoning_block(block: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """A ``thinking``/``redacted_thinking`` block, kept as sent (its signature must reach the
+    provider unchanged) but without ``cache_control``, which marks a place, not content."""
+    kept = {k: v for k, v in block.items() if k != "cache_control"}
+    problem = _json_problem(kept)
+    if problem is not None:
+        raise MalformedMessage(index, f"a {block['type']} block is not JSON: {problem}")
+    for key in ("thinking", "signature", "data"):
+        if key in kept and not isinstance(kept[key], str):
+            raise MalformedMessage(index, f"a {block['type']} block's {key} must be a string")
+    return kept
+
+
 def parse_anthropic(messages: Sequence[Any], system: Any = None) -> list[Message]:
     """Parse an Anthropic Messages list (and its separate ``system``). A user message's
     ``tool_result`` blocks become tool messages; its text blocks, if any, a user message."""
@@ -215,9 +234,12 @@ def parse_anthropic(messages: Sequence[Any], system: Any = None) -> list[Message
             raise MalformedMessage(index, "a message must be a JSON object")
         role = raw.get("role")
         content = raw.get("content")
+        if role == "system":  # Claude Code sends these in mid-conversation (a beta of the API)
+            out.append(Message("system", _parts_text(content, index, "content"), index=index))
+            continue
         if role not in ("user", "assistant"):
             raise MalformedMessage(
-                index, f"unknown role {role!r} (Anthropic has user and assistant)"
+                index, f"unknown role {role!r} (Anthropic has user, assistant and system)"
             )
         if isinstance(content, str):
             out.append(Message(role, _text(content, index, "content"), index=index))
@@ -226,6 +248,7 @@ def parse_anthropic(messages: Sequence[Any], system: Any = None) -> list[Message
             raise MalformedMessage(index, "content must be a string or a list of blocks")
         texts: list[str] = []
         calls: list[ToolCallRequest] = []
+        reasoning: list[Mapping[str, Any]] = []
         for block in content:
             if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
                 raise MalformedMessage(index, "a content block must be a typed object")
@@ -253,21 +276,116 @@ def parse_anthropic(messages: Sequence[Any], system: Any = None) -> list[Message
                         index=index,
                     )
                 )
-            elif kind in ("thinking", "redacted_thinking", "image", "document"):
-                if kind in ("image", "document"):
-                    texts.append(f"[{kind}]")
+            elif kind in ("thinking", "redacted_thinking") and role == "assistant":
+                reasoning.append(_reasoning_block(block, index))
+            elif kind in ("image", "document"):
+                texts.append(f"[{kind}]")
             else:
                 raise MalformedMessage(index, f"a {role} message cannot hold a {kind!r} block")
         text = _text("\n".join(texts), index, "content")
         if role == "assistant":
-            out.append(Message("assistant", text, tuple(calls), index=index))
+            out.append(
+                Message("assistant", text, tuple(calls), reasoning=tuple(reasoning), index=index)
+            )
         elif texts:
             out.append(Message("user", text, index=index))
     return out
 
 
+_RESPONSES_TEXT = ("input_text", "output_text", "text", "refusal")
+
+
+def _responses_text(content: Any, index: int, what: str) -> str:
+    """Text of a Responses message's content: a string or a list of typed parts."""
+    if isinstance(content, str) or content is None:
+        return _text(content if content is not None else "", index, what)
+    if not isinstance(content, list):
+        raise MalformedMessage(index, f"{what} must be a string or a list of parts")
+    out = []
+    for part in content:
+        if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
+            raise MalformedMessage(index, f"{what} has a part that is not a typed object")
+        if part["type"] in _RESPONSES_TEXT:
+            out.append(_text(part.get("text", part.get("refusal")), index, f"{what} text part"))
+        else:
+            out.append(f"[{part['type']}]")
+    return _text("".join(out), index, what)
+
+
+def parse_responses(items: Any, instructions: Any = None) -> list[Message]:
+    """Parse an OpenAI Responses ``input`` (a string, or a list of items: ``message``,
+    ``function_call``, ``function_call_output``; ``reasoning`` items are carried by the
+    assistant message they precede). ``instructions`` is the system prompt given apart.
+
+    An assistant's turn is several items in Responses (its text, then one item per call): they
+    become one assistant message, as in the other formats."""
+    out: list[Message] = []
+    if instructions is not None:
+        out.append(Message("system", _text(instructions, -1, "instructions"), index=-1))
+    if isinstance(items, str):
+        return [*out, Message("user", _text(items, 0, "input"), index=0)]
+    if not isinstance(items, list):
+        raise MalformedMessage(-1, "the input must be a string or a list of items")
+    assistant: Message | None = None  # the assistant message being gathered from its items
+
+    def flush() -> None:
+        nonlocal assistant
+        if assistant is not None:
+            out.append(assistant)
+            assistant = None
+
+    for index, raw in enumerate(items):
+        if not isinstance(raw, Mapping):
+            raise MalformedMessage(index, "an input item must be a JSON object")
+        kind = raw.get("type", "message" if "role" in raw else None)
+        if kind == "message":
+            role = raw.get("role")
+            text = _responses_text(raw.get("content"), index, "content")
+            if role == "assistant":
+                if assistant is not None and (assistant.tool_calls or assistant.text):
+                    flush()
+                reasoning = assistant.reasoning if assistant is not None else ()
+                assistant = Message("assistant", text, reasoning=reasoning, index=index)
+                continue
+            flush()
+            if role in ("system", "developer"):
+                out.append(Message("system", text, index=index))
+            elif role == "user":
+                out.append(Message("user", text, index=index))
+            else:
+                raise MalformedMessage(index, f"unknown role {role!r}")
+        elif kind == "function_call":
+            call = ToolCallRequest(
+                _check_id(raw.get("call_id"), index, "call_id"),
+                _check_id(raw.get("name"), index, "tool name"),
+                _arguments(raw.get("arguments", "{}"), index),
+            )
+            if assistant is None:
+                assistant = Message("assistant", "", index=index)
+            assistant = attrs.evolve(assistant, tool_calls=(*assistant.tool_calls, call))
+        elif kind == "function_call_output":
+            flush()
+            call_id = _check_id(raw.get("call_id"), index, "call_id")
+            text = _responses_text(raw.get("output"), index, "output")
+            out.append(Message("tool", text, tool_call_id=call_id, index=index))
+        elif kind == "reasoning":
+            if assistant is not None and (assistant.tool_calls or assistant.text):
+                flush()
+            if assistant is None:
+                assistant = Message("assistant", "", index=index)
+            block = _reasoning_block(raw, index)
+            assistant = attrs.evolve(assistant, reasoning=(*assistant.reasoning, block))
+        else:
+            raise MalformedMessage(index, f"unknown input item type {kind!r}")
+    flush()
+    return out
+
+
 def parse_messages(messages: Any, fmt: str, system: Any = None) -> list[Message]:
-    """Parse ``messages`` in format ``fmt`` (``openai`` or ``anthropic``)."""
+    """Parse ``messages`` in format ``fmt`` (``openai``, ``anthropic`` or ``responses``; for
+    ``responses``, ``messages`` is the ``input`` and ``system`` the ``instructions``)."""
+    if fmt == "responses":
+        return parse_responses(messages, system)
     if fmt == "openai":
         parsed = parse_openai(messages)
         if system is not None:  # index -1: not one of the list's messages

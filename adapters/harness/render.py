@@ -23,10 +23,13 @@ __all__ = [
     "ACTIVE_HEADER",
     "METADATA_HEADER",
     "InvalidRequest",
+    "render",
     "to_anthropic",
     "to_openai",
+    "to_responses",
     "validate_anthropic",
     "validate_openai",
+    "validate_responses",
 ]
 
 METADATA_HEADER = (
@@ -34,8 +37,10 @@ METADATA_HEADER = (
     "use activate(id) to load one, deactivate(id) to collapse it, pin(id) to keep a tool output "
     "from collapsing."
 )
+"""The metadata section's first line; with a tool prefix, the tool names in it carry it."""
 ACTIVE_HEADER = "Active content:"
 _NO_RESULT = "no result was recorded for this tool call"
+_ANTHROPIC_REASONING = frozenset({"thinking", "redacted_thinking"})
 
 
 class InvalidRequest(InvalidInput):
@@ -76,15 +81,31 @@ def _active_text(context: AssembledContext) -> str:
     return f"{ACTIVE_HEADER}\n\n{context.active_text()}"
 
 
-def _metadata_text(context: AssembledContext) -> str:
-    return f"{METADATA_HEADER}\n{context.metadata_text()}"
+def _metadata_text(context: AssembledContext, prefix: str = "") -> str:
+    header = METADATA_HEADER
+    if prefix:
+        for name in ("activate", "deactivate", "pin"):
+            header = header.replace(f" {name}(id)", f" {prefix}{name}(id)")
+    return f"{header}\n{context.metadata_text()}"
 
 
-def to_openai(context: AssembledContext) -> dict[str, Any]:
+def render(context: AssembledContext, fmt: str, *, tool_prefix: str = "") -> dict[str, Any]:
+    """The request parts for ``fmt`` (``openai``, ``anthropic`` or ``responses``); the metadata
+    section names the context tools with ``tool_prefix``."""
+    if fmt == "openai":
+        return to_openai(context, tool_prefix=tool_prefix)
+    if fmt == "anthropic":
+        return to_anthropic(context, tool_prefix=tool_prefix)
+    if fmt == "responses":
+        return to_responses(context, tool_prefix=tool_prefix)
+    raise InvalidInput("format", fmt, "use 'openai', 'anthropic' or 'responses'")
+
+
+def to_openai(context: AssembledContext, *, tool_prefix: str = "") -> dict[str, Any]:
     """``{"messages": [...]}`` for the chat-completions API."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": context.system_prompt}]
     if context.metadata:
-        messages.append({"role": "system", "content": _metadata_text(context)})
+        messages.append({"role": "system", "content": _metadata_text(context, tool_prefix)})
     for message in _paired(context.chat):
         if message.role == "user":
             messages.append({"role": "user", "content": message.text})
@@ -127,9 +148,12 @@ def _blocks(message: RenderedMessage) -> list[dict[str, Any]]:
         if message.is_error:
             block["is_error"] = True
         return [block]
-    blocks: list[dict[str, Any]] = (
-        [{"type": "text", "text": message.text}] if message.text.strip() else []
-    )
+    # Thinking blocks go first, unchanged: the provider checks their signatures.
+    blocks: list[dict[str, Any]] = [
+        thaw(b) for b in message.reasoning if b.get("type") in _ANTHROPIC_REASONING
+    ]
+    if message.text.strip():
+        blocks.append({"type": "text", "text": message.text})
     blocks += [
         {"type": "tool_use", "id": c.id, "name": c.name, "input": thaw(c.arguments)}
         for c in message.tool_calls
@@ -137,7 +161,9 @@ def _blocks(message: RenderedMessage) -> list[dict[str, Any]]:
     return blocks
 
 
-def to_anthropic(context: AssembledContext, *, cache_control: bool = True) -> dict[str, Any]:
+def to_anthropic(
+    context: AssembledContext, *, cache_control: bool = True, tool_prefix: str = ""
+) -> dict[str, Any]:
     """``{"system": [...], "messages": [...]}`` for the Messages API.
 
     With ``cache_control``, two cache breakpoints mark the end of the stable prefix: the last
@@ -152,7 +178,7 @@ def to_anthropic(context: AssembledContext, *, cache_control: bool = True) -> di
         }
     ]
     if context.metadata:
-        system.append({"type": "text", "text": _metadata_text(context)})
+        system.append({"type": "text", "text": _metadata_text(context, tool_prefix)})
     messages: list[dict[str, Any]] = []
     for message in _paired(context.chat):
         role = "assistant" if message.role == "assistant" else "user"
@@ -185,6 +211,88 @@ def to_anthropic(context: AssembledContext, *, cache_control: bool = True) -> di
         else:
             messages.append({"role": "user", "content": [active]})
     return {"system": system, "messages": messages}
+
+
+def to_responses(context: AssembledContext, *, tool_prefix: str = "") -> dict[str, Any]:
+    """``{"input": [...]}`` for the OpenAI Responses API: the system prompt and the metadata as
+    ``developer`` messages, the chat as ``message``, ``function_call`` and
+    ``function_call_output`` items (an assistant's recorded ``reasoning`` items first), the active
+    content as a final user message."""
+    items: list[dict[str, Any]] = [_responses_message("developer", context.system_prompt)]
+    if context.metadata:
+        items.append(_responses_message("developer", _metadata_text(context, tool_prefix)))
+    for message in _paired(context.chat):
+        if message.role == "user":
+            items.append(_responses_message("user", message.text))
+        elif message.role == "assistant":
+            items += [thaw(b) for b in message.reasoning if b.get("type") == "reasoning"]
+            if message.text or not message.tool_calls:
+                items.append(_responses_message("assistant", message.text))
+            items += [
+                {
+                    "type": "function_call",
+                    "call_id": call.id,
+                    "name": call.name,
+                    "arguments": _arguments_json(call.arguments),
+                }
+                for call in message.tool_calls
+            ]
+        else:
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message.toolcall_id,
+                    "output": message.text,
+                }
+            )
+    if context.active:
+        items.append(_responses_message("user", _active_text(context)))
+    return {"input": items}
+
+
+def _responses_message(role: str, text: str) -> dict[str, Any]:
+    part = "output_text" if role == "assistant" else "input_text"
+    return {"type": "message", "role": role, "content": [{"type": part, "text": text}]}
+
+
+def validate_responses(request: Mapping[str, Any]) -> None:
+    """Raise :class:`InvalidRequest` unless ``input`` is a non-empty list of well-formed items
+    (messages with a known role and typed text parts, ``function_call`` items with unique
+    ``call_id``, a name and JSON-string arguments), every ``function_call_output`` answers an
+    earlier call once, and every call is answered."""
+    items = request.get("input") if isinstance(request, Mapping) else None
+    if not isinstance(items, list) or not items:
+        raise InvalidRequest("request", "input", "must be a non-empty list of items")
+    calls: set[str] = set()
+    answered: set[str] = set()
+    for n, item in enumerate(items):
+        kind = item.get("type") if isinstance(item, Mapping) else None
+        if kind == "message":
+            if item.get("role") not in ("system", "developer", "user", "assistant"):
+                raise _bad(n, f"unknown role {item.get('role')!r}")
+            parts = item.get("content")
+            if not isinstance(parts, list) or not all(
+                isinstance(p, Mapping) and isinstance(p.get("text"), str) for p in parts
+            ):
+                raise _bad(n, "content must be a list of text parts")
+        elif kind == "function_call":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id or call_id in calls:
+                raise _bad(n, f"call_id {call_id!r} is missing or used twice")
+            if not isinstance(item.get("name"), str) or not isinstance(item.get("arguments"), str):
+                raise _bad(n, f"function_call {call_id!r} needs a name and JSON-string arguments")
+            calls.add(call_id)
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if call_id not in calls or call_id in answered:
+                raise _bad(n, f"output for {call_id!r} answers no pending call")
+            if not isinstance(item.get("output"), str):
+                raise _bad(n, "output must be a string")
+            answered.add(call_id)
+        elif kind != "reasoning":
+            raise _bad(n, f"unknown item type {kind!r}")
+    if calls != answered:
+        raise _bad(len(items), f"calls {sorted(calls - answered)} are unanswered")
 
 
 def _bad(n: int, reason: str) -> InvalidRequest:

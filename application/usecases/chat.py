@@ -72,7 +72,12 @@ class RecordTurn:
         self._deps.runner.execute(session, lambda reads, state: command)
 
     def assistant(
-        self, session: OpenSession, text: str, tool_calls: Sequence[ToolCallRequest] = ()
+        self,
+        session: OpenSession,
+        text: str,
+        tool_calls: Sequence[ToolCallRequest] = (),
+        *,
+        reasoning: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         if isinstance(tool_calls, str | bytes) or not isinstance(tool_calls, Sequence):
             raise InvalidInput("tool calls", tool_calls, "must be a sequence of ToolCallRequest")
@@ -80,8 +85,13 @@ class RecordTurn:
         ids = [call.id for call in tool_calls]
         if len(set(ids)) != len(ids):
             raise InvalidInput("tool calls", ids, "tool-call ids must be unique in a message")
+        if isinstance(reasoning, str | bytes) or not all(
+            isinstance(block, Mapping) and isinstance(block.get("type"), str)
+            for block in reasoning
+        ):
+            raise InvalidInput("reasoning", reasoning, "must be a sequence of typed JSON objects")
         command = c.RecordAssistantMessage(
-            AssistantMessage(_text(text, "assistant message"), tuple(tool_calls))
+            AssistantMessage(_text(text, "assistant message"), tuple(tool_calls), reasoning)
         )
         self._deps.runner.execute(session, lambda reads, state: command)
 

@@ -193,6 +193,7 @@ def test_anthropic_blocks_and_values() -> None:
                     "toolu_2", "str_replace_editor", {"command": "view", "path": "/testbed/a.py"}
                 ),
             ),
+            reasoning=({"type": "thinking", "thinking": "hmm", "signature": "s"},),
         ),
         Message("tool", "x = 1\n", tool_call_id="toolu_1"),
         Message("tool", "view", tool_call_id="toolu_2", is_error=True),
