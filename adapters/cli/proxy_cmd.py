@@ -17,6 +17,7 @@ from typing import Any
 from selfctx.adapters.bootstrap import build_service, open_store
 from selfctx.adapters.proxy import Proxy, ProxyConfig
 from selfctx.adapters.proxy.serving import bind, serve
+from selfctx.application.policies import policy_by_name
 from selfctx.domain.errors import InvalidInput
 
 TOKEN_ENV = "SELFCTX_PROXY_TOKEN"
@@ -40,6 +41,13 @@ def _token(args: argparse.Namespace) -> str | None:
             "http://HOST:PORT/t/TOKEN)",
         )
     return token
+
+
+def _option(text: str) -> tuple[str, int]:
+    name, _, value = text.partition("=")
+    if not name or not value.strip().isdigit():
+        raise InvalidInput("policy option", text, "use NAME=INTEGER, e.g. trigger_tokens=20000")
+    return name.strip(), int(value)
 
 
 def _banner(base: str, config: ProxyConfig, store: str, policy: str) -> str:
@@ -69,6 +77,8 @@ def _run(args: argparse.Namespace) -> int:
     for noisy in ("httpx", "httpcore"):  # their request lines would repeat ours
         logging.getLogger(noisy).setLevel(logging.WARNING)
     token = _token(args)
+    options = dict(_option(o) for o in args.policy_option)
+    policy_by_name(args.policy, **options)  # refuse a bad policy before serving
     workspace = os.path.realpath(args.workspace or os.getcwd())
     roots = tuple(os.path.realpath(r) for r in args.root) or (workspace,)
     config = ProxyConfig(
@@ -76,6 +86,7 @@ def _run(args: argparse.Namespace) -> int:
         upstream_openai=args.upstream_openai,
         tool_prefix=args.tool_prefix,
         policy=args.policy,
+        policy_options=options,
         cwd=workspace,
         roots=roots,
         max_body_bytes=args.max_body_mb * 1024 * 1024,
@@ -135,6 +146,13 @@ def register(subparsers: Any) -> None:
         "--store", default="memory", help="memory (default), xtdb://HOST:PORT or auto"
     )
     parser.add_argument("--policy", default=None, help="layout policy of new sessions")
+    parser.add_argument(
+        "--policy-option",
+        metavar="NAME=N",
+        action="append",
+        default=[],
+        help="override a field of the policy (repeatable), e.g. trigger_tokens=20000",
+    )
     parser.add_argument(
         "--tool-prefix",
         default="context_",

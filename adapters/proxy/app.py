@@ -88,6 +88,8 @@ class ProxyConfig:
     tool_prefix: str = attrs.field(default="context_", validator=lambda _s, _a, v: check_prefix(v))
     policy: str | None = None
     """Policy of new sessions (None: the project's default)."""
+    policy_options: Mapping[str, int] = attrs.field(factory=dict)
+    """Fields of the policy to override (``trigger_tokens``, ``clear_at_least``, ...)."""
     cwd: str = "/"
     roots: tuple[str, ...] = ("/",)
     max_body_bytes: int = 32 * 1024 * 1024
@@ -269,7 +271,7 @@ class Proxy:
         async with self._opening:
             session = self.sessions.get(session_id)
             if session is None:
-                policy = policy_by_name(self.config.policy)
+                policy = policy_by_name(self.config.policy, **self.config.policy_options)
 
                 def open_session() -> HarnessSession:
                     return HarnessSession(
