@@ -9,11 +9,12 @@ text, tool calls, optionally a thinking block, or an error to answer with. Every
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -38,6 +39,8 @@ class Step:
     """An Anthropic thinking block (with a signature) before the text, if given."""
     error: tuple[int, Mapping[str, Any]] | None = None
     """Answer with this status and body instead."""
+    delay: float = 0.0
+    """Seconds to wait before the answer's first byte of content (after the headers)."""
 
 
 @attrs.frozen
@@ -81,7 +84,8 @@ def assistant_turns(api: str, body: Mapping[str, Any]) -> int:
     if api != "responses":
         return sum(1 for m in body.get("messages") or () if m.get("role") == "assistant")
     turns, inside = 0, False
-    for item in body.get("input") or ():
+    items = body.get("input")
+    for item in items if isinstance(items, list) else ():
         mine = item.get("type") in ("function_call", "reasoning") or (
             item.get("type", "message") == "message" and item.get("role") == "assistant"
         )
@@ -130,7 +134,9 @@ class ScriptedModel:
                 return JSONResponse(dict(step.error[1]), step.error[0])
             result = answer(self, step, body)
             if body.get("stream"):
-                return StreamingResponse(iter(result), media_type="text/event-stream")
+                return StreamingResponse(_later(result, step.delay), media_type="text/event-stream")
+            if step.delay:
+                await asyncio.sleep(step.delay)
             return JSONResponse(result)
 
         return endpoint
@@ -142,6 +148,13 @@ class ScriptedModel:
     def call_id(self, prefix: str) -> str:
         """A tool-call id unique to this server's life (ids are object ids in a store)."""
         return f"{prefix}{uuid.uuid4().hex[:20]}{next(self._ids)}"
+
+
+async def _later(events: Iterable[str], delay: float) -> AsyncIterator[str]:
+    if delay:
+        await asyncio.sleep(delay)
+    for event in events:
+        yield event
 
 
 def _by_turn(steps: Sequence[Step]) -> Script:
