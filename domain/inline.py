@@ -171,9 +171,7 @@ def _render_message(
                 calls.append(compacted)
             else:
                 calls.append(call)
-        return RenderedMessage(
-            "assistant", message.text, tuple(calls), reasoning=message.reasoning
-        )
+        return RenderedMessage("assistant", message.text, tuple(calls), reasoning=message.reasoning)
     if isinstance(message, ContextNote):
         return RenderedMessage("user", f"[context] {message.text}")
     assert isinstance(message, ToolResult)

@@ -90,7 +90,7 @@ class RenderedMessage:
     is_error: bool = False
     """For ``tool``: the tool call failed (status ``fail``)."""
     reasoning: tuple[Mapping[str, Any], ...] = ()
-    """For ``assistant``: the provider's reasoning blocks, as recorded (see ``AssistantMessage``)."""
+    """For ``assistant``: the provider's reasoning blocks as recorded (``AssistantMessage``)."""
 
 
 @attrs.frozen

@@ -25,6 +25,7 @@ _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 
 def _token(args: argparse.Namespace) -> str | None:
+    token: str | None
     if args.token_file:
         with open(args.token_file, encoding="utf-8") as handle:
             token = handle.read().strip()

@@ -56,6 +56,11 @@ def _arguments_json(arguments: Mapping[str, Any]) -> str:
     return json.dumps(plain, ensure_ascii=False)
 
 
+def _plain(block: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded provider block as plain JSON again."""
+    return dict(thaw(block))
+
+
 def _paired(chat: Sequence[RenderedMessage]) -> list[RenderedMessage]:
     """Chat messages with each assistant's tool results moved right after it, in call order; a
     call without a recorded result gets a placeholder (providers reject unpaired calls)."""
@@ -150,7 +155,7 @@ def _blocks(message: RenderedMessage) -> list[dict[str, Any]]:
         return [block]
     # Thinking blocks go first, unchanged: the provider checks their signatures.
     blocks: list[dict[str, Any]] = [
-        thaw(b) for b in message.reasoning if b.get("type") in _ANTHROPIC_REASONING
+        _plain(b) for b in message.reasoning if b.get("type") in _ANTHROPIC_REASONING
     ]
     if message.text.strip():
         blocks.append({"type": "text", "text": message.text})
@@ -225,7 +230,7 @@ def to_responses(context: AssembledContext, *, tool_prefix: str = "") -> dict[st
         if message.role == "user":
             items.append(_responses_message("user", message.text))
         elif message.role == "assistant":
-            items += [thaw(b) for b in message.reasoning if b.get("type") == "reasoning"]
+            items += [_plain(b) for b in message.reasoning if b.get("type") == "reasoning"]
             if message.text or not message.tool_calls:
                 items.append(_responses_message("assistant", message.text))
             items += [

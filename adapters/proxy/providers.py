@@ -138,7 +138,7 @@ class Anthropic(Provider):
         return body.get("messages"), body.get("system")
 
     def parse(self, body: Mapping[str, Any]) -> list[Message]:
-        return parse_anthropic(body.get("messages"), body.get("system"))
+        return parse_anthropic(body.get("messages"), body.get("system"))  # type: ignore[arg-type]
 
     def breakpoints_left(self, body: Mapping[str, Any]) -> int:
         """Cache marks left for the managed conversation after the client's tools took theirs."""

@@ -86,8 +86,7 @@ class RecordTurn:
         if len(set(ids)) != len(ids):
             raise InvalidInput("tool calls", ids, "tool-call ids must be unique in a message")
         if isinstance(reasoning, str | bytes) or not all(
-            isinstance(block, Mapping) and isinstance(block.get("type"), str)
-            for block in reasoning
+            isinstance(block, Mapping) and isinstance(block.get("type"), str) for block in reasoning
         ):
             raise InvalidInput("reasoning", reasoning, "must be a sequence of typed JSON objects")
         command = c.RecordAssistantMessage(

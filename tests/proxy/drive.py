@@ -84,7 +84,9 @@ def read_stream(api: str, text: str) -> dict[str, Any]:
         return message
     if api == "openai":
         assert events[-1][1] == "[DONE]", events[-1]
-        content, calls, finish = None, [], None
+        content: str | None = None
+        calls: list[dict[str, Any]] = []
+        finish = None
         for _name, chunk in events[:-1]:
             for choice in chunk["choices"]:
                 delta = choice["delta"]
@@ -106,10 +108,10 @@ def read_stream(api: str, text: str) -> dict[str, Any]:
                     calls[index]["function"]["name"] += function.get("name") or ""
                     calls[index]["function"]["arguments"] += function.get("arguments") or ""
                 finish = choice.get("finish_reason") or finish
-        message: dict[str, Any] = {"role": "assistant", "content": content}
+        reply: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
-            message["tool_calls"] = calls
-        return {"choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+            reply["tool_calls"] = calls
+        return {"choices": [{"index": 0, "message": reply, "finish_reason": finish}]}
     kinds = [data["type"] for _name, data in events]
     assert kinds[0] == "response.created" and kinds[-1] == "response.completed", kinds
     numbers = [data["sequence_number"] for _name, data in events]

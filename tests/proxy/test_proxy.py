@@ -19,6 +19,7 @@ from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.proxy import Proxy, ProxyConfig
 from selfctx.adapters.proxy.scripted import ScriptedModel, Seen, Step
 from selfctx.adapters.proxy.serving import serve_in_thread
+from selfctx.domain.chat import AssistantMessage
 from tests.proxy.drive import PATHS, Agent, read_stream, tool_calls
 from tests.proxy.support import scripted
 
@@ -87,8 +88,9 @@ def test_a_context_call_is_answered_by_the_proxy_alone(
     # the session holds the context call and its answer, after the client's own messages
     recorded = [m for turn in chat for m in turn.messages]
     assert any(
-        getattr(m, "tool_calls", ()) and m.tool_calls[0].name == "context_activate"
+        isinstance(m, AssistantMessage) and m.tool_calls[0].name == "context_activate"
         for m in recorded
+        if getattr(m, "tool_calls", ())
     )
 
 
