@@ -6,6 +6,7 @@ Parsing validates the whole list before anything is recorded: a malformed messag
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -71,10 +72,11 @@ class Message:
     index: int = attrs.field(default=-1, eq=False)
     """Position in the harness's list (for error messages)."""
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
         """Identity of the message for the cursor: tool messages by their call id (unique), the
-        others by role, text and requested call ids."""
+        others by role, text and requested call ids. Computed once per message: a harness that
+        keeps its parsed messages from one call to the next pays only for the new ones."""
         if self.role == "tool":
             key: list[Any] = ["tool", self.tool_call_id]
         else:
@@ -159,12 +161,13 @@ def _check_id(value: Any, index: int, what: str) -> str:
     return value
 
 
-def parse_openai(messages: Sequence[Any]) -> list[Message]:
-    """Parse an OpenAI chat-completions message list."""
+def parse_openai(messages: Sequence[Any], *, offset: int = 0) -> list[Message]:
+    """Parse an OpenAI chat-completions message list (``offset``: the index of its first message
+    in the harness's list, when only a tail is parsed)."""
     if not isinstance(messages, list):
         raise MalformedMessage(-1, "the messages must be a list")
     out: list[Message] = []
-    for index, raw in enumerate(messages):
+    for index, raw in enumerate(messages, start=offset):
         if not isinstance(raw, Mapping):
             raise MalformedMessage(index, "a message must be a JSON object")
         role = raw.get("role")
@@ -221,15 +224,18 @@ def _reasoning_block(block: Mapping[str, Any], index: int) -> dict[str, Any]:
     return kept
 
 
-def parse_anthropic(messages: Sequence[Any], system: Any = None) -> list[Message]:
+def parse_anthropic(
+    messages: Sequence[Any], system: Any = None, *, offset: int = 0
+) -> list[Message]:
     """Parse an Anthropic Messages list (and its separate ``system``). A user message's
-    ``tool_result`` blocks become tool messages; its text blocks, if any, a user message."""
+    ``tool_result`` blocks become tool messages; its text blocks, if any, a user message.
+    ``offset``: the index of the list's first message, when only a tail is parsed."""
     if not isinstance(messages, list):
         raise MalformedMessage(-1, "the messages must be a list")
     out: list[Message] = []
     if system is not None:
         out.append(Message("system", _parts_text(system, -1, "system"), index=-1))
-    for index, raw in enumerate(messages):
+    for index, raw in enumerate(messages, start=offset):
         if not isinstance(raw, Mapping):
             raise MalformedMessage(index, "a message must be a JSON object")
         role = raw.get("role")
@@ -312,13 +318,14 @@ def _responses_text(content: Any, index: int, what: str) -> str:
     return _text("".join(out), index, what)
 
 
-def parse_responses(items: Any, instructions: Any = None) -> list[Message]:
+def parse_responses(items: Any, instructions: Any = None, *, offset: int = 0) -> list[Message]:
     """Parse an OpenAI Responses ``input`` (a string, or a list of items: ``message``,
     ``function_call``, ``function_call_output``; ``reasoning`` items are carried by the
     assistant message they precede). ``instructions`` is the system prompt given apart.
 
     An assistant's turn is several items in Responses (its text, then one item per call): they
-    become one assistant message, as in the other formats."""
+    become one assistant message, as in the other formats. ``offset``: the index of the first
+    item, when only a tail is parsed (the tail must not begin inside an assistant's items)."""
     out: list[Message] = []
     if instructions is not None:
         out.append(Message("system", _text(instructions, -1, "instructions"), index=-1))
@@ -334,7 +341,7 @@ def parse_responses(items: Any, instructions: Any = None) -> list[Message]:
             out.append(assistant)
             assistant = None
 
-    for index, raw in enumerate(items):
+    for index, raw in enumerate(items, start=offset):
         if not isinstance(raw, Mapping):
             raise MalformedMessage(index, "an input item must be a JSON object")
         kind = raw.get("type", "message" if "role" in raw else None)

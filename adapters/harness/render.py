@@ -11,8 +11,8 @@ alternating roles, every ``tool_result`` block first in the user message right a
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 from pyrsistent import thaw
 
@@ -23,6 +23,7 @@ __all__ = [
     "ACTIVE_HEADER",
     "METADATA_HEADER",
     "InvalidRequest",
+    "RenderMemo",
     "render",
     "to_anthropic",
     "to_openai",
@@ -39,6 +40,7 @@ METADATA_HEADER = (
 )
 """The metadata section's first line; with a tool prefix, the tool names in it carry it."""
 ACTIVE_HEADER = "Active content:"
+T = TypeVar("T")
 _NO_RESULT = "no result was recorded for this tool call"
 _ANTHROPIC_REASONING = frozenset({"thinking", "redacted_thinking"})
 
@@ -94,47 +96,81 @@ def _metadata_text(context: AssembledContext, prefix: str = "") -> str:
     return f"{header}\n{context.metadata_text()}"
 
 
-def render(context: AssembledContext, fmt: str, *, tool_prefix: str = "") -> dict[str, Any]:
+def render(
+    context: AssembledContext, fmt: str, *, tool_prefix: str = "", memo: RenderMemo | None = None
+) -> dict[str, Any]:
     """The request parts for ``fmt`` (``openai``, ``anthropic`` or ``responses``); the metadata
     section names the context tools with ``tool_prefix``."""
     if fmt == "openai":
-        return to_openai(context, tool_prefix=tool_prefix)
+        return to_openai(context, tool_prefix=tool_prefix, memo=memo)
     if fmt == "anthropic":
-        return to_anthropic(context, tool_prefix=tool_prefix)
+        return to_anthropic(context, tool_prefix=tool_prefix, memo=memo)
     if fmt == "responses":
-        return to_responses(context, tool_prefix=tool_prefix)
+        return to_responses(context, tool_prefix=tool_prefix, memo=memo)
     raise InvalidInput("format", fmt, "use 'openai', 'anthropic' or 'responses'")
 
 
-def to_openai(context: AssembledContext, *, tool_prefix: str = "") -> dict[str, Any]:
+class RenderMemo:
+    """Each chat message's rendering, kept from one request to the next (one session, one
+    format): the domain's render caches hand back the same message objects while they do not
+    change, so only new or changed messages are rendered again. The renderings are shared: the
+    requests built with a memo must not be changed in place."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[RenderedMessage, Any]] = {}
+        self._used: dict[int, tuple[RenderedMessage, Any]] = {}
+
+    def get(self, message: RenderedMessage, make: Callable[[RenderedMessage], T]) -> T:
+        hit = self._kept.get(id(message))
+        if hit is None or hit[0] is not message:
+            hit = (message, make(message))
+        self._used[id(message)] = hit
+        return cast(T, hit[1])
+
+    def done(self) -> None:
+        """End of one request: keep only what it used (the memo never outgrows the context)."""
+        self._kept, self._used = self._used, {}
+
+
+def _each(
+    messages: Iterable[RenderedMessage],
+    make: Callable[[RenderedMessage], T],
+    memo: RenderMemo | None,
+) -> Iterator[tuple[RenderedMessage, T]]:
+    for message in messages:
+        yield message, (make(message) if memo is None else memo.get(message, make))
+    if memo is not None:
+        memo.done()
+
+
+def _openai_message(message: RenderedMessage) -> dict[str, Any]:
+    if message.role == "user":
+        return {"role": "user", "content": message.text}
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.toolcall_id, "content": message.text}
+    item: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    if message.tool_calls:
+        item["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": _arguments_json(call.arguments)},
+            }
+            for call in message.tool_calls
+        ]
+    elif not message.text:
+        item["content"] = ""
+    return item
+
+
+def to_openai(
+    context: AssembledContext, *, tool_prefix: str = "", memo: RenderMemo | None = None
+) -> dict[str, Any]:
     """``{"messages": [...]}`` for the chat-completions API."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": context.system_prompt}]
     if context.metadata:
         messages.append({"role": "system", "content": _metadata_text(context, tool_prefix)})
-    for message in _paired(context.chat):
-        if message.role == "user":
-            messages.append({"role": "user", "content": message.text})
-        elif message.role == "assistant":
-            item: dict[str, Any] = {"role": "assistant", "content": message.text or None}
-            if message.tool_calls:
-                item["tool_calls"] = [
-                    {
-                        "id": call.id,
-                        "type": "function",
-                        "function": {
-                            "name": call.name,
-                            "arguments": _arguments_json(call.arguments),
-                        },
-                    }
-                    for call in message.tool_calls
-                ]
-            elif not message.text:
-                item["content"] = ""
-            messages.append(item)
-        else:
-            messages.append(
-                {"role": "tool", "tool_call_id": message.toolcall_id, "content": message.text}
-            )
+    messages += [item for _, item in _each(_paired(context.chat), _openai_message, memo)]
     if context.active:
         messages.append({"role": "user", "content": _active_text(context)})
     return {"messages": messages}
@@ -167,7 +203,11 @@ def _blocks(message: RenderedMessage) -> list[dict[str, Any]]:
 
 
 def to_anthropic(
-    context: AssembledContext, *, cache_control: bool = True, tool_prefix: str = ""
+    context: AssembledContext,
+    *,
+    cache_control: bool = True,
+    tool_prefix: str = "",
+    memo: RenderMemo | None = None,
 ) -> dict[str, Any]:
     """``{"system": [...], "messages": [...]}`` for the Messages API.
 
@@ -185,9 +225,9 @@ def to_anthropic(
     if context.metadata:
         system.append({"type": "text", "text": _metadata_text(context, tool_prefix)})
     messages: list[dict[str, Any]] = []
-    for message in _paired(context.chat):
+    # The blocks may be shared with a memo: lists are copied and blocks replaced, never changed.
+    for message, blocks in _each(_paired(context.chat), _blocks, memo):
         role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message)
         if not blocks:
             continue
         if messages and messages[-1]["role"] == role:
@@ -196,19 +236,19 @@ def to_anthropic(
             merged.sort(key=lambda b: 0 if b["type"] == "tool_result" else 1)
             messages[-1]["content"] = merged
         else:
-            messages.append({"role": role, "content": blocks})
+            messages.append({"role": role, "content": list(blocks)})
     if not messages or messages[0]["role"] != "user":
         messages.insert(
             0, {"role": "user", "content": [{"type": "text", "text": "(session start)"}]}
         )
-    if messages[-1]["role"] == "assistant" and not context.active:
+    last_blocks = messages[-1]["content"]
+    prefill = messages[-1]["role"] == "assistant" and not context.active
+    if prefill and last_blocks[-1]["type"] == "text":
         # A final assistant message is a prefill, which may not end with whitespace.
-        last = messages[-1]["content"][-1]
-        if last["type"] == "text":
-            last["text"] = last["text"].rstrip()
+        last_blocks[-1] = {**last_blocks[-1], "text": last_blocks[-1]["text"].rstrip()}
     if cache_control:
         system[-1]["cache_control"] = {"type": "ephemeral"}
-        messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+        last_blocks[-1] = {**last_blocks[-1], "cache_control": {"type": "ephemeral"}}
     if context.active:
         active = {"type": "text", "text": _active_text(context)}
         if messages[-1]["role"] == "user":
@@ -218,7 +258,9 @@ def to_anthropic(
     return {"system": system, "messages": messages}
 
 
-def to_responses(context: AssembledContext, *, tool_prefix: str = "") -> dict[str, Any]:
+def to_responses(
+    context: AssembledContext, *, tool_prefix: str = "", memo: RenderMemo | None = None
+) -> dict[str, Any]:
     """``{"input": [...]}`` for the OpenAI Responses API: the system prompt and the metadata as
     ``developer`` messages, the chat as ``message``, ``function_call`` and
     ``function_call_output`` items (an assistant's recorded ``reasoning`` items first), the active
@@ -226,33 +268,33 @@ def to_responses(context: AssembledContext, *, tool_prefix: str = "") -> dict[st
     items: list[dict[str, Any]] = [_responses_message("developer", context.system_prompt)]
     if context.metadata:
         items.append(_responses_message("developer", _metadata_text(context, tool_prefix)))
-    for message in _paired(context.chat):
-        if message.role == "user":
-            items.append(_responses_message("user", message.text))
-        elif message.role == "assistant":
-            items += [_plain(b) for b in message.reasoning if b.get("type") == "reasoning"]
-            if message.text or not message.tool_calls:
-                items.append(_responses_message("assistant", message.text))
-            items += [
-                {
-                    "type": "function_call",
-                    "call_id": call.id,
-                    "name": call.name,
-                    "arguments": _arguments_json(call.arguments),
-                }
-                for call in message.tool_calls
-            ]
-        else:
-            items.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": message.toolcall_id,
-                    "output": message.text,
-                }
-            )
+    for _, rendered in _each(_paired(context.chat), _responses_items, memo):
+        items += rendered
     if context.active:
         items.append(_responses_message("user", _active_text(context)))
     return {"input": items}
+
+
+def _responses_items(message: RenderedMessage) -> list[dict[str, Any]]:
+    if message.role == "user":
+        return [_responses_message("user", message.text)]
+    if message.role == "tool":
+        return [
+            {"type": "function_call_output", "call_id": message.toolcall_id, "output": message.text}
+        ]
+    items = [_plain(b) for b in message.reasoning if b.get("type") == "reasoning"]
+    if message.text or not message.tool_calls:
+        items.append(_responses_message("assistant", message.text))
+    items += [
+        {
+            "type": "function_call",
+            "call_id": call.id,
+            "name": call.name,
+            "arguments": _arguments_json(call.arguments),
+        }
+        for call in message.tool_calls
+    ]
+    return items
 
 
 def _responses_message(role: str, text: str) -> dict[str, Any]:

@@ -22,8 +22,9 @@ import contextlib
 import json
 import logging
 import secrets
+import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import anyio.to_thread
@@ -40,6 +41,7 @@ from selfctx.adapters.harness.render import render, to_anthropic
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tokens import PromptCounter
 from selfctx.adapters.harness.tools import check_prefix, is_context_tool, tool_schemas
+from selfctx.adapters.proxy.incremental import ParsedConversation
 from selfctx.adapters.proxy.providers import PROVIDERS, Anthropic, Call, Provider
 from selfctx.adapters.proxy.sessions import (
     SESSION_HEADER,
@@ -113,7 +115,8 @@ class _Turn:
     headers: dict[str, str]
     url: str
     session: ProxySession
-    messages: list[Message]
+    messages: list[Message] = attrs.field(factory=list)
+    """The client's conversation, parsed."""
     extra: list[Message] = attrs.field(factory=list)
     """What the proxy added to the conversation: context calls and their answers."""
     rounds: int = 0
@@ -175,8 +178,13 @@ class Proxy:
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
+            transport = self._transport or httpx.AsyncHTTPTransport(
+                # a request is written in two parts (head, body): never wait for an ACK between
+                socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+                limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+            )
             self._client = httpx.AsyncClient(
-                transport=self._transport,
+                transport=transport,
                 timeout=httpx.Timeout(self.config.timeout, connect=10.0),
                 limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
             )
@@ -223,21 +231,21 @@ class Proxy:
         if body.get("previous_response_id"):  # the conversation lives upstream, not here
             return await self._forward(provider, request.method, url, headers, raw, "unmanaged")
         try:
-            messages = provider.parse(body)
+            first_user = provider.first_user_text(body)
         except MalformedMessage as exc:
             note = f"unmanaged: {exc}"
             return await self._forward(provider, request.method, url, headers, raw, note)
         session_id = session_id_for(
             provider.name,
             provider.client_key(body, request.headers),
-            messages,
+            first_user,
             request.headers.get(SESSION_HEADER),
         )
         try:
             session = await self._session(provider, session_id)
         except SelfContextError as exc:
             return _error(provider, 400, f"session {session_id!r}: {exc}")
-        turn = _Turn(provider, body, headers, url, session, messages)
+        turn = _Turn(provider, body, headers, url, session)
         await session.lock.acquire()
         released = False
         try:
@@ -285,41 +293,54 @@ class Proxy:
                     )
 
                 harness = await anyio.to_thread.run_sync(open_session)
-                session = ProxySession(harness)
+                parsed = ParsedConversation(provider.name, self._item_counter(provider))
+                session = ProxySession(harness, parsed)
                 for evicted in self.sessions.add(session_id, session):
                     sid = evicted.harness.session_id
                     await anyio.to_thread.run_sync(self.service.close_session, sid)
             return session
 
+    def _item_counter(self, provider: Provider) -> Callable[[Iterable[Any]], int]:
+        if provider.name == "responses":
+            return lambda items: self.counter({"input": list(items)})
+        return lambda items: self.counter(list(items))
+
     async def _prepare(self, turn: _Turn) -> dict[str, Any] | None:
-        """Ingest the client's conversation and build the managed request (None: the context
-        manager refused the conversation, which is then sent as it came)."""
-        conversation = turn.provider.conversation(turn.body)
-        turn.naive = self.counter(_as_request(turn.provider, conversation))
-        try:
-            await anyio.to_thread.run_sync(turn.session.harness.ingestor.ingest, turn.messages)
-            return await self._managed(turn)
-        except SelfContextError as exc:
-            log.warning("session %s: left unmanaged: %s", turn.session_id, exc)
-            return None
+        """Ingest the client's conversation and build the managed request, in one trip to a
+        worker thread (None: the context manager refused the conversation, which is then sent
+        as it came)."""
+        items, system = turn.provider.conversation(turn.body)
+
+        def prepare() -> dict[str, Any] | None:
+            try:
+                turn.messages, turn.naive = turn.session.parsed.update(items, system)
+                turn.session.harness.ingestor.ingest(turn.messages)
+                return self._build(turn)
+            except SelfContextError as exc:
+                log.warning("session %s: left unmanaged: %s", turn.session_id, exc)
+                return None
+
+        return await anyio.to_thread.run_sync(prepare)
 
     async def _managed(self, turn: _Turn, *, last: bool = False) -> dict[str, Any]:
+        return await anyio.to_thread.run_sync(lambda: self._build(turn, last=last))
+
+    def _build(self, turn: _Turn, *, last: bool = False) -> dict[str, Any]:
+        """The managed request (in a worker thread): the session's context in the client's
+        format, the context tools added; on the ``last`` round no tool may be called."""
         provider = turn.provider
         harness = turn.session.harness
-
-        def build() -> dict[str, Any]:
-            context = self.service.assemble(harness.session_id)
-            if isinstance(provider, Anthropic):
-                cache = provider.breakpoints_left(turn.body) >= 2
-                return to_anthropic(context, cache_control=cache, tool_prefix=harness.tool_prefix)
-            return render(context, provider.name, tool_prefix=harness.tool_prefix)
-
-        rendered = await anyio.to_thread.run_sync(build)
-        tools = tool_schemas(provider.name, harness.tool_prefix)
-        managed = provider.managed(turn.body, rendered, tools)
-        if last:  # the last round: the model must answer without calling tools
+        context = self.service.assemble(harness.session_id)
+        prefix, memo = harness.tool_prefix, turn.session.memo
+        if isinstance(provider, Anthropic):
+            cache = provider.breakpoints_left(turn.body) >= 2
+            rendered = to_anthropic(context, cache_control=cache, tool_prefix=prefix, memo=memo)
+        else:
+            rendered = render(context, provider.name, tool_prefix=prefix, memo=memo)
+        managed = provider.managed(turn.body, rendered, tool_schemas(provider.name, prefix))
+        if last:
             managed["tool_choice"] = {"type": "none"} if provider.name == "anthropic" else "none"
-        turn.managed = self.counter(rendered)
+        turn.managed = self.service.prompt_tokens(harness.session_id, context)
         return managed
 
     async def _open(self, turn: _Turn, body: Mapping[str, Any]) -> httpx.Response | Response:
@@ -599,13 +620,6 @@ def _shape_problem(provider: Provider, body: Any) -> str | None:
     if "tools" in body and not isinstance(body["tools"], list):
         return "'tools' must be a list"
     return None
-
-
-def _as_request(provider: Provider, conversation: tuple[Any, Any]) -> dict[str, Any]:
-    messages, system = conversation
-    if provider.name == "responses":
-        return {"input": messages, "instructions": system}
-    return {"messages": messages if isinstance(messages, list) else [], "system": system}
 
 
 def _forwarded(headers: Mapping[str, str]) -> dict[str, str]:

@@ -65,9 +65,21 @@ class Provider:
         """``(messages, system)`` of a request, as ``parse_messages`` takes them."""
         raise NotImplementedError
 
-    def parse(self, body: Mapping[str, Any]) -> list[Message]:
-        """The request's conversation in the neutral form (raises ``MalformedMessage``)."""
+    def parse_items(self, items: list[Any], offset: int) -> list[Message]:
+        """Items of a request's conversation in the neutral form (raises ``MalformedMessage``)."""
         raise NotImplementedError
+
+    def first_user_text(self, body: Mapping[str, Any]) -> str:
+        """The text of the conversation's first user message, parsing no more than it takes."""
+        items, _system = self.conversation(body)
+        if isinstance(items, str):
+            return items
+        for index, item in enumerate(items):
+            if isinstance(item, dict) and item.get("role") == "user":
+                for message in self.parse_items([item], index):
+                    if message.role == "user":
+                        return message.text
+        return ""
 
     def managed(
         self, body: Mapping[str, Any], rendered: Mapping[str, Any], tools: Sequence[Any]
@@ -137,8 +149,8 @@ class Anthropic(Provider):
     def conversation(self, body: Mapping[str, Any]) -> tuple[Any, Any]:
         return body.get("messages"), body.get("system")
 
-    def parse(self, body: Mapping[str, Any]) -> list[Message]:
-        return parse_anthropic(body.get("messages"), body.get("system"))  # type: ignore[arg-type]
+    def parse_items(self, items: list[Any], offset: int) -> list[Message]:
+        return parse_anthropic(items, offset=offset)
 
     def breakpoints_left(self, body: Mapping[str, Any]) -> int:
         """Cache marks left for the managed conversation after the client's tools took theirs."""
@@ -290,8 +302,8 @@ class Chat(Provider):
     def conversation(self, body: Mapping[str, Any]) -> tuple[Any, Any]:
         return body.get("messages"), None
 
-    def parse(self, body: Mapping[str, Any]) -> list[Message]:
-        return parse_openai(body.get("messages"))  # type: ignore[arg-type]
+    def parse_items(self, items: list[Any], offset: int) -> list[Message]:
+        return parse_openai(items, offset=offset)
 
     def managed(
         self, body: Mapping[str, Any], rendered: Mapping[str, Any], tools: Sequence[Any]
@@ -420,8 +432,8 @@ class Responses(Provider):
     def conversation(self, body: Mapping[str, Any]) -> tuple[Any, Any]:
         return body.get("input"), body.get("instructions")
 
-    def parse(self, body: Mapping[str, Any]) -> list[Message]:
-        return parse_responses(body.get("input"), body.get("instructions"))
+    def parse_items(self, items: list[Any], offset: int) -> list[Message]:
+        return parse_responses(items, offset=offset)
 
     def managed(
         self, body: Mapping[str, Any], rendered: Mapping[str, Any], tools: Sequence[Any]

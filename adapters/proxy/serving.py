@@ -19,7 +19,9 @@ __all__ = ["bind", "serve", "serve_in_thread"]
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host``:``port`` (0: any free port)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on accepted sockets of that protocol,
+    # and without it a response written in two parts waits for a delayed ACK (40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(256)

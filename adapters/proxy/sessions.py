@@ -23,20 +23,23 @@ import asyncio
 import collections
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 
 import attrs
 
 from selfctx.adapters.harness.messages import Message
+from selfctx.adapters.harness.render import RenderMemo
 from selfctx.adapters.harness.session import HarnessSession
+from selfctx.adapters.proxy.incremental import ParsedConversation
 
-__all__ = ["SESSION_HEADER", "OpenSessions", "ProxySession", "session_id_for"]
+__all__ = ["SESSION_HEADER", "OpenSessions", "ProxySession", "first_user_text", "session_id_for"]
 
 SESSION_HEADER = "x-selfctx-session"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._@+=-]+")
 
 
-def _first_user_text(messages: Sequence[Message]) -> str:
+def first_user_text(messages: Iterable[Message]) -> str:
+    """The text of the first user message (empty if there is none)."""
     for message in messages:
         if message.role == "user":
             return message.text
@@ -44,16 +47,14 @@ def _first_user_text(messages: Sequence[Message]) -> str:
 
 
 def session_id_for(
-    fmt: str, client_key: str | None, messages: Sequence[Message], header: str | None = None
+    fmt: str, client_key: str | None, first_user: str, header: str | None = None
 ) -> str:
-    """The session a request belongs to (see the module's docstring)."""
+    """The session a request belongs to (see the module's docstring); ``first_user`` is the
+    text of the conversation's first user message."""
     if header:
         return header
-    digest = hashlib.sha256(
-        "\x00".join([fmt, client_key or "", _first_user_text(messages)]).encode(
-            "utf-8", "surrogatepass"
-        )
-    ).hexdigest()
+    key = "\x00".join([fmt, client_key or "", first_user])
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
     if client_key:
         label = _UNSAFE.sub("-", client_key).strip("-._@+=")[:80] or fmt
         return f"{label}.{digest[:12]}"
@@ -62,10 +63,14 @@ def session_id_for(
 
 @attrs.define(eq=False)
 class ProxySession:
-    """One open session: its harness session and the lock its requests take in turn."""
+    """One open session: its harness session, the lock its requests take in turn, the client's
+    conversation as last parsed and the renderings of the last managed request (so that each
+    request costs what is new in it, not the conversation's length)."""
 
     harness: HarnessSession
+    parsed: ParsedConversation
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    memo: RenderMemo = attrs.field(factory=RenderMemo)
 
 
 @attrs.define(eq=False)

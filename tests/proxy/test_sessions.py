@@ -13,13 +13,13 @@ import pytest
 from selfctx.adapters.harness.messages import Message
 from selfctx.adapters.proxy.providers import Anthropic, Responses
 from selfctx.adapters.proxy.scripted import Seen, Step
-from selfctx.adapters.proxy.sessions import session_id_for
+from selfctx.adapters.proxy.sessions import first_user_text, session_id_for
 from tests.proxy.drive import Agent
 from tests.proxy.support import scripted
 from tests.proxy.test_proxy import proxy_for
 
-FIRST = [Message("system", "sys"), Message("user", "Fix the bug.")]
-OTHER = [Message("system", "sys"), Message("user", "Write the docs.")]
+FIRST = "Fix the bug."
+OTHER = "Write the docs."
 
 
 def test_the_header_names_the_session() -> None:
@@ -29,7 +29,8 @@ def test_the_header_names_the_session() -> None:
 def test_a_client_id_with_the_first_user_message() -> None:
     one = session_id_for("anthropic", "2f1c-77", FIRST)
     assert one.startswith("2f1c-77.")
-    assert session_id_for("anthropic", "2f1c-77", [*FIRST, Message("assistant", "ok")]) == one
+    messages = [Message("system", "sys"), Message("user", FIRST), Message("assistant", "ok")]
+    assert session_id_for("anthropic", "2f1c-77", first_user_text(messages)) == one
     # a sub-agent of the same client session is a conversation of its own
     assert session_id_for("anthropic", "2f1c-77", OTHER) != one
     assert session_id_for("anthropic", "9999", FIRST) != one
@@ -38,7 +39,7 @@ def test_a_client_id_with_the_first_user_message() -> None:
 def test_without_an_id_the_first_user_message_alone() -> None:
     one = session_id_for("openai", None, FIRST)
     assert one.startswith("openai.")
-    assert session_id_for("openai", None, [*FIRST, Message("user", "more")]) == one
+    assert session_id_for("openai", None, first_user_text([Message("user", FIRST)])) == one
     assert session_id_for("openai", None, OTHER) != one
     assert session_id_for("responses", None, FIRST) != one
 
