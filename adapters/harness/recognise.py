@@ -484,6 +484,11 @@ def recognise(tool: str, args: Mapping[str, Any], output: str, cwd: str) -> list
     if name in ("write", "write_file", "create_file"):
         content = args.get("content", args.get("file_text"))
         return [FileWrite(path, content if isinstance(content, str) else None)]
+    if name == "edit" and isinstance(args.get("edits"), list):  # Pi: replacements in one call
+        edits = args["edits"]
+        if all(isinstance(e, Mapping) and isinstance(e.get("oldText"), str) for e in edits):
+            return [FileEdit(path, e["oldText"], str(e.get("newText", ""))) for e in edits]
+        return []
     if name in ("edit", "replace") and isinstance(args.get("old_string", args.get("old")), str):
         old = args.get("old_string", args.get("old"))
         new = args.get("new_string", args.get("new", ""))

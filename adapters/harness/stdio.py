@@ -42,7 +42,7 @@ from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tools import is_prefix, tool_schemas
 from selfctx.application.policies import DEFAULT_POLICY, policy_by_name
 from selfctx.application.service import ContextService
-from selfctx.domain.errors import InvalidPath, SelfContextError
+from selfctx.domain.errors import InvalidInput, InvalidPath, SelfContextError
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -140,6 +140,7 @@ def _absolute(path: str) -> str:
         "cwd": STR,
         "roots": STRINGS,
         "tool_prefix": _PREFIX,
+        "policy_options": OBJECT,
     },
 )
 def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
@@ -158,6 +159,10 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
             f"session {session_id!r} is already open on this server; close it first",
             session_id=session_id,
         )
+    try:
+        chosen = policy_by_name(policy, **p.get("policy_options", {}))
+    except InvalidInput as exc:
+        raise RpcError.bad_params("policy_options", str(exc)) from exc
     cwd = _absolute(p.get("cwd", server.cwd))
     roots = [_absolute(r) for r in p.get("roots", server.roots)]
     harness = HarnessSession(
@@ -167,7 +172,7 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
         system_prompt=p.get("system_prompt", ""),
         cwd=cwd,
         roots=roots,
-        policy=policy_by_name(policy),
+        policy=chosen,
         tool_prefix=p.get("tool_prefix", ""),
     )
     policy = harness.service.state(session_id).policy.name  # a resumed session keeps its own
