@@ -119,8 +119,18 @@ def test_pi_with_the_extension(clients_node: XtdbNode, tmp_path: Path) -> None:
             ),
         )
         done = subprocess.run(
-            [pi, "-p", "--provider", "scripted", "--model", "scripted-model", *PI_QUIET]
-            + ["-e", str(PI_DIR / "selfctx.ts"), "Fix add() in calc.py so that the test passes."],
+            [
+                pi,
+                "-p",
+                "--provider",
+                "scripted",
+                "--model",
+                "scripted-model",
+                *PI_QUIET,
+                "-e",
+                str(PI_DIR / "selfctx.ts"),
+                "Fix add() in calc.py so that the test passes.",
+            ],
             cwd=repo,
             env=env,
             capture_output=True,
