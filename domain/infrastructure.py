@@ -46,7 +46,8 @@ class ChatObject:
     turns: tuple[dict[str, Any], ...]
     """Turns in their stored JSON form: ``{"number", "messages": [...]}``."""
     turn_count: int
-    """Turns begun by a user message (turn 0, the preamble, is not counted)."""
+    """The number of turns in ``turns`` (SSOT §2.6), turn 0 — whatever came before the first
+    user message — included: always ``len(turns)``."""
     toolcall_refs: tuple[str, ...]
     content_hash: None
     metadata_hash: str
@@ -61,7 +62,7 @@ class ChatObject:
         fields = {
             "turns": list(turns),
             "session_ref": session_ref,
-            "turn_count": len(state.turns) - 1,
+            "turn_count": len(turns),
             "toolcall_refs": list(refs),
         }
         meta = hashing.metadata_hash(fields)
@@ -70,7 +71,7 @@ class ChatObject:
             identity_hash=hashing.identity_hash("chat", xt_id=state.chat_id),
             session_ref=session_ref,
             turns=turns,
-            turn_count=len(state.turns) - 1,
+            turn_count=len(turns),
             toolcall_refs=refs,
             content_hash=None,
             metadata_hash=meta,

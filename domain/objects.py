@@ -117,6 +117,13 @@ class FileObject:
         return self.file_hash is None and self.content_status is None
 
     @property
+    def needs_read(self) -> bool:
+        """The SSOT's stub test (§3.3): neither bytes nor content are known, so activating it
+        reads the source first. True for discovery stubs and for deletions (the file may be back);
+        False for binary or oversized files, whose bytes were hashed."""
+        return self.file_hash is None and self.content is None
+
+    @property
     def is_deleted(self) -> bool:
         return self.content_status == "deleted"
 

@@ -10,6 +10,7 @@ merged with them (decision 0019).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -73,8 +74,16 @@ def test_the_wheel_works_next_to_distributions_that_clash_with_its_folders(
 ) -> None:
     """Build the wheel, install it in a fresh virtual environment after AdapterHub, ``domain``
     and PyContracts (their files only: ``--no-deps``), then run the command line."""
+    source = tmp_path / "source"  # a copy: building in place would leave build/ in the tree
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", *FOLDERS):
+        if (ROOT / name).is_dir():
+            ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+            shutil.copytree(ROOT / name, source / name, ignore=ignore)
+        else:
+            shutil.copy2(ROOT / name, source / name)
     dist = tmp_path / "dist"
-    built = _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, ROOT)
+    built = _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, source)
     assert built.returncode == 0, built.stderr
     (wheel,) = dist.glob("*.whl")
 

@@ -22,6 +22,7 @@ from selfctx.domain.chat import AssistantMessage, ToolCallRequest, ToolResult, U
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.indexing import Outcome
 from selfctx.domain.mounts import MountMapping
+from selfctx.domain.objects import FileObject
 from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage
 from selfctx.domain.session.state import CollapseWindow, SessionState
 from tests.conftest import MakeService
@@ -1106,3 +1107,50 @@ def test_tuples_in_tool_arguments_replay_as_they_were_recorded(
     fresh.resume_session(sid)
     assert fresh.state(sid) == live
     assert fresh.object(sid, "c-1") == service.object(sid, "c-1")
+
+
+def test_activating_a_deleted_file_that_is_back_reads_it_again(
+    service: ContextService, sid: str, files: FakeFileReader, host_id: str
+) -> None:
+    """SSOT §3.3: a version with neither file_hash nor content is read on activation, and a
+    deletion is such a version (issue 18, item 4)."""
+    files.write("/p/back.py", "x = 1\n")
+    fid = service.index_file(sid, "/p/back.py").object_id
+    files.delete("/p/back.py")
+    service.rehash(sid)
+    service.deactivate(sid, fid)
+    deleted = service.object(sid, fid)
+    assert isinstance(deleted, FileObject) and deleted.content_status == "deleted"
+
+    still_gone = service.activate(sid, fid)  # not back yet: the deletion is what shows
+
+    assert still_gone.message == "file /p/back.py is active; it has no content (deleted)"
+    assert history_contents(service, fid) == ["x = 1\n", None]
+
+    service.deactivate(sid, fid)
+    files.write("/p/back.py", "x = 2\n")
+    result = service.activate(sid, fid)
+
+    assert result.message == "file /p/back.py is active (6 characters)"
+    assert history_contents(service, fid) == ["x = 1\n", None, "x = 2\n"]
+    assert service.assemble(sid).active[-1] == ActiveBlock(fid, "x = 2\n")
+
+
+def test_the_inline_activate_tool_reads_a_deleted_file_that_is_back(
+    service: ContextService, ns: str, files: FakeFileReader
+) -> None:
+    from selfctx.adapters.harness.tools import handle_context_tool
+    from selfctx.application.policies import policy_by_name
+
+    sid = f"{ns}inline"
+    service.start_session(sid, policy=policy_by_name("inline"))
+    files.write("/p/back.py", "x = 1\n")
+    fid = service.index_file(sid, "/p/back.py").object_id
+    files.delete("/p/back.py")
+    service.rehash(sid)
+    files.write("/p/back.py", "x = 2\n")
+
+    answer = handle_context_tool(service, sid, "activate", {"id": fid})
+
+    assert answer.ok and answer.message.endswith("]\nx = 2\n")
+    assert history_contents(service, fid) == ["x = 1\n", None, "x = 2\n"]

@@ -138,7 +138,7 @@ def _inline(
     state = service.state(session_id)
     label = handle(state, obj.id)
     if name == "activate":
-        if isinstance(obj, FileObject) and obj.is_stub:
+        if isinstance(obj, FileObject) and obj.needs_read:
             service.activate(session_id, obj.id)  # reads the source, or says why it cannot
             obj = service.object(session_id, obj.id)
         if isinstance(obj, FileObject):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from selfctx.application.ports.files import SourceUnavailable
 from selfctx.application.runner import OpenSession, Reads
 from selfctx.application.usecases.base import Deps, observe_source
 from selfctx.domain.objects import FileObject, ToolcallObject
@@ -31,7 +32,8 @@ def _describe(session: OpenSession, deps: Deps, object_id: str) -> str:
 
 
 class Activate:
-    """Load an object's content into the active set; a discovery stub is read first."""
+    """Load an object's content into the active set; a file with neither bytes nor content (a
+    discovery stub, or a deletion: the file may be back) is read from its source first."""
 
     def __init__(self, deps: Deps) -> None:
         self._deps = deps
@@ -42,8 +44,13 @@ class Activate:
             # source for an id this session may not use would leak it.
             decide(state, c.Activate(object_id))
             obj = session.objects.get(object_id)
-            if isinstance(obj, FileObject) and obj.is_stub:
-                observed = observe_source(self._deps, obj.source)
+            if isinstance(obj, FileObject) and obj.needs_read:
+                try:
+                    observed = observe_source(self._deps, obj.source)
+                except SourceUnavailable:
+                    if obj.is_stub:
+                        raise  # never read and cannot be: nothing to activate
+                    return c.Activate(object_id)  # still gone, or out of reach: its deletion shows
                 stored = reads.stored_file(obj)
                 return c.Activate(object_id, c.IndexFile(observed, stored, "activation"))
             return c.Activate(object_id)

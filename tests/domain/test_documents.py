@@ -198,3 +198,39 @@ def test_optional_fields_are_absent_not_null() -> None:
 def test_documents_of_unknown_shape_are_refused(doc: dict[str, Any]) -> None:
     with pytest.raises(InvalidInput):
         from_document(doc)
+
+
+def _started(*user_messages: str) -> SessionState:
+    prompt = SystemPromptObject.build("system_prompt:s", "")
+    state = fold(decide(INITIAL, c.StartSession("s", prompt, "chat:s")))
+    for text in user_messages:
+        state = fold(decide(state, c.RecordUserMessage(text)), state)
+    return state
+
+
+def test_the_chat_counts_every_turn_of_its_turns() -> None:
+    """SSOT §2.6: ``turn_count`` is the number of turns, turn 0 (the preamble) included."""
+    state = _started("first", "second")
+    doc = to_document(ChatObject.of(state))
+    assert doc["turn_count"] == len(doc["turns"]) == 3
+    assert to_document(ChatObject.of(_started()))["turn_count"] == 1
+
+
+SSOT_SESSION_FIELDS = {
+    "session_id",
+    "chat_ref",
+    "system_prompt_ref",
+    "session_index",
+    "metadata_pool",
+    "active_set",
+    "pinned_set",
+}
+ENVELOPE_AND_HASHES = {"xt/id", "type", "source", "identity_hash", "content"}
+ENVELOPE_AND_HASHES |= {"content_hash", "metadata_hash", "object_hash"}
+SNAPSHOT_FIELDS = {"seq", "auto_active", "window", "policy", "last_used", "use_clock"}
+"""The fields decision 0001 lists beyond the SSOT's, which a snapshot needs to rebuild a state."""
+
+
+def test_the_session_document_holds_the_ssot_fields_and_the_recorded_snapshot_fields() -> None:
+    doc = to_document(SessionObject.of(_started("go"), 1))
+    assert set(doc) == ENVELOPE_AND_HASHES | SSOT_SESSION_FIELDS | SNAPSHOT_FIELDS
