@@ -64,12 +64,12 @@ class ToolCallRequest:
     """The call's arguments as a JSON object."""
 
 
-def _tool_calls(items: Iterable[ToolCallRequest]) -> tuple[ToolCallRequest, ...]:
-    return tuple(items)
-
-
 def _blocks(items: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
     return tuple(freeze_json(item) for item in items)
+
+
+def _tool_calls(items: Iterable[ToolCallRequest]) -> tuple[ToolCallRequest, ...]:
+    return tuple(items)
 
 
 @attrs.frozen
@@ -78,6 +78,9 @@ class UserMessage:
 
     text: str
     """The message text."""
+    images: tuple[Mapping[str, Any], ...] = attrs.field(converter=_blocks, default=())
+    """Images that came with the text (``{"type": "image", "url": ...}``, see
+    ``selfctx.adapters.harness.messages``), shown after it."""
 
 
 @attrs.frozen
@@ -100,6 +103,8 @@ class ToolResult:
 
     toolcall_id: str
     """Id of the toolcall object holding the output."""
+    images: tuple[Mapping[str, Any], ...] = attrs.field(converter=_blocks, default=())
+    """Images the tool returned with its output: shown with it while it is active."""
 
 
 @attrs.frozen
@@ -147,7 +152,10 @@ class Turn:
 def message_to_json(message: ChatMessage) -> dict[str, Any]:
     """The stored form of a chat message (used in the chat document and the session log)."""
     if isinstance(message, UserMessage):
-        return {"role": "user", "text": message.text}
+        user: dict[str, Any] = {"role": "user", "text": message.text}
+        if message.images:  # absent when empty, as in messages stored before images were kept
+            user["images"] = [thaw(image) for image in message.images]
+        return user
     if isinstance(message, AssistantMessage):
         data = {
             "role": "assistant",
@@ -162,14 +170,17 @@ def message_to_json(message: ChatMessage) -> dict[str, Any]:
         return data
     if isinstance(message, ContextNote):
         return {"role": "note", "text": message.text}
-    return {"role": "tool", "toolcall_ref": message.toolcall_id}
+    tool: dict[str, Any] = {"role": "tool", "toolcall_ref": message.toolcall_id}
+    if message.images:
+        tool["images"] = [thaw(image) for image in message.images]
+    return tool
 
 
 def message_from_json(data: Mapping[str, Any]) -> ChatMessage:
     """Inverse of :func:`message_to_json`."""
     role = data["role"]
     if role == "user":
-        return UserMessage(text=data["text"])
+        return UserMessage(text=data["text"], images=data.get("images", ()))
     if role == "assistant":
         return AssistantMessage(
             text=data["text"],
@@ -180,7 +191,7 @@ def message_from_json(data: Mapping[str, Any]) -> ChatMessage:
             reasoning=data.get("reasoning", ()),
         )
     if role == "tool":
-        return ToolResult(toolcall_id=data["toolcall_ref"])
+        return ToolResult(toolcall_id=data["toolcall_ref"], images=data.get("images", ()))
     if role == "note":
         return ContextNote(text=data["text"])
     raise ValueError(f"unknown chat message role {role!r}")

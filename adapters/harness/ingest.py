@@ -254,7 +254,7 @@ class Ingestor:
     def _record(self, message: Message) -> None:
         sid = self.session_id
         if message.role == "user":
-            self.service.record_user_message(sid, message.text)
+            self.service.record_user_message(sid, message.text, message.images)
         elif message.role == "system":  # in mid-conversation: kept, as a marked user message
             self.service.record_user_message(sid, _SYSTEM_MARK + message.text)
         elif message.role == "assistant":
@@ -272,7 +272,8 @@ class Ingestor:
         sid = self.session_id
         args = dict(call.arguments)
         status: ToolStatus = "fail" if message.is_error or _failed(message.text) else "ok"
-        effects = recognise(call.name, args, message.text, self.cwd)
+        # An output with images (a screenshot, an image file read) is not a file's text.
+        effects = [] if message.images else recognise(call.name, args, message.text, self.cwd)
         read_ids: list[str] = []
         listings: list[list[str]] = []
         for effect in effects:
@@ -295,6 +296,7 @@ class Ingestor:
             # ssot: a read file is active instead (decision 0006); inline: the read's message is
             # where the file's content shows, so the tool call itself stays visible.
             activate=not read_ids or self.inline,
+            images=message.images,
         )
         self._after_call(effects)
 

@@ -25,6 +25,7 @@ __all__ = [
     "Format",
     "MalformedMessage",
     "Message",
+    "image_of",
     "parse_anthropic",
     "parse_messages",
     "parse_openai",
@@ -36,6 +37,7 @@ FORMATS: tuple[Format, ...] = ("openai", "anthropic", "responses")
 """``openai``: Chat Completions messages; ``anthropic``: Messages; ``responses``: OpenAI Responses
 ``input`` items."""
 
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
 MAX_MESSAGE_CHARS = 8 * 1024 * 1024
 """Longest text a single message may carry (larger ones are refused, not truncated)."""
 
@@ -69,6 +71,8 @@ class Message:
     reasoning: tuple[Mapping[str, Any], ...] = ()
     """For ``assistant``: the provider's reasoning blocks, kept as sent (Anthropic ``thinking`` and
     ``redacted_thinking`` blocks with their signatures, Responses ``reasoning`` items)."""
+    images: tuple[Mapping[str, Any], ...] = ()
+    """For ``user`` and ``tool``: the images that came with the text (see :func:`image_of`)."""
     index: int = attrs.field(default=-1, eq=False)
     """Position in the harness's list (for error messages)."""
 
@@ -95,22 +99,77 @@ def _text(value: Any, index: int, what: str) -> str:
     return value
 
 
-def _parts_text(parts: Any, index: int, what: str) -> str:
-    """Text of content given as a string or as a list of ``{"type": "text", "text": ...}`` parts
-    (images and other non-text parts are replaced by a marker)."""
+def image_of(part: Mapping[str, Any], index: int = -1) -> dict[str, Any] | None:
+    """The neutral form of an image part of any of the three formats, or None if ``part`` is
+    not an image: ``{"type": "image", "url": ...}`` (a ``data:`` URL for inline images, which
+    every format can carry) or ``{"type": "image", "file_id": ...}`` (a provider's stored file,
+    which only its own format can name), with ``detail`` when the part gave one."""
+    kind = part.get("type")
+    image: dict[str, Any]
+    if kind == "image_url":  # Chat Completions
+        inner = part.get("image_url")
+        url = inner.get("url") if isinstance(inner, Mapping) else inner
+        image = {"type": "image", "url": url}
+        if isinstance(inner, Mapping) and isinstance(inner.get("detail"), str):
+            image["detail"] = inner["detail"]
+    elif kind == "input_image":  # Responses
+        if isinstance(part.get("file_id"), str):
+            image = {"type": "image", "file_id": part["file_id"]}
+        else:
+            image = {"type": "image", "url": part.get("image_url")}
+        if isinstance(part.get("detail"), str):
+            image["detail"] = part["detail"]
+    elif kind == "image":  # Anthropic
+        source = part.get("source")
+        if not isinstance(source, Mapping):
+            raise MalformedMessage(index, "an image block needs a source")
+        if source.get("type") == "base64":
+            media, data = source.get("media_type"), source.get("data")
+            if not isinstance(media, str) or not isinstance(data, str):
+                raise MalformedMessage(index, "a base64 image needs media_type and data")
+            image = {"type": "image", "url": f"data:{media};base64,{data}"}
+        elif source.get("type") == "url":
+            image = {"type": "image", "url": source.get("url")}
+        elif source.get("type") == "file":
+            image = {"type": "image", "file_id": source.get("file_id")}
+        else:
+            raise MalformedMessage(index, f"unknown image source {source.get('type')!r}")
+    else:
+        return None
+    for key in ("url", "file_id"):
+        if key in image and (not isinstance(image[key], str) or not image[key]):
+            raise MalformedMessage(index, f"an image's {key} must be a non-empty string")
+        if key in image and len(image[key]) > MAX_MESSAGE_CHARS * 4:
+            raise MalformedMessage(index, f"an image's {key} is over {MAX_MESSAGE_CHARS * 4}")
+    return image
+
+
+def _content(parts: Any, index: int, what: str) -> tuple[str, tuple[dict[str, Any], ...]]:
+    """Text and images of content given as a string or as a list of typed parts: text parts
+    (``text``, and Responses' ``input_text``/``output_text``/``refusal``), image parts of any
+    format, and others, which are replaced by a marker."""
     if isinstance(parts, str) or parts is None:
-        return _text(parts if parts is not None else "", index, what)
+        return _text(parts if parts is not None else "", index, what), ()
     if not isinstance(parts, list):
         raise MalformedMessage(index, f"{what} must be a string or a list of parts")
-    out = []
+    out: list[str] = []
+    images: list[dict[str, Any]] = []
     for part in parts:
         if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
             raise MalformedMessage(index, f"{what} has a part that is not a typed object")
-        if part["type"] == "text":
-            out.append(_text(part.get("text"), index, f"{what} text part"))
+        if part["type"] in _TEXT_PARTS:
+            out.append(_text(part.get("text", part.get("refusal")), index, f"{what} text part"))
+        elif (image := image_of(part, index)) is not None:
+            images.append(image)
         else:
             out.append(f"[{part['type']}]")
-    return _text("".join(out), index, what)
+    return _text("".join(out), index, what), tuple(images)
+
+
+def _parts_text(parts: Any, index: int, what: str) -> str:
+    """Text of content where images are not kept (a system prompt): each is a marker."""
+    text, images = _content(parts, index, what)
+    return text + "[image]" * len(images)
 
 
 def _json_problem(value: Any) -> str | None:
@@ -176,9 +235,8 @@ def parse_openai(messages: Sequence[Any], *, offset: int = 0) -> list[Message]:
                 Message("system", _parts_text(raw.get("content"), index, "content"), index=index)
             )
         elif role == "user":
-            out.append(
-                Message("user", _parts_text(raw.get("content"), index, "content"), index=index)
-            )
+            text, images = _content(raw.get("content"), index, "content")
+            out.append(Message("user", text, images=images, index=index))
         elif role == "assistant":
             calls = raw.get("tool_calls") or []
             if not isinstance(calls, list):
@@ -199,16 +257,23 @@ def parse_openai(messages: Sequence[Any], *, offset: int = 0) -> list[Message]:
             out.append(Message("assistant", text, tuple(requests), index=index))
         elif role == "tool":
             call_id = _check_id(raw.get("tool_call_id"), index, "tool_call_id")
-            text = _parts_text(raw.get("content"), index, "content")
-            out.append(Message("tool", text, tool_call_id=call_id, index=index))
+            text, images = _content(raw.get("content"), index, "content")
+            out.append(Message("tool", text, tool_call_id=call_id, images=images, index=index))
         else:
             raise MalformedMessage(index, f"unknown role {role!r}")
     return out
 
 
-def _tool_result_text(block: Mapping[str, Any], index: int) -> str:
-    content = block.get("content", "")
-    return _parts_text(content, index, "tool_result content")
+def _tool_result(block: Mapping[str, Any], index: int) -> Message:
+    text, images = _content(block.get("content", ""), index, "tool_result content")
+    return Message(
+        "tool",
+        text,
+        tool_call_id=_check_id(block.get("tool_use_id"), index, "tool_use_id"),
+        is_error=bool(block.get("is_error", False)),
+        images=images,
+        index=index,
+    )
 
 
 def _reasoning_block(block: Mapping[str, Any], index: int) -> dict[str, Any]:
@@ -255,6 +320,7 @@ def parse_anthropic(
         texts: list[str] = []
         calls: list[ToolCallRequest] = []
         reasoning: list[Mapping[str, Any]] = []
+        images: list[dict[str, Any]] = []
         for block in content:
             if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
                 raise MalformedMessage(index, "a content block must be a typed object")
@@ -273,17 +339,11 @@ def parse_anthropic(
                     )
                 )
             elif kind == "tool_result" and role == "user":
-                out.append(
-                    Message(
-                        "tool",
-                        _tool_result_text(block, index),
-                        tool_call_id=_check_id(block.get("tool_use_id"), index, "tool_use_id"),
-                        is_error=bool(block.get("is_error", False)),
-                        index=index,
-                    )
-                )
+                out.append(_tool_result(block, index))
             elif kind in ("thinking", "redacted_thinking") and role == "assistant":
                 reasoning.append(_reasoning_block(block, index))
+            elif kind == "image" and role == "user":
+                images.append(image_of(block, index) or {})
             elif kind in ("image", "document"):
                 texts.append(f"[{kind}]")
             else:
@@ -293,29 +353,9 @@ def parse_anthropic(
             out.append(
                 Message("assistant", text, tuple(calls), reasoning=tuple(reasoning), index=index)
             )
-        elif texts:
-            out.append(Message("user", text, index=index))
+        elif texts or images:
+            out.append(Message("user", text, images=tuple(images), index=index))
     return out
-
-
-_RESPONSES_TEXT = ("input_text", "output_text", "text", "refusal")
-
-
-def _responses_text(content: Any, index: int, what: str) -> str:
-    """Text of a Responses message's content: a string or a list of typed parts."""
-    if isinstance(content, str) or content is None:
-        return _text(content if content is not None else "", index, what)
-    if not isinstance(content, list):
-        raise MalformedMessage(index, f"{what} must be a string or a list of parts")
-    out = []
-    for part in content:
-        if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
-            raise MalformedMessage(index, f"{what} has a part that is not a typed object")
-        if part["type"] in _RESPONSES_TEXT:
-            out.append(_text(part.get("text", part.get("refusal")), index, f"{what} text part"))
-        else:
-            out.append(f"[{part['type']}]")
-    return _text("".join(out), index, what)
 
 
 def parse_responses(items: Any, instructions: Any = None, *, offset: int = 0) -> list[Message]:
@@ -347,7 +387,7 @@ def parse_responses(items: Any, instructions: Any = None, *, offset: int = 0) ->
         kind = raw.get("type", "message" if "role" in raw else None)
         if kind == "message":
             role = raw.get("role")
-            text = _responses_text(raw.get("content"), index, "content")
+            text, images = _content(raw.get("content"), index, "content")
             if role == "assistant":
                 if assistant is not None and (assistant.tool_calls or assistant.text):
                     flush()
@@ -358,7 +398,7 @@ def parse_responses(items: Any, instructions: Any = None, *, offset: int = 0) ->
             if role in ("system", "developer"):
                 out.append(Message("system", text, index=index))
             elif role == "user":
-                out.append(Message("user", text, index=index))
+                out.append(Message("user", text, images=images, index=index))
             else:
                 raise MalformedMessage(index, f"unknown role {role!r}")
         elif kind == "function_call":
@@ -373,8 +413,8 @@ def parse_responses(items: Any, instructions: Any = None, *, offset: int = 0) ->
         elif kind == "function_call_output":
             flush()
             call_id = _check_id(raw.get("call_id"), index, "call_id")
-            text = _responses_text(raw.get("output"), index, "output")
-            out.append(Message("tool", text, tool_call_id=call_id, index=index))
+            text, images = _content(raw.get("output"), index, "output")
+            out.append(Message("tool", text, tool_call_id=call_id, images=images, index=index))
         elif kind == "reasoning":
             if assistant is not None and (assistant.tool_calls or assistant.text):
                 flush()

@@ -88,6 +88,49 @@ def _active_text(context: AssembledContext) -> str:
     return f"{ACTIVE_HEADER}\n\n{context.active_text()}"
 
 
+def _active_images(context: AssembledContext) -> list[Mapping[str, Any]]:
+    return [image for block in context.active for image in block.images]
+
+
+def _image_openai(image: Mapping[str, Any]) -> dict[str, Any]:
+    if "url" not in image:  # a provider's stored file: Chat Completions cannot name it
+        return {"type": "text", "text": f"[image: file {image.get('file_id')}]"}
+    inner = {"url": image["url"]}
+    if "detail" in image:
+        inner["detail"] = image["detail"]
+    return {"type": "image_url", "image_url": inner}
+
+
+def _image_anthropic(image: Mapping[str, Any]) -> dict[str, Any]:
+    url = image.get("url")
+    if url is None:
+        return {"type": "image", "source": {"type": "file", "file_id": image.get("file_id")}}
+    head, sep, data = url.partition(";base64,")
+    if url.startswith("data:") and sep:
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": head[len("data:") :], "data": data},
+        }
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+def _image_responses(image: Mapping[str, Any]) -> dict[str, Any]:
+    part: dict[str, Any] = {"type": "input_image", "detail": image.get("detail", "auto")}
+    if "url" in image:
+        part["image_url"] = image["url"]
+    else:
+        part["file_id"] = image.get("file_id")
+    return part
+
+
+def _openai_parts(text: str, images: Sequence[Mapping[str, Any]]) -> str | list[dict[str, Any]]:
+    """A message's content: the text alone, or text and image parts when there are images."""
+    if not images:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    return parts + [_image_openai(image) for image in images]
+
+
 def _metadata_text(context: AssembledContext, prefix: str = "") -> str:
     header = METADATA_HEADER
     if prefix:
@@ -145,7 +188,7 @@ def _each(
 
 def _openai_message(message: RenderedMessage) -> dict[str, Any]:
     if message.role == "user":
-        return {"role": "user", "content": message.text}
+        return {"role": "user", "content": _openai_parts(message.text, message.images)}
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.toolcall_id, "content": message.text}
     item: dict[str, Any] = {"role": "assistant", "content": message.text or None}
@@ -170,21 +213,38 @@ def to_openai(
     messages: list[dict[str, Any]] = [{"role": "system", "content": context.system_prompt}]
     if context.metadata:
         messages.append({"role": "system", "content": _metadata_text(context, tool_prefix)})
-    messages += [item for _, item in _each(_paired(context.chat), _openai_message, memo)]
+    # A tool message holds text only: its images follow its assistant's results as a user message.
+    shown: list[dict[str, Any]] = []
+    for message, item in _each(_paired(context.chat), _openai_message, memo):
+        if shown and message.role != "tool":
+            messages.append({"role": "user", "content": shown})
+            shown = []
+        messages.append(item)
+        if message.role == "tool" and message.images:
+            shown.append({"type": "text", "text": f"[images of tool call {message.toolcall_id}]"})
+            shown += [_image_openai(image) for image in message.images]
+    if shown:
+        messages.append({"role": "user", "content": shown})
     if context.active:
-        messages.append({"role": "user", "content": _active_text(context)})
+        content = _openai_parts(_active_text(context), _active_images(context))
+        messages.append({"role": "user", "content": content})
     return {"messages": messages}
 
 
 def _blocks(message: RenderedMessage) -> list[dict[str, Any]]:
     # Anthropic refuses text blocks without non-whitespace text: such text is no block.
     if message.role == "user":
-        return [{"type": "text", "text": message.text}] if message.text.strip() else []
+        text = [{"type": "text", "text": message.text}] if message.text.strip() else []
+        return text + [_image_anthropic(image) for image in message.images]
     if message.role == "tool":
+        content: Any = message.text
+        if message.images:
+            content = [{"type": "text", "text": message.text}] if message.text.strip() else []
+            content += [_image_anthropic(image) for image in message.images]
         block: dict[str, Any] = {
             "type": "tool_result",
             "tool_use_id": message.toolcall_id,
-            "content": message.text,
+            "content": content,
         }
         if message.is_error:
             block["is_error"] = True
@@ -250,11 +310,12 @@ def to_anthropic(
         system[-1]["cache_control"] = {"type": "ephemeral"}
         last_blocks[-1] = {**last_blocks[-1], "cache_control": {"type": "ephemeral"}}
     if context.active:
-        active = {"type": "text", "text": _active_text(context)}
+        active = [{"type": "text", "text": _active_text(context)}]
+        active += [_image_anthropic(image) for image in _active_images(context)]
         if messages[-1]["role"] == "user":
-            messages[-1]["content"].append(active)
+            messages[-1]["content"] += active
         else:
-            messages.append({"role": "user", "content": [active]})
+            messages.append({"role": "user", "content": active})
     return {"system": system, "messages": messages}
 
 
@@ -271,17 +332,23 @@ def to_responses(
     for _, rendered in _each(_paired(context.chat), _responses_items, memo):
         items += rendered
     if context.active:
-        items.append(_responses_message("user", _active_text(context)))
+        active = _responses_message("user", _active_text(context))
+        active["content"] += [_image_responses(image) for image in _active_images(context)]
+        items.append(active)
     return {"input": items}
 
 
 def _responses_items(message: RenderedMessage) -> list[dict[str, Any]]:
     if message.role == "user":
-        return [_responses_message("user", message.text)]
+        item = _responses_message("user", message.text)
+        item["content"] += [_image_responses(image) for image in message.images]
+        return [item]
     if message.role == "tool":
-        return [
-            {"type": "function_call_output", "call_id": message.toolcall_id, "output": message.text}
-        ]
+        output: Any = message.text
+        if message.images:
+            output = [{"type": "input_text", "text": message.text}]
+            output += [_image_responses(image) for image in message.images]
+        return [{"type": "function_call_output", "call_id": message.toolcall_id, "output": output}]
     items = [_plain(b) for b in message.reasoning if b.get("type") == "reasoning"]
     if message.text or not message.tool_calls:
         items.append(_responses_message("assistant", message.text))
@@ -317,11 +384,8 @@ def validate_responses(request: Mapping[str, Any]) -> None:
         if kind == "message":
             if item.get("role") not in ("system", "developer", "user", "assistant"):
                 raise _bad(n, f"unknown role {item.get('role')!r}")
-            parts = item.get("content")
-            if not isinstance(parts, list) or not all(
-                isinstance(p, Mapping) and isinstance(p.get("text"), str) for p in parts
-            ):
-                raise _bad(n, "content must be a list of text parts")
+            if not _parts(item.get("content"), ("input_text", "output_text", "input_image")):
+                raise _bad(n, "content must be a list of text and image parts")
         elif kind == "function_call":
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id or call_id in calls:
@@ -333,8 +397,9 @@ def validate_responses(request: Mapping[str, Any]) -> None:
             call_id = item.get("call_id")
             if call_id not in calls or call_id in answered:
                 raise _bad(n, f"output for {call_id!r} answers no pending call")
-            if not isinstance(item.get("output"), str):
-                raise _bad(n, "output must be a string")
+            output = item.get("output")
+            if not isinstance(output, str) and not _parts(output, ("input_text", "input_image")):
+                raise _bad(n, "output must be a string or a list of text and image parts")
             answered.add(call_id)
         elif kind != "reasoning":
             raise _bad(n, f"unknown item type {kind!r}")
@@ -381,13 +446,30 @@ def validate_openai(request: Mapping[str, Any]) -> None:
                 pending.append(_openai_call(n, call, seen))
             if not isinstance(content, str) and not (content is None and calls):
                 raise _bad(n, "assistant content must be a string (null only with tool calls)")
-        elif role in ("system", "developer", "user"):
+        elif role in ("system", "developer"):
             if not isinstance(content, str):
                 raise _bad(n, "content must be a string")
+        elif role == "user":
+            if not isinstance(content, str) and not _parts(content, ("text", "image_url")):
+                raise _bad(n, "user content must be a string or a list of text and image parts")
         else:
             raise _bad(n, f"unknown role {role!r}")
     if pending:
         raise _bad(len(messages), f"calls {pending} are unanswered")
+
+
+def _parts(content: Any, kinds: Sequence[str]) -> bool:
+    """``content`` is a non-empty list of parts of the given types, text parts holding text."""
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(
+            isinstance(p, Mapping)
+            and p.get("type") in kinds
+            and (not p["type"].endswith("text") or isinstance(p.get("text"), str))
+            for p in content
+        )
+    )
 
 
 def _openai_call(n: int, call: Any, seen: set[str]) -> str:

@@ -261,7 +261,10 @@ def _tools_call(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     """A context tool call the model made, relayed as is: refusals are answers for the model."""
     harness = server.session(p["session_id"]).harness
     answer = harness.handle(p["name"], p.get("arguments", {}))
-    return {"ok": answer.ok, "message": answer.message}
+    out: dict[str, Any] = {"ok": answer.ok, "message": answer.message}
+    if answer.images:  # inline's activate of an output with images: give them back with it
+        out["images"] = list(answer.images)
+    return out
 
 
 @method(METHODS, "index_file", {"session_id": STR, "path": STR}, {"content": STR})

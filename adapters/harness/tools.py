@@ -7,12 +7,14 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
+from pyrsistent import thaw
 
 from selfctx.application.ports.store import StoreError
 from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput, SelfContextError
 from selfctx.domain.inline import handle
 from selfctx.domain.objects import FileObject, ToolcallObject
+from selfctx.domain.rendering import toolcall_images
 
 __all__ = [
     "CONTEXT_TOOLS",
@@ -94,6 +96,9 @@ class ToolAnswer:
 
     ok: bool
     message: str
+    images: tuple[Mapping[str, Any], ...] = ()
+    """Under ``inline``, ``activate`` of a tool output shows it in its answer: with its images,
+    which the harness gives back with the answer's text (neutral form, see ``image_of``)."""
 
 
 def handle_context_tool(
@@ -147,7 +152,8 @@ def _inline(
             what = f"output of {obj.tool} ({obj.status})"
         status = obj.content_status if isinstance(obj, FileObject) else None
         body = obj.content if obj.content is not None else f"(no content: {status or 'empty'})"
-        return ToolAnswer(True, f"[{label} {what}]\n{body}")
+        images = () if isinstance(obj, FileObject) else toolcall_images(state, obj.id)
+        return ToolAnswer(True, f"[{label} {what}]\n{body}", tuple(thaw(i) for i in images))
     if isinstance(obj, FileObject) and name == "deactivate":
         showing = [
             t

@@ -486,7 +486,8 @@ class Proxy:
             answers = [(call, harness.handle(call.name, dict(call.arguments))) for call in mine]
             turn.extra.append(asked)
             turn.extra += [
-                Message("tool", a.message, tool_call_id=c.id, is_error=not a.ok) for c, a in answers
+                Message("tool", a.message, tool_call_id=c.id, is_error=not a.ok, images=a.images)
+                for c, a in answers
             ]
             harness.ingestor.ingest([*turn.messages, *turn.extra])
 
