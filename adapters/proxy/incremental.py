@@ -125,6 +125,8 @@ class ParsedConversation:
 
 
 def _common_prefix(old: Sequence[Any], new: Sequence[Any]) -> int:
+    if len(new) >= len(old) and new[: len(old)] == old:  # the usual case, compared in C
+        return len(old)
     n = 0
     for a, b in zip(old, new, strict=False):
         if a != b:
