@@ -15,8 +15,6 @@ import sys
 from typing import Any
 
 from selfctx.adapters.bootstrap import build_service, open_store
-from selfctx.adapters.proxy import Proxy, ProxyConfig
-from selfctx.adapters.proxy.serving import bind, serve
 from selfctx.application.policies import policy_by_name
 from selfctx.domain.errors import InvalidInput
 
@@ -51,7 +49,7 @@ def _option(text: str) -> tuple[str, int]:
     return name.strip(), int(value)
 
 
-def _banner(base: str, config: ProxyConfig, store: str, policy: str) -> str:
+def _banner(base: str, config: Any, store: str, policy: str) -> str:
     root = f"{base}/t/<TOKEN>" if config.token else base
     return "\n".join(
         [
@@ -70,6 +68,10 @@ def _banner(base: str, config: ProxyConfig, store: str, policy: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # imported here: the ASGI stack loads only for the command that serves
+    from selfctx.adapters.proxy import Proxy, ProxyConfig
+    from selfctx.adapters.proxy.serving import bind, serve
+
     logging.basicConfig(
         stream=sys.stderr,
         level=args.log_level.upper(),
