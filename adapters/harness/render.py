@@ -17,6 +17,7 @@ from typing import Any, TypeVar, cast
 from pyrsistent import thaw
 
 from selfctx.domain.errors import InvalidInput
+from selfctx.domain.inline import INLINE_GUIDE
 from selfctx.domain.rendering import AssembledContext, RenderedMessage
 
 __all__ = [
@@ -139,6 +140,19 @@ def _metadata_text(context: AssembledContext, prefix: str = "") -> str:
     return f"{header}\n{context.metadata_text()}"
 
 
+def _system_prompt(context: AssembledContext, prefix: str) -> str:
+    """The system prompt, with the inline layout's guide naming the tools under ``prefix``."""
+    prompt = context.system_prompt
+    if prefix and INLINE_GUIDE in prompt:
+        guide = (
+            INLINE_GUIDE.replace("call activate", f"call {prefix}activate")
+            .replace("pin to keep", f"{prefix}pin to keep")
+            .replace("deactivate to collapse", f"{prefix}deactivate to collapse")
+        )
+        prompt = prompt.replace(INLINE_GUIDE, guide)
+    return prompt
+
+
 def render(
     context: AssembledContext, fmt: str, *, tool_prefix: str = "", memo: RenderMemo | None = None
 ) -> dict[str, Any]:
@@ -210,7 +224,8 @@ def to_openai(
     context: AssembledContext, *, tool_prefix: str = "", memo: RenderMemo | None = None
 ) -> dict[str, Any]:
     """``{"messages": [...]}`` for the chat-completions API."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": context.system_prompt}]
+    prompt = _system_prompt(context, tool_prefix)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": prompt}]
     if context.metadata:
         messages.append({"role": "system", "content": _metadata_text(context, tool_prefix)})
     # A tool message holds text only: its images follow its assistant's results as a user message.
@@ -277,7 +292,7 @@ def to_anthropic(
     system: list[dict[str, Any]] = [
         {
             "type": "text",
-            "text": context.system_prompt
+            "text": _system_prompt(context, tool_prefix)
             if context.system_prompt.strip()
             else "(no system prompt)",
         }
@@ -326,7 +341,8 @@ def to_responses(
     ``developer`` messages, the chat as ``message``, ``function_call`` and
     ``function_call_output`` items (an assistant's recorded ``reasoning`` items first), the active
     content as a final user message."""
-    items: list[dict[str, Any]] = [_responses_message("developer", context.system_prompt)]
+    prompt = _system_prompt(context, tool_prefix)
+    items: list[dict[str, Any]] = [_responses_message("developer", prompt)]
     if context.metadata:
         items.append(_responses_message("developer", _metadata_text(context, tool_prefix)))
     for _, rendered in _each(_paired(context.chat), _responses_items, memo):

@@ -233,7 +233,7 @@ def test_context_tools_under_a_prefix_leave_the_harness_its_own_activate() -> No
     assert "call_2" in h.service.state("s1").active  # the harness's own call is left alone
 
 
-def test_the_metadata_names_the_prefixed_tools() -> None:
+def test_the_metadata_and_the_guide_name_the_prefixed_tools() -> None:
     h = harness("anthropic", "ssot", tool_prefix="ctx_")
     h.ingest(
         [
@@ -244,6 +244,11 @@ def test_the_metadata_names_the_prefixed_tools() -> None:
     )
     metadata = h.request()["system"][1]["text"]
     assert "ctx_activate(id)" in metadata and " activate(id)" not in metadata
+    inline = harness("openai", "inline", tool_prefix="ctx_")
+    inline.ingest([o_user("go")])
+    guide = inline.request()["messages"][0]["content"]
+    assert "call ctx_activate with" in guide and "ctx_pin to keep" in guide
+    assert "ctx_deactivate to collapse" in guide
 
 
 # -- item 18: the OpenAI Responses format ------------------------------------------------------

@@ -243,7 +243,12 @@ def test_aider(clients_node: XtdbNode, tmp_path: Path) -> None:
     def script(seen: Seen) -> Step:
         if "commit message" in seen.text:
             return Step("Fix add()")  # aider's own request for a commit message
-        if "context_pin" not in str(seen.body.get("messages")):
+        called = [
+            call["function"]["name"]
+            for message in seen.body.get("messages") or ()
+            for call in message.get("tool_calls") or ()
+        ]
+        if "context_pin" not in called:
             return Step(CONTEXT_TEXT, (("context_pin", {"id": "#1"}),))
         return Step("Fixing add().\n\n" + edit)
 
