@@ -89,8 +89,12 @@ def build_service(
     reader_roots = list(roots) if roots else [workspace]
     if mount_detector is not None:
         mount_detector.configure(reader_roots, [m.canonical_prefix for m in mappings])
+    table = MountTable(default_fs or host, mappings)
     reader = files or LocalFileReader(
-        host, roots=reader_roots, on_stat=mount_detector.observe if mount_detector else None
+        host,
+        roots=reader_roots,
+        on_stat=mount_detector.observe if mount_detector else None,
+        mounts=table,
     )
     if tracker is None and track:
         tracker = WatchdogTracker(host)
@@ -99,7 +103,7 @@ def build_service(
         clock=clock or SystemClock(),
         ids=ids or UuidIds(),
         files=reader,
-        mounts=MountTable(default_fs or host, mappings),
+        mounts=table,
         settings=settings or Settings(policy=policy_by_name(DEFAULT_POLICY)),
         tokenizer=tokenizer or default_tokenizer(),
         tracker=tracker,

@@ -70,6 +70,46 @@ class StoreContract:
         assert store.get(ns + "doc") == doc
         assert store.get_many([ns + "doc", ns + "missing"]) == {ns + "doc": doc}
 
+    @pytest.mark.parametrize("long", [False, True], ids=["short", "long"])
+    def test_every_string_comes_back_as_stored(
+        self, store: ObjectStore, ns: str, long: bool
+    ) -> None:
+        """Issue 15 item 8: lone surrogates (which have no UTF-8 form), surrogate pairs held as
+        two code points, and the characters a store might use to carry them, in values, keys,
+        lists, ids and query arguments, short or long (a store may send long text otherwise)."""
+        pad = "x" * (10_000 if long else 0)
+        odd = ["a\ud800b", "\udfff", "\ud83d\ude00", "\ud800\ud800", "\ufdd0d800", "\ufdd0", "😀"]
+        sid = ns + "sess\udc80"
+        doc = {
+            "xt/id": ns + "id\ud801",
+            "type": ns + "kind\udbff",
+            "content": pad + "".join(odd) + pad,
+            "parts": odd,
+            "nested": {"key\ud800": {"deep\udfff": ["\ud800"]}},
+            "session_id": sid,
+        }
+        log = {
+            "xt/id": f"log:{sid}:000000001",
+            "type": "session_log",
+            "session_id": sid,
+            "seq": 1,
+            "events": [{"text": "\ud800" + pad}],
+        }
+        store.commit([doc, log])
+        oid = str(doc["xt/id"])
+        assert store.get(oid) == doc
+        assert store.get_many([oid]) == {oid: doc}
+        assert [v.document for v in store.history(oid)] == [doc]
+        assert store.ids_of_type(ns + "kind\udbff") == [oid]
+        assert store.ids_of_type(ns + "kind\ufffd") == []
+        assert store.session_log(sid) == [log]
+        assert store.session_log(ns + "sess\ufffd") == []
+        # A document read back is a precondition that holds.
+        read = store.get(oid)
+        assert read is not None
+        store.commit([{**doc, "v": 2}], [Expect(oid, read)])
+        assert store.get(oid) == {**doc, "v": 2}
+
     def test_get_many_returns_every_existing_id(self, store: ObjectStore, ns: str) -> None:
         docs = [{"xt/id": f"{ns}{i}", "type": "toolcall", "n": i} for i in range(50)]
         store.commit(docs)

@@ -29,6 +29,8 @@ __all__ = [
     "object_hash",
     "sha256_hex",
     "stable_stringify",
+    "stat_file_hash",
+    "text_bytes",
 ]
 
 
@@ -237,9 +239,11 @@ def stable_stringify(value: object) -> str:
     return _value(value)
 
 
-def _utf8(text: str) -> bytes:
+def text_bytes(text: str) -> bytes:
     """UTF-8 bytes of ``text`` as JavaScript's ``TextEncoder`` (and Node's ``Buffer``) produce
-    them: a surrogate pair is one character and a lone surrogate becomes U+FFFD."""
+    them: a surrogate pair is one character and a lone surrogate becomes U+FFFD. Every hash of
+    text hashes these bytes: ``content_hash`` of content, and ``file_hash`` of text a harness
+    handed over (issue 18 item 1)."""
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
@@ -249,7 +253,7 @@ def _utf8(text: str) -> bytes:
 
 def sha256_hex(text: str) -> str:
     """SHA-256 of the UTF-8 bytes of ``text``, as lowercase hex."""
-    return hashlib.sha256(_utf8(text)).hexdigest()
+    return hashlib.sha256(text_bytes(text)).hexdigest()
 
 
 def identity_hash(
@@ -275,11 +279,18 @@ def file_hash(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
+def stat_file_hash(size: int, mtime_ns: int) -> str:
+    """``file_hash`` of a file over the size cap, which is never read (decision 0025):
+    ``SHA-256(stable_stringify({"kind": "stat", "mtime_ns": "<decimal>", "size": size}))``. The
+    nanoseconds are text: they are beyond what a JavaScript number holds exactly."""
+    return sha256_hex(stable_stringify({"kind": "stat", "mtime_ns": str(mtime_ns), "size": size}))
+
+
 def content_hash(content: str | None) -> str | None:
     """SHA-256 of the stored ``content``; ``None`` when content is null."""
     if content is None:
         return None
-    return hashlib.sha256(_utf8(content)).hexdigest()
+    return hashlib.sha256(text_bytes(content)).hexdigest()
 
 
 def metadata_hash(fields: Mapping[str, object]) -> str:

@@ -1,7 +1,8 @@
 """Mount mappings (SSOT §5.3): agent-visible paths to canonical source bindings and back.
 
 Pure string work on POSIX paths: nothing here touches a filesystem. Symlinks are resolved by the
-filesystem adapter before a path reaches :meth:`MountTable.to_source`.
+filesystem adapter, in the agent's namespace: a link under a mount points at a path the agent
+sees, translated through this table (issue 15 item 3).
 """
 
 from __future__ import annotations
@@ -94,33 +95,52 @@ class MountTable:
         if not self.default_filesystem_id:
             raise InvalidInput("filesystem id", self.default_filesystem_id, "must not be empty")
 
+    def translate(self, path: str) -> tuple[str, str, MountMapping | None]:
+        """Forward translation of a path that is already normalised (not checked):
+        ``(filesystem id, canonical path, the mapping or None)``. For callers that translate
+        many paths, such as a walk through a namespace one component at a time."""
+        best: MountMapping | None = None
+        for mapping in self.mappings:
+            prefix = mapping.agent_prefix
+            if (prefix == "/" or path == prefix or path.startswith(prefix + "/")) and (
+                best is None or len(prefix) > len(best.agent_prefix)
+            ):
+                best = mapping
+        if best is None:
+            return self.default_filesystem_id, path, None
+        rest = _under(path, best.agent_prefix)
+        assert rest is not None
+        return best.filesystem_id, _join(best.canonical_prefix, rest), best
+
+    def mapping_for(self, agent_path: str) -> MountMapping | None:
+        """The mapping an agent path falls under (the longest agent prefix), or None."""
+        return self.translate(normalize_absolute(agent_path))[2]
+
     def to_source(self, agent_path: str) -> Source:
         """Forward translation: the longest agent prefix wins; no match keeps the path with the
         default filesystem id."""
-        path = normalize_absolute(agent_path)
-        best: tuple[int, MountMapping, str] | None = None
+        filesystem_id, path, _ = self.translate(normalize_absolute(agent_path))
+        return FilesystemSource(filesystem_id=filesystem_id, path=path)
+
+    def covering(self, source: Source) -> MountMapping | None:
+        """The mapping whose canonical prefix holds ``source`` (the longest one), or None: the
+        mount through which the agent sees that file."""
+        best: MountMapping | None = None
         for mapping in self.mappings:
-            rest = _under(path, mapping.agent_prefix)
-            if rest is not None and (best is None or len(mapping.agent_prefix) > best[0]):
-                best = (len(mapping.agent_prefix), mapping, rest)
-        if best is None:
-            return FilesystemSource(filesystem_id=self.default_filesystem_id, path=path)
-        _, mapping, rest = best
-        return FilesystemSource(
-            filesystem_id=mapping.filesystem_id, path=_join(mapping.canonical_prefix, rest)
-        )
+            if mapping.filesystem_id != source.filesystem_id:
+                continue
+            if _under(source.path, mapping.canonical_prefix) is not None and (
+                best is None or len(mapping.canonical_prefix) > len(best.canonical_prefix)
+            ):
+                best = mapping
+        return best
 
     def display_path(self, source: Source) -> str:
         """Reverse translation: the agent-visible path of a source; the canonical path when no
         mapping covers it (the longest canonical prefix on the same filesystem wins)."""
-        best: tuple[int, MountMapping, str] | None = None
-        for mapping in self.mappings:
-            if mapping.filesystem_id != source.filesystem_id:
-                continue
-            rest = _under(source.path, mapping.canonical_prefix)
-            if rest is not None and (best is None or len(mapping.canonical_prefix) > best[0]):
-                best = (len(mapping.canonical_prefix), mapping, rest)
-        if best is None:
+        mapping = self.covering(source)
+        if mapping is None:
             return source.path
-        _, mapping, rest = best
+        rest = _under(source.path, mapping.canonical_prefix)
+        assert rest is not None
         return _join(mapping.agent_prefix, rest)

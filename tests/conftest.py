@@ -14,6 +14,7 @@ every ``xt/id`` (and the session of every log entry) with it, so no test sees an
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -55,6 +56,10 @@ def profile_max_examples() -> int:
 
 
 pytest_plugins = ("tests.xtdb.fixtures",)
+
+# The nodes tests start keep their secrets' key files here, not in the user's state directory;
+# the processes tests start inherit it (decision 0027).
+os.environ.setdefault("SELFCTX_XTDB_KEYS", tempfile.mkdtemp(prefix="selfctx-test-keys-"))
 
 _KINDS = [k.strip() for k in os.environ.get("SELFCTX_TEST_STORES", "memory,xtdb").split(",")]
 STORE_KINDS: list[Any] = [

@@ -8,6 +8,7 @@ test against a live Node.js process, and the errors for values JavaScript would 
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import math
 import shutil
@@ -65,6 +66,8 @@ def test_public_names_are_pinned() -> None:
         "object_hash",
         "sha256_hex",
         "stable_stringify",
+        "stat_file_hash",
+        "text_bytes",
     ]
 
 
@@ -372,3 +375,21 @@ def test_content_hash_and_char_count_agree_with_node(
     for s, want in zip(strings, expected, strict=True):
         assert hashing.content_hash(s) == want["sha256"], s
         assert hashing.char_count(s) == want["length"], s
+
+
+# --- files the reader leaves unread, text handed over ------------------------------------------
+
+
+def test_a_file_over_the_cap_hashes_its_size_and_modification_time() -> None:
+    """Decision 0025: the text hashed, spelled out for other implementations."""
+    text = b'{"kind":"stat","mtime_ns":"1700000000123456789","size":13000000000}'
+    assert hashing.stat_file_hash(13_000_000_000, 1_700_000_000_123_456_789) == (
+        hashlib.sha256(text).hexdigest()
+    )
+    assert hashing.stat_file_hash(1, 2) != hashing.stat_file_hash(1, 3)
+
+
+def test_text_bytes_are_what_javascript_encodes() -> None:
+    assert hashing.text_bytes("a\ud800b") == "a\ufffdb".encode()
+    assert hashing.text_bytes("\ud83d\ude00") == "\U0001f600".encode()
+    assert hashing.text_bytes("plain") == b"plain"

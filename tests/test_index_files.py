@@ -21,6 +21,7 @@ from selfctx.application.runner import SessionRunner
 from selfctx.application.service import ContextService
 from selfctx.application.usecases import files as files_usecase
 from selfctx.domain.errors import InvalidInput
+from selfctx.domain.hashing import content_hash
 from selfctx.domain.indexing import Outcome
 from selfctx.domain.mounts import MountTable
 from selfctx.domain.objects import FileObject
@@ -413,3 +414,15 @@ def test_pipelined_batches_leave_what_batches_one_at_a_time_leave(
 
     examples = 10 if store_factory.shared else profile_max_examples()
     settings(max_examples=examples, suppress_health_check=[HealthCheck.too_slow])(check)()
+
+
+@pytest.mark.parametrize("text", ["a\ud800b", "tail \udfff", "pair \ud83d\ude00 and \ud800 lone"])
+def test_handed_over_text_has_one_hash_rule(service: ContextService, ns: str, text: str) -> None:
+    """Issue 18 item 1: the file_hash of text a harness handed over is computed as its
+    content_hash is (a lone surrogate is U+FFFD), so the two agree."""
+    sid = f"{ns}lone"
+    service.start_session(sid, "prompt")
+    result = service.index_file(sid, "/p/lone.txt", text)
+    obj = service.object(sid, result.object_id)
+    assert isinstance(obj, FileObject)
+    assert obj.file_hash == obj.content_hash == content_hash(text)

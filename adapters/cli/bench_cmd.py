@@ -244,6 +244,22 @@ def _chart(
     plt.close(figure)
 
 
+def _read(args: argparse.Namespace) -> int:
+    from selfctx.adapters.bench.read import run_read_bench
+    from selfctx.adapters.bench.store import stdlib_sources
+
+    result = run_read_bench(stdlib_sources(), rounds=args.rounds)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    rates, per_file = result["files_per_s"], result["per_file_us"]
+    print(f"{result['files']} files, median of {result['rounds']} alternating rounds")
+    for name in ("confined", "reference"):
+        print(f"{name:>10}: {rates[name]:>8,} files/s ({per_file[name]} us per file)")
+    print(f"ratio confined/reference: {result['ratio']}")
+    return 0
+
+
 def _proxy(args: argparse.Namespace) -> int:
     import logging
 
@@ -307,3 +323,9 @@ def register(subparsers: Any) -> None:
     _register_watch(benches)
     _register_store(benches)
     _register_proxy(benches)
+    read = benches.add_parser(
+        "read", help="confined reads (canonical + read) against realpath-then-open, files/s"
+    )
+    read.add_argument("--json", action="store_true", help="print one JSON object")
+    read.add_argument("--rounds", type=int, default=7, help="alternating rounds (default 7)")
+    read.set_defaults(handler=_read)

@@ -1,5 +1,5 @@
-"""Reading host files safely: canonical paths, confined to allowed roots, no surprises from
-special files."""
+"""Reading host files safely: canonical paths, confined to allowed roots (also while the files
+change), links resolved as the agent sees them, no surprises from special files or huge files."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 
+from selfctx.adapters.filesystem.walk import Walked, walk
 from selfctx.application.ports.files import (
     FileReader,
     FileSnapshot,
@@ -16,12 +17,15 @@ from selfctx.application.ports.files import (
     SourceOutsideRoots,
     SourceUnreachable,
 )
-from selfctx.domain.mounts import normalize_absolute
+from selfctx.domain.hashing import stat_file_hash
+from selfctx.domain.mounts import MountTable, normalize_absolute
 from selfctx.domain.objects import FilesystemSource, Source
 
 __all__ = ["LocalFileReader"]
 
 _CHUNK = 1 << 20
+_CLOEXEC: int = getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
 
 
 def _within(path: str, root: str) -> bool:
@@ -46,7 +50,13 @@ class LocalFileReader(FileReader):
     """Reads files of the host filesystem under the allowed roots; refuses everything else.
 
     A source on another filesystem (a container's) is never read on the host, even if a file
-    with the same path exists here (SSOT §5.8).
+    with the same path exists here (SSOT §5.8). Paths are resolved one component at a time,
+    following links only where the walk has read them (:mod:`.walk`), so that no change to the
+    files meanwhile can lead a read outside the roots. With ``mounts``, a file under a mount is
+    resolved as the agent sees it: its links point at paths of the agent's namespace.
+
+    A file larger than the limit is not read at all: its size and modification time stand for it
+    (decision 0025).
     """
 
     def __init__(
@@ -55,6 +65,7 @@ class LocalFileReader(FileReader):
         roots: Sequence[str] | None = None,
         *,
         on_stat: Callable[[str, int], None] | None = None,
+        mounts: MountTable | None = None,
     ) -> None:
         self.host_filesystem_id = host_filesystem_id
         self.roots = tuple(os.path.realpath(normalize_absolute(r)) for r in roots) if roots else ()
@@ -62,6 +73,9 @@ class LocalFileReader(FileReader):
         self.on_stat = on_stat
         """Told ``(canonical path, st_dev)`` of every file read, from the stat the read makes
         anyway (the mount detector of ``selfctx.adapters.mounts`` listens here)."""
+        self.mounts = mounts
+        """The agent's mount table: links under a mount resolve in the agent's namespace."""
+        self._host_only = MountTable(host_filesystem_id)
 
     def _check_roots(self, source: Source, real: str) -> None:
         if self.roots and not any(_within(real, root) for root in self.roots):
@@ -69,52 +83,134 @@ class LocalFileReader(FileReader):
                 source, f"resolves to {real}, outside the allowed roots {list(self.roots)}"
             )
 
+    def _walk(self, source: Source) -> Walked:
+        """Resolve a host source: in the agent's namespace if a mount holds it, else the host's."""
+        host = FilesystemSource(source.filesystem_id, normalize_absolute(source.path))
+        if self.mounts is not None and self.mounts.covering(host) is not None:
+            return walk(self.mounts.display_path(host), self.mounts, self.host_filesystem_id)
+        return walk(host.path, self._host_only, self.host_filesystem_id)
+
+    def _resolve(self, source: Source) -> Walked:
+        """Walk ``source`` and check where it ends; the caller closes the result."""
+        try:
+            walked = self._walk(source)
+        except OSError as exc:
+            raise SourceUnreachable(source, os.strerror(exc.errno or errno.EIO)) from None
+        try:
+            if walked.state == "foreign":
+                raise SourceUnreachable(
+                    source,
+                    f"it leads to {walked.agent_path} on another filesystem, not readable here",
+                )
+            if walked.state == "loop":
+                raise SourceUnreachable(source, os.strerror(errno.ELOOP))
+            assert walked.host_path is not None
+            self._check_roots(source, walked.host_path)
+        except BaseException:
+            walked.close()
+            raise
+        return walked
+
     def canonical(self, source: Source) -> Source:
         if source.filesystem_id != self.host_filesystem_id:
             return source
-        real = os.path.realpath(source.path)
-        self._check_roots(source, real)
-        return FilesystemSource(filesystem_id=source.filesystem_id, path=real)
+        walked = self._resolve_for_identity(source)
+        if walked.state == "foreign" and self.mounts is not None:
+            # A link to a file of the agent's own filesystem: that file is what the path names.
+            return self.mounts.to_source(walked.agent_path)
+        assert walked.host_path is not None
+        self._check_roots(source, walked.host_path)
+        return FilesystemSource(filesystem_id=source.filesystem_id, path=walked.host_path)
+
+    def _resolve_for_identity(self, source: Source) -> Walked:
+        try:
+            walked = self._walk(source)
+        except OSError as exc:
+            raise SourceUnreachable(source, os.strerror(exc.errno or errno.EIO)) from None
+        walked.close()
+        if walked.state == "loop":
+            raise SourceUnreachable(source, os.strerror(errno.ELOOP))
+        return walked
 
     def read(self, source: Source, max_bytes: int) -> FileSnapshot:
         if source.filesystem_id != self.host_filesystem_id:
             raise SourceUnreachable(source, "it lives on another filesystem, not readable here")
-        real = os.path.realpath(source.path)
-        self._check_roots(source, real)
+        walked = self._resolve(source)
         try:
+            if walked.state == "missing":
+                raise SourceMissing(source, "the file does not exist")
+            if walked.state == "no_parent":
+                raise SourceUnreachable(source, "its directory is not there")
+            if walked.state == "denied":
+                raise SourceUnreachable(source, "permission denied")
+            assert walked.st is not None and walked.host_path is not None
             # Look before opening: opening a device or a FIFO can have effects of its own.
-            mode = os.stat(real).st_mode
-            if not stat.S_ISREG(mode):
-                raise SourceUnreachable(source, f"it is {_kind(mode)}")
-            # O_NONBLOCK: should it have been swapped for a FIFO since, do not wait for a writer.
-            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        except (FileNotFoundError, NotADirectoryError):
-            if os.path.isdir(os.path.dirname(real)):
-                raise SourceMissing(source, "the file does not exist") from None
-            raise SourceUnreachable(source, "its directory is not there") from None
-        except PermissionError:
-            raise SourceUnreachable(source, "permission denied") from None
-        except OSError as exc:
-            raise SourceUnreachable(source, os.strerror(exc.errno or errno.EIO)) from None
+            if not stat.S_ISREG(walked.st.st_mode):
+                raise SourceUnreachable(source, f"it is {_kind(walked.st.st_mode)}")
+            fd = self._open(source, walked)
+        finally:
+            walked.close()
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise SourceUnreachable(source, f"it is {_kind(info.st_mode)}")
             if self.on_stat is not None:
-                self.on_stat(real, info.st_dev)
-            digest = hashlib.sha256()
-            chunks: list[bytes] = []
-            size = 0
-            while chunk := os.read(fd, _CHUNK):
-                digest.update(chunk)
-                size += len(chunk)
-                if size <= max_bytes:
-                    chunks.append(chunk)
-                else:
-                    chunks.clear()
-            data = b"".join(chunks) if size <= max_bytes else None
-            return FileSnapshot(data=data, size=size, file_hash=digest.hexdigest())
+                self.on_stat(walked.host_path, info.st_dev)
+            return _snapshot(fd, info, max_bytes)
         except OSError as exc:
             raise SourceUnreachable(source, os.strerror(exc.errno or errno.EIO)) from None
         finally:
             os.close(fd)
+
+    def _open(self, source: Source, walked: Walked) -> int:
+        """A readable descriptor of exactly the file the walk found."""
+        # O_NONBLOCK: should it be a FIFO after all, do not wait for a writer.
+        flags = os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC | _NOFOLLOW
+        assert walked.st is not None and walked.host_path is not None
+        try:
+            if walked.fd is not None:
+                try:
+                    # Reopening the walk's own descriptor: the same file, whatever its path shows.
+                    return os.open(f"/proc/self/fd/{walked.fd}", flags & ~_NOFOLLOW)
+                except FileNotFoundError:
+                    pass  # no /proc: open it by name and check that it is the same file
+            if walked.parent_fd is not None:
+                fd = os.open(walked.name, flags, dir_fd=walked.parent_fd)
+            else:
+                fd = os.open(walked.host_path, flags)
+        except PermissionError:
+            raise SourceUnreachable(source, "permission denied") from None
+        except OSError as exc:
+            raise SourceUnreachable(source, os.strerror(exc.errno or errno.EIO)) from None
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (walked.st.st_dev, walked.st.st_ino):
+            os.close(fd)
+            raise SourceUnreachable(source, "it changed while it was opened")
+        return fd
+
+
+def _snapshot(fd: int, info: os.stat_result, max_bytes: int) -> FileSnapshot:
+    """Read at most ``max_bytes + 1`` bytes. A file over the limit is not read in full, however
+    large it is (a 12 GB sparse file was hashed on every read, issue 15 item 9): its size and
+    modification time stand in for its bytes."""
+    if info.st_size > max_bytes:
+        return _too_large(info)
+    digest = hashlib.sha256()
+    chunks: list[bytes] = []
+    size = 0
+    while size <= max_bytes:
+        chunk = os.read(fd, min(_CHUNK, max_bytes + 1 - size))
+        if not chunk:
+            break
+        digest.update(chunk)
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > max_bytes:  # it grew after the stat
+        return _too_large(os.fstat(fd))
+    return FileSnapshot(data=b"".join(chunks), size=size, file_hash=digest.hexdigest())
+
+
+def _too_large(info: os.stat_result) -> FileSnapshot:
+    return FileSnapshot(
+        data=None, size=info.st_size, file_hash=stat_file_hash(info.st_size, info.st_mtime_ns)
+    )

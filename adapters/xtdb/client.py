@@ -9,16 +9,20 @@ store port's errors, carrying the node's URL and the operation, raised ``from`` 
 - a body that is not the JSON expected (malformed, truncated, wrong shape):
   :class:`StoreProtocolError`.
 
-Timeouts are per call, in seconds; the caller divides its own deadline between its calls.
+Strings in answers are decoded as :mod:`selfctx.adapters.xtdb.text` says (the store encodes
+what it sends). Timeouts are per call, in seconds; the caller divides its own deadline between
+its calls.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
+from selfctx.adapters.xtdb import text
 from selfctx.application.ports.store import StoreProtocolError, StoreRejected, StoreUnavailable
 
 _JSON = {"Accept": "application/json"}
@@ -28,11 +32,44 @@ _BLOBS = "X-Selfctx-Blobs"
 
 
 class XtdbClient:
-    """Calls to one XTDB node; ``http`` must have the node's base URL (``http://host:port``)."""
+    """Calls to one XTDB node; ``http`` must have the node's base URL (``http://host:port``).
 
-    def __init__(self, http: httpx.Client) -> None:
+    ``key`` returns the node's secret (decision 0027), sent as ``Authorization: Bearer``; it is
+    asked again when the node refuses it (a node restarted since has a new one). ``key_hint``
+    says where the secret was looked for, for the error a refused client gets.
+    """
+
+    def __init__(
+        self,
+        http: httpx.Client,
+        *,
+        key: Callable[[], str | None] | None = None,
+        key_hint: str = "",
+    ) -> None:
         self.http = http
         self.url = str(http.base_url).rstrip("/")
+        self._key = key
+        self._key_hint = key_hint
+        self._sent_key: str | None = None
+        if key is not None:
+            self._use_key(key())
+
+    def _use_key(self, value: str | None) -> None:
+        self._sent_key = value
+        if value is None:
+            self.http.headers.pop("Authorization", None)
+        else:
+            self.http.headers["Authorization"] = f"Bearer {value}"
+
+    def _refresh_key(self) -> bool:
+        """Read the secret again; True if it changed (worth one more try)."""
+        if self._key is None:
+            return False
+        fresh = self._key()
+        if fresh is None or fresh == self._sent_key:
+            return False
+        self._use_key(fresh)
+        return True
 
     # -- transport ---------------------------------------------------------------------------
 
@@ -47,6 +84,7 @@ class XtdbClient:
         content: bytes | None = None,
         headers: dict[str, str] = _JSON,
         missing_ok: bool = False,
+        retry: bool = True,
     ) -> Any:
         where = {"url": self.url, "operation": operation}
         try:
@@ -66,6 +104,21 @@ class XtdbClient:
             raise StoreUnavailable(f"cannot reach the node: {exc}", **where) from exc
         if response.status_code == 404 and missing_ok:
             return None
+        if response.status_code == 401:
+            if retry and self._refresh_key():
+                return self._call(
+                    method,
+                    path,
+                    operation,
+                    timeout=timeout,
+                    params=params,
+                    content=content,
+                    headers=headers,
+                    missing_ok=missing_ok,
+                    retry=False,
+                )
+            hint = f" (its secret was looked for in {self._key_hint})" if self._key_hint else ""
+            raise StoreRejected(f"HTTP 401: {_error_message(body)}{hint}", status=401, **where)
         if response.status_code >= 400:
             message = _error_message(body)
             if response.status_code == 500 and b"TimeoutException" in body:
@@ -74,11 +127,16 @@ class XtdbClient:
                 f"HTTP {response.status_code}: {message}", status=response.status_code, **where
             )
         try:
-            return json.loads(body)
+            answer = json.loads(body)
         except ValueError as exc:  # includes UnicodeDecodeError
             raise StoreProtocolError(
                 f"the answer is not JSON ({exc}): {body[:200]!r}", **where
             ) from exc
+        # Strings the store escaped on the way in (text.py); the search is skipped by nearly
+        # every answer, which holds no escape at all.
+        if text.ESCAPE_UTF8 in body:
+            answer = text.decode(answer)
+        return answer
 
     def _shape_error(self, operation: str, answer: Any) -> StoreProtocolError:
         return StoreProtocolError(

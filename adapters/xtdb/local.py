@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 import httpx
 
-from selfctx.adapters.xtdb import paths
+from selfctx.adapters.xtdb import paths, secret
 from selfctx.adapters.xtdb.node import PID_FILE, ConfigName, RunInfo, XtdbNode
 
 
@@ -64,10 +64,12 @@ def node_status(run_dir: Path, *, timeout: float = 5.0) -> NodeStatus:
     info = read_run_info(run_dir)
     if info is None or not _is_our_node(info.pid, info.run_dir):
         return NodeStatus(False, info, None)
+    headers = {"Accept": "application/json"}
+    key = secret.read_key(info.url)
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
     try:
-        answer = httpx.get(
-            f"{info.url}/_xtdb/status", headers={"Accept": "application/json"}, timeout=timeout
-        )
+        answer = httpx.get(f"{info.url}/_xtdb/status", headers=headers, timeout=timeout)
         answer.raise_for_status()
         return NodeStatus(True, info, answer.json())
     except (httpx.HTTPError, ValueError):
@@ -113,6 +115,9 @@ def stop_background(run_dir: Path, *, timeout: float = 30.0) -> bool:
         # If this process started the node (tests, an embedding program), reap the zombie.
         with contextlib.suppress(ChildProcessError):
             os.waitpid(info.pid, os.WNOHANG)
+        key = secret.read_key(info.url)
+        if key is not None:
+            secret.remove_key(secret.key_file(info.url), key)
     (run_dir / PID_FILE).unlink(missing_ok=True)
     return running
 
@@ -139,7 +144,8 @@ def ensure_local_node(data_dir: Path | str | None = None) -> str:
     at once from racing to start two nodes on one RocksDB directory.
     """
     data = Path(data_dir).resolve() if data_dir is not None else paths.default_data_dir()
-    data.mkdir(parents=True, exist_ok=True)
-    with open(data / ".node.lock", "w") as lock:
+    secret.private_dir(data)
+    fd = os.open(data / ".node.lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         return start_background("rocksdb", data, run_dir=data).url

@@ -5,6 +5,11 @@ project's HTTP server (``xtdb/src``) on the class path. The config is rendered f
 ``xtdb/config`` into the node's run directory, next to its log (``node.log``, where the JVM's
 stdout and stderr go directly, so nothing is lost if this Python process exits) and its pid file
 (``node.json``). :class:`XtdbNode` is the object tests and the CLI use; it is a context manager.
+
+Only its owner can use a node or read its data (decision 0027): each start draws a new secret
+that every request must carry (:mod:`selfctx.adapters.xtdb.secret`); the run and data directories
+are the owner's alone (0700) and the JVM runs with umask 077, so everything RocksDB, the log and
+the launcher write there is too.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any, Literal
 import attrs
 import httpx
 
-from selfctx.adapters.xtdb import fetch, paths
+from selfctx.adapters.xtdb import fetch, paths, secret
 from selfctx.adapters.xtdb.errors import NodeStartError, XtdbSetupError
 
 ConfigName = Literal["memory", "rocksdb", "postgres"]
@@ -81,6 +86,8 @@ class RunInfo:
     """Folder of its data (empty for an in-memory node)."""
     started_at: float
     """Unix time it answered its first status request."""
+    key_file: str = ""
+    """The file holding the secret its requests must carry (0600)."""
 
 
 def free_port() -> int:
@@ -118,11 +125,20 @@ def doc_cache_bytes() -> int:
 
 
 def render_config(
-    config: ConfigName, *, port: int, data_dir: Path | None, postgres: PostgresTarget | None
+    config: ConfigName,
+    *,
+    port: int,
+    data_dir: Path | None,
+    postgres: PostgresTarget | None,
+    secret_file: Path,
 ) -> str:
     """The node's EDN config: ``xtdb/config/<config>.edn`` with its placeholders filled in."""
     template = string.Template((paths.project_dir() / "config" / f"{config}.edn").read_text())
-    values: dict[str, str] = {"port": str(port), "doc_cache_bytes": str(doc_cache_bytes())}
+    values: dict[str, str] = {
+        "port": str(port),
+        "doc_cache_bytes": str(doc_cache_bytes()),
+        "secret_file": _edn_string(str(secret_file)),
+    }
     if config in ("rocksdb", "postgres"):
         if data_dir is None:
             raise XtdbSetupError(f"a {config} node needs a data directory")
@@ -187,15 +203,22 @@ def java_command(config_file: Path, tmp_dir: Path) -> list[str]:
 
 
 def wait_until_ready(
-    url: str, *, deadline: float, exited: Any, log_file: Path, sync: bool = True
+    url: str,
+    *,
+    deadline: float,
+    exited: Any,
+    log_file: Path,
+    key: str,
+    sync: bool = True,
 ) -> dict[str, Any]:
     """Poll ``/_xtdb/status`` until it answers, failing fast if the process exits.
 
     ``exited()`` returns the exit code once the process is gone. With ``sync`` the node is also
     made to index everything already in its tx-log (a restarted node replays it), so that reads
-    right after start see every acknowledged commit.
+    right after start see every acknowledged commit. ``key`` is the node's secret.
     """
-    with httpx.Client(base_url=url, headers={"Accept": "application/json"}) as http:
+    headers = {"Accept": "application/json", "Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=url, headers=headers) as http:
         while True:
             code = exited(0.0)
             if code is not None:
@@ -263,11 +286,22 @@ class XtdbNode:
         self.process: subprocess.Popen[bytes] | None = None
         self.started_in: float | None = None
         """Seconds the last :meth:`start` took until the node answered (and had synced)."""
+        self.secret: str | None = None
+        """The secret of the running node (a new one at every start)."""
+        self.key_file: Path | None = None
+        """Where its clients find the secret (:func:`selfctx.adapters.xtdb.secret.key_file`)."""
 
     @property
     def url(self) -> str:
         """Base URL of the node's HTTP API (valid once started)."""
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a raw HTTP request to the running node carries: its secret, and asks for JSON."""
+        if self.secret is None:
+            raise XtdbSetupError("the node has not been started: it has no secret yet")
+        return {"Accept": "application/json", "Authorization": f"Bearer {self.secret}"}
 
     @property
     def log_file(self) -> Path:
@@ -288,23 +322,31 @@ class XtdbNode:
         if self.pid is not None:
             return self.url
         fetch.fetch_jars()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        secret.private_dir(self.run_dir)
         if self.data_dir is not None:
-            self.data_dir.mkdir(parents=True, exist_ok=True)
+            secret.private_dir(self.data_dir)
         self.port = self.port or free_port()
+        self.secret = secret.new_secret()
+        self.key_file = secret.key_file(self.url)
+        secret.write_key(self.key_file, self.secret)
         config_file = self.run_dir / CONFIG_FILE
         # The file may carry a database password, hence owner-only.
         fd = os.open(config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(
                 render_config(
-                    self.config, port=self.port, data_dir=self.data_dir, postgres=self.postgres
+                    self.config,
+                    port=self.port,
+                    data_dir=self.data_dir,
+                    postgres=self.postgres,
+                    secret_file=self.key_file,
                 )
             )
-        tmp_dir = self.run_dir / "tmp"
-        tmp_dir.mkdir(exist_ok=True)
+        tmp_dir = secret.private_dir(self.run_dir / "tmp")
         started = time.monotonic()
-        with open(self.log_file, "ab") as log:
+        log_fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.fchmod(log_fd, 0o600)  # a log of an earlier version may be readable by all
+        with os.fdopen(log_fd, "ab") as log:
             log.write(f"\n=== starting {self.config} node on {self.url} ===\n".encode())
             log.flush()
             self.process = subprocess.Popen(
@@ -315,6 +357,8 @@ class XtdbNode:
                 cwd=self.run_dir,
                 env={**os.environ, "MALLOC_ARENA_MAX": "2", **self.env},
                 start_new_session=detach,
+                # Everything the JVM creates (RocksDB makes its files 0644) is the owner's only.
+                umask=0o077,
             )
         try:
             wait_until_ready(
@@ -322,6 +366,7 @@ class XtdbNode:
                 deadline=started + self.startup_timeout,
                 exited=self._exited,
                 log_file=self.log_file,
+                key=self.secret,
             )
         except BaseException:
             self.kill()
@@ -334,9 +379,16 @@ class XtdbNode:
             str(self.run_dir),
             str(self.data_dir or ""),
             time.time(),
+            str(self.key_file),
         )
-        (self.run_dir / PID_FILE).write_text(json.dumps(attrs.asdict(info)))
+        fd = os.open(self.run_dir / PID_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(attrs.asdict(info)))
         return self.url
+
+    def _forget_key(self) -> None:
+        if self.key_file is not None and self.secret is not None:
+            secret.remove_key(self.key_file, self.secret)
 
     def _exited(self, wait: float) -> int | None:
         assert self.process is not None
@@ -357,6 +409,7 @@ class XtdbNode:
                 self.process.kill()
                 self.process.wait()
         (self.run_dir / PID_FILE).unlink(missing_ok=True)
+        self._forget_key()
 
     def kill(self) -> None:
         """SIGKILL, as a crash would: no shutdown hook runs (crash tests use this)."""
@@ -364,6 +417,7 @@ class XtdbNode:
             self.process.kill()
             self.process.wait()
         (self.run_dir / PID_FILE).unlink(missing_ok=True)
+        self._forget_key()
 
     def suspend(self) -> None:
         """SIGSTOP: the node keeps its sockets but answers nothing, like a hung machine."""

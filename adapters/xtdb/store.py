@@ -13,9 +13,12 @@ the clocks of the node, PostgreSQL and this machine say.
 for it (decision 0014), and on our node long string values go as raw UTF-8 after the JSON
 (decision 0015).
 
-Documents go out as JSON and come back as JSON. The node (``xtdb/src/selfctx/http_server.clj``)
-reads JSON integers as 64-bit longs and keeps every map, list, string and null as sent, so a
-document read back and given as an :class:`Expect` hashes the same and its ``match`` passes.
+Documents go out as JSON and come back as JSON, every string in them with its surrogate code
+points escaped on the way out and restored on the way back (:mod:`selfctx.adapters.xtdb.text`,
+decision 0026), since XTDB keeps strings as UTF-8, which has no form for them. The node
+(``xtdb/src/selfctx/http_server.clj``) reads JSON integers as 64-bit longs and keeps every map,
+list, string and null as sent, so a document read back and given as an :class:`Expect` hashes
+the same and its ``match`` passes.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from selfctx.adapters.xtdb import edn
+from selfctx.adapters.xtdb import edn, secret, text
 from selfctx.adapters.xtdb.client import XtdbClient
 from selfctx.application.ports.store import (
     ConflictError,
@@ -42,7 +45,7 @@ from selfctx.application.ports.store import (
     Submission,
     Version,
 )
-from selfctx.domain.errors import InvalidInput
+from selfctx.domain.errors import InvalidInput, SelfContextError
 
 __all__ = ["XtdbStore", "open_store"]
 
@@ -66,12 +69,9 @@ def _json_bytes(value: Any, what: str) -> bytes:
     # CPython writes ASCII JSON about 2.5 times as fast as UTF-8 JSON, and for text that is
     # nearly all ASCII (source files) it is as compact. When the \u escapes are more than a
     # twentieth of the body, UTF-8 is worth its time: up to 3 times smaller.
+    # No string holds a surrogate by now (selfctx.adapters.xtdb.text), so UTF-8 always works.
     if text.count("\\u") * 6 > len(text) // 20:
-        try:
-            utf8 = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-            return utf8.encode("utf-8")
-        except UnicodeEncodeError:
-            pass  # a lone surrogate has no UTF-8 form; as an escape it reaches the node intact
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return text.encode("ascii")
 
 
@@ -88,10 +88,7 @@ def _lift_blobs(
     for key, value in doc.items():
         if not isinstance(value, str) or len(value) < BLOB_CHARS:
             continue
-        try:
-            data = value.encode("utf-8")
-        except UnicodeEncodeError:
-            continue  # a lone surrogate has no UTF-8 form: it stays in the JSON, escaped
+        data = value.encode("utf-8")  # encoded by text.encode first: no surrogate is left
         if lifted is None:
             lifted = dict(doc)
         lifted[key] = None
@@ -141,7 +138,7 @@ class XtdbStore(ObjectStore):
         return max(0.05, deadline - time.monotonic())
 
     def _pull(self, ids: Iterable[str], tx_id: int | None, operation: str) -> dict[str, Document]:
-        wanted = list(dict.fromkeys(ids))
+        wanted = list(dict.fromkeys(text.encode_str(i) for i in ids))
         if not wanted:
             return {}
         body = f"{{:query {_PULL_BY_ID} :in-args [{edn.dumps(wanted)}]}}"
@@ -154,7 +151,9 @@ class XtdbStore(ObjectStore):
     # -- reads -----------------------------------------------------------------------------
 
     def get(self, object_id: str) -> Document | None:
-        return self.client.entity(object_id, valid_time=_VALID_TIME, timeout=self.timeout)
+        return self.client.entity(
+            text.encode_str(object_id), valid_time=_VALID_TIME, timeout=self.timeout
+        )
 
     def get_many(self, object_ids: Iterable[str]) -> dict[str, Document]:
         return self._pull(object_ids, None, "get-many")
@@ -168,7 +167,7 @@ class XtdbStore(ObjectStore):
 
     def history(self, object_id: str) -> list[Version]:
         entries = self.client.entity_history(
-            object_id, valid_time=_VALID_TIME, timeout=self.timeout
+            text.encode_str(object_id), valid_time=_VALID_TIME, timeout=self.timeout
         )
         versions = [
             Version(tx_id=e["txId"], tx_time=str(e.get("txTime")), document=e["doc"])
@@ -178,7 +177,8 @@ class XtdbStore(ObjectStore):
         return sorted(versions, key=lambda v: v.tx_id)
 
     def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
-        body = f"{{:query {_SESSION_LOG} :in-args [{edn.dumps(session_id)} {int(after_seq)}]}}"
+        sid = edn.dumps(text.encode_str(session_id))
+        body = f"{{:query {_SESSION_LOG} :in-args [{sid} {int(after_seq)}]}}"
         rows = self.client.query(
             body, operation="session-log", valid_time=_VALID_TIME, timeout=self.timeout
         )
@@ -186,7 +186,7 @@ class XtdbStore(ObjectStore):
         return sorted(entries.values(), key=lambda d: (d["seq"], d["xt/id"]))
 
     def ids_of_type(self, doc_type: str) -> list[str]:
-        body = f"{{:query {_IDS_OF_TYPE} :in-args [{edn.dumps(doc_type)}]}}"
+        body = f"{{:query {_IDS_OF_TYPE} :in-args [{edn.dumps(text.encode_str(doc_type))}]}}"
         rows = self.client.query(
             body, operation="ids-of-type", valid_time=_VALID_TIME, timeout=self.timeout
         )
@@ -219,13 +219,18 @@ class XtdbStore(ObjectStore):
     def _body(self, puts: Sequence[Document], expect: Sequence[Expect]) -> tuple[bytes, int]:
         """The transaction's request body, and the length of its JSON head when long strings
         follow it as raw UTF-8 (0: the body is all JSON)."""
-        docs = [_check(doc) for doc in puts]
+        docs = [text.encode(_check(doc)) for doc in puts]
         ids = [doc["xt/id"] for doc in docs]
         if len(set(ids)) != len(ids):
             raise InvalidInput("commit", sorted(ids), "names the same document twice")
         # Preconditions first: each match sees the state before this transaction's puts.
         ops: list[list[Any]] = [
-            ["match", e.object_id, None if e.document is None else dict(e.document)] for e in expect
+            [
+                "match",
+                text.encode_str(e.object_id),
+                None if e.document is None else text.encode(dict(e.document)),
+            ]
+            for e in expect
         ]
         ops += [["put", doc] for doc in docs]
         what = ", ".join(ids) or "commit"
@@ -327,17 +332,24 @@ class _Submitted(Landing):
         return self._store._settle(self._sent.result(), self._expect)
 
 
-def open_store(url: str, *, timeout: float = 10.0) -> XtdbStore:
+def open_store(url: str, *, timeout: float = 10.0, key: str | None = None) -> XtdbStore:
     """An :class:`XtdbStore` on the node at ``url`` (``xtdb://host:port`` or ``http://...``).
 
-    Checks that the node answers and lets it index everything already in its tx-log, so the
-    store's first reads see every commit made before it was opened (through any node).
+    ``key`` is the node's secret; by default it is read from the node's key file
+    (:mod:`selfctx.adapters.xtdb.secret`), which every node this user started has. Checks that
+    the node answers and lets it index everything already in its tx-log, so the store's first
+    reads see every commit made before it was opened (through any node).
     """
     base = url.rstrip("/")
     if base.startswith("xtdb://"):
         base = "http://" + base.removeprefix("xtdb://")
     http = httpx.Client(base_url=base, headers={"Accept": "application/json"}, timeout=timeout)
-    store = XtdbStore(XtdbClient(http), timeout=timeout, owns_http=True)
+    client = XtdbClient(
+        http,
+        key=(lambda: key) if key is not None else (lambda: secret.read_key(base)),
+        key_hint="the key argument" if key is not None else str(_key_path(base)),
+    )
+    store = XtdbStore(client, timeout=timeout, owns_http=True)
     try:
         status = store.client.status(timeout=timeout)
         store.blobs = status.get("selfctxBlobs") == 1
@@ -346,3 +358,10 @@ def open_store(url: str, *, timeout: float = 10.0) -> XtdbStore:
         http.close()
         raise
     return store
+
+
+def _key_path(url: str) -> str:
+    try:
+        return str(secret.key_file(url))
+    except SelfContextError as exc:
+        return f"(no key file: {exc})"

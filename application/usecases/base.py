@@ -8,7 +8,7 @@ from selfctx.application.ports.files import FileReader
 from selfctx.application.runner import SessionRunner
 from selfctx.application.settings import Settings
 from selfctx.domain.errors import InvalidContent
-from selfctx.domain.hashing import file_hash
+from selfctx.domain.hashing import file_hash, text_bytes
 from selfctx.domain.mounts import MountTable
 from selfctx.domain.objects import FileObject, Source
 
@@ -36,7 +36,9 @@ def observe_text(deps: Deps, source: Source, content: str | bytes, where: str) -
             ) from exc
     if not isinstance(content, str):
         raise InvalidContent(where, f"content must be text, got {type(content).__name__}")
-    raw = content.encode("utf-8", "surrogatepass")
+    # The bytes every hash of text hashes: a lone surrogate is U+FFFD, as in content_hash, so
+    # the file_hash of handed-over text equals its content_hash (issue 18 item 1).
+    raw = text_bytes(content)
     if len(raw) > deps.settings.max_output_bytes:
         raise InvalidContent(
             where, f"{len(raw)} bytes is over the limit of {deps.settings.max_output_bytes}"

@@ -30,7 +30,7 @@ from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tools import is_context_tool
 from selfctx.adapters.harness.trajectories import Trajectory, load
-from selfctx.adapters.xtdb import XtdbClient, XtdbStore, open_store
+from selfctx.adapters.xtdb import XtdbClient, XtdbStore, open_store, secret
 from selfctx.application.persistence import LOG_TYPE
 from selfctx.application.ports.store import Document, Expect, ObjectStore, Receipt, Version
 from selfctx.application.service import ContextService
@@ -250,7 +250,8 @@ def _replay_main(args: argparse.Namespace) -> int:
     http = httpx.Client(
         base_url=args.url, headers={"Accept": "application/json"}, transport=transport
     )
-    node = XtdbStore(XtdbClient(http), timeout=30.0, owns_http=True)
+    client = XtdbClient(http, key=lambda: secret.read_key(args.url))
+    node = XtdbStore(client, timeout=30.0, owns_http=True)
     # As open_store does: see every transaction submitted before, also by the client killed last.
     node.client.sync(wait=25.0, timeout=30.0)
     store = AckingStore(node, args.acks, arm)

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from selfctx.adapters.xtdb import XtdbClient, XtdbNode, XtdbStore, open_store
+from selfctx.adapters.xtdb import XtdbClient, XtdbNode, XtdbStore, open_store, secret
 from selfctx.application.persistence import decode_events, encode_events, entry_events, log_entry
 from selfctx.application.ports.store import ConflictError, Expect
 from selfctx.domain.session import events as ev
@@ -101,7 +101,8 @@ def test_ids_that_need_escaping(store: XtdbStore, ns: str, suffix: str) -> None:
 def counting_store(url: str) -> tuple[XtdbStore, list[httpx.Request]]:
     sent: list[httpx.Request] = []
     http = httpx.Client(base_url=url, event_hooks={"request": [sent.append]})
-    return XtdbStore(XtdbClient(http), timeout=10.0, owns_http=True), sent
+    client = XtdbClient(http, key=lambda: secret.read_key(url))
+    return XtdbStore(client, timeout=10.0, owns_http=True), sent
 
 
 def test_batch_reads_are_one_request_each(xtdb_node: XtdbNode, ns: str) -> None:
@@ -241,7 +242,8 @@ def test_long_strings_travel_as_blobs_and_come_back_exactly(store: XtdbStore, ns
 
 def test_a_node_without_blobs_gets_plain_json(xtdb_node: XtdbNode, ns: str) -> None:
     with httpx.Client(base_url=xtdb_node.url.replace("xtdb://", "http://")) as http:
-        store = XtdbStore(XtdbClient(http), timeout=10.0)  # not opened by open_store
+        client = XtdbClient(http, key=lambda: xtdb_node.secret)
+        store = XtdbStore(client, timeout=10.0)  # not opened by open_store
         assert not store.blobs
         store.commit([{"xt/id": ns + "plain", "content": LONG}])
         assert store.get(ns + "plain") == {"xt/id": ns + "plain", "content": LONG}
@@ -272,13 +274,19 @@ def test_a_malformed_body_with_blobs_is_refused_naming_the_problem(
     xtdb_node: XtdbNode, head: str | None, json_head: Any, tail: bytes, complaint: str
 ) -> None:
     raw = json.dumps(json_head).encode()
-    before = httpx.get(xtdb_node.url.replace("xtdb://", "http://") + "/_xtdb/latest-submitted-tx")
+    latest = xtdb_node.url + "/_xtdb/latest-submitted-tx"
+    before = httpx.get(latest, headers=xtdb_node.headers)
     answer = httpx.post(
-        xtdb_node.url.replace("xtdb://", "http://") + "/_xtdb/submit-tx",
+        xtdb_node.url + "/_xtdb/submit-tx",
         content=raw + tail,
-        headers={"Content-Type": "application/json", "X-Selfctx-Blobs": head or str(len(raw))},
+        headers={
+            **xtdb_node.headers,
+            "Content-Type": "application/json",
+            "X-Selfctx-Blobs": head or str(len(raw)),
+        },
     )
-    after = httpx.get(xtdb_node.url.replace("xtdb://", "http://") + "/_xtdb/latest-submitted-tx")
+    after = httpx.get(latest, headers=xtdb_node.headers)
+    assert before.status_code == after.status_code == 200
     assert answer.status_code == 400
     assert complaint in answer.json()["error"]
     assert after.content == before.content  # nothing was submitted

@@ -18,12 +18,18 @@
     Without the parameter it answers as upstream does.
   - `submit-tx` with an `X-Selfctx-Blobs` header takes long string values as raw UTF-8 after a
     JSON head (see `blob-body`); `/_xtdb/status` says so with \"selfctxBlobs\": 1.
-  - Only JSON responses; the server binds to the given host (default 127.0.0.1) only."
+  - Only JSON responses; the server binds to the given host (default 127.0.0.1) only.
+  - Only its owner gets in (decision 0027, `selfctx.guard`): every request carries the secret
+    read from `:secret-file` at start (401 otherwise); requests a web page could make get 403, a
+    body of another content type than the route's gets 415. Transaction functions (`fn` ops,
+    `xt/fn` documents) are refused, and so is a query naming a namespaced symbol: both would run
+    code. The node's query engine allows only pure predicates (`:fn-allow-list` in the configs)."
   (:require [clojure.data.json :as json]
             [clojure.edn :as edn]
             [clojure.instant :as instant]
             [clojure.string :as str]
             [clojure.tools.logging :as log]
+            [selfctx.guard :as guard]
             [xtdb.api :as xt]
             [xtdb.codec :as c]
             [xtdb.system :as sys])
@@ -175,11 +181,16 @@
   (try (instant/read-instant-date v)
        (catch Exception _ (bad-request (str "not a valid time in a tx-op: " (pr-str v))))))
 
+(def ^:private code-refused
+  "transaction functions are not accepted by this node: they run code on it (decision 0027)")
+
 (defn- json->doc [doc]
   (when-not (and (map? doc) (contains? doc :xt/id))
     (bad-request (str "a document must be an object with an \"xt/id\": " (pr-str doc))))
-  ;; Transaction functions are installed as EDN source, as upstream.
-  (cond-> doc (string? (:xt/fn doc)) (update :xt/fn edn/read-string)))
+  ;; Upstream installs a document's `xt/fn` as a transaction function: code any later `fn` op
+  ;; runs. The adapter needs none, so none is stored.
+  (when (contains? doc :xt/fn) (bad-request code-refused))
+  doc)
 
 (defn- json->tx-op [op]
   (when-not (and (vector? op) (string? (first op)))
@@ -192,9 +203,9 @@
       "match" (let [[eid doc & ts] args]
                 (into [::xt/match eid (some-> doc json->doc)] (times ts)))
       "evict" [::xt/evict (first args)]
-      "fn" (into [::xt/fn (first args)] (rest args))
+      "fn" (bad-request code-refused)
       (bad-request (str "unknown tx-op " (pr-str op-name)
-                        "; expected put, delete, match, evict or fn")))))
+                        "; expected put, delete, match or evict")))))
 
 ;; ---- handlers ------------------------------------------------------------------------------
 
@@ -285,11 +296,21 @@
         [200 doc]
         [404 {"error" (str eid " entity not found")}]))))
 
+(defn- namespaced-symbol
+  "The first namespaced symbol in a query, if any. XTDB loads the namespace of such a symbol
+  (`requiring-resolve`) before its allow-list is consulted; the adapter's queries name none."
+  [q]
+  (first (filter #(and (symbol? %) (namespace %))
+                 (tree-seq coll? seq q))))
+
 (defn- query [node ex params]
   (let [{q :query in-args :in-args}
         (try (c/read-edn-string-with-readers (body-string ex))
              (catch Exception e (bad-request (str "request body is not EDN: " (.getMessage e)))))]
     (when-not q (bad-request "No query provided."))
+    (when-let [sym (namespaced-symbol q)]
+      (bad-request (str "a query may not name a namespaced function (" sym "): only the pure "
+                        "predicates of the node's :fn-allow-list are available (decision 0027)")))
     [200 (vec (apply xt/q (db-for node params) q in-args))]))
 
 (defn- tx-log [node _ params]
@@ -312,11 +333,18 @@
   {"error" (or (ex-message e) (.getName (class e)))
    "class" (.getName (class e))})
 
-(defn- handle [node ^HttpExchange ex]
+(defn- handle [node ^bytes expected ^HttpExchange ex]
   (try
     (let [path (.getPath (.getRequestURI ex))
           handler (get routes [(.getRequestMethod ex) path])
-          [status body] (if handler
+          refused (guard/refusal ex expected path)
+          [status body] (cond
+                          refused
+                          (let [[s message] refused]
+                            (when (= 401 s)
+                              (.set (.getResponseHeaders ex) "WWW-Authenticate" "Bearer"))
+                            [s {"error" message}])
+                          handler
                           (try
                             (handler node ex (query-params ex))
                             (catch clojure.lang.ExceptionInfo e
@@ -328,6 +356,7 @@
                             (catch NodeOutOfSyncException e [400 (error-body e)])
                             (catch TimeoutException e
                               [500 (assoc (error-body e) "type" "exception")]))
+                          :else
                           [404 {"error" (str "no route " (.getRequestMethod ex) " " path)}])]
       (respond ex status body))
     (catch Throwable e
@@ -346,21 +375,24 @@
     (.shutdownNow pool)))
 
 (defn ->server
-  "XTDB module: `{:selfctx.http-server/server {:port 3000 :host \"127.0.0.1\"}}` in a node's EDN
-  config starts this server next to the node."
+  "XTDB module: `{:selfctx.http-server/server {:port 3000 :host \"127.0.0.1\" :secret-file
+  \"...\"}}` in a node's EDN config starts this server next to the node."
   {::sys/deps {:xtdb-node :xtdb/node}
    ::sys/args {:port {:spec ::sys/nat-int :doc "Port to listen on" :default 3000}
                :host {:spec ::sys/string :doc "Address to bind" :default "127.0.0.1"}
-               :threads {:spec ::sys/pos-int :doc "Request threads" :default 32}}}
-  [{:keys [xtdb-node port host threads]}]
+               :threads {:spec ::sys/pos-int :doc "Request threads" :default 32}
+               :secret-file {:spec ::sys/string
+                             :doc "File holding the secret every request must carry"}}}
+  [{:keys [xtdb-node port host threads secret-file]}]
   ;; Headers and body go out in separate writes: without TCP_NODELAY each answer waits ~40 ms
   ;; for the client's delayed ACK. Read once, when the JDK's server classes first load.
   (when-not (System/getProperty "sun.net.httpserver.nodelay")
     (System/setProperty "sun.net.httpserver.nodelay" "true"))
   ;; Awaits block a thread each, so the pool is larger than the core count.
-  (let [pool (Executors/newFixedThreadPool (int threads))
+  (let [expected (guard/read-secret secret-file)
+        pool (Executors/newFixedThreadPool (int threads))
         server (HttpServer/create (InetSocketAddress. ^String host (int port)) 128)]
-    (.createContext server "/" (reify HttpHandler (handle [_ ex] (handle xtdb-node ex))))
+    (.createContext server "/" (reify HttpHandler (handle [_ ex] (handle xtdb-node expected ex))))
     (.setExecutor server pool)
     (.start server)
     (log/info "HTTP server started on port: " (.getPort (.getAddress server)) "host:" host)
