@@ -15,6 +15,7 @@ import pytest
 
 from selfctx.adapters.proxy.scripted import Seen, Step
 from selfctx.adapters.xtdb import XtdbNode
+from selfctx.adapters.xtdb.secret import keys_dir
 from tests.proxy.support import (
     ROOT,
     SECRET,
@@ -113,6 +114,9 @@ def test_pi_with_the_extension(clients_node: XtdbNode, tmp_path: Path) -> None:
             PI_OFFLINE="1",
             SELFCTX_COMMAND=str(Path(sys.executable).parent / "selfctx"),
             SELFCTX_STORE=store,
+            # the server Pi's extension spawns has Pi's environment, whose HOME is the test's:
+            # it finds the node's secret where the node's launcher wrote it
+            SELFCTX_XTDB_KEYS=str(keys_dir()),
             SELFCTX_POLICY="inline",
             SELFCTX_POLICY_OPTIONS=json.dumps(
                 {"trigger_tokens": 200, "clear_at_least": 1, "keep_recent": 1}
@@ -142,7 +146,7 @@ def test_pi_with_the_extension(clients_node: XtdbNode, tmp_path: Path) -> None:
     assert fixed(repo)
     received = requests_text(model, "openai")
     assert len(received) >= 8, done.stdout[-3000:]
-    assert any("collapsed:" in r for r in received), "no output was ever collapsed"
+    assert any("collapsed:" in r for r in received), done.stderr[-3000:]
     files = {path for r in received for path in _FILES.findall(r.replace("\\n", "\n"))}
     assert str(repo / "calc.py") in files and str(repo / "test_calc.py") in files, files
     assert all('"name": "activate"' in r for r in received)  # the extension's tools
