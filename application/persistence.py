@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
+from pyrsistent import thaw
 
 from selfctx.domain.chat import AssistantMessage, message_from_json, message_to_json
 from selfctx.domain.errors import InvalidInput
@@ -68,6 +69,8 @@ def _value_to_json(value: Any) -> Any:
         return policy_to_json(value)
     if isinstance(value, AssistantMessage):
         return message_to_json(value)
+    if isinstance(value, tuple) and all(isinstance(v, Mapping) for v in value):
+        return [thaw(v) for v in value]  # images
     return value
 
 
@@ -77,8 +80,10 @@ def encode_events(events: Iterable[e.Event]) -> list[dict[str, Any]]:
     for event in events:
         data: dict[str, Any] = {"event": type(event).__name__}
         for field in attrs.fields(type(event)):
-            if field.name != "version":
-                data[field.name] = _value_to_json(getattr(event, field.name))
+            value = getattr(event, field.name)
+            if field.name == "version" or (field.name == "images" and not value):
+                continue  # no images: the entry reads as entries written before they were kept
+            data[field.name] = _value_to_json(value)
         out.append(data)
     return out
 

@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
+from pyrsistent import thaw
 
 from selfctx.application.ports.store import StoreError
 from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput, SelfContextError
 from selfctx.domain.inline import handle
 from selfctx.domain.objects import FileObject, ToolcallObject
-from selfctx.domain.rendering import REPORTED_NOTE
+from selfctx.domain.rendering import REPORTED_NOTE, toolcall_images
 
-__all__ = ["CONTEXT_TOOLS", "ToolAnswer", "handle_context_tool", "is_context_tool", "tool_schemas"]
+__all__ = [
+    "CONTEXT_TOOLS",
+    "ToolAnswer",
+    "check_prefix",
+    "context_tool",
+    "handle_context_tool",
+    "is_context_tool",
+    "is_prefix",
+    "tool_schemas",
+]
 
 CONTEXT_TOOLS: Final[Mapping[str, str]] = {
     "activate": "Load the full content of an object (file or tool output) into your context. "
@@ -26,23 +37,57 @@ CONTEXT_TOOLS: Final[Mapping[str, str]] = {
 _ID = {"type": "string", "description": "The object's id, as shown after id= in its line."}
 
 
-def is_context_tool(name: str) -> bool:
-    return name in CONTEXT_TOOLS
+_PREFIX = re.compile(r"[A-Za-z0-9_-]{0,32}")
+"""A prefix keeps names valid for every provider (``^[a-zA-Z0-9_-]{1,64}$``)."""
 
 
-def tool_schemas(fmt: str) -> list[dict[str, Any]]:
-    """The four tools as OpenAI ``tools`` entries or Anthropic tool definitions."""
+def is_prefix(prefix: str) -> bool:
+    """Context tool names may start with ``prefix``."""
+    return _PREFIX.fullmatch(prefix) is not None
+
+
+def check_prefix(prefix: str) -> str:
+    """``prefix`` if context tool names may start with it, else :class:`InvalidInput`."""
+    if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
+        raise InvalidInput(
+            "tool prefix", prefix, "use at most 32 letters, digits, '_' or '-' (e.g. 'context_')"
+        )
+    return prefix
+
+
+def context_tool(name: str, prefix: str = "") -> str | None:
+    """The context tool (``activate``, ...) that ``name`` calls under ``prefix``, or None: a
+    harness's own tool, even one called ``activate`` when the prefix is not empty."""
+    if not name.startswith(prefix):
+        return None
+    bare = name[len(prefix) :]
+    return bare if bare in CONTEXT_TOOLS else None
+
+
+def is_context_tool(name: str, prefix: str = "") -> bool:
+    """``name`` calls a context tool under ``prefix``."""
+    return context_tool(name, prefix) is not None
+
+
+def tool_schemas(fmt: str, prefix: str = "") -> list[dict[str, Any]]:
+    """The four tools as OpenAI ``tools`` entries (``openai``: Chat Completions; ``responses``:
+    the Responses API's flat form) or Anthropic tool definitions, named with ``prefix``."""
+    check_prefix(prefix)
     schema = {"type": "object", "properties": {"id": _ID}, "required": ["id"]}
+    named = [(prefix + n, d) for n, d in CONTEXT_TOOLS.items()]
     if fmt == "openai":
         return [
             {"type": "function", "function": {"name": n, "description": d, "parameters": schema}}
-            for n, d in CONTEXT_TOOLS.items()
+            for n, d in named
+        ]
+    if fmt == "responses":
+        return [
+            {"type": "function", "name": n, "description": d, "parameters": schema}
+            for n, d in named
         ]
     if fmt == "anthropic":
-        return [
-            {"name": n, "description": d, "input_schema": schema} for n, d in CONTEXT_TOOLS.items()
-        ]
-    raise InvalidInput("format", fmt, "use 'openai' or 'anthropic'")
+        return [{"name": n, "description": d, "input_schema": schema} for n, d in named]
+    raise InvalidInput("format", fmt, "use 'openai', 'anthropic' or 'responses'")
 
 
 @attrs.frozen
@@ -51,28 +96,38 @@ class ToolAnswer:
 
     ok: bool
     message: str
+    images: tuple[Mapping[str, Any], ...] = ()
+    """Under ``inline``, ``activate`` of a tool output shows it in its answer: with its images,
+    which the harness gives back with the answer's text (neutral form, see ``image_of``)."""
 
 
 def handle_context_tool(
-    service: ContextService, session_id: str, name: str, arguments: Mapping[str, Any]
+    service: ContextService,
+    session_id: str,
+    name: str,
+    arguments: Mapping[str, Any],
+    prefix: str = "",
 ) -> ToolAnswer:
-    """Run one context tool; every refusal becomes a short answer, never an exception — except
-    store failures, which the harness must see.
+    """Run one context tool, ``name`` as the model called it (``prefix`` and the tool's name);
+    every refusal becomes a short answer, never an exception — except store failures, which the
+    harness must see.
 
     Under the ``inline`` policy the prompt is append-only, so ``activate`` answers with the
     object's content (the tool result is where it shows) instead of expanding it in place, and
     ``deactivate`` of a file collapses the tool messages that show it.
     """
-    if name not in CONTEXT_TOOLS:
-        return ToolAnswer(
-            False, f"unknown tool {name!r}; the context tools are {sorted(CONTEXT_TOOLS)}"
-        )
+    called = name
+    bare = context_tool(name, prefix)
+    if bare is None:
+        known = sorted(prefix + n for n in CONTEXT_TOOLS)
+        return ToolAnswer(False, f"unknown tool {called!r}; the context tools are {known}")
+    name = bare
     object_id = arguments.get("id") if isinstance(arguments, Mapping) else None
     if not isinstance(object_id, str) or not object_id:
         return ToolAnswer(False, f"{name} needs an 'id' argument: the id shown in an object's line")
     try:
         if service.state(session_id).policy.name == "inline":
-            return _inline(service, session_id, name, object_id)
+            return _inline(service, session_id, name, object_id, prefix)
         result = getattr(service, name)(session_id, object_id)
     except StoreError:
         raise
@@ -81,7 +136,9 @@ def handle_context_tool(
     return ToolAnswer(result.ok, result.message)
 
 
-def _inline(service: ContextService, session_id: str, name: str, ref: str) -> ToolAnswer:
+def _inline(
+    service: ContextService, session_id: str, name: str, ref: str, prefix: str
+) -> ToolAnswer:
     obj = service.object(session_id, ref)
     state = service.state(session_id)
     label = handle(state, obj.id)
@@ -97,7 +154,8 @@ def _inline(service: ContextService, session_id: str, name: str, ref: str) -> To
             what = f"output of {obj.tool} ({obj.status})"
         status = obj.content_status if isinstance(obj, FileObject) else None
         body = obj.content if obj.content is not None else f"(no content: {status or 'empty'})"
-        return ToolAnswer(True, f"[{label} {what}]\n{body}")
+        images = () if isinstance(obj, FileObject) else toolcall_images(state, obj.id)
+        return ToolAnswer(True, f"[{label} {what}]\n{body}", tuple(thaw(i) for i in images))
     if isinstance(obj, FileObject) and name == "deactivate":
         showing = [
             t
@@ -105,7 +163,7 @@ def _inline(service: ContextService, session_id: str, name: str, ref: str) -> To
             if isinstance(o := service.object(session_id, t), ToolcallObject)
             and (
                 obj.id in (o.file_refs or ())
-                or (o.tool == "activate" and _target(service, session_id, o) == obj.id)
+                or (o.tool == prefix + "activate" and _target(service, session_id, o) == obj.id)
             )
         ]
         for t in showing:
