@@ -81,7 +81,9 @@ def encode_events(events: Iterable[e.Event]) -> list[dict[str, Any]]:
         data: dict[str, Any] = {"event": type(event).__name__}
         for field in attrs.fields(type(event)):
             value = getattr(event, field.name)
-            if field.name == "version" or (field.name == "images" and not value):
+            if field.name == "version" or (value is None and field.default is None):
+                continue  # an optional field left unset: decoding gives its default back
+            if field.name == "images" and not value:
                 continue  # no images: the entry reads as entries written before they were kept
             data[field.name] = _value_to_json(value)
         out.append(data)

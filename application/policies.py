@@ -21,8 +21,17 @@ __all__ = ["DEFAULT_POLICY", "POLICIES", "policy_by_name"]
 POLICIES: Final[Mapping[str, PolicyConfig]] = {
     "ssot": PolicyConfig("ssot"),
     "inline": PolicyConfig("inline", trigger_tokens=5000, clear_at_least=2500, keep_recent=2),
+    "relevance": PolicyConfig(
+        "relevance",
+        trigger_tokens=5000,
+        clear_at_least=3000,
+        keep_recent=1,
+        seen_calls=1,
+        keep_tokens=3000,
+        recent_messages=20,
+    ),
 }
-DEFAULT_POLICY: Final = "inline"
+DEFAULT_POLICY: Final = "relevance"
 """The policy sessions get when none is named: the winner of ``selfctx bench context``
 (docs/benchmarks.md, decision 0008). ``ContextService`` itself defaults to ``ssot`` — the SSOT's
 own behaviour — and the composition root (``selfctx.adapters.bootstrap.build_service``) applies this

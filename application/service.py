@@ -51,6 +51,7 @@ from selfctx.domain.mounts import MountTable
 from selfctx.domain.objects import (
     ContentObject,
     FileObject,
+    FileView,
     SystemPromptObject,
     ToolcallObject,
     ToolStatus,
@@ -203,6 +204,16 @@ class ContextService:
             self._tracking.track(session, [result.object_id])
             return result
 
+    def view_file(self, session_id: str, path: str) -> IndexResult:
+        """The agent saw some lines of a file: the whole file is read from its source and
+        indexed (a new version if it changed), joining the index and pool but not the active set
+        (decision 0020). Raises as :meth:`index_file` does when the source cannot be read."""
+        session = self._open(session_id)
+        with session.lock:
+            result = self._index_file(session, path, None, view=True)
+            self._tracking.track(session, [result.object_id])
+            return result
+
     def index_files(self, session_id: str, paths: Sequence[str]) -> tuple[IndexResult, ...]:
         """The agent read many files at once (say, a harness loading a source tree): each is
         indexed as :meth:`index_file` would index it, read from its source, but they are committed
@@ -258,10 +269,12 @@ class ContextService:
         file_refs: Sequence[str] | None = None,
         activate: bool = True,
         images: Sequence[Mapping[str, Any]] = (),
+        file_views: Sequence[FileView] | None = None,
     ) -> str:
         """A tool's result: a toolcall object, auto-activated unless ``activate`` is False (a
         whole-file read whose file object is active instead). Images the tool returned are kept
-        in the chat beside it and shown with its output. Returns its id."""
+        in the chat beside it and shown with its output. ``file_views`` say what it showed of
+        which files, or that it changed them (decision 0020). Returns its id."""
         session = self._open(session_id)
         with session.lock:
             return self._toolcall(
@@ -275,6 +288,7 @@ class ContextService:
                 file_refs=file_refs,
                 activate=activate,
                 images=images,
+                file_views=file_views,
             ).id
 
     # -- the agent's context tools ----------------------------------------------------------
@@ -384,7 +398,7 @@ class ContextService:
         prompt_doc = self.store.get_as_of(past.state.system_prompt_id, past.tx_id)
         prompt = from_document(prompt_doc) if prompt_doc is not None else None
         text = prompt.content if isinstance(prompt, SystemPromptObject) else ""
-        if past.state.policy.name == "inline":
+        if past.state.policy.inline_layout:
             return render_inline(past.state, objects, text, self.mounts.display_path)
         return render_context(past.state, objects, text, self.mounts.display_path)
 

@@ -50,7 +50,8 @@ class ContextCounter:
 
     Both renderers reuse the message objects of an unchanged prefix and replace every message
     after the first one that changes, so the last message counted being the same object at the
-    same position means everything before it is too; otherwise the prefix is found by scanning.
+    same position means everything before it is too; otherwise the prefix is found by bisection
+    (the messages that are the same objects are exactly a prefix).
     """
 
     def __init__(self, count: Callable[[str], int]) -> None:
@@ -68,11 +69,14 @@ class ContextCounter:
         if known and known <= len(chat) and memo[-1][0] is chat[known - 1]:
             same = known
         else:
-            same = 0
-            for (seen, _), message in zip(memo, chat, strict=False):
-                if seen is not message:
-                    break
-                same += 1
+            low, high = 0, min(known, len(chat))  # the prefix is at least low, at most high
+            while low < high:
+                middle = (low + high + 1) // 2
+                if memo[middle - 1][0] is chat[middle - 1]:
+                    low = middle
+                else:
+                    high = middle - 1
+            same = low
             self._chat_total -= sum(n for _, n in memo[same:])
             del memo[same:]
         for message in chat[same:]:

@@ -1,7 +1,8 @@
 """Objects to flat stored documents and back (SSOT §2.2: all fields are top-level keys).
 
-Optional payload fields that are absent (``args_display``, ``file_refs``, ``content_status``,
-``reported_by``) are left out of the document, exactly as they are left out of ``metadata_hash``.
+Optional payload fields that are absent (``args_display``, ``file_refs``, ``file_views``,
+``content_status``, ``reported_by``) are left out of the document, exactly as they are left out
+of ``metadata_hash``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from selfctx.domain.errors import InvalidInput
 from selfctx.domain.infrastructure import ChatObject, SessionObject
 from selfctx.domain.objects import (
     FileObject,
+    FileView,
     SystemPromptObject,
     ToolcallObject,
     source_from_json,
@@ -68,6 +70,8 @@ def to_document(obj: StoredObject) -> dict[str, Any]:
             doc["args_display"] = obj.args_display
         if obj.file_refs is not None:
             doc["file_refs"] = list(obj.file_refs)
+        if obj.file_views is not None:
+            doc["file_views"] = [v.to_json() for v in obj.file_views]
     elif isinstance(obj, SystemPromptObject):
         doc = _envelope(obj, None)
         doc["content"] = obj.content
@@ -98,6 +102,8 @@ def to_document(obj: StoredObject) -> dict[str, Any]:
             last_used=[[i, n] for i, n in obj.last_used],
             use_clock=obj.use_clock,
         )
+        if obj.superseded:  # left out when empty: documents written before it read the same
+            doc["superseded"] = [[i, by] for i, by in obj.superseded]
     doc.update(_hashes(obj))
     return doc
 
@@ -135,6 +141,7 @@ def _from_document(doc: Mapping[str, Any]) -> StoredObject:
         )
     if kind == "toolcall":
         refs = doc.get("file_refs")
+        views = doc.get("file_views")
         return ToolcallObject(
             content=doc["content"],
             tool=doc["tool"],
@@ -143,6 +150,7 @@ def _from_document(doc: Mapping[str, Any]) -> StoredObject:
             chat_ref=doc["chat_ref"],
             args_display=doc.get("args_display"),
             file_refs=tuple(refs) if refs is not None else None,
+            file_views=tuple(FileView.from_json(v) for v in views) if views is not None else None,
             **common,
         )
     if kind == "system_prompt":
@@ -171,6 +179,7 @@ def _from_document(doc: Mapping[str, Any]) -> StoredObject:
             policy=PolicyConfig(**doc.get("policy", {})),
             last_used=tuple((str(i), int(n)) for i, n in doc.get("last_used", [])),
             use_clock=int(doc.get("use_clock", 0)),
+            superseded=tuple((str(i), str(by)) for i, by in doc.get("superseded", [])),
             **common,
         )
     raise InvalidInput("document type", kind, "not an object type this project stores")

@@ -115,6 +115,8 @@ class SessionObject:
     last_used: tuple[tuple[str, int], ...] = ()
     """(id, tick) for every object ever activated, in index order."""
     use_clock: int = 0
+    superseded: tuple[tuple[str, str], ...] = ()
+    """(output, later output) for every output collapsed as superseded, in index order."""
 
     @classmethod
     def of(cls, state: SessionState, seq: int) -> SessionObject:
@@ -149,6 +151,9 @@ class SessionObject:
             policy=state.policy,
             last_used=tuple((i, state.last_used[i]) for i in state.ordered(pset(state.last_used))),
             use_clock=state.use_clock,
+            superseded=tuple(
+                (i, state.superseded[i]) for i in state.ordered(pset(state.superseded))
+            ),
         )
 
 
@@ -169,6 +174,7 @@ def state_from_snapshot(session: SessionObject, chat: ChatObject) -> SessionStat
         policy=session.policy,
         last_used=pmap(dict(session.last_used)),
         use_clock=session.use_clock,
+        superseded=pmap(dict(session.superseded)),
         index=pvector(index),
         positions=pmap({object_id: n for n, object_id in enumerate(index)}),
         kinds=pmap(kinds),

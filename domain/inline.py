@@ -83,6 +83,22 @@ class InlineCache:
     """The first position whose rendering may have changed (None: none)."""
     compacted: dict[str, ToolCallRequest] = attrs.field(factory=dict)
     """Shortened requests of collapsed calls, by call id."""
+    registered: dict[int, list[tuple[str, str]]] = attrs.field(factory=dict)
+    """For each message position, the ``shown`` and ``positions`` keys it added, so that
+    :meth:`truncate` forgets them in the time of what it removes, not of the session's size."""
+
+    def show(self, content_hash: str, label: str) -> None:
+        """The next message shows this content in full under ``label``."""
+        if content_hash not in self.shown:
+            position = len(self.messages)
+            self.shown[content_hash] = (label, position)
+            self.registered.setdefault(position, []).append(("shown", content_hash))
+
+    def place(self, call_id: str, position: int) -> None:
+        """The first message that shows ``call_id`` (its request or result) is ``position``."""
+        if call_id not in self.positions:
+            self.positions[call_id] = position
+            self.registered.setdefault(position, []).append(("positions", call_id))
 
     def invalidate(self, object_id: str) -> None:
         """An object got a new version: render again from its first message."""
@@ -94,13 +110,16 @@ class InlineCache:
 
     def truncate(self, position: int) -> None:
         """Forget everything rendered from ``position`` on."""
+        if position < len(self.origin):
+            first_turn, first_index = self.origin[position]
+            self.counts[first_turn] = first_index
+            for turn in range(first_turn + 1, len(self.counts)):
+                self.counts[turn] = 0
+        for at in range(position, len(self.messages)):
+            for kind, key in self.registered.pop(at, ()):
+                del (self.shown if kind == "shown" else self.positions)[key]
         del self.messages[position:]
         del self.origin[position:]
-        self.counts = [0] * len(self.counts)
-        for turn, index in self.origin:
-            self.counts[turn] = index + 1
-        self.shown = {k: v for k, v in self.shown.items() if v[1] < position}
-        self.positions = {k: v for k, v in self.positions.items() if v < position}
         self.stale_from = None
 
 
@@ -123,7 +142,26 @@ def _collapsed(
         )
         more = len(files) - MAX_LISTED_FILES
         line += f"; files {shown}" + (f" and {more} more" if more > 0 else "")
+    later = state.superseded.get(obj.id)
+    if later is not None and later in state.positions:
+        newer = _changed_between(state, obj, later, objects)
+        shows = "shows its lines in a newer version" if newer else "shows its lines again"
+        line += f"; superseded: {handle(state, later)} {shows}"
     return line + "]"
+
+
+def _changed_between(
+    state: SessionState, obj: ToolcallObject, later: str, objects: Mapping[str, ContentObject]
+) -> bool:
+    """Whether a tool call between ``obj`` and ``later`` changed a file ``obj`` showed."""
+    files = {v.file for v in obj.file_views or () if v.kind != "change"}
+    for object_id in state.index[state.positions[obj.id] + 1 : state.positions[later] + 1]:
+        other = objects.get(object_id)
+        if isinstance(other, ToolcallObject) and any(
+            v.kind == "change" and v.file in files for v in other.file_views or ()
+        ):
+            return True
+    return False
 
 
 def _tool_message(
@@ -143,7 +181,7 @@ def _tool_message(
             text = f"[{label}: the same {len(output)} chars as {earlier[0]} above]"
         else:
             if obj.content_hash is not None:
-                cache.shown.setdefault(obj.content_hash, (label, len(cache.messages)))
+                cache.show(obj.content_hash, label)
             text = f"[{label}]\n{output}"
     return RenderedMessage("tool", text, toolcall_id=obj.id, is_error=obj.status == "fail")
 
@@ -161,7 +199,7 @@ def _render_message(
     if isinstance(message, AssistantMessage):
         calls = []
         for call in message.tool_calls:
-            cache.positions.setdefault(call.id, position)
+            cache.place(call.id, position)
             if call.id in state.positions and call.id not in state.active:
                 compacted = cache.compacted.get(call.id)
                 if compacted is None:
@@ -175,7 +213,7 @@ def _render_message(
     if isinstance(message, ContextNote):
         return RenderedMessage("user", f"[context] {message.text}")
     assert isinstance(message, ToolResult)
-    cache.positions.setdefault(message.toolcall_id, position)
+    cache.place(message.toolcall_id, position)
     obj = objects[message.toolcall_id]
     assert isinstance(obj, ToolcallObject)
     rendered = _tool_message(state, obj, objects, display_path, cache)

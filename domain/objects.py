@@ -24,6 +24,7 @@ __all__ = [
     "ContentObject",
     "ContentStatus",
     "FileObject",
+    "FileView",
     "FilesystemSource",
     "Source",
     "SystemPromptObject",
@@ -40,6 +41,57 @@ ContentStatus: TypeAlias = Literal["deleted", "binary", "too_large"]
 this addition to the SSOT: without it a deleted file would render like an unread stub)."""
 
 ToolStatus: TypeAlias = Literal["ok", "fail"]
+
+ViewKind: TypeAlias = Literal["read", "lines", "change"]
+"""What a tool call did with a file: showed all of it, showed some of its lines, or changed it."""
+MAX_RANGES: Final = 64
+"""Line ranges kept per view (a ``grep -n`` with many hits keeps its first ones)."""
+
+
+def _ranges(value: Any) -> tuple[tuple[int, int], ...]:
+    out = []
+    for item in value:
+        start, end = item
+        for n in (start, end):
+            if not isinstance(n, int) or isinstance(n, bool) or n == 0:
+                raise InvalidInput("view range", item, "line numbers are non-zero integers")
+        if (start > 0) == (end > 0) and end < start:
+            raise InvalidInput("view range", item, "a range ends at or after its start")
+        out.append((start, end))
+    return tuple(out[:MAX_RANGES])
+
+
+@attrs.frozen
+class FileView:
+    """What one tool call showed of one file, or that it changed the file (issue 14; decision
+    0020). The file object's content stays the whole file: a view names lines of the version the
+    agent saw, not a version of its own."""
+
+    file: str
+    """Id of the file object."""
+    kind: ViewKind
+    """``read``: the output is the whole file; ``lines``: the output shows ``ranges`` of it;
+    ``change``: the call wrote or edited it."""
+    ranges: tuple[tuple[int, int], ...] = attrs.field(default=(), converter=_ranges)
+    """For ``lines``: 1-based inclusive ranges; a negative number counts from the end (-1 is the
+    last line, so ``tail -n 5`` is ``(-5, -1)`` and ``sed -n '40,$p'`` is ``(40, -1)``)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.kind not in ("read", "lines", "change"):
+            raise InvalidInput("view kind", self.kind, "must be 'read', 'lines' or 'change'")
+        if (self.kind == "lines") != bool(self.ranges):
+            raise InvalidInput("view", self.kind, "line ranges belong to a 'lines' view only")
+
+    def to_json(self) -> dict[str, Any]:
+        """The view as stored and hashed."""
+        out: dict[str, Any] = {"file": self.file, "kind": self.kind}
+        if self.ranges:
+            out["ranges"] = [list(r) for r in self.ranges]
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FileView:
+        return cls(str(data["file"]), data["kind"], tuple(data.get("ranges") or ()))
 
 
 @attrs.frozen
@@ -207,6 +259,9 @@ class ToolcallObject:
     content_hash: str | None
     metadata_hash: str
     object_hash: str
+    file_views: tuple[FileView, ...] | None = None
+    """What the call showed of which files, or that it changed them (decision 0020); None when
+    nothing was recognised."""
 
     source: ClassVar[None] = None
 
@@ -222,6 +277,7 @@ class ToolcallObject:
         chat_ref: str,
         args_display: str | None = None,
         file_refs: Sequence[str] | None = None,
+        file_views: Sequence[FileView] | None = None,
     ) -> ToolcallObject:
         """Build the single version of a tool call with all its hashes."""
         if not toolcall_id:
@@ -233,6 +289,9 @@ class ToolcallObject:
         if not isinstance(args, Mapping):
             raise InvalidInput("tool args", args, "must be a JSON object")
         refs = tuple(file_refs) if file_refs is not None else None
+        views = tuple(file_views) if file_views is not None else None
+        if views is not None and not all(isinstance(v, FileView) for v in views):
+            raise InvalidInput("file views", file_views, "must be FileView values")
         plain_args = thaw(args)
         fields = {
             "tool": tool,
@@ -241,6 +300,9 @@ class ToolcallObject:
             "status": status,
             "chat_ref": chat_ref,
             "file_refs": _absent_if_none(list(refs) if refs is not None else None),
+            "file_views": _absent_if_none(
+                [v.to_json() for v in views] if views is not None else None
+            ),
         }
         try:
             meta = hashing.metadata_hash(fields)
@@ -260,6 +322,7 @@ class ToolcallObject:
             content_hash=chash,
             metadata_hash=meta,
             object_hash=hashing.object_hash(hashing.ABSENT, chash, meta),
+            file_views=views,
         )
 
 

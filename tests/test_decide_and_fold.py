@@ -17,7 +17,7 @@ from tests.conftest import MakeService
 from tests.support import FakeFileReader
 
 
-@pytest.mark.parametrize("policy", ["ssot", "inline"])
+@pytest.mark.parametrize("policy", ["ssot", "inline", "relevance"])
 def test_the_folded_state_is_what_folding_the_events_gives(
     policy: str,
     make_service: MakeService,

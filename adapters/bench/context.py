@@ -9,7 +9,11 @@ the harness itself sent; a policy's is the request the context manager assembles
 * ``tokens``: input tokens summed over all calls;
 * ``peak``: the largest single prompt;
 * ``cost``: what a provider with prompt caching bills, in token units — the longest common
-  prefix with the previous call's prompt at 0.1 (a cache read), the rest at 1.25 (a cache write).
+  prefix with the previous call's prompt at 0.1 (a cache read), the rest at 1.25 (a cache write);
+* ``used``, ``visible``, ``recall``: lines of each recorded response copied from an earlier tool
+  output, how many of them the contender's prompt held, and their ratio
+  (``selfctx.adapters.harness.recall``; naive is 1.0 by construction, and is measured all the
+  same).
 
 The common prefix is taken over the prompt's texts in order: every leading text equal to the
 previous call's counts in full, and of the first one that differs, the tokens of its common
@@ -26,6 +30,7 @@ from typing import Any
 
 import attrs
 
+from selfctx.adapters.harness.recall import Recall, used_lines, visible_lines
 from selfctx.adapters.harness.replay import replay, replay_filesystem_id
 from selfctx.adapters.harness.tokens import PromptCounter, request_texts
 from selfctx.adapters.harness.tools import handle_context_tool
@@ -56,6 +61,7 @@ class Contender:
     per_call: list[int] = attrs.field(factory=list)
     retrievable: int = 0
     collapsed: int = 0
+    recall: Recall = attrs.field(factory=Recall)
     _previous: list[str] = attrs.field(factory=list)
 
     def add(self, texts: list[str], count: Callable[[str], int]) -> None:
@@ -69,6 +75,7 @@ class Contender:
 
     def figures(self) -> dict[str, Any]:
         out: dict[str, Any] = {"tokens": self.tokens, "peak": self.peak, "cost": round(self.cost)}
+        out.update(self.recall.figures())
         if self.collapsed or self.retrievable:
             out["collapsed_outputs"] = self.collapsed
             out["retrievable"] = self.retrievable
@@ -114,7 +121,7 @@ def _check_retrievable(
         if m.get("role") == "tool"
     }
     state = service.state(session_id)
-    inline = state.policy.name == "inline"
+    inline = state.policy.inline_layout
     for object_id in list(state.pool - state.active):
         obj = service.object(session_id, object_id)
         if not isinstance(obj, ToolcallObject):
@@ -151,8 +158,11 @@ def run_context_bench(
     for trajectory in trajectories:
         progress(f"{trajectory.name}: {len(trajectory.calls)} calls")
         figures = {name: Contender() for name in names}
-        for call in trajectory.calls:
-            figures["naive"].add(list(request_texts(trajectory.messages[: call.position])), count)
+        used = used_lines(trajectory.messages, [c.position for c in trajectory.calls])
+        for call, lines in zip(trajectory.calls, used, strict=True):
+            prompt = trajectory.messages[: call.position]
+            figures["naive"].add(list(request_texts(prompt)), count)
+            figures["naive"].recall.add(len(lines), visible_lines(prompt, lines))
         for name, policy in policies.items():
             service = make_service(trajectory)
             contender = figures[name]
@@ -161,6 +171,7 @@ def run_context_bench(
                 contender.add(list(request_texts(request)), count)  # noqa: B023 - used at once
 
             report = replay(trajectory, service, counter, observe=observe, policy=policy)
+            contender.recall = report.recall
             _check_retrievable(service, report.session_id, trajectory, contender)
         row: dict[str, Any] = {
             "name": trajectory.name,
@@ -175,6 +186,7 @@ def run_context_bench(
             agg.cost += figures[name].cost
             agg.collapsed += figures[name].collapsed
             agg.retrievable += figures[name].retrievable
+            agg.recall.add(figures[name].recall.used, figures[name].recall.visible)
         if trajectory.recorded_prompt_tokens is not None:
             row["naive"]["recorded_prompt_tokens"] = trajectory.recorded_prompt_tokens
         rows.append(row)

@@ -175,6 +175,8 @@ def _register_large(benches: Any) -> None:
 
 GOALS = {"tokens": 0.50, "peak": 0.55, "cost": 0.75}
 """Issue 6's goals for the default policy against naive: at most these ratios."""
+RECALL_GOAL = 0.90
+"""Issue 14's goal for the default policy: at least this share of used lines visible."""
 
 
 def _context(args: argparse.Namespace) -> int:
@@ -185,7 +187,7 @@ def _context(args: argparse.Namespace) -> int:
         trajectories_in,
     )
     from selfctx.adapters.tokenizer import default_tokenizer
-    from selfctx.application.policies import POLICIES, policy_by_name
+    from selfctx.application.policies import POLICIES
 
     paths = args.paths or [p for p in [default_directory()] if p is not None]
     if not paths:
@@ -196,10 +198,8 @@ def _context(args: argparse.Namespace) -> int:
         return 2
     policies = dict(POLICIES)
     for variant in args.variant or ():
-        trigger, clear, keep = (int(v) for v in variant.split(","))
-        policies[f"inline-{trigger}-{clear}-{keep}"] = policy_by_name(
-            "inline", trigger_tokens=trigger, clear_at_least=clear, keep_recent=keep
-        )
+        name, policy = parse_variant(variant)
+        policies[name] = policy
     tokenizer = default_tokenizer()
     trajectories = trajectories_in(paths)
     result = run_context_bench(
@@ -210,15 +210,58 @@ def _context(args: argparse.Namespace) -> int:
         _progress(args.json),
     )
     per_call = result.pop("per_call")
-    named = [n for n in POLICIES if n in result["total"]]
-    result["default_policy"] = min(named, key=lambda n: result["total"][n]["cost"])
+    result["default_policy"] = choose_default(result["total"], list(POLICIES))
     if args.chart:
-        _chart(args.chart, per_call, result["default_policy"], result["tokenizer"])
+        from selfctx.adapters.bench.chart import sweep_chart
+
+        sweep_chart(args.chart, result["total"], result["default_policy"], result["tokenizer"])
+    if args.calls_chart:
+        _chart(args.calls_chart, per_call, result["default_policy"], result["tokenizer"])
     if args.json:
         print(json.dumps(result))
         return 0
     _context_table(result)
     return 0
+
+
+def parse_variant(text: str) -> tuple[str, Any]:
+    """``--variant``: ``POLICY:KEY=VALUE,...`` (any field of the policy, integers or ``none``),
+    or ``TRIGGER,CLEAR,KEEP`` for ``inline`` as before. Returns its name and its policy."""
+    from selfctx.application.policies import policy_by_name
+    from selfctx.domain.errors import InvalidInput
+
+    if ":" not in text:
+        parts = text.split(",")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise InvalidInput("--variant", text, "use POLICY:KEY=VALUE,... or TRIGGER,CLEAR,KEEP")
+        trigger, clear, keep = (int(p) for p in parts)
+        policy = policy_by_name(
+            "inline", trigger_tokens=trigger, clear_at_least=clear, keep_recent=keep
+        )
+        return f"inline-{trigger}-{clear}-{keep}", policy
+    base, _, settings = text.partition(":")
+    overrides: dict[str, Any] = {}
+    for item in filter(None, settings.split(",")):
+        key, equals, value = item.partition("=")
+        if not equals or not (value.isdigit() or value == "none"):
+            raise InvalidInput("--variant", text, f"{item!r} is not KEY=INTEGER or KEY=none")
+        overrides[key.strip()] = None if value == "none" else int(value)
+    return f"{base}[{settings}]", policy_by_name(base, **overrides)
+
+
+def choose_default(total: dict[str, Any], named: list[str]) -> str:
+    """The default policy, by measurement (decision 0021): of the named policies that meet
+    every goal (tokens, peak, cost against naive, recall), the cheapest; if none meets them all,
+    the one that meets most, then the cheapest."""
+    naive = total["naive"]
+
+    def met(name: str) -> int:
+        t = total[name]
+        goals = sum(1 for k, goal in GOALS.items() if t[k] / naive[k] <= goal)
+        return goals + int(t.get("recall") is not None and t["recall"] >= RECALL_GOAL)
+
+    candidates = [n for n in named if n in total]
+    return min(candidates, key=lambda n: (-met(n), total[n]["cost"]))
 
 
 def _context_table(result: dict[str, Any]) -> None:
@@ -234,7 +277,17 @@ def _context_table(result: dict[str, Any]) -> None:
         print(f"{row['name'][:34]:34} {row['calls']:>5} {shown}{cells}")
     naive = result["total"]["naive"]
     print()
-    print(f"{'total':12} {'tokens':>12} {'peak':>9} {'cost':>12}   vs naive (tokens, peak, cost)")
+    print()
+    print("recall (visible / used lines) per trajectory:")
+    print(f"{'trajectory':34}" + "".join(f" {n:>18}" for n in names))
+    for row in result["trajectories"]:
+        cells = "".join(f" {_recall_cell(row[n]):>18}" for n in names)
+        print(f"{row['name'][:34]:34}{cells}")
+    print()
+    print(
+        f"{'total':24} {'tokens':>12} {'peak':>9} {'cost':>12} {'recall':>13}"
+        "   vs naive (tokens, peak, cost)"
+    )
     for name in names:
         t = result["total"][name]
         ratios = "  ".join(f"{t[k] / naive[k]:.2f}" for k in ("tokens", "peak", "cost"))
@@ -243,14 +296,26 @@ def _context_table(result: dict[str, Any]) -> None:
             if "retrievable" in t
             else ""
         )
-        print(f"{name:12} {t['tokens']:>12,} {t['peak']:>9,} {t['cost']:>12,}   {ratios}{extra}")
+        print(
+            f"{name[:24]:24} {t['tokens']:>12,} {t['peak']:>9,} {t['cost']:>12,}"
+            f" {_recall_cell(t):>13}   {ratios}{extra}"
+        )
     default = result["default_policy"]
     t = result["total"][default]
     met = {k: t[k] / naive[k] <= goal for k, goal in GOALS.items()}
+    recall_met = t.get("recall") is not None and t["recall"] >= RECALL_GOAL
     print(
-        f"default policy: {default}; goals (tokens <= 0.50, peak <= 0.55, cost <= 0.75 of naive): "
+        f"default policy: {default}; goals (tokens <= 0.50, peak <= 0.55, cost <= 0.75 of naive, "
+        f"recall >= {RECALL_GOAL:.2f}): "
         + ", ".join(f"{k} {'met' if ok else 'MISSED'}" for k, ok in met.items())
+        + f", recall {'met' if recall_met else 'MISSED'}"
     )
+
+
+def _recall_cell(figures: dict[str, Any]) -> str:
+    if not figures.get("used"):
+        return "—"
+    return f"{figures['visible']}/{figures['used']} {figures['recall']:.2f}"
 
 
 def _chart(
@@ -347,11 +412,18 @@ def register(subparsers: Any) -> None:
         "paths", nargs="*", help="trajectory files or directories (default: the development set)"
     )
     context.add_argument("--json", action="store_true", help="print one JSON object")
-    context.add_argument("--chart", help="write a PNG of prompt size per call to this path")
+    context.add_argument(
+        "--chart",
+        help="write a PNG of recall against tokens (share of naive) for every contender",
+    )
+    context.add_argument(
+        "--calls-chart", help="write a PNG of prompt size per call on the longest trajectory"
+    )
     context.add_argument(
         "--variant",
         action="append",
-        help="also measure inline with TRIGGER,CLEAR,KEEP (repeatable)",
+        help="also measure POLICY:KEY=VALUE,... (say relevance:keep_tokens=2000), or inline "
+        "with TRIGGER,CLEAR,KEEP (repeatable)",
     )
     context.set_defaults(handler=_context)
     _register_watch(benches)

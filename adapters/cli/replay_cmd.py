@@ -171,6 +171,13 @@ def _print_total(total: Mapping[str, Any], tokenizer: str, out: TextIO) -> None:
         f"({_pct(total['peak_managed'], total['peak_naive'])}); tokens: {tokenizer}",
         file=out,
     )
+    if total.get("used"):
+        print(
+            f"recall: {total['visible']} of {total['used']} used lines visible "
+            f"({total['recall']:.2f}; naive 1.00) — lines of the recorded responses copied from "
+            "earlier tool outputs",
+            file=out,
+        )
     if total.get("recorded_prompt_tokens") is not None:
         print(
             f"recorded by the original harness: {total['recorded_prompt_tokens']:,} prompt tokens "

@@ -22,6 +22,7 @@ from selfctx.adapters.harness.messages import MalformedMessage, Message
 from selfctx.adapters.harness.recognise import (
     Effect,
     FileEdit,
+    FileLines,
     FileRead,
     FileWrite,
     Listing,
@@ -34,7 +35,7 @@ from selfctx.application.ports.store import StoreError
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import ToolCallRequest, ToolResult
 from selfctx.domain.errors import DuplicateObject, InvalidInput, SelfContextError
-from selfctx.domain.objects import FileObject, ToolcallObject, ToolStatus
+from selfctx.domain.objects import FileObject, FileView, ToolcallObject, ToolStatus
 
 __all__ = ["IngestResult", "Ingestor"]
 
@@ -73,7 +74,7 @@ class Ingestor:
         self.cursor = self._new_cursor()
         self._resync = False
         """Set when recording failed in the store: what landed is unknown until caught up."""
-        self.inline = service.state(session_id).policy.name == "inline"
+        self.inline = service.state(session_id).policy.inline_layout
         self._finish_interrupted()
 
     def _new_cursor(self) -> Cursor:
@@ -158,15 +159,24 @@ class Ingestor:
         effects = [] if message.images else recognise(call.name, args, message.text, self.cwd)
         read_ids: list[str] = []
         listings: list[list[str]] = []
+        views: list[FileView] = []
         for effect in effects:
             if isinstance(effect, FileRead) and self._allowed(effect.path):
-                read_ids += self._index(effect.path, effect.content)
+                ids = self._index(effect.path, effect.content)
+                read_ids += ids
+                views += [FileView(i, "read") for i in ids]
+            elif isinstance(effect, FileLines) and self._allowed(effect.path):
+                views += [FileView(i, "lines", effect.ranges) for i in self._ids([effect.path])]
+            elif isinstance(effect, FileWrite | FileEdit) and self._allowed(effect.path):
+                views += [FileView(i, "change") for i in self._ids([effect.path])]
             elif isinstance(effect, Listing):
                 listings.append([p for p in effect.paths if self._allowed(p)])
-        # The files a call read or listed are its file_refs, so that a collapsed listing still
-        # names them; listed files are discovered after the call, in first-encounter order.
+        # The files a call read, viewed or listed are its file_refs, so that a collapsed output
+        # still names them; viewed and listed files are discovered after the call, in
+        # first-encounter order.
         listed = [i for paths in listings for i in self._ids(paths)]
-        refs = list(dict.fromkeys(read_ids + listed))
+        viewed = [v.file for v in views if v.kind == "lines"]
+        refs = list(dict.fromkeys(read_ids + viewed + listed))
         self.service.record_tool_call(
             sid,
             call.id,
@@ -179,14 +189,19 @@ class Ingestor:
             # where the file's content shows, so the tool call itself stays visible.
             activate=not read_ids or self.inline,
             images=message.images,
+            file_views=views or None,
         )
         self._after_call(effects)
 
     def _after_call(self, effects: Sequence[Effect], done: frozenset[str] = frozenset()) -> None:
         """What a tool result records after its tool call: discovery of what it listed, then
         the files it wrote or edited (but not those in ``done``, already indexed since)."""
+        listed = {p for effect in effects if isinstance(effect, Listing) for p in effect.paths}
         for effect in effects:
-            if isinstance(effect, Listing):
+            if isinstance(effect, FileLines) and self._allowed(effect.path):
+                if effect.path not in listed:  # a search's hits: the listing discovers them
+                    self._view(effect.path)
+            elif isinstance(effect, Listing):
                 paths = [p for p in effect.paths if self._allowed(p)]
                 if paths:
                     self.service.discover(self.session_id, paths, strict=False)
@@ -266,6 +281,16 @@ class Ingestor:
             return [self.service.index_file(self.session_id, path, content).object_id]
         except (SourceUnavailable, InvalidInput):
             return []  # store errors are not caught: they must reach the harness
+
+    def _view(self, path: str) -> None:
+        """A partial view: the whole file from its source when it can be read (a host file: it
+        becomes current and tracked), else a discovery stub, so the view names an object of the
+        session either way (decision 0020). The hits of a search over many files are left to
+        its listing: they are discovered, not read."""
+        try:
+            self.service.view_file(self.session_id, path)
+        except (SourceUnavailable, InvalidInput):
+            self.service.discover(self.session_id, [path], strict=False)
 
     def _edited(self, edit: FileEdit) -> str | None:
         """The file's text after a replacement, when its current text is known exactly."""

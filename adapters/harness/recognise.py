@@ -1,10 +1,13 @@
-"""What a finished tool call means for files: a whole-file read, a write, an edit, or a listing.
+"""What a finished tool call means for files: a whole-file read, a view of some lines, a write,
+an edit, or a listing.
 
 Recognition is conservative: a read counts only when the output is certainly the whole file (a
 plain ``cat``, a ``view`` without a range, a ``head``/``sed -n`` whose output ended before its
-limit); anything partial stays a tool call and nothing more. Listings yield candidate paths,
-resolved against the command's working directory; the ingestor keeps only those under the
-allowed roots.
+limit). A partial view (``sed -n 'A,Bp'``, ``head``/``tail -n``, ``nl -ba``/``cat -n`` through a
+line filter, ``grep -n`` hits, an editor ``view`` with a range, a ``read`` with an offset) says
+which lines of the file the output shows (:class:`FileLines`); it is never taken for the file's
+content. Listings yield candidate paths, resolved against the command's working directory; the
+ingestor keeps only those under the allowed roots.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import attrs
 __all__ = [
     "Effect",
     "FileEdit",
+    "FileLines",
     "FileRead",
     "FileWrite",
     "Listing",
@@ -55,13 +59,22 @@ class FileEdit:
 
 
 @attrs.frozen
+class FileLines:
+    """The output shows these lines of ``path`` (1-based, inclusive; a negative number counts
+    from the end, -1 being the last line), but not all of the file."""
+
+    path: str
+    ranges: tuple[tuple[int, int], ...]
+
+
+@attrs.frozen
 class Listing:
     """Paths (absolute, agent-visible) seen in a listing."""
 
     paths: tuple[str, ...]
 
 
-Effect = FileRead | FileWrite | FileEdit | Listing
+Effect = FileRead | FileLines | FileWrite | FileEdit | Listing
 
 # Numbers are ASCII digits, at most 18 of them: int() refuses more than 4,300 digits, and a
 # harness's text may hold anything.
@@ -210,6 +223,12 @@ def _shell_effects(command: str, output: str, code: int | None, cwd: str) -> Ite
         match = re.fullmatch(r"1,([0-9]{1,18})p", tokens[2])
         if match and output.count("\n") < int(match.group(1)):
             yield FileRead(_resolve(cwd, tokens[3]), output)
+        else:
+            lines = _sed_range(tokens[2])
+            if lines is not None and output:
+                yield FileLines(_resolve(cwd, tokens[3]), (lines,))
+    elif program == "tail" and simple:
+        yield from _tail(tokens, cwd)
     elif program == "sed" and "-i" in tokens and simple:
         target = tokens[-1]
         yield FileWrite(_resolve(cwd, target))
@@ -219,6 +238,8 @@ def _shell_effects(command: str, output: str, code: int | None, cwd: str) -> Ite
         for target in re.findall(r">\s*([^\s;&|>]+)", command):
             if not target.startswith(("&", "/dev/")):
                 yield FileWrite(_resolve(cwd, target.strip("\"'")))
+    elif program in ("nl", "cat") and not simple:
+        yield from _numbered_pipeline(tokens, output, cwd)
     elif program in ("find", "ls", "grep", "rg", "tree", "git"):
         lister = _lister(tokens)
         if lister is None:
@@ -226,6 +247,8 @@ def _shell_effects(command: str, output: str, code: int | None, cwd: str) -> Ite
         paths = tuple(_listing(*lister, output, cwd))
         if paths:
             yield Listing(paths)
+        if lister[0] in ("grep", "rg"):
+            yield from _grep_hits(lister[1], output, cwd)
 
 
 _LINE_FILTERS = {"head", "tail", "sort", "uniq"}
@@ -286,6 +309,125 @@ def _find_prints_paths(tokens: list[str]) -> bool:
     return True
 
 
+def _sed_range(script: str) -> tuple[int, int] | None:
+    """The lines ``sed -n SCRIPT`` prints: ``Ap``, ``A,Bp``, ``A,$p``."""
+    match = re.fullmatch(r"([0-9]{1,18})(?:,([0-9]{1,18}|\$))?p", script)
+    if match is None or int(match.group(1)) < 1:
+        return None
+    start, end = int(match.group(1)), match.group(2)
+    stop = -1 if end == "$" else int(end) if end is not None else start
+    if stop != -1 and stop < start:
+        return None
+    return (start, stop)
+
+
+def _tail(tokens: list[str], cwd: str) -> Iterator[Effect]:
+    """``tail -n N FILE``, ``tail -N FILE``, ``tail -n +K FILE``."""
+    count, files, args = "10", [], iter(tokens[1:])
+    for token in args:
+        if token == "-n":
+            count = next(args, "")
+        elif re.fullmatch(r"-n?\+?[0-9]{1,18}", token):
+            count = token.lstrip("-n")
+        elif token.startswith("-"):
+            return
+        else:
+            files.append(token)
+    if len(files) != 1 or not re.fullmatch(r"\+?[0-9]{1,18}", count):
+        return
+    n = int(count.lstrip("+"))
+    if count.startswith("+"):
+        lines = (max(n, 1), -1)
+    elif n > 0:
+        lines = (-n, -1)
+    else:
+        return
+    yield FileLines(_resolve(cwd, files[0]), (lines,))
+
+
+_NUMBERED = re.compile(r"\A *([0-9]{1,18})\t")
+_FILTERS = {"sed", "head", "tail", "grep"}
+
+
+def _numbered_pipeline(tokens: list[str], output: str, cwd: str) -> Iterator[Effect]:
+    """``nl -ba FILE | sed -n 'A,Bp'``, ``cat -n FILE | head``...: every line of the output
+    carries its number in the file, so the numbers say which lines were seen. ``nl`` without
+    ``-ba`` numbers only non-empty lines, which are not the file's line numbers."""
+    if any(t in _CHAINS or t.startswith((">", "<")) for t in tokens):
+        return
+    stages: list[list[str]] = [[]]
+    for token in tokens:
+        if token == "|":
+            stages.append([])
+        else:
+            stages[-1].append(token)
+    first, rest = stages[0], stages[1:]
+    if not rest or any(not s or posixpath.basename(s[0]) not in _FILTERS for s in rest):
+        return
+    program = posixpath.basename(first[0])
+    args = " ".join(first[1:])
+    flags = {"cat": r"-n", "nl": r"-ba|-b a|--body-numbering=a"}[program]
+    match = re.fullmatch(rf"(?:{flags}) (\S+)|(\S+) (?:{flags})", args)
+    if match is None or (match.group(1) or match.group(2)).startswith("-"):
+        return
+    files = [match.group(1) or match.group(2)]
+    numbers = []
+    for line in output.split("\n"):
+        if not line:
+            continue
+        match = _NUMBERED.match(line)
+        if match is None:
+            return  # not the numbered lines this command prints: an error, say
+        numbers.append(int(match.group(1)))
+    ranges = _runs(numbers)
+    if ranges:
+        yield FileLines(_resolve(cwd, files[0]), ranges)
+
+
+def _runs(numbers: list[int]) -> tuple[tuple[int, int], ...]:
+    """Line numbers as ranges of consecutive numbers, in order, at most 64."""
+    out: list[list[int]] = []
+    for n in numbers:
+        if n < 1:
+            continue
+        if out and out[-1][0] <= n <= out[-1][1] + 1:
+            out[-1][1] = max(out[-1][1], n)
+        else:
+            out.append([n, n])
+    return tuple((a, b) for a, b in out[:64])
+
+
+def _grep_hits(tokens: list[str], output: str, cwd: str) -> Iterator[Effect]:
+    """The lines a ``grep -n`` showed of each file (``N:text`` for one file, ``PATH:N:text``
+    for several; context lines ``-A/-B/-C`` use ``-`` and count too for one file)."""
+    if not any(
+        t == "--line-number" or (re.fullmatch(r"-[A-Za-z]+", t) and "n" in t[1:])
+        for t in _flags(tokens)
+    ):
+        return
+    named = tokens[0] == "xargs-grep" or _grep_names_lines(tokens)
+    if named:
+        pattern = re.compile(r"\A(.+?):([0-9]{1,18}):")
+        files: dict[str, list[int]] = {}
+        for line in output.split("\n"):
+            match = pattern.match(line)
+            if match and _plausible_file(match.group(1)):
+                files.setdefault(match.group(1), []).append(int(match.group(2)))
+        for path, numbers in list(files.items())[:_MAX_GREP_FILES]:
+            yield FileLines(_resolve(cwd, path), _runs(numbers))
+        return
+    operands = [t for t in tokens[1:] if not t.startswith("-")]
+    if len(operands) != 2 or not _plausible_file(operands[1]):
+        return  # the pattern and one file, nothing else (a -e pattern: not worth the guess)
+    numbers = [int(m.group(1)) for m in re.finditer(r"^([0-9]{1,18})[:-]", output, re.M)]
+    if numbers:
+        yield FileLines(_resolve(cwd, operands[1]), _runs(numbers))
+
+
+_MAX_GREP_FILES = 20
+"""A recursive ``grep -n`` over a tree: the files of its first hits only."""
+
+
 def _head(tokens: list[str], output: str, cwd: str) -> Iterator[Effect]:
     limit, files, args = 10, [], iter(tokens[1:])
     for token in args:
@@ -303,6 +445,8 @@ def _head(tokens: list[str], output: str, cwd: str) -> Iterator[Effect]:
     lines = output.count("\n") + (0 if output.endswith("\n") or not output else 1)
     if len(files) == 1 and lines < limit:
         yield FileRead(_resolve(cwd, files[0]), output)
+    elif len(files) == 1 and limit > 0:
+        yield FileLines(_resolve(cwd, files[0]), ((1, limit),))
 
 
 def _plausible_file(name: str) -> bool:
@@ -450,19 +594,71 @@ def _editor_effects(args: Mapping[str, Any], output: str) -> Iterator[Effect]:
             content = _cat_n_content(output[header.end() :], editor=True)
             if content is not None:
                 yield FileRead(path, content)
+                return
+        if header:
+            yield from _editor_lines(path, args.get("view_range"), output[header.end() :])
     elif command == "create" and isinstance(args.get("file_text"), str):
         if not _editor_refused(output):
             yield FileWrite(path, args["file_text"])
     elif command == "str_replace" and isinstance(args.get("old_str"), str):
         if "has been edited" in output or "was edited" in output or not output:
             yield FileEdit(path, args["old_str"], str(args.get("new_str") or ""))
+            snippet = _SNIPPET_HEADER.search(output)
+            if snippet:  # the edited lines, as the editor showed them after the edit
+                yield from _editor_lines(path, None, output[snippet.end() :])
     elif command in ("insert", "undo_edit"):
         yield FileWrite(path)
+
+
+_SNIPPET_HEADER = re.compile(r"Here's the result of running `cat -n` on a snippet of \S+:\r?\n")
+
+
+def _editor_lines(path: str, view_range: Any, body: str) -> Iterator[Effect]:
+    """The lines an editor ``view`` (or an edit's snippet) showed: its numbered lines, or the
+    range it was asked for when the numbers cannot be read."""
+    numbers = []
+    for line in body.replace("\r\n", "\n").split("\n"):
+        match = _NUMBERED.match(line)
+        if match is None:
+            break  # the end of the numbered lines (a note, a clipped marker)
+        numbers.append(int(match.group(1)))
+    ranges = _runs(numbers)
+    if not ranges and isinstance(view_range, list) and len(view_range) == 2:
+        start, end = view_range
+        if isinstance(start, int) and isinstance(end, int) and start >= 1:
+            ranges = ((start, -1 if end == -1 else max(end, start)),)
+    if ranges:
+        yield FileLines(path, ranges)
 
 
 def _editor_refused(output: str) -> bool:
     """The editor reported that it did nothing (``create`` over an existing file, a bad path)."""
     return output.lstrip().startswith(("ERROR", "Error")) or "Cannot overwrite" in output
+
+
+def _read_lines(path: str, args: Mapping[str, Any]) -> Iterator[Effect]:
+    """A read tool given a range: ``offset``/``limit`` (1-based first line, line count),
+    ``start_line``/``end_line``, or ``view_range``."""
+
+    def number(key: str) -> int | None:
+        value = args.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    offset, limit = number("offset"), number("limit")
+    start, end = number("start_line"), number("end_line")
+    view_range = args.get("view_range")
+    if isinstance(view_range, list) and len(view_range) == 2:
+        start, end = view_range
+        start = start if isinstance(start, int) else None
+        end = end if isinstance(end, int) else None
+    if start is None and (offset is not None or limit is not None):
+        start = max(offset or 1, 1)
+        end = start + limit - 1 if limit is not None and limit > 0 else -1
+    if start is None or start < 1:
+        return
+    if end is None or end == -1 or end < start:
+        end = -1
+    yield FileLines(path, ((start, end),))
 
 
 def recognise(tool: str, args: Mapping[str, Any], output: str, cwd: str) -> list[Effect]:
@@ -488,12 +684,12 @@ def recognise(tool: str, args: Mapping[str, Any], output: str, cwd: str) -> list
     if not isinstance(path, str) or not path:
         return []
     path = _resolve(cwd, path)
-    if name in ("read", "read_file", "view") and not any(
-        k in args for k in ("offset", "limit", "view_range", "start_line", "end_line")
-    ):
-        # Claude Code's Read numbers every line as an editor view does ("1\tdef f():\n2\t").
-        numbered = _cat_n_content(text, editor=True) if text[:1].isdigit() else None
-        return [FileRead(path, numbered if numbered is not None else text)]
+    if name in ("read", "read_file", "view"):
+        if not any(k in args for k in ("offset", "limit", "view_range", "start_line", "end_line")):
+            # Claude Code's Read numbers every line as an editor view does ("1\tdef f():\n2\t").
+            numbered = _cat_n_content(text, editor=True) if text[:1].isdigit() else None
+            return [FileRead(path, numbered if numbered is not None else text)]
+        return list(_read_lines(path, args))
     if name in ("write", "write_file", "create_file"):
         content = args.get("content", args.get("file_text"))
         return [FileWrite(path, content if isinstance(content, str) else None)]

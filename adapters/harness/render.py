@@ -11,7 +11,6 @@ message right after its ``tool_use``; the active content as a text block of the 
 from __future__ import annotations
 
 import json
-import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast

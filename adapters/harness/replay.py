@@ -4,10 +4,10 @@ For each call the original harness made, the replay hands a :class:`HarnessSessi
 list the harness sent (it ingests what is new), asks for the managed request, and measures both
 with one :class:`PromptCounter`: the *naive* prompt is the harness's own list, the *managed* one
 is ours. A context tool the recorded model called (``activate``, ``deactivate``, ``pin``,
-``unpin``, as in the project's own example session) is run on the session right before its result
-is ingested, as a harness would. The caller builds the service (and so picks the store); the
-replay never reads a host file as long as the service's default filesystem is not the host's
-(:func:`replay_filesystem_id`).
+``unpin``, as a tool of its own or, as mini-swe-agent runs them, as a shell command such as
+``activate #12``) is run on the session right before its result is ingested, as a harness would.
+The caller builds the service (and so picks the store); the replay never reads a host file as
+long as the service's default filesystem is not the host's (:func:`replay_filesystem_id`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import Any
 
 import attrs
 
+from selfctx.adapters.harness.minisweagent import context_command
+from selfctx.adapters.harness.recall import Recall, used_lines, visible_lines
 from selfctx.adapters.harness.render import to_anthropic, to_openai
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tokens import PromptCounter
@@ -32,6 +34,7 @@ __all__ = [
     "CallFigures",
     "Observer",
     "ReplayReport",
+    "context_call",
     "replay",
     "replay_filesystem_id",
     "session_id_for",
@@ -62,6 +65,10 @@ class CallFigures:
     """The session's log position when the request was assembled (``selfctx show`` reads it)."""
     recorded_prompt_tokens: int | None = None
     """What the original provider billed for this call, when recorded."""
+    used_lines: int = 0
+    """Lines of the recorded response copied from an earlier tool output (``recall``)."""
+    visible_lines: int = 0
+    """How many of them the managed request holds."""
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -97,6 +104,13 @@ class ReplayReport:
     def peak_managed(self) -> int:
         return max((c.managed_tokens for c in self.calls), default=0)
 
+    @property
+    def recall(self) -> Recall:
+        """Used lines, and how many the managed requests held (see ``harness.recall``)."""
+        return Recall(
+            sum(c.used_lines for c in self.calls), sum(c.visible_lines for c in self.calls)
+        )
+
     def total(self) -> dict[str, Any]:
         return {
             "naive_tokens": self.naive_tokens,
@@ -104,12 +118,16 @@ class ReplayReport:
             "peak_naive": self.peak_naive,
             "peak_managed": self.peak_managed,
             "recorded_prompt_tokens": self.recorded_prompt_tokens,
+            **self.recall.figures(),
         }
 
 
 def totals(reports: Sequence[ReplayReport]) -> dict[str, Any]:
     """Totals over several replays (peaks are the largest single prompt)."""
     recorded = [r.recorded_prompt_tokens for r in reports]
+    recall = Recall()
+    for report in reports:
+        recall.add(report.recall.used, report.recall.visible)
     return {
         "naive_tokens": sum(r.naive_tokens for r in reports),
         "managed_tokens": sum(r.managed_tokens for r in reports),
@@ -120,6 +138,7 @@ def totals(reports: Sequence[ReplayReport]) -> dict[str, Any]:
             if recorded and all(r is not None for r in recorded)
             else None
         ),
+        **recall.figures(),
     }
 
 
@@ -164,6 +183,7 @@ def replay(
         service, session_id, "openai", cwd=trajectory.cwd, roots=[trajectory.workspace], **options
     )
     feed = _Feed(session, trajectory.messages)
+    used = used_lines(trajectory.messages, [c.position for c in trajectory.calls])
     figures = []
     total = len(trajectory.calls)
     for number, call in enumerate(trajectory.calls, 1):
@@ -185,6 +205,8 @@ def replay(
                 pinned=len(state.pinned),
                 log_position=service.log_position(session_id),
                 recorded_prompt_tokens=call.recorded_prompt_tokens,
+                used_lines=len(used[number - 1]),
+                visible_lines=visible_lines(request, used[number - 1]),
             )
         )
         if observe is not None:
@@ -203,6 +225,23 @@ def replay(
     )
 
 
+def context_call(call: Mapping[str, Any]) -> tuple[str, dict[str, Any], bool] | None:
+    """The context tool a recorded tool call ran: its name, its arguments, and whether it was
+    a shell command (whose answer mini-swe-agent wraps as a command's output); None for any
+    other call."""
+    name = call["function"]["name"]
+    if is_context_tool(name):
+        return name, _arguments(call), False
+    command = _arguments(call).get("command") if name in SHELL_TOOLS else None
+    parsed = context_command(command)
+    if parsed is None or parsed[1] is None:
+        return None  # not a context tool, or one the environment answered with its usage
+    return parsed[0], {"id": parsed[1]}, True
+
+
+SHELL_TOOLS = frozenset({"bash", "execute_bash", "shell"})
+
+
 class _Feed:
     """Hands the session growing prefixes of the stream, running context tools on the way."""
 
@@ -213,13 +252,13 @@ class _Feed:
         session gave, as a real harness would send it (the recorded one came from whatever
         policy the recording ran)."""
         self.done = 0
-        self.context_calls: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.context_calls: dict[str, tuple[str, dict[str, Any], bool]] = {}
         self.answers: list[tuple[str, str]] = []
         for message in messages:
             for call in message.get("tool_calls") or ():
-                name = call["function"]["name"]
-                if is_context_tool(name):
-                    self.context_calls[call["id"]] = (name, _arguments(call))
+                found = context_call(call)
+                if found is not None:
+                    self.context_calls[call["id"]] = found
 
     def advance(self, end: int) -> None:
         """Ingest ``messages[:end]``; a context tool's result first runs the tool."""
@@ -229,7 +268,12 @@ class _Feed:
             call = self.context_calls.get(call_id)
             if message.get("role") == "tool" and call is not None:
                 self.session.ingest(list(self.messages[:index]))
-                answer = self.session.handle(*call).message
+                name, arguments, shell = call
+                result = self.session.handle(name, arguments)
+                answer = result.message
+                if shell:  # as mini-swe-agent's environment wrapper returns it
+                    code = 0 if result.ok else 1
+                    answer = f"<returncode>{code}</returncode>\n<output>\n{answer}\n</output>"
                 self.answers.append((call_id, answer))
                 self.messages[index] = {**message, "content": answer}
         if end > self.done:

@@ -63,6 +63,8 @@ POLICIES: dict[str, str] = {
     "sliding-window auto-collapse of tool outputs.",
     "inline": "Cache-aware: an append-only prompt, objects shown where they arrived with #n "
     "handles, older outputs collapsed in batches once a token trigger is crossed.",
+    "relevance": "The inline layout, collapsing by predicted use: views of the files the agent "
+    "works on stay, other outputs collapse once answered, views shown again collapse first.",
 }
 """Layout and collapse policies ``session.open`` accepts, by name, with a one-line description
 (their settings: ``selfctx.application.policies.POLICIES``)."""

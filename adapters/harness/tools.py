@@ -126,7 +126,7 @@ def handle_context_tool(
     if not isinstance(object_id, str) or not object_id:
         return ToolAnswer(False, f"{name} needs an 'id' argument: the id shown in an object's line")
     try:
-        if service.state(session_id).policy.name == "inline":
+        if service.state(session_id).policy.inline_layout:
             return _inline(service, session_id, name, object_id, prefix)
         result = getattr(service, name)(session_id, object_id)
     except StoreError:

@@ -314,7 +314,11 @@ class Proxy:
         def prepare() -> dict[str, Any] | None:
             try:
                 turn.messages, turn.naive = turn.session.parsed.update(items, system)
-                turn.session.harness.ingestor.ingest(turn.messages)
+                ingestor = turn.session.harness.ingestor
+                ingestor.ingest(turn.messages)
+                if turn.session.pending:  # context calls made beside the client's last calls
+                    turn.extra, turn.session.pending = turn.session.pending, []
+                    ingestor.ingest([*turn.messages, *turn.extra])
                 return self._build(turn)
             except SelfContextError as exc:
                 log.warning("session %s: left unmanaged: %s", turn.session_id, exc)
@@ -484,11 +488,14 @@ class Proxy:
 
         def run() -> None:
             answers = [(call, harness.handle(call.name, dict(call.arguments))) for call in mine]
-            turn.extra.append(asked)
-            turn.extra += [
+            answered = [asked] + [
                 Message("tool", a.message, tool_call_id=c.id, is_error=not a.ok, images=a.images)
                 for c, a in answers
             ]
+            if own:  # recorded after the results of the client's own calls (ProxySession.pending)
+                turn.session.pending = answered
+                return
+            turn.extra += answered
             harness.ingestor.ingest([*turn.messages, *turn.extra])
 
         await anyio.to_thread.run_sync(run)

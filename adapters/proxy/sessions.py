@@ -71,6 +71,11 @@ class ProxySession:
     parsed: ParsedConversation
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
     memo: RenderMemo = attrs.field(factory=RenderMemo)
+    pending: list[Message] = attrs.field(factory=list)
+    """Context calls the model made beside calls of the client's own, with the proxy's answers.
+    They are recorded after the client's next messages (its own calls' results), so that in the
+    session they follow everything the model wrote with them: the model has not seen the answers
+    yet, and a policy that collapses what the agent has answered must not take them for seen."""
 
 
 @attrs.define(eq=False)

@@ -27,11 +27,15 @@ from selfctx.application.ports.tokenizer import Tokenizer
 from selfctx.application.runner import OpenSession
 from selfctx.application.tokens import ContextCounter, context_tokens
 from selfctx.application.usecases.base import Deps
+from selfctx.application.usecases.collapse_order import NO_PLAN, CollapsePlan, plan_collapse
+from selfctx.domain.chat import AssistantMessage, ToolResult
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.inline import handle, render_inline
 from selfctx.domain.objects import ToolcallObject
+from selfctx.domain.relevance import UNUSED
 from selfctx.domain.rendering import AssembledContext, RenderedMessage, render_context
 from selfctx.domain.session import commands as c
+from selfctx.domain.session.state import SessionState
 
 __all__ = ["AssembleContext", "BudgetExceeded"]
 
@@ -75,7 +79,7 @@ class AssembleContext:
         state = session.state
         display = self._deps.mounts.display_path
         prompt = session.system_prompt.content
-        if state.policy.name == "inline":
+        if state.policy.inline_layout:
             return render_inline(state, session.objects, prompt, display, session.inline_cache)
         return render_context(state, session.objects, prompt, display, session.render_cache)
 
@@ -92,15 +96,22 @@ class AssembleContext:
         if policy.trigger_tokens is None and policy.budget_tokens is None:
             return context
         count = self._counter(session)
+        if policy.seen_calls is not None and self._collapse_seen(session, count):
+            context = self.render(session)
         total = self.tokens(session, context)
-        if policy.trigger_tokens is not None and total > policy.trigger_tokens:
-            goal = max(policy.clear_at_least, total - policy.trigger_tokens)
-            if self._collapse(session, count, goal, batch=True):
+        trigger = policy.trigger_tokens
+        if trigger is not None and total > trigger:
+            spared = _newest_toolcalls(session, policy.keep_recent)
+            plan = plan_collapse(
+                session.state, session.objects, self._deps.mounts.display_path, count, spared
+            )
+            goal = max(policy.clear_at_least, total - trigger)
+            if self._collapse(session, count, goal, plan, spared):
                 context = self.render(session)
                 total = self.tokens(session, context)
         budget = policy.budget_tokens
         if budget is not None and total > budget:
-            if self._collapse(session, count, total - budget, batch=False):
+            if self._collapse(session, count, total - budget, NO_PLAN, None):
                 context = self.render(session)
                 total = self.tokens(session, context)
             if total > budget:
@@ -109,28 +120,58 @@ class AssembleContext:
                 context = _truncate(context, count, budget)
         return context
 
+    def _collapse_seen(self, session: OpenSession, count: Callable[[str], int]) -> bool:
+        """Collapse the outputs the agent has just answered ``seen_calls`` times and that show
+        nothing it works on, and those of its last few answers that a later output shows again.
+        They sit near the end of the prompt: the cached prefix breaks only a few messages before
+        its end. No note: one per call would stay in the chat for good."""
+        state = session.state
+        seen = state.policy.seen_calls or 1
+        window = _seen_toolcalls(state, max(seen, SUPERSEDED_NEAR_END))
+        if not any(times >= seen for times in window.values()):
+            return False
+        spared = _newest_toolcalls(session, state.policy.keep_recent)
+        plan = plan_collapse(state, session.objects, self._deps.mounts.display_path, count, spared)
+        chosen = [
+            i
+            for i, times in window.items()
+            if i in state.active
+            and i not in state.pinned
+            and i not in spared
+            and (plan.always(i) or (times == seen and plan.key(i) <= UNUSED))
+        ]
+        if not chosen:
+            return False
+        newer = tuple((i, plan.superseded[i]) for i in chosen if i in plan.superseded)
+        command = c.CollapseToFit(tuple(state.ordered(frozenset(chosen))), "", newer)
+        self._deps.runner.execute(session, lambda reads, st: command)
+        return True
+
     def _collapse(
         self,
         session: OpenSession,
         count: Callable[[str], int],
         goal: int,
-        *,
-        batch: bool,
+        plan: CollapsePlan,
+        spared: set[str] | None,
     ) -> bool:
-        """Collapse unpinned active objects until ``goal`` tokens are cleared: least recently
-        used first, then (for a budget) largest first. A ``batch`` collapse (the trigger) spares
-        the ``keep_recent`` newest tool outputs and happens only if it clears at least
+        """Collapse unpinned active objects until ``goal`` tokens are cleared, in the plan's
+        order: for ``inline`` least recently used first, then (for a budget) largest first. A
+        batch collapse (the trigger; ``spared`` given) spares the ``keep_recent`` newest tool
+        outputs and what the plan keeps, and happens only if it clears at least
         ``clear_at_least`` tokens, so that each cache break pays for itself. Returns whether
         anything was collapsed."""
         state = session.state
         policy = state.policy
-        inline = policy.name == "inline"
-        spared = _newest_toolcalls(session, policy.keep_recent) if batch else set()
+        inline = policy.inline_layout
+        batch = spared is not None
         sizes: dict[str, int] = {}
         for object_id in state.active:
             obj = session.objects[object_id]
-            if object_id in state.pinned or object_id in spared:
+            if object_id in state.pinned or (batch and object_id in (spared or ())):
                 continue
+            if batch and plan.kept(object_id):
+                continue  # it shows a file the agent works on
             if isinstance(obj, ToolcallObject):
                 if any(ref in state.pinned for ref in obj.file_refs or ()):
                     continue  # it shows a pinned file
@@ -143,11 +184,18 @@ class AssembleContext:
                 size = count(obj.content or "")
             sizes[object_id] = size
         order = sorted(
-            sizes, key=lambda i: (state.last_used.get(i, 0), -sizes[i] if not batch else 0)
+            sizes,
+            key=lambda i: (
+                plan.key(i),
+                state.last_used.get(i, 0),
+                -sizes[i] if not batch else 0,
+                state.positions[i],
+            ),
         )
         chosen, cleared = [], 0
         for object_id in order:
-            if cleared >= goal:
+            # what a later output shows again always goes: a batch breaks the cache anyway
+            if cleared >= goal and not plan.always(object_id):
                 break
             chosen.append(object_id)
             cleared += sizes[object_id]
@@ -159,9 +207,35 @@ class AssembleContext:
             f"collapsed {len(chosen)} older outputs (about {cleared} tokens) because {why}: "
             f"{names}. activate(id) shows any of them again."
         )
-        command = c.CollapseToFit(tuple(chosen), note)
+        newer = tuple((i, plan.superseded[i]) for i in chosen if i in plan.superseded)
+        if newer:
+            are = "is" if len(newer) == 1 else "are"
+            note += f" {len(newer)} of them {are} shown again by later outputs: " + ", ".join(
+                f"{handle(state, i)} by {handle(state, by)}" for i, by in newer
+            )
+            note += "."
+        command = c.CollapseToFit(tuple(chosen), note, newer)
         self._deps.runner.execute(session, lambda reads, st: command)
         return True
+
+
+SUPERSEDED_NEAR_END = 4
+"""A superseded output among the agent's last this many answers collapses at once."""
+
+
+def _seen_toolcalls(state: SessionState, most: int) -> dict[str, int]:
+    """The tool calls the agent has answered 1 to ``most`` times, with how many times."""
+    answered = 0
+    out: dict[str, int] = {}
+    for turn in reversed(state.turns):
+        for message in reversed(turn.messages):
+            if isinstance(message, AssistantMessage):
+                answered += 1
+                if answered > most:
+                    return out
+            elif isinstance(message, ToolResult) and answered >= 1:
+                out[message.toolcall_id] = answered
+    return out
 
 
 def _newest_toolcalls(session: OpenSession, keep: int) -> set[str]:

@@ -11,7 +11,7 @@ from selfctx.application.usecases.base import Deps
 from selfctx.domain.chat import AssistantMessage, ToolCallRequest, freeze_json
 from selfctx.domain.errors import DuplicateObject, InvalidContent, InvalidInput
 from selfctx.domain.identifiers import toolcall_id_problem
-from selfctx.domain.objects import ToolcallObject, ToolStatus
+from selfctx.domain.objects import FileView, ToolcallObject, ToolStatus
 from selfctx.domain.session import commands as c
 from selfctx.domain.session.state import SessionState
 
@@ -143,6 +143,7 @@ class RecordToolCall:
         file_refs: Sequence[str] | None = None,
         activate: bool = True,
         images: Sequence[Mapping[str, Any]] = (),
+        file_views: Sequence[FileView] | None = None,
     ) -> ToolcallObject:
         kept = _images(images)
         if output is not None and not isinstance(output, str):
@@ -167,6 +168,11 @@ class RecordToolCall:
         ):
             raise InvalidInput("file_refs", file_refs, "must be a list of object ids")
         _toolcall_id(toolcall_id)
+        if file_views is not None and (
+            not isinstance(file_views, Sequence)
+            or not all(isinstance(view, FileView) for view in file_views)
+        ):
+            raise InvalidInput("file_views", file_views, "must be a list of FileView values")
         toolcall = ToolcallObject.build(
             toolcall_id,
             tool=_text(tool, "tool name"),
@@ -176,6 +182,7 @@ class RecordToolCall:
             chat_ref=session.state.chat_id,
             args_display=args_display,
             file_refs=file_refs,
+            file_views=file_views,
         )
         if session.stale:
             # A commit's answer was lost: it may hold this very call, so learn its fate first.

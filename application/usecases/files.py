@@ -59,13 +59,20 @@ def resolve(deps: Deps, path: str) -> Source:
 
 
 class IndexFile:
-    """An agent read a file: index it fully and put it in every set (trigger ``agent_read``)."""
+    """An agent read a file: index it fully and put it in every set (trigger ``agent_read``);
+    or it saw some lines of it (``view``): index the whole file from its source and put it in the
+    index and pool only (trigger ``agent_view``, decision 0020)."""
 
     def __init__(self, deps: Deps) -> None:
         self._deps = deps
 
     def __call__(
-        self, session: OpenSession, path: str, content: str | bytes | None = None
+        self,
+        session: OpenSession,
+        path: str,
+        content: str | bytes | None = None,
+        *,
+        view: bool = False,
     ) -> IndexResult:
         source = resolve(self._deps, path)
         if content is not None:
@@ -80,7 +87,7 @@ class IndexFile:
             nonlocal outcome
             stored = reads.stored_file(observed)
             outcome, _ = decide_full_index(stored, observed)
-            return c.IndexFile(observed, stored, "agent_read")
+            return c.IndexFile(observed, stored, "agent_view" if view else "agent_read")
 
         self._deps.runner.execute(session, build)
         return IndexResult(observed.id, outcome, path)

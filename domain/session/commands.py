@@ -35,8 +35,10 @@ __all__ = [
     "Unpin",
 ]
 
-Trigger: TypeAlias = Literal["agent_read", "watcher", "resume", "activation"]
-"""What started full indexing; it decides the session effects (§5.6 step 4)."""
+Trigger: TypeAlias = Literal["agent_read", "agent_view", "watcher", "resume", "activation"]
+"""What started full indexing; it decides the session effects (§5.6 step 4). ``agent_view``:
+the agent saw some lines of the file (a partial view) and the whole file was read from its
+source; it joins the index and pool, not the active set (decision 0020)."""
 
 
 @attrs.frozen
@@ -175,6 +177,9 @@ class CollapseToFit:
     """Active objects to collapse (unpinned)."""
     note: str
     """One line for the model saying what was collapsed and why."""
+    superseded: tuple[tuple[str, str], ...] = ()
+    """``(object, later output)`` for the objects collapsed because a later output shows the
+    same lines of their files again (decision 0021)."""
 
 
 @attrs.frozen

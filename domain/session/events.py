@@ -147,6 +147,9 @@ class ObjectDeactivated:
     object_id: str
     by: Literal["agent", "window", "budget"]
     """Who collapsed it: the agent, the auto-collapse window, or token budget enforcement."""
+    superseded_by: str | None = None
+    """A tool output collapsed because a later one shows the same lines of its files again:
+    that later one (decision 0021)."""
 
 
 @attrs.frozen

@@ -80,8 +80,8 @@ def _index_events(state: SessionState, cmd: c.IndexFile) -> list[e.Event]:
     out: list[e.Event] = []
     if version is not None:
         out.append(e.FileIndexed(version.id, outcome, cmd.trigger, version.object_hash, version))
-    if cmd.trigger == "agent_read":
-        out += _admit(state, cmd.observed.id, "file", activate=True)
+    if cmd.trigger in ("agent_read", "agent_view"):
+        out += _admit(state, cmd.observed.id, "file", activate=cmd.trigger == "agent_read")
     return out
 
 
@@ -183,14 +183,18 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
         case c.Unpin(object_id=object_id):
             _require_content_object(state, object_id)
             return [e.ObjectUnpinned(object_id)] if object_id in state.pinned else []
-        case c.CollapseToFit(object_ids=object_ids, note=note):
+        case c.CollapseToFit(object_ids=object_ids, note=note, superseded=superseded):
             out = []
+            newer = dict(superseded)
+            for later in newer.values():
+                _require_content_object(state, later)
             for object_id in dict.fromkeys(object_ids):
                 _require_content_object(state, object_id)
                 if object_id in state.pinned:
                     raise InvalidInput("object", object_id, "is pinned; a pin is never collapsed")
                 if object_id in state.active:
-                    out.append(e.ObjectDeactivated(object_id, by="budget"))
+                    by = newer.get(object_id)
+                    out.append(e.ObjectDeactivated(object_id, by="budget", superseded_by=by))
             if out and note:
                 out.append(e.ContextNoteRecorded(note))
             return out
@@ -300,11 +304,14 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
                 last_used=state.last_used.set(object_id, state.use_clock + 1),
                 use_clock=state.use_clock + 1,
             )
-        case e.ObjectDeactivated(object_id=object_id):
+        case e.ObjectDeactivated(object_id=object_id, superseded_by=later):
             return attrs.evolve(
                 state,
                 active=state.active.discard(object_id),
                 auto_active=state.auto_active.discard(object_id),
+                superseded=state.superseded.set(object_id, later)
+                if later is not None
+                else state.superseded,
             )
         case e.ContextNoteRecorded(text=text):
             return _append_to_current_turn(state, ContextNote(text))

@@ -30,9 +30,11 @@ class CollapseWindow:
             raise InvalidInput("collapse window", sizes, "sizes must be at least 1")
 
 
-POLICY_NAMES = ("ssot", "inline")
+POLICY_NAMES = ("ssot", "inline", "relevance")
 """Layout and collapse policies: ``ssot`` is the SSOT's four sections and sliding window;
-``inline`` keeps the prompt append-only and collapses in batches (docs/decisions/0008)."""
+``inline`` keeps the prompt append-only and collapses in batches (docs/decisions/0008);
+``relevance`` lays it out as ``inline`` does and collapses by predicted use, keeping the files
+the agent works on (docs/decisions/0021)."""
 
 
 def _positive_or_none(value: int | None, what: str) -> None:
@@ -58,13 +60,26 @@ class PolicyConfig:
     emergency_truncation: bool = False
     """When the chat alone exceeds the budget: drop the oldest whole turns from the prompt (never
     from the store) instead of raising ``BudgetExceeded``."""
+    recent_messages: int = 8
+    """``relevance``: the files named in this many of the agent's last messages (and in the
+    traceback frames of their outputs) are its working set."""
+    seen_calls: int | None = None
+    """``relevance``: an output that shows nothing of the working set collapses, without a note,
+    once the agent has answered after it this many times — while it is still near the end of the
+    prompt, where collapsing it rewrites almost nothing of the cached prefix (None: only batches
+    collapse)."""
+    keep_tokens: int | None = None
+    """``relevance``: outputs that show the working set are kept by batch collapses up to this
+    many tokens, those of the most recently named files first (None: all of them)."""
 
     def __attrs_post_init__(self) -> None:
         if self.name not in POLICY_NAMES:
             raise InvalidInput("policy", self.name, f"known policies are {list(POLICY_NAMES)}")
         _positive_or_none(self.trigger_tokens, "trigger_tokens")
         _positive_or_none(self.budget_tokens, "budget_tokens")
-        for what in ("clear_at_least", "keep_recent"):
+        _positive_or_none(self.keep_tokens, "keep_tokens")
+        _positive_or_none(self.seen_calls, "seen_calls")
+        for what in ("clear_at_least", "keep_recent", "recent_messages"):
             value = getattr(self, what)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise InvalidInput(what, value, "must be an integer >= 0")
@@ -73,6 +88,11 @@ class PolicyConfig:
     def uses_window(self) -> bool:
         """The sliding window applies only to the SSOT policy."""
         return self.name == "ssot"
+
+    @property
+    def inline_layout(self) -> bool:
+        """The prompt is laid out by ``render_inline`` (``inline`` and ``relevance``)."""
+        return self.name in ("inline", "relevance")
 
 
 def _turn_zero() -> PVector[Turn]:
@@ -116,6 +136,9 @@ class SessionState:
     """For each object ever activated, when it last was (a counter): "least recently used"."""
     use_clock: int = 0
     """Ticks at every activation."""
+    superseded: PMap[str, str] = attrs.field(factory=pmap)
+    """Tool outputs collapsed because a later output shows the same lines of their files again,
+    with that later output (decision 0021): a fact about the two outputs, kept once made."""
 
     @property
     def started(self) -> bool:

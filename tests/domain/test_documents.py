@@ -16,7 +16,13 @@ from selfctx.domain.chat import AssistantMessage, ToolCallRequest
 from selfctx.domain.documents import StoredObject, from_document, to_document
 from selfctx.domain.errors import InvalidInput, SelfContextError
 from selfctx.domain.infrastructure import ChatObject, SessionObject, state_from_snapshot
-from selfctx.domain.objects import FileObject, FilesystemSource, SystemPromptObject, ToolcallObject
+from selfctx.domain.objects import (
+    FileObject,
+    FilesystemSource,
+    FileView,
+    SystemPromptObject,
+    ToolcallObject,
+)
 from selfctx.domain.session import commands as c
 from selfctx.domain.session.machine import decide, fold
 from selfctx.domain.session.state import (
@@ -79,6 +85,25 @@ TOOLCALLS = st.builds(
     chat_ref=st.just("chat:s"),
     args_display=st.none() | TEXT,
     file_refs=st.none() | st.lists(st.text(min_size=1, max_size=8), max_size=3),
+    file_views=st.none()
+    | st.lists(
+        st.one_of(
+            st.builds(
+                FileView, st.text(min_size=1, max_size=8), st.sampled_from(["read", "change"])
+            ),
+            st.builds(
+                FileView,
+                st.text(min_size=1, max_size=8),
+                st.just("lines"),
+                st.lists(
+                    st.tuples(st.integers(1, 50), st.integers(50, 99)) | st.just((-5, -1)),
+                    min_size=1,
+                    max_size=3,
+                ).map(tuple),
+            ),
+        ),
+        max_size=3,
+    ),
 )
 PROMPTS = st.builds(SystemPromptObject.build, st.just("system_prompt:s"), TEXT)
 
@@ -113,6 +138,9 @@ COMMANDS = st.one_of(
     st.builds(c.Deactivate, CALL_IDS),
     st.builds(c.Pin, CALL_IDS),
     st.builds(c.Unpin, CALL_IDS),
+    st.builds(  # a collapse that records which later output superseded an output (decision 0021)
+        lambda a, b: c.CollapseToFit((a,), "collapsed", ((a, b),)), CALL_IDS, CALL_IDS
+    ),
 )
 POLICIES = st.builds(
     PolicyConfig,
@@ -200,6 +228,30 @@ def test_documents_of_unknown_shape_are_refused(doc: dict[str, Any]) -> None:
         from_document(doc)
 
 
+def test_a_snapshot_keeps_which_output_superseded_which() -> None:
+    prompt = SystemPromptObject.build("system_prompt:s", "p")
+    state = fold(decide(INITIAL, c.StartSession("s", prompt, "chat:s")))
+    for call_id in ("t1", "t2"):
+        call = ToolcallObject.build(
+            call_id, tool="x", args={}, output="o", status="ok", chat_ref="chat:s"
+        )
+        state = fold(decide(state, c.RecordToolCall(call)), state)
+    state = fold(decide(state, c.CollapseToFit(("t1",), "note", (("t1", "t2"),))), state)
+    assert dict(state.superseded) == {"t1": "t2"}
+    session = from_document(through_json(to_document(SessionObject.of(state, 5))))
+    chat = from_document(through_json(to_document(ChatObject.of(state))))
+    assert isinstance(session, SessionObject) and isinstance(chat, ChatObject)
+    assert session.superseded == (("t1", "t2"),)
+    assert state_from_snapshot(session, chat) == state
+    # a snapshot written before the field existed reads as "none superseded"
+    old = to_document(
+        SessionObject.of(fold(decide(INITIAL, c.StartSession("s", prompt, "chat:s"))), 1)
+    )
+    assert "superseded" not in old
+    restored = from_document(old)
+    assert isinstance(restored, SessionObject) and restored.superseded == ()
+
+
 def _started(*user_messages: str) -> SessionState:
     prompt = SystemPromptObject.build("system_prompt:s", "")
     state = fold(decide(INITIAL, c.StartSession("s", prompt, "chat:s")))
@@ -234,3 +286,13 @@ SNAPSHOT_FIELDS = {"seq", "auto_active", "window", "policy", "last_used", "use_c
 def test_the_session_document_holds_the_ssot_fields_and_the_recorded_snapshot_fields() -> None:
     doc = to_document(SessionObject.of(_started("go"), 1))
     assert set(doc) == ENVELOPE_AND_HASHES | SSOT_SESSION_FIELDS | SNAPSHOT_FIELDS
+    # decision 0001's seventh field, present when an output was collapsed as superseded
+    state = _started("go")
+    for call_id in ("t1", "t2"):
+        call = ToolcallObject.build(
+            call_id, tool="x", args={}, output="o", status="ok", chat_ref="chat:s"
+        )
+        state = fold(decide(state, c.RecordToolCall(call)), state)
+    state = fold(decide(state, c.CollapseToFit(("t1",), "", (("t1", "t2"),))), state)
+    doc = to_document(SessionObject.of(state, 2))
+    assert set(doc) == ENVELOPE_AND_HASHES | SSOT_SESSION_FIELDS | SNAPSHOT_FIELDS | {"superseded"}

@@ -46,6 +46,9 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
         clear_at_least=st.integers(0, 10**6),
         budget_tokens=st.none() | st.integers(1, 10**9),
         emergency_truncation=st.booleans(),
+        recent_messages=st.integers(0, 100),
+        seen_calls=st.none() | st.integers(1, 9),
+        keep_tokens=st.none() | st.integers(1, 10**6),
     ),
     "message": st.builds(
         AssistantMessage,
@@ -59,10 +62,11 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
         st.fixed_dictionaries({"type": st.just("image"), "url": TEXT}), max_size=2
     ).map(tuple),
     "outcome": st.sampled_from([Outcome.CREATED, Outcome.UPDATED]),
-    "trigger": st.sampled_from(["agent_read", "watcher", "resume", "activation"]),
+    "trigger": st.sampled_from(["agent_read", "agent_view", "watcher", "resume", "activation"]),
     "kind": st.sampled_from(["file", "toolcall"]),
     "auto": st.booleans(),
     "by": st.sampled_from(["agent", "window", "budget"]),
+    "superseded_by": st.none() | TEXT,
 }
 EVENT_TYPES = typing.get_args(e.Event)
 

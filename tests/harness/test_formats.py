@@ -30,6 +30,7 @@ from tests.harness.conftest import (
     o_assistant,
     o_tool,
     o_user,
+    tc,
 )
 
 PNG = (
@@ -229,8 +230,8 @@ def test_context_tools_under_a_prefix_leave_the_harness_its_own_activate() -> No
     state = h.service.state("s1")
     file_id = next(i for i in state.index if state.kinds[i] == "file")
     assert h.handle("context_deactivate", {"id": file_id}).ok
-    assert "call_3" not in h.service.state("s1").active
-    assert "call_2" in h.service.state("s1").active  # the harness's own call is left alone
+    assert tc("call_3") not in h.service.state("s1").active
+    assert tc("call_2") in h.service.state("s1").active  # the harness's own call is left alone
 
 
 def test_the_metadata_and_the_guide_name_the_prefixed_tools() -> None:
@@ -242,7 +243,7 @@ def test_the_metadata_and_the_guide_name_the_prefixed_tools() -> None:
             a_user(a_result("toolu_1", "a.py\n")),
         ]
     )
-    metadata = h.request()["system"][1]["text"]
+    metadata = h.request()["system"][-1]["text"]  # no system prompt: the metadata block alone
     assert "ctx_activate(id)" in metadata and " activate(id)" not in metadata
     inline = harness("openai", "inline", tool_prefix="ctx_")
     inline.ingest([o_user("go")])
@@ -307,7 +308,7 @@ def test_the_responses_format_is_ingested_and_rendered() -> None:
     reasoning = [i for i in request["input"] if i["type"] == "reasoning"]
     assert reasoning == [CODEX_INPUT[3]]  # carried as it came, before its turn's items
     calls = [i["call_id"] for i in request["input"] if i["type"] == "function_call"]
-    assert calls == ["call_1", "call_2"]
+    assert calls == [tc("call_1"), tc("call_2")]  # emitted as object ids (decision 0030)
     # the same conversation again records nothing; one more item records one
     assert h.ingest(CODEX_INPUT).consumed == 0
     more: list[dict[str, Any]] = [

@@ -56,7 +56,7 @@ from tests.harness.conftest import (
 from tests.support import WrappedStore
 
 TOTAL_STREAMS = 10_000
-POLICIES = st.sampled_from(["ssot", "inline"])
+POLICIES = st.sampled_from(["ssot", "inline", "relevance"])
 """Each stream runs under one of the layout policies (decision 0008)."""
 SHARE = {"openai": 0.4, "anthropic": 0.4, "malformed": 0.2}
 _SCALE = float(os.environ.get("SELFCTX_HARNESS_FUZZ_SCALE", "1"))

@@ -16,7 +16,7 @@ from selfctx.application.policies import policy_by_name
 from selfctx.application.ports.store import StoreError
 from selfctx.application.service import ContextService
 from selfctx.application.settings import Settings
-from selfctx.domain.objects import FileObject, ToolcallObject
+from selfctx.domain.objects import FileObject, FileView, ToolcallObject
 from tests.harness.conftest import (
     CWD,
     ROOTS,
@@ -317,9 +317,33 @@ def test_a_partial_read_stays_an_active_tool_call() -> None:
         ]
     )
     state = h.service.state("s1")
-    assert list(state.index) == [tc("c1"), tc("c2")]
+    a_py = h.service.object_id_for("/testbed/a.py")
+    # the viewed file is discovered (a stub: its content is never taken from a partial view)
+    assert list(state.index) == [tc("c1"), a_py, tc("c2")]
     assert set(state.active) == {tc("c1"), tc("c2")}
-    assert toolcall(h.service, "c1").file_refs is None
+    assert file(h.service, "/testbed/a.py").is_stub
+    # each call records which lines of it the output shows (decision 0020)
+    first, second = toolcall(h.service, "c1"), toolcall(h.service, "c2")
+    assert first.file_refs == (a_py,) and second.file_refs == (a_py,)
+    assert first.file_views == (FileView(a_py, "lines", ((1, 3),)),)
+    assert second.file_views == (FileView(a_py, "lines", ((5, 10),)),)
+
+
+def test_writes_and_edits_are_recorded_as_changes() -> None:
+    h = open_harness()
+    h.ingest(
+        [
+            o_user("fix"),
+            o_assistant("", bash("c1", "cat a.py")),
+            o_tool("c1", mini(A_PY)),
+            o_assistant("", bash("c2", "sed -i 's/x/y/' a.py")),
+            o_tool("c2", mini("")),
+        ]
+    )
+    a_py = h.service.object_id_for("/testbed/a.py")
+    assert toolcall(h.service, "c1").file_views == (FileView(a_py, "read"),)
+    edit = toolcall(h.service, "c2")
+    assert edit.file_views == (FileView(a_py, "change"),) and edit.file_refs is None
 
 
 def test_an_editor_view_with_a_range_is_a_partial_read() -> None:

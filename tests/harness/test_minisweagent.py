@@ -362,7 +362,7 @@ CONTEXT_STEPS = [
 
 
 @pytest.mark.parametrize("mode", ["text", "toolcalls"])
-@pytest.mark.parametrize("policy", ["ssot", "inline"])
+@pytest.mark.parametrize("policy", ["ssot", "inline", "relevance"])
 def test_context_commands_never_reach_the_environment(
     mini: Any, repo: Path, policy: str, mode: str
 ) -> None:
@@ -415,7 +415,7 @@ def test_context_commands_never_reach_the_environment(
     assert service.state(managed.session.session_id).policy.name == policy
     # The model named the output as it was shown it: a handle under inline, an id under ssot.
     assert model.marker is not None
-    assert model.marker.startswith("#" if policy == "inline" else "tc_"), model.marker
+    assert model.marker.startswith("tc_" if policy == "ssot" else "#"), model.marker
     # Only the shell commands ran in the environment.
     assert RecordingEnvironment.ran == [CONTEXT_STEPS[0], CONTEXT_STEPS[-1]]
     answers = [
@@ -449,3 +449,41 @@ def test_context_commands_are_recognised_in_every_form(
     command: str, parsed: tuple[str, str | None] | None
 ) -> None:
     assert context_command(command) == parsed
+
+
+def test_a_context_command_may_name_an_object_by_its_handle() -> None:
+    """Under the inline layouts the model sees ``#n`` handles: ``activate #1`` is a context
+    command, answered by the session, never run in the shell (where ``#`` starts a comment)."""
+    from selfctx.adapters.harness import HarnessSession
+    from selfctx.adapters.harness.minisweagent import ContextEnvironment
+
+    class Shell:
+        ran: list[str] = []
+
+        def execute(self, action: dict[str, Any], cwd: str = "", **kwargs: Any) -> dict[str, Any]:
+            self.ran.append(action["command"])
+            return {"output": "", "returncode": 0, "exception_info": ""}
+
+    service = build_service(settings=Settings(policy=policy_by_name("relevance")))
+    session = HarnessSession(service, "handles", "openai")
+    session.ingest(
+        [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": '{"command": "echo hi"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "hi\n"},
+        ]
+    )
+    shell = Shell()
+    answer = ContextEnvironment(shell, session).execute({"command": "activate #1"})
+    assert shell.ran == [] and answer["returncode"] == 0
+    assert answer["output"] == "[#1 output of bash (ok)]\nhi\n\n"

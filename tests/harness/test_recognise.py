@@ -7,11 +7,14 @@ ends, OpenHands' editor views). A read counts only when the output is certainly 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from selfctx.adapters.harness.recognise import (
     Effect,
     FileEdit,
+    FileLines,
     FileRead,
     FileWrite,
     Listing,
@@ -163,7 +166,11 @@ def test_head_under_its_limit_is_a_whole_read(command: str, output: str) -> None
     ],
 )
 def test_head_that_may_have_cut_is_not_a_read(command: str, output: str) -> None:
-    assert sh(command, mini(output)) == []
+    effects = sh(command, mini(output))
+    assert not [e for e in effects if isinstance(e, FileRead)]
+    # a head that hit its limit showed the file's first lines: a partial view
+    limit = {"head -5 a.py": 5, "head -n 3 a.py": 3, "head a.py": 10}.get(command)
+    assert effects == ([FileLines("/testbed/a.py", ((1, limit),))] if limit else [])
 
 
 def test_sed_n_from_line_one_under_its_limit_is_a_whole_read() -> None:
@@ -185,6 +192,84 @@ def test_sed_n_from_line_one_under_its_limit_is_a_whole_read() -> None:
     ],
 )
 def test_partial_sed_is_not_a_read(command: str, output: str) -> None:
+    assert not [e for e in sh(command, mini(output)) if isinstance(e, FileRead)]
+
+
+@pytest.mark.parametrize(
+    ("command", "path", "ranges"),
+    [
+        ("sed -n 5,10p a.py", "a.py", ((5, 10),)),
+        (
+            "sed -n '1525,1545p' astropy/modeling/core.py",
+            "astropy/modeling/core.py",
+            ((1525, 1545),),
+        ),
+        ("sed -n 1,2p a.py", "a.py", ((1, 2),)),
+        ("sed -n 7p a.py", "a.py", ((7, 7),)),
+        ("sed -n '40,$p' a.py", "a.py", ((40, -1),)),
+        ("cd src && sed -n 3,4p b.py", "src/b.py", ((3, 4),)),
+        ("head -n 40 a.py", "a.py", ((1, 40),)),
+        ("tail -n 20 a.py", "a.py", ((-20, -1),)),
+        ("tail -5 a.py", "a.py", ((-5, -1),)),
+        ("tail -n +30 a.py", "a.py", ((30, -1),)),
+    ],
+)
+def test_partial_views_name_their_lines(
+    command: str, path: str, ranges: tuple[tuple[int, int], ...]
+) -> None:
+    output = "".join(f"line {n}\n" for n in range(40))
+    assert sh(command, mini(output)) == [FileLines(f"/testbed/{path}", ranges)]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "sed -n 10,5p a.py",  # an empty range
+        "sed -n '/def/,/return/p' a.py",  # addresses that are not line numbers
+        "sed -n 5,10p a.py b.py",
+        "tail -f a.py",
+        "tail -n 0 a.py",
+        "tail -c 100 a.py",
+    ],
+)
+def test_views_that_say_nothing_exact(command: str) -> None:
+    assert sh(command, mini("x = 1\n")) == []
+
+
+def test_a_failed_or_empty_partial_view_is_nothing() -> None:
+    assert sh("sed -n 5,10p a.py", mini("sed: can't read a.py\n", 2)) == []
+    assert sh("sed -n 500,510p a.py", mini("")) == []  # past the end: nothing was shown
+
+
+def test_numbered_views_read_their_numbers() -> None:
+    out = mini("    10\tdef f():\n    11\t    return 1\n    12\t\n")
+    for command in (
+        "nl -ba a.py | sed -n '10,12p'",
+        "nl -b a a.py | sed -n 10,12p",
+        "cat -n a.py | sed -n '10,12p'",
+        "cat -n a.py | head -n 12 | tail -n 3",
+        "cd /testbed && nl -ba a.py | grep -A2 'def f'",
+    ):
+        assert sh(command, out) == [FileLines("/testbed/a.py", ((10, 12),))], command
+    # a gap in the numbers makes two ranges
+    gap = mini("     3\tx\n     4\ty\n    40\tz\n")
+    assert sh("cat -n a.py | grep -e x -e y -e z", gap) == [
+        FileLines("/testbed/a.py", ((3, 4), (40, 40)))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("command", "output"),
+    [
+        ("nl a.py | sed -n 10,12p", "    10\tx\n"),  # plain nl skips empty lines
+        ("nl -ba a.py b.py | head", "     1\tx\n"),
+        ("nl -ba a.py | wc -l", "12\n"),
+        ("cat -n a.py | sed -n 1,2p > out.txt", ""),
+        ("cat -n a.py | head -3 && echo done", "     1\tx\n"),
+        ("nl -ba a.py | sed -n 10,12p", "nl: a.py: No such file or directory\n"),
+    ],
+)
+def test_numbered_pipelines_that_are_not_views(command: str, output: str) -> None:
     assert sh(command, mini(output)) == []
 
 
@@ -291,7 +376,10 @@ def test_grep_recursive_n() -> None:
         "grep: ./dir: Is a directory\n"
     )
     assert sh('grep -rn "Use.*instead" ./src/sqlfluff/rules/ | head -10', out) == [
-        Listing(("/testbed/src/sqlfluff/rules/L042.py", "/testbed/src/sqlfluff/rules/L060.py"))
+        Listing(("/testbed/src/sqlfluff/rules/L042.py", "/testbed/src/sqlfluff/rules/L060.py")),
+        # -n: the hits are views of the lines they show
+        FileLines("/testbed/src/sqlfluff/rules/L042.py", ((12, 12),)),
+        FileLines("/testbed/src/sqlfluff/rules/L060.py", ((30, 30),)),
     ]
 
 
@@ -317,7 +405,10 @@ def test_grep_l_and_files_with_matches() -> None:
 def test_grep_of_several_files_names_them() -> None:
     out = mini("a.py:x = 1\nb.py:x = 2\n")
     assert sh("grep x a.py b.py", out) == [Listing(("/testbed/a.py", "/testbed/b.py"))]
-    assert sh("grep -n x *.py", mini("a.py:3:x = 1\n")) == [Listing(("/testbed/a.py",))]
+    assert sh("grep -n x *.py", mini("a.py:3:x = 1\na.py:4:x = 2\n")) == [
+        Listing(("/testbed/a.py", "/testbed/a.py")),  # the ingestor discovers each path once
+        FileLines("/testbed/a.py", ((3, 4),)),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -336,8 +427,19 @@ def test_grep_of_one_file_is_not_a_listing(command: str, output: str) -> None:
     effects = sh(command, mini(output))
     if command.startswith("grep -c"):
         assert effects == [Listing(("/testbed/a.py", "/testbed/b.py"))]
+    elif command.startswith('grep -n "class'):  # the hit is a view of its line
+        assert effects == [FileLines("/testbed/pandas/core/indexes/datetimes.py", ((131, 131),))]
+    elif command.startswith("grep -e"):
+        assert effects == [FileLines("/testbed/a.py", ((4, 4),))]
     else:
         assert effects == []
+
+
+def test_grep_n_with_context_lines_of_one_file() -> None:
+    out = mini("12-    self.x = 1\n13:    y = x\n14-    return y\n--\n40:    y = 2\n")
+    assert sh("grep -n -A1 -B1 'y =' a.py", out) == [
+        FileLines("/testbed/a.py", ((12, 14), (40, 40)))
+    ]
 
 
 def test_grep_h_prints_no_names() -> None:
@@ -491,7 +593,18 @@ def test_editor_view_with_a_range_is_not_a_read() -> None:
     out = numbered("/testbed/a.py", "x\ny\n", start=1)
     for view_range in ([1, 3], [1, -1]):
         args = {"command": "view", "path": "/testbed/a.py", "view_range": view_range}
-        assert recognise("str_replace_editor", args, out, CWD) == []
+        # the lines it numbered (the file has 2 lines and a final newline: 3 numbered)
+        assert recognise("str_replace_editor", args, out, CWD) == [
+            FileLines("/testbed/a.py", ((1, 3),))
+        ]
+
+
+def test_editor_view_with_a_range_openhands() -> None:
+    out = numbered("/w/parser.c", "a\nb\nc", start=650)
+    args = {"command": "view", "path": "/w/parser.c", "view_range": [650, 700]}
+    assert recognise("str_replace_editor", args, out, CWD) == [
+        FileLines("/w/parser.c", ((650, 652),))
+    ]
 
 
 def test_editor_view_with_a_null_range_is_a_read() -> None:
@@ -508,13 +621,18 @@ def test_editor_view_clipped_is_not_a_read() -> None:
         "in order to find the line numbers of what you are looking for.</NOTE>\n"
     )
     args = {"command": "view", "path": "/testbed/big.c"}
-    assert recognise("str_replace_editor", args, out, CWD) == []
+    # what it showed before the cut: lines 1 to 3, not the file
+    assert recognise("str_replace_editor", args, out, CWD) == [
+        FileLines("/testbed/big.c", ((1, 3),))
+    ]
 
 
 def test_editor_view_not_from_line_one_is_not_a_read() -> None:
     out = numbered("/testbed/a.py", "x\ny\n", start=650)
     args = {"command": "view", "path": "/testbed/a.py"}
-    assert recognise("str_replace_editor", args, out, CWD) == []
+    assert recognise("str_replace_editor", args, out, CWD) == [
+        FileLines("/testbed/a.py", ((650, 652),))
+    ]
 
 
 def test_editor_view_of_a_directory_is_a_listing() -> None:
@@ -568,7 +686,8 @@ def test_editor_str_replace_is_an_edit() -> None:
             "/testbed/pydantic/alias_generators.py",
             "return snake.lower()",
             "return snake.lower().strip()",
-        )
+        ),
+        FileLines("/testbed/pydantic/alias_generators.py", ((54, 54),)),
     ]
 
 
@@ -606,8 +725,20 @@ def test_read_tool_whole_and_partial() -> None:
     assert recognise("read_file", {"file_path": "/etc/x.conf"}, "k=v\n", CWD) == [
         FileRead("/etc/x.conf", "k=v\n")
     ]
-    for partial in ({"offset": 10}, {"limit": 5}, {"view_range": [1, 2]}, {"start_line": 3}):
-        assert recognise("read", {"path": "a.py", **partial}, "x\n", CWD) == []
+    partial_views: list[tuple[dict[str, Any], tuple[int, int]]] = [
+        ({"offset": 10}, (10, -1)),
+        ({"limit": 5}, (1, 5)),
+        ({"offset": 10, "limit": 5}, (10, 14)),
+        ({"view_range": [1, 2]}, (1, 2)),
+        ({"view_range": [7, -1]}, (7, -1)),
+        ({"start_line": 3}, (3, -1)),
+        ({"start_line": 3, "end_line": 9}, (3, 9)),
+    ]
+    for partial, lines in partial_views:
+        assert recognise("read", {"path": "a.py", **partial}, "x\n", CWD) == [
+            FileLines("/testbed/a.py", (lines,))
+        ]
+    assert recognise("read", {"path": "a.py", "offset": "x"}, "x\n", CWD) == []
 
 
 def test_write_and_edit_tools() -> None:
@@ -705,8 +836,9 @@ def test_claude_codes_numbered_read_is_the_file() -> None:
     assert recognise("Read", {"file_path": "/w/calc.py"}, output, "/w") == [
         FileRead("/w/calc.py", "def add(a, b):\n    return a - b\n")
     ]
+    # a read from an offset is a partial view: the lines it showed (decision 0020), no read
     partial = recognise("Read", {"file_path": "/w/calc.py", "offset": 2}, output, "/w")
-    assert partial == []
+    assert not any(isinstance(effect, FileRead) for effect in partial)
 
 
 def test_codex_exec_command_results() -> None:

@@ -409,7 +409,8 @@ def test_protocol_errors_are_answered_and_change_nothing(
     assert response["id"] == expected_id
     assert server.call("assemble", session_id=sid) == before  # still serving, unchanged
     if kind == "invalid_params" and "policy" in raw:
-        assert error["data"]["policies"] == ["inline", "ssot"] and "greedy" in error["message"]
+        assert error["data"]["policies"] == ["inline", "relevance", "ssot"]
+        assert "greedy" in error["message"]
 
 
 def project_error_cases(workspace: Path) -> list[tuple[str, str, dict[str, Any], str]]:

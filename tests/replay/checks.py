@@ -12,7 +12,7 @@ import attrs
 
 from selfctx.adapters.harness import HarnessSession, to_anthropic, to_openai
 from selfctx.adapters.harness.render import validate_anthropic, validate_openai
-from selfctx.adapters.harness.tools import is_context_tool
+from selfctx.adapters.harness.replay import context_call
 from selfctx.adapters.harness.trajectories import ModelCall, Trajectory
 from selfctx.domain.objects import ToolcallObject
 
@@ -41,7 +41,7 @@ class CallChecker:
             c["id"]
             for m in self.trajectory.messages
             for c in m.get("tool_calls") or ()
-            if is_context_tool(c["function"]["name"])
+            if context_call(c) is not None
         }
         self.outputs = {
             k: v for k, v in self.trajectory.tool_outputs().items() if k not in context_calls
@@ -102,7 +102,7 @@ class CallChecker:
         before = service.state(sid).active
         answer = session.handle("activate", {"id": object_id})
         assert answer.ok, answer.message
-        if service.state(sid).policy.name == "inline":
+        if service.state(sid).policy.inline_layout:
             # Append-only: the answer itself carries the content, under a one-line header,
             # and nothing shown earlier changes.
             header, _, body = answer.message.partition("\n")

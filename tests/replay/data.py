@@ -1,8 +1,9 @@
-"""The trajectories of the development set, as test parameters (imported by the tests here).
+"""The recorded sessions the replay tests run, as test parameters (imported by the tests here).
 
-Found through ``$SELFCTX_TRAJECTORIES`` or ``../shared/data/trajectories`` next to the project
-root (never copied into the project). When neither exists, every test that needs them is skipped
-and says why.
+The project's own recorded sessions (:data:`OWN_FILES`, shipped in the package) are always there,
+so every replay test runs on a fresh clone alone. The development set adds to them when it is
+found, through ``$SELFCTX_TRAJECTORIES`` or ``../shared/data/trajectories`` next to the project
+root (read in place, never copied into the project).
 """
 
 from __future__ import annotations
@@ -12,50 +13,34 @@ from typing import Any
 
 import pytest
 
+from selfctx.adapters.cli import sample_session
 from selfctx.adapters.harness.trajectories import (
-    DIRECTORY_ENV,
-    Trajectory,
     default_directory,
     load,
     trajectory_files,
 )
 
+OWN_FILES: list[Path] = [sample_session.OUTPUT]
+"""Sessions the project recorded itself (``python -m selfctx.adapters.cli.sample_session``)."""
 DIRECTORY = default_directory()
-MISSING = (
-    f"no trajectories: set ${DIRECTORY_ENV} or put the development set at "
-    "../shared/data/trajectories next to the project root"
-)
-FILES: list[Path] = trajectory_files(DIRECTORY) if DIRECTORY else []
+DEV_FILES: list[Path] = trajectory_files(DIRECTORY) if DIRECTORY else []
+"""The development set's files (empty without it)."""
+FILES: list[Path] = OWN_FILES + DEV_FILES
+
+
+def _file_id(path: Path) -> str:
+    return path.name if path in OWN_FILES else f"{path.parent.name}/{path.name}"
 
 
 def file_params() -> list[Any]:
-    if not FILES:
-        return [pytest.param(None, marks=pytest.mark.skip(reason=MISSING), id="no-trajectories")]
-    return [pytest.param(f, id=f"{f.parent.name}/{f.name}") for f in FILES]
+    return [pytest.param(f, id=_file_id(f)) for f in FILES]
 
 
 def trajectory_params(names: set[str] | None = None) -> list[Any]:
     """One parameter per trajectory (files holding several give several)."""
-    if not FILES:
-        return [pytest.param(None, marks=pytest.mark.skip(reason=MISSING), id="no-trajectories")]
     params = []
     for file in FILES:
         for trajectory in load(file):
             if names is None or trajectory.name in names:
                 params.append(pytest.param(trajectory, id=trajectory.name))
     return params
-
-
-@pytest.fixture(scope="session")
-def trajectories_dir() -> Path:
-    if DIRECTORY is None:
-        pytest.skip(MISSING)
-    return DIRECTORY
-
-
-def by_name(name: str) -> Trajectory:
-    for file in FILES:
-        for trajectory in load(file):
-            if trajectory.name == name:
-                return trajectory
-    pytest.skip(MISSING)

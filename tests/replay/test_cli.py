@@ -10,7 +10,7 @@ import pytest
 
 from selfctx.adapters.cli.main import main
 from selfctx.adapters.cli.replay_cmd import SAMPLE_SESSION
-from selfctx.adapters.harness.replay import replay_filesystem_id
+from selfctx.adapters.harness.replay import replay_filesystem_id, session_id_for
 from selfctx.adapters.harness.trajectories import load
 from selfctx.adapters.xtdb import XtdbNode
 from selfctx.domain.identifiers import toolcall_object_id
@@ -29,8 +29,9 @@ def test_replay_of_the_example_prints_every_call_and_totals(
 ) -> None:
     code, out, err = _run(capsys, "replay")  # the shipped example is the default
     assert code == 0, err
-    assert "sample_session (openai-messages): 19 model calls" in out
+    assert "sample_session (openai-messages): 46 model calls" in out
     assert "total: naive " in out and "; tokens: " in out
+    assert "\nrecall: 5 of 5 used lines visible (1.00; naive 1.00)" in out
     assert "[" not in err  # no progress bar when stderr is not a terminal
 
 
@@ -40,7 +41,9 @@ def test_replay_json(capsys: pytest.CaptureFixture[str]) -> None:
     result = json.loads(out)
     assert set(result["total"]) >= {"naive_tokens", "managed_tokens", "peak_naive", "peak_managed"}
     calls = result["calls"]
-    assert [c["call"] for c in calls] == list(range(1, 20))
+    assert [c["call"] for c in calls] == list(range(1, 47))
+    assert result["total"]["used"] == sum(c["used_lines"] for c in calls) == 5
+    assert result["total"]["visible"] == sum(c["visible_lines"] for c in calls)
     assert sum(c["naive_tokens"] for c in calls) == result["total"]["naive_tokens"]
     assert max(c["managed_tokens"] for c in calls) == result["total"]["peak_managed"]
     assert result["tokenizer"] and result["store"] == "memory"
@@ -49,25 +52,32 @@ def test_replay_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_replay_show_prints_the_context_at_that_call(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(capsys, "replay", "--show", "-1", "--format", "anthropic")
+    code, out, _ = _run(capsys, "replay", "--show", "38", "--format", "anthropic")
     assert code == 0
-    context = out.split("context at call 19 of sample_session", 1)[1]
-    # The default (inline) layout: no metadata or active section; the activation the model asked
-    # for answered with the old failing test output, appended where it asked.
+    context = out.split("context at call 38 of sample_session", 1)[1]
+    # The default (relevance) layout: no metadata or active section; the activation the model
+    # asked for (as a command, mini-swe-agent style) answered with the first crash, appended
+    # where it asked.
     assert "[metadata]" not in context and "ACTIVE_CONTENT" not in context
-    activated = context.rsplit(" name=activate", 1)[1]
-    assert "output of bash (fail)]" in activated and "AssertionError: 3 != -5" in activated
+    (trajectory,) = load(SAMPLE_SESSION)
+    call_037 = toolcall_object_id(session_id_for(trajectory), "call_037", 1)  # decision 0030
+    activated = context.rsplit(f"tool_call id={call_037} name=bash", 1)[1]
+    assert "[#12 output of bash (fail)]" in activated and "KeyError: 'mean'" in activated
+    # once answered, it collapses like any output nothing refers to
+    code, out, _ = _run(capsys, "replay", "--show", "-1")
+    last = out.split("context at call 46 of sample_session", 1)[1]
+    assert "KeyError: 'mean'" not in last.rsplit(f"tool_call id={call_037} name=bash", 1)[1]
 
 
 def test_replay_progress_bar_on_request(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(capsys, "replay", "--progress")
-    assert code == 0 and "19/19 sample_session" in err
+    assert code == 0 and "46/46 sample_session" in err
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["replay", "--show", "99"], "calls 1 to 19"),
+        (["replay", "--show", "99"], "calls 1 to 46"),
         (["replay", "--trajectory", "2"], "holds 1"),
         (["sessions", "--store", "memory"], "lives only inside one process"),
         (["show", "s1"], "give --store"),
@@ -85,11 +95,27 @@ def test_clear_errors(
     assert code == 2 and message in err
 
 
-def test_replay_of_a_file_with_several_trajectories(capsys: pytest.CaptureFixture[str]) -> None:
-    several = [f for f in FILES if f.name.endswith(".jsonl")]
-    if not several:
-        pytest.skip("no trajectories")
-    code, out, _ = _run(capsys, "replay", str(several[0]), "--json")
+def _two_trajectories(path: Path) -> Path:
+    """An OpenHands resolver file holding two short trajectories."""
+    lines = []
+    for n in (1, 2):
+        history = [
+            {"action": "message", "content": f"task {n} in /workspace"},
+            {"action": "run", "command": "ls", "thought": "look"},
+            {"observation": "run", "content": "a.ts", "command": "ls", "exit_code": 0},
+            {"action": "finish", "thought": "done", "outputs": {}},
+        ]
+        lines.append(json.dumps({"history": history}))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_replay_of_a_file_with_several_trajectories(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    several = [f for f in FILES if f.name.endswith(".jsonl")]  # the development set's, if any
+    path = several[0] if several else _two_trajectories(tmp_path / "resolver.jsonl")
+    code, out, _ = _run(capsys, "replay", str(path), "--json")
     assert code == 0
     result = json.loads(out)
     assert len(result["trajectories"]) > 1
@@ -110,30 +136,30 @@ def test_sessions_show_and_history_on_xtdb(
 
     code, out, _ = _run(capsys, "sessions", "--store", store, "--json")
     (row,) = [r for r in json.loads(out) if r["session"] == session]
-    assert row["turns"] == 4 and row["objects"] > 0
+    assert row["turns"] == 1 and row["objects"] > 0
 
-    # after turn 1: the fix is in, the follow-up question is not
+    # after turn 1 (mini-swe-agent works on one task: one user message): the whole session
     code, out, _ = _run(capsys, "show", session, "--store", store, "--at-turn", "1")
-    assert code == 0 and "after turn 1 (turns 0 to 4)" in out
-    assert "all four tests pass" in out and "min_precedence used anywhere" not in out
+    assert code == 0 and "after turn 1 (turns 0 to 1)" in out
+    assert "Both bugs are fixed" in out
     # turn 0 is what precedes the first user message: the system prompt alone
     code, out, _ = _run(capsys, "show", session, "--store", store, "--at-turn", "0")
     assert code == 0 and "[user]" not in out
     code, out, _ = _run(capsys, "show", session, "--store", store, "--format", "openai")
     assert json.loads(out)["messages"][0]["role"] == "system"
     code, _, err = _run(capsys, "show", session, "--store", store, "--at-turn", "9")
-    assert code == 2 and "turns 0 to 4" in err
+    assert code == 2 and "turns 0 to 1" in err
 
-    # the file the agent edited: stub, viewed, edited, each version with its hashes
+    # the file the agent read: a stub from the listing, then its content, each with its hashes
     (trajectory,) = load(SAMPLE_SESSION)
-    parser_id = FileObject.identity_of(
-        FilesystemSource(replay_filesystem_id(trajectory), "/workspace/calc/parser.py")
+    functions_id = FileObject.identity_of(
+        FilesystemSource(replay_filesystem_id(trajectory), "/workspace/calc/functions.py")
     )
-    code, out, _ = _run(capsys, "history", parser_id, "--store", store, "--json")
+    code, out, _ = _run(capsys, "history", functions_id, "--store", store, "--json")
     versions = json.loads(out)
-    assert [v["version"] for v in versions][:3] == [1, 2, 3]
+    assert [v["version"] for v in versions][:2] == [1, 2]
     assert all(v["object_hash"] and v["tx_time"] for v in versions)
-    assert len({v["object_hash"] for v in versions[:3]}) == 3
+    assert len({v["object_hash"] for v in versions[:2]}) == 2
     call_003 = toolcall_object_id(session, "call_003", 1)  # decision 0030
     code, out, _ = _run(capsys, "history", call_003, "--store", store)
     assert code == 0 and "1 version(s)" in out and "content_hash" in out

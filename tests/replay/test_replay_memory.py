@@ -1,5 +1,6 @@
-"""Every trajectory of the development set, replayed end to end on the in-memory store, with the
-full checks at every model call (``checks.CallChecker``)."""
+"""Every recorded session (the project's own; the development set's when present), replayed end
+to end on the in-memory store, with the full checks at every model call
+(``checks.CallChecker``)."""
 
 from __future__ import annotations
 

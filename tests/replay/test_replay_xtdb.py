@@ -1,7 +1,7 @@
-"""Replays on a real XTDB node: every trajectory of the development set and the shipped example
-session, under every layout policy, with the per-call checks (the byte-identity round trip on
-every 10th call and the last), and the context rebuilt from stored versions compared with what
-the calls saw."""
+"""Replays on a real XTDB node: the project's own recorded sessions and every trajectory of the
+development set (when present), under every layout policy, with the per-call checks (the
+byte-identity round trip on every 10th call and the last), and the context rebuilt from stored
+versions compared with what the calls saw."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.harness.replay import replay, replay_filesystem_id, session_id_for
 from selfctx.adapters.harness.tokens import PromptCounter
-from selfctx.adapters.harness.trajectories import Trajectory, load
+from selfctx.adapters.harness.trajectories import Trajectory
 from selfctx.adapters.tokenizer import EstimateTokenizer
 from selfctx.adapters.xtdb import XtdbNode, open_store
 from selfctx.adapters.xtdb.store import XtdbStore
@@ -24,8 +24,6 @@ from tests.replay.data import trajectory_params
 
 pytestmark = [pytest.mark.xtdb, pytest.mark.slow]
 
-SAMPLE = Path(__file__).parents[2] / "adapters" / "cli" / "sample_session.json"
-
 
 @pytest.fixture
 def store(xtdb_node: XtdbNode) -> Iterator[XtdbStore]:
@@ -34,12 +32,8 @@ def store(xtdb_node: XtdbNode) -> Iterator[XtdbStore]:
     store.close()
 
 
-def _params() -> list[object]:
-    return [*trajectory_params(), pytest.param(load(SAMPLE)[0], id="sample_session")]
-
-
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("trajectory", _params())
+@pytest.mark.parametrize("trajectory", trajectory_params())
 def test_replay_on_xtdb(
     trajectory: Trajectory, policy: str, store: XtdbStore, tmp_path: Path
 ) -> None:

@@ -2,6 +2,8 @@
 
 import operator
 
+from calc.errors import CalcError
+from calc.functions import call
 from calc.parser import parse
 
 OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
@@ -12,10 +14,16 @@ def value_of(node):
         return node
     if node[0] == "neg":
         return -value_of(node[1])
+    if node[0] == "call":
+        _, name, arguments = node
+        return call(name, [value_of(argument) for argument in arguments])
     op, left, right = node
-    return OPERATORS[op](value_of(left), value_of(right))
+    try:
+        return OPERATORS[op](value_of(left), value_of(right))
+    except ZeroDivisionError:
+        raise CalcError("division by zero") from None
 
 
 def evaluate(text):
-    result = value_of(parse(text))
+    result = float(value_of(parse(text)))
     return int(result) if result.is_integer() else result

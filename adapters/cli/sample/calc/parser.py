@@ -1,5 +1,11 @@
-"""Precedence climbing over the token list."""
+"""Precedence climbing over the token list.
 
+The tree is made of tuples: a number is a float, ("neg", operand) negates,
+(op, left, right) applies a binary operator and ("call", name, arguments)
+calls one of the named functions of calc/functions.py.
+"""
+
+from calc.errors import CalcError
 from calc.tokens import tokenize
 
 PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
@@ -18,17 +24,34 @@ class Parser:
         self.pos += 1
         return token
 
+    def expect(self, value):
+        kind, found = self.take()
+        if found != value:
+            raise CalcError(f"expected {value!r}, found {found!r}")
+
     def atom(self):
         kind, value = self.take()
         if kind == "num":
             return value
+        if kind == "name":
+            return ("call", value, self.arguments())
         if value == "(":
             node = self.expression(0)
-            self.take()  # ")"
+            self.expect(")")
             return node
         if value == "-":
             return ("neg", self.atom())
-        raise SyntaxError(f"unexpected token {value!r}")
+        raise CalcError(f"unexpected token {value!r}")
+
+    def arguments(self):
+        """The arguments of a call: "(" expression ("," expression)* ")"."""
+        self.expect("(")
+        arguments = [self.expression(0)]
+        while self.peek()[1] == ",":
+            self.take()
+            arguments.append(self.expression(0))
+        self.expect(")")
+        return arguments
 
     def expression(self, min_precedence):
         left = self.atom()
@@ -42,4 +65,8 @@ class Parser:
 
 
 def parse(text):
-    return Parser(text).expression(0)
+    parser = Parser(text)
+    tree = parser.expression(0)
+    if parser.pos < len(parser.tokens):
+        raise CalcError(f"unexpected token {parser.peek()[1]!r}")
+    return tree

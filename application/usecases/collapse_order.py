@@ -1,0 +1,80 @@
+"""In which order a batch collapse takes tool outputs, per policy (decisions 0008 and 0021).
+
+``inline`` takes the least recently used first. ``relevance`` asks the domain which outputs a
+later one shows again (superseded: always taken in a batch), which show nothing of the files the
+agent works on (taken next, least recently used first), and which show its working set: those
+are kept, up to ``keep_tokens`` — the outputs of the files the agent names most first — and
+beyond that they may go after the unused ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+import attrs
+
+from selfctx.domain.objects import ContentObject, Source, ToolcallObject
+from selfctx.domain.relevance import KEEP, SUPERSEDED, UNUSED, Relevance, relevance
+from selfctx.domain.session.state import SessionState
+
+__all__ = ["NO_PLAN", "CollapsePlan", "plan_collapse"]
+
+OVER_KEEP = (UNUSED + KEEP) / 2
+"""Tier of a working-set output beyond ``keep_tokens``: after the unused ones."""
+
+
+@attrs.frozen
+class CollapsePlan:
+    """How a batch may collapse the session's active tool outputs."""
+
+    tiers: Mapping[str, float]
+    """Tier of each active tool output (lower goes first; :data:`KEEP` is never taken)."""
+    superseded: Mapping[str, str]
+    """Outputs a later output shows again, with that later output."""
+
+    def key(self, object_id: str) -> float:
+        return self.tiers.get(object_id, UNUSED)
+
+    def always(self, object_id: str) -> bool:
+        """Taken by any batch, whatever it has cleared already."""
+        return self.tiers.get(object_id) == SUPERSEDED
+
+    def kept(self, object_id: str) -> bool:
+        return self.tiers.get(object_id) == KEEP
+
+
+NO_PLAN = CollapsePlan({}, {})
+"""``inline``: every output is alike; least recently used first."""
+
+
+def _weight(found: Relevance, obj: ContentObject) -> float:
+    """The weight of the heaviest working-set file ``obj`` shows."""
+    views = obj.file_views or () if isinstance(obj, ToolcallObject) else ()
+    return max((found.working_set.get(v.file, 0.0) for v in views), default=0.0)
+
+
+def plan_collapse(
+    state: SessionState,
+    objects: Mapping[str, ContentObject],
+    display_path: Callable[[Source], str],
+    count: Callable[[str], int],
+    spared: Iterable[str],
+) -> CollapsePlan:
+    """The plan for ``state``'s policy (``spared``: the newest outputs, which no batch takes)."""
+    policy = state.policy
+    if policy.name != "relevance":
+        return NO_PLAN
+    found = relevance(state, objects, display_path, policy.recent_messages)
+    tiers: dict[str, float] = dict(found.tiers)
+    exempt = set(spared)
+    kept = [i for i, tier in tiers.items() if tier == KEEP and i not in exempt]
+    kept.sort(key=lambda i: (-_weight(found, objects[i]), -state.positions[i]))
+    room = policy.keep_tokens
+    for object_id in kept:
+        size = count(objects[object_id].content or "")
+        if room is not None and size > room:
+            room = 0  # strictly by rank: nothing after the first that does not fit
+            tiers[object_id] = OVER_KEEP
+        elif room is not None:
+            room -= size
+    return CollapsePlan(tiers, found.superseded)

@@ -1,0 +1,223 @@
+"""Relevance: which tool outputs the agent still needs (issue 14, decision 0021).
+
+Two facts decide it, both read from the session alone:
+
+* **Views.** Each tool call records what it showed of which files (``file_views``: the whole
+  file, some lines, or a change). An output all of whose views a later output shows again (the
+  same file, the same or more lines) is *superseded*: the later one holds those lines, in their
+  newer version if the file changed in between.
+* **The working set.** The files the agent works on: those named in its last few messages (a
+  path in a command or an argument, an edit target, a test file it ran, a module it imported)
+  or in a traceback frame of their outputs.
+
+From them each active tool output gets a *tier*: superseded outputs collapse first, then
+outputs that show nothing of the working set (least recently used first); outputs that show a
+working-set file are kept as long as it stays one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import attrs
+from pyrsistent import thaw
+
+from selfctx.domain.chat import AssistantMessage
+from selfctx.domain.objects import ContentObject, FileObject, FileView, Source, ToolcallObject
+from selfctx.domain.session.state import SessionState
+
+__all__ = [
+    "KEEP",
+    "SUPERSEDED",
+    "UNUSED",
+    "Relevance",
+    "covers",
+    "named_files",
+    "relevance",
+    "superseded_by",
+]
+
+SUPERSEDED = 0
+"""Tier of an output a later output shows again: collapsed first."""
+UNUSED = 1
+"""Tier of an output that shows nothing of the working set."""
+KEEP = 2
+"""Tier of an output that shows a file of the working set: kept by batch collapses."""
+
+DECAY = 0.9
+"""How much a mention weighs per message of age."""
+_TOKEN = re.compile(r"[\w.\-/]+")
+_FRAME = re.compile(r'File "([^"\n]+)", line \d+|^([\w./-]+\.\w+):\d+:(?:\d+:)? ', re.M)
+"""A traceback frame (Python's ``File "x.py", line 3``) or a compiler's or pytest's
+``path:line:`` at the start of a line."""
+_MAX_FRAME_TEXT = 20_000
+"""Only the last characters of an output are searched for frames (tracebacks end outputs)."""
+
+
+@attrs.frozen
+class Relevance:
+    """What the session's views and working set say about its active tool outputs."""
+
+    working_set: Mapping[str, float]
+    """Ids of the files the agent works on, each with its weight: the sum, over the recent
+    messages that name it, of ``DECAY ** age`` (age 0: the latest message), so that a file the
+    agent keeps coming back to weighs more than one it named once."""
+    tiers: Mapping[str, int]
+    """For each active tool output: :data:`SUPERSEDED`, :data:`UNUSED` or :data:`KEEP`."""
+    superseded: Mapping[str, str]
+    """Superseded active outputs, each with the earliest later output that shows its lines."""
+
+
+def _lines_cover(outer: tuple[tuple[int, int], ...], inner: tuple[tuple[int, int], ...]) -> bool:
+    for start, end in inner:
+        if start < 0 or end < 0:  # counted from the end: only the same range shows it again
+            if (start, end) not in outer:
+                return False
+            continue
+        line = start
+        while line <= end:
+            reach = next((b for a, b in outer if a > 0 and a <= line and (b < 0 or b >= line)), 0)
+            if reach == 0:
+                return False
+            if reach < 0:
+                break  # to the end of the file
+            line = reach + 1
+    return True
+
+
+def covers(later: FileView, earlier: FileView) -> bool:
+    """Whether ``later`` shows every line ``earlier`` showed (of the same file)."""
+    if later.file != earlier.file or later.kind == "change" or earlier.kind == "change":
+        return False
+    if later.kind == "read":
+        return True
+    return earlier.kind == "lines" and _lines_cover(later.ranges, earlier.ranges)
+
+
+def superseded_by(
+    earlier: ToolcallObject, later_outputs: Iterable[ToolcallObject]
+) -> ToolcallObject | None:
+    """The first of ``later_outputs`` that shows every line ``earlier`` showed of every file
+    (None if none does, or if ``earlier`` showed no file)."""
+    shown = [v for v in earlier.file_views or () if v.kind != "change"]
+    if not shown:
+        return None
+    for later in later_outputs:
+        views = [v for v in later.file_views or () if v.kind != "change"]
+        if views and all(any(covers(v, s) for v in views) for s in shown):
+            return later
+    return None
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+
+
+def _recent_texts(
+    state: SessionState, objects: Mapping[str, ContentObject], messages: int
+) -> Iterator[list[str]]:
+    """The texts of each of the last ``messages`` assistant messages, newest first: its text and
+    call arguments, and the traceback frames in the outputs of its calls."""
+    seen = 0
+    for turn in reversed(state.turns):
+        for message in reversed(turn.messages):
+            if not isinstance(message, AssistantMessage):
+                continue
+            if seen >= messages:
+                return
+            seen += 1
+            texts = [message.text]
+            for call in message.tool_calls:
+                texts += _strings(thaw(call.arguments))
+                output = objects.get(call.id)
+                if isinstance(output, ToolcallObject) and output.content:
+                    for match in _FRAME.finditer(output.content[-_MAX_FRAME_TEXT:]):
+                        texts.append(match.group(1) or match.group(2))
+            yield texts
+
+
+def named_files(
+    texts: Iterable[str], paths: Mapping[str, str], *, modules: bool = True
+) -> frozenset[str]:
+    """The ids (keys of ``paths``, file id to agent-visible path) of the files the texts name:
+    by a path that ends the file's path on a component boundary (``src/a.py``, ``a.py``,
+    ``/w/src/a.py``), or, with ``modules``, by a dotted module name (``pkg.mod`` and
+    ``pkg.mod.attr`` name ``pkg/mod.py``)."""
+    by_name: dict[str, list[tuple[str, str]]] = {}
+    for file_id, path in paths.items():
+        by_name.setdefault(path.rsplit("/", 1)[-1], []).append((file_id, path))
+    found: set[str] = set()
+
+    def match(candidate: str) -> None:
+        candidate = candidate.lstrip("./") if candidate.startswith("./") else candidate
+        for file_id, path in by_name.get(candidate.rsplit("/", 1)[-1], ()):
+            if path == candidate or path.endswith("/" + candidate.lstrip("/")):
+                found.add(file_id)
+
+    for text in texts:
+        for token in _TOKEN.findall(text):
+            token = token.rstrip(".-")
+            if "/" in token or "." in token:
+                match(token)
+            if modules and "/" not in token and "." in token:
+                parts = token.split(".")
+                for n in range(len(parts), 1, -1):
+                    match("/".join(parts[:n]) + ".py")
+    return frozenset(found)
+
+
+def relevance(
+    state: SessionState,
+    objects: Mapping[str, ContentObject],
+    display_path: Callable[[Source], str],
+    recent_messages: int,
+) -> Relevance:
+    """Tiers of the active tool outputs, the working set, and which outputs are superseded.
+
+    Only active outputs and the files they show are looked at (plus, for supersession, the
+    outputs after them), so the work follows what the prompt shows, not the session's size."""
+    active = [
+        o for i in state.ordered(state.active) if isinstance(o := objects.get(i), ToolcallObject)
+    ]
+    shown = {v.file for o in active for v in o.file_views or () if v.kind != "change"}
+    paths = {
+        f: display_path(o.source) for f in shown if isinstance(o := objects.get(f), FileObject)
+    }
+    working: dict[str, float] = {}
+    if paths:  # no active output shows a file: there is nothing to keep, nothing to look for
+        for age, texts in enumerate(_recent_texts(state, objects, recent_messages)):
+            for file_id in named_files(texts, paths):
+                working[file_id] = working.get(file_id, 0.0) + DECAY**age
+    superseded: dict[str, str] = {}
+    tiers: dict[str, int] = {}
+    for output in active:
+        views = [v for v in output.file_views or () if v.kind != "change"]
+        later = _later_cover(state, objects, output) if views else None
+        if later is not None:
+            superseded[output.id] = later.id
+            tiers[output.id] = SUPERSEDED
+        elif any(v.file in working for v in views):
+            tiers[output.id] = KEEP
+        else:
+            tiers[output.id] = UNUSED
+    return Relevance(working, tiers, superseded)
+
+
+def _later_cover(
+    state: SessionState, objects: Mapping[str, ContentObject], output: ToolcallObject
+) -> ToolcallObject | None:
+    later = (
+        o
+        for i in state.index[state.positions[output.id] + 1 :]
+        if isinstance(o := objects.get(i), ToolcallObject) and o.file_views
+    )
+    return superseded_by(output, later)

@@ -1,0 +1,209 @@
+"""The ``relevance`` policy end to end through a harness session (decision 0021): the files the
+agent works on stay visible, an output nothing refers to collapses once the agent has answered
+it, a view shown again later collapses first and says so, and everything collapsed comes back
+byte-identical."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.harness import HarnessSession
+from selfctx.adapters.memory import MemoryStore
+from selfctx.application.policies import policy_by_name
+from selfctx.application.settings import Settings
+from selfctx.domain.objects import FileObject, ToolcallObject
+from tests.harness.conftest import (
+    CONTAINER,
+    CWD,
+    ROOTS,
+    bash,
+    mini,
+    o_assistant,
+    o_tool,
+    o_user,
+    tc,
+)
+
+A_PY = "".join(
+    f"def function_number_{n}(argument):\n    return argument * {n}\n" for n in range(40)
+)
+NOISE = "".join(f"Collecting package-{n} (from requirements)\n" for n in range(80))
+
+
+def session(**overrides: Any) -> HarnessSession:
+    settings = Settings(policy=policy_by_name("relevance", **overrides))
+    service = build_service(store=MemoryStore(), default_filesystem_id=CONTAINER, settings=settings)
+    return HarnessSession(service, "s1", "openai", cwd=CWD, roots=ROOTS)
+
+
+def shown(h: HarnessSession) -> dict[str, str]:
+    """Tool messages of the managed request, by the harness's call id (decision 0030)."""
+    return {
+        h.ids.provider_id(m["tool_call_id"]): m["content"]
+        for m in h.request()["messages"]
+        if m["role"] == "tool"
+    }
+
+
+def notes(h: HarnessSession) -> list[str]:
+    return [
+        m["content"]
+        for m in h.request()["messages"]
+        if m["role"] == "user" and str(m["content"]).startswith("[context]")
+    ]
+
+
+def test_the_working_set_stays_and_an_unused_output_goes_once_answered() -> None:
+    h = session()
+    messages: list[dict[str, Any]] = [
+        o_user("fix the bug"),
+        o_assistant("Reading the module.", bash("c1", "cat a.py")),
+        o_tool("c1", mini(A_PY)),
+        o_assistant("Installing what a.py needs.", bash("c2", "pip install -r reqs.txt")),
+        o_tool("c2", mini(NOISE)),
+    ]
+    h.ingest(messages)
+    # nothing answered the pip output yet: the model has not seen it, it stays
+    assert NOISE in shown(h)["c2"]
+    messages += [
+        o_assistant("Now back to a.py.", bash("c3", "python -c 'import a'")),
+        o_tool("c3", mini("")),
+    ]
+    h.ingest(messages)
+    tools = shown(h)
+    assert A_PY in tools["c1"]  # a.py is named in the agent's recent messages
+    assert tools["c2"].startswith("[#") and "collapsed: bash ok" in tools["c2"]
+    assert notes(h) == []  # collapsed near the end of the prompt, without a note
+    # everything collapsed comes back byte-identical
+    answer = h.handle("activate", {"id": "c2"})
+    assert answer.ok and answer.message.split("\n", 1)[1] == mini(NOISE)
+
+
+def test_a_view_shown_again_collapses_first_and_says_so() -> None:
+    # A trigger so low that every call is over it: batches happen whenever they clear anything.
+    h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10**6)
+    messages: list[dict[str, Any]] = [
+        o_user("fix"),
+        o_assistant("The top of a.py.", bash("c1", "sed -n 1,20p a.py")),
+        o_tool("c1", mini(A_PY[:600])),
+        o_assistant("Fixing a.py.", bash("c2", "sed -i 's/argument/arg/' a.py")),
+        o_tool("c2", mini("")),
+        o_assistant("More of a.py.", bash("c3", "sed -n 1,40p a.py")),
+        o_tool("c3", mini(A_PY[:1200])),
+        o_assistant("And a.py once more.", bash("c4", "wc -l a.py")),
+        o_tool("c4", mini("80 a.py\n")),
+    ]
+    h.ingest(messages)
+    tools = shown(h)
+    state = h.service.state("s1")
+    handle = {i: f"#{state.positions[tc(i)] + 1}" for i in ("c1", "c3")}
+    assert tools["c1"].startswith(f"[{handle['c1']} collapsed: bash ok")
+    assert f"superseded: {handle['c3']} shows its lines in a newer version" in tools["c1"]
+    assert A_PY[:1200] in tools["c3"]  # the newer view of the file the agent works on
+    assert state.superseded == {tc("c1"): tc("c3")}
+    # near the end of the prompt: collapsed at once, not in a batch with a note
+    assert not any(handle["c1"] in note for note in notes(h))
+    answer = h.handle("activate", {"id": handle["c1"]})
+    assert answer.message.split("\n", 1)[1] == mini(A_PY[:600])
+
+
+def test_an_older_view_shown_again_goes_in_the_next_batch_with_a_note() -> None:
+    h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10**6)
+    messages: list[dict[str, Any]] = [
+        o_user("fix"),
+        o_assistant("The top of a.py.", bash("c1", "sed -n 1,20p a.py")),
+        o_tool("c1", mini(A_PY[:600])),
+    ]
+    for n in range(2, 8):  # a.py stays named; c1 is answered six times
+        messages += [
+            o_assistant("a.py", bash(f"c{n}", "grep -c x a.py")),
+            o_tool(f"c{n}", mini("3\n")),
+        ]
+    messages += [o_assistant("All of a.py.", bash("c8", "cat a.py")), o_tool("c8", mini(A_PY))]
+    h.ingest(messages)
+    tools = shown(h)  # the request is where collapses happen
+    state = h.service.state("s1")
+    handle = {i: f"#{state.positions[tc(i)] + 1}" for i in ("c1", "c8")}
+    assert "shows its lines again]" in tools["c1"] and state.superseded[tc("c1")] == tc("c8")
+    assert any(f"{handle['c1']} by {handle['c8']}" in note for note in notes(h))
+
+
+def test_the_same_lines_again_without_a_change_say_again() -> None:
+    h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10**6)
+    h.ingest(
+        [
+            o_user("look"),
+            o_assistant("", bash("c1", "head -n 10 a.py")),
+            o_tool("c1", mini(A_PY[:300])),
+            o_assistant("", bash("c2", "cat a.py")),
+            o_tool("c2", mini(A_PY)),
+            o_assistant("a.py it is", bash("c3", "true")),
+            o_tool("c3", mini("")),
+        ]
+    )
+    assert "shows its lines again]" in shown(h)["c1"]
+
+
+def test_keep_tokens_keeps_the_files_named_most() -> None:
+    b_py = A_PY.replace("function", "method")
+    h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=len(A_PY) // 3)
+    messages: list[dict[str, Any]] = [
+        o_user("fix"),
+        o_assistant("", bash("c1", "cat a.py")),
+        o_tool("c1", mini(A_PY)),
+        o_assistant("", bash("c2", "cat b.py")),
+        o_tool("c2", mini(b_py)),
+    ]
+    for n in range(3, 6):  # the agent keeps coming back to b.py
+        messages += [o_assistant("b.py again", bash(f"c{n}", "true")), o_tool(f"c{n}", mini(""))]
+    h.ingest(messages)
+    tools = shown(h)
+    assert b_py in tools["c2"]
+    assert "collapsed" in tools["c1"]  # named once, long ago: over the budget
+
+
+def test_a_rebuilt_past_context_is_the_one_the_model_saw() -> None:
+    h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10**6)
+    sid, seen = "s1", []
+    messages: list[dict[str, Any]] = [o_user("go")]
+    for n, command in enumerate(["sed -n 1,5p a.py", "sed -i s/a/b/ a.py", "cat a.py", "ls"]):
+        messages += [o_assistant("on a.py", bash(f"c{n}", command)), o_tool(f"c{n}", mini(A_PY))]
+        h.ingest(messages)
+        context = h.service.assemble(sid)
+        seen.append((h.service.log_position(sid), context.to_text()))
+    for position, text in seen:
+        assert h.service.context_at(sid, position).to_text() == text
+
+
+def test_a_partial_view_of_a_host_file_indexes_the_whole_file(tmp_path: Path) -> None:
+    for policy in ("ssot", "relevance"):
+        root = tmp_path / policy
+        root.mkdir()
+        (root / "a.py").write_text(A_PY)
+        service = build_service(
+            store=MemoryStore(),
+            workspace=str(root),
+            settings=Settings(policy=policy_by_name(policy)),
+        )
+        h = HarnessSession(service, "live", "openai", cwd=str(root), roots=[str(root)])
+        head = "".join(A_PY.splitlines(keepends=True)[:4])
+        h.ingest(
+            [
+                o_user("look"),
+                o_assistant("", bash("c1", "head -n 4 a.py")),
+                o_tool("c1", mini(head)),
+            ]
+        )
+        a_id = service.object_id_for(str(root / "a.py"))
+        obj = service.object("live", a_id)
+        # the object is the whole file, read from its source; the view names 4 lines of it
+        assert isinstance(obj, FileObject) and obj.content == A_PY
+        state = service.state("live")
+        assert a_id in state.pool and a_id not in state.active
+        call = service.object("live", tc("c1", session_id="live"))
+        assert isinstance(call, ToolcallObject) and call.id in state.active
+        assert [v.to_json() for v in call.file_views or ()] == [
+            {"file": a_id, "kind": "lines", "ranges": [[1, 4]]}
+        ]
