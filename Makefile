@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test check pytest deps-test postgres clean
+.PHONY: demo test check pytest deps-test postgres clients clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,10 +53,34 @@ check: $(VENV)/.installed-dev $(TYPING)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-pytest: deps-test
+# The real agents the proxy tests run (tests/proxy), installed into the project, never globally:
+# Claude Code and Codex CLI from npm (versions pinned in tests/clients/package-lock.json), aider
+# from PyPI in a virtualenv of its own (.clients/aider: it pins many packages), the Pi coding agent as the dev
+# dependency of the Pi extension (adapters/pi). Registry downloads are cached in ~/.npm and
+# ~/.cache/pip. Install scripts are not run, whatever npm's default, except Claude Code's, run
+# by name: it copies the native binary out of the platform package npm installed beside it.
+CLIENTS := tests/clients
+AIDER_VERSION := 0.86.2
+$(CLIENTS)/node_modules/.installed: $(CLIENTS)/package.json $(CLIENTS)/package-lock.json
+	npm ci --prefix $(CLIENTS) --ignore-scripts --no-audit --no-fund --loglevel=error
+	cd $(CLIENTS)/node_modules/@anthropic-ai/claude-code && node install.cjs
+	touch $@
+AIDER := .clients/aider
+$(AIDER)/.installed-$(AIDER_VERSION):
+	$(PYTHON) -m venv $(AIDER)
+	$(AIDER)/bin/pip install --quiet --disable-pip-version-check aider-chat==$(AIDER_VERSION)
+	touch $@
+adapters/pi/node_modules/.installed: adapters/pi/package.json adapters/pi/package-lock.json
+	npm ci --prefix adapters/pi --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+clients: $(CLIENTS)/node_modules/.installed $(AIDER)/.installed-$(AIDER_VERSION) \
+	adapters/pi/node_modules/.installed
+
+pytest: deps-test clients
 	$(BIN)/pytest
 
 test: check pytest
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(CLIENTS)/node_modules .clients adapters/pi/node_modules

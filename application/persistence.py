@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
+from pyrsistent import thaw
 
 from selfctx.domain.chat import (
     AssistantMessage,
@@ -77,6 +78,8 @@ def _value_to_json(value: Any) -> Any:
         return message_to_json(value)
     if isinstance(value, tuple) and all(isinstance(v, Turn) for v in value):
         return [turn_to_json(v) for v in value]
+    if isinstance(value, tuple) and all(isinstance(v, Mapping) for v in value):
+        return [thaw(v) for v in value]  # images
     if isinstance(value, tuple):
         return list(value)
     return value
@@ -91,6 +94,8 @@ def encode_events(events: Iterable[e.Event]) -> list[dict[str, Any]]:
             value = getattr(event, field.name)
             if field.name == "version" or (value is None and field.default is None):
                 continue  # an optional field left unset: decoding gives its default back
+            if field.name == "images" and not value:
+                continue  # no images: the entry reads as entries written before they were kept
             data[field.name] = _value_to_json(value)
         out.append(data)
     return out

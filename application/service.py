@@ -272,19 +272,27 @@ class ContextService:
             self._tracking.track(session, [found.object_id for found in report.found])
             return report
 
-    def record_user_message(self, session_id: str, text: str) -> None:
-        """A user message: it begins a new turn."""
+    def record_user_message(
+        self, session_id: str, text: str, images: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        """A user message (and the images that came with it): it begins a new turn."""
         session = self._open(session_id)
         with session.lock:
-            self._turn.user(session, text)
+            self._turn.user(session, text, images)
 
     def record_assistant_message(
-        self, session_id: str, text: str, tool_calls: Sequence[ToolCallRequest] = ()
+        self,
+        session_id: str,
+        text: str,
+        tool_calls: Sequence[ToolCallRequest] = (),
+        *,
+        reasoning: Sequence[Mapping[str, Any]] = (),
     ) -> None:
-        """A model message with the tool calls it requested."""
+        """A model message with the tool calls it requested (and the provider's reasoning blocks,
+        kept opaque: see ``AssistantMessage.reasoning``)."""
         session = self._open(session_id)
         with session.lock:
-            self._turn.assistant(session, text, tool_calls)
+            self._turn.assistant(session, text, tool_calls, reasoning=reasoning)
 
     def record_tool_call(
         self,
@@ -298,11 +306,13 @@ class ContextService:
         args_display: str | None = None,
         file_refs: Sequence[str] | None = None,
         activate: bool = True,
+        images: Sequence[Mapping[str, Any]] = (),
         file_views: Sequence[FileView] | None = None,
     ) -> str:
         """A tool's result: a toolcall object, auto-activated unless ``activate`` is False (a
-        whole-file read whose file object is active instead). ``file_views`` say what it showed
-        of which files, or that it changed them (decision 0020). Returns its id."""
+        whole-file read whose file object is active instead). Images the tool returned are kept
+        in the chat beside it and shown with its output. ``file_views`` say what it showed of
+        which files, or that it changed them (decision 0020). Returns its id."""
         session = self._open(session_id)
         with session.lock:
             return self._toolcall(
@@ -315,6 +325,7 @@ class ContextService:
                 args_display=args_display,
                 file_refs=file_refs,
                 activate=activate,
+                images=images,
                 file_views=file_views,
             ).id
 

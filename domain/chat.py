@@ -68,6 +68,10 @@ class ToolCallRequest:
     """The id the harness gave the call, when it is not ``id`` (a harness's ids are mapped)."""
 
 
+def _blocks(items: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    return tuple(freeze_json(item) for item in items)
+
+
 def _tool_calls(items: Iterable[ToolCallRequest]) -> tuple[ToolCallRequest, ...]:
     return tuple(items)
 
@@ -78,6 +82,9 @@ class UserMessage:
 
     text: str
     """The message text."""
+    images: tuple[Mapping[str, Any], ...] = attrs.field(converter=_blocks, default=())
+    """Images that came with the text (``{"type": "image", "url": ...}``, see
+    ``selfctx.adapters.harness.messages``), shown after it."""
 
 
 @attrs.frozen
@@ -88,6 +95,10 @@ class AssistantMessage:
     """The message text (may be empty when the message only calls tools)."""
     tool_calls: tuple[ToolCallRequest, ...] = attrs.field(converter=_tool_calls, default=())
     """Tool calls requested, in the provider's order."""
+    reasoning: tuple[Mapping[str, Any], ...] = attrs.field(converter=_blocks, default=())
+    """The provider's reasoning blocks, opaque and exactly as it sent them (Anthropic
+    ``thinking``/``redacted_thinking`` blocks with their signatures, OpenAI Responses
+    ``reasoning`` items): a provider requires some of them back unchanged."""
 
 
 @attrs.frozen
@@ -96,6 +107,8 @@ class ToolResult:
 
     toolcall_id: str
     """Id of the toolcall object holding the output."""
+    images: tuple[Mapping[str, Any], ...] = attrs.field(converter=_blocks, default=())
+    """Images the tool returned with its output: shown with it while it is active."""
 
 
 @attrs.frozen
@@ -150,23 +163,32 @@ def _call_to_json(call: ToolCallRequest) -> dict[str, Any]:
 def message_to_json(message: ChatMessage) -> dict[str, Any]:
     """The stored form of a chat message (used in the chat document and the session log)."""
     if isinstance(message, UserMessage):
-        return {"role": "user", "text": message.text}
+        user: dict[str, Any] = {"role": "user", "text": message.text}
+        if message.images:  # absent when empty, as in messages stored before images were kept
+            user["images"] = [thaw(image) for image in message.images]
+        return user
     if isinstance(message, AssistantMessage):
-        return {
+        data = {
             "role": "assistant",
             "text": message.text,
             "tool_calls": [_call_to_json(c) for c in message.tool_calls],
         }
+        if message.reasoning:  # absent when empty: messages stored before it read the same
+            data["reasoning"] = [thaw(block) for block in message.reasoning]
+        return data
     if isinstance(message, ContextNote):
         return {"role": "note", "text": message.text}
-    return {"role": "tool", "toolcall_ref": message.toolcall_id}
+    tool: dict[str, Any] = {"role": "tool", "toolcall_ref": message.toolcall_id}
+    if message.images:
+        tool["images"] = [thaw(image) for image in message.images]
+    return tool
 
 
 def message_from_json(data: Mapping[str, Any]) -> ChatMessage:
     """Inverse of :func:`message_to_json`."""
     role = data["role"]
     if role == "user":
-        return UserMessage(text=data["text"])
+        return UserMessage(text=data["text"], images=data.get("images", ()))
     if role == "assistant":
         return AssistantMessage(
             text=data["text"],
@@ -179,9 +201,10 @@ def message_from_json(data: Mapping[str, Any]) -> ChatMessage:
                 )
                 for c in data["tool_calls"]
             ),
+            reasoning=data.get("reasoning", ()),
         )
     if role == "tool":
-        return ToolResult(toolcall_id=data["toolcall_ref"])
+        return ToolResult(toolcall_id=data["toolcall_ref"], images=data.get("images", ()))
     if role == "note":
         return ContextNote(text=data["text"])
     raise ValueError(f"unknown chat message role {role!r}")

@@ -196,7 +196,7 @@ def _render_message(
 ) -> RenderedMessage:
     position = len(cache.messages)
     if isinstance(message, UserMessage):
-        return RenderedMessage("user", message.text)
+        return RenderedMessage("user", message.text, images=message.images)
     if isinstance(message, AssistantMessage):
         calls = []
         for call in message.tool_calls:
@@ -210,14 +210,17 @@ def _render_message(
                 calls.append(compacted)
             else:
                 calls.append(call)
-        return RenderedMessage("assistant", message.text, tuple(calls))
+        return RenderedMessage("assistant", message.text, tuple(calls), reasoning=message.reasoning)
     if isinstance(message, ContextNote):
         return RenderedMessage("user", f"[context] {message.text}")
     assert isinstance(message, ToolResult)
     cache.place(message.toolcall_id, position)
     obj = objects[message.toolcall_id]
     assert isinstance(obj, ToolcallObject)
-    return _tool_message(state, obj, objects, display_path, cache)
+    rendered = _tool_message(state, obj, objects, display_path, cache)
+    if message.images and obj.id in state.active:  # shown with the output, collapsed with it
+        return attrs.evolve(rendered, images=message.images)
+    return rendered
 
 
 def _first_changed(state: SessionState, cache: InlineCache) -> int | None:

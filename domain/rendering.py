@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import attrs
 
@@ -35,6 +36,7 @@ __all__ = [
     "metadata_line",
     "render_context",
     "render_turn",
+    "toolcall_images",
     "toolcall_ref",
 ]
 
@@ -99,6 +101,10 @@ class RenderedMessage:
     """For ``tool``: the tool call this result answers."""
     is_error: bool = False
     """For ``tool``: the tool call failed (status ``fail``)."""
+    reasoning: tuple[Mapping[str, Any], ...] = ()
+    """For ``assistant``: the provider's reasoning blocks as recorded (``AssistantMessage``)."""
+    images: tuple[Mapping[str, Any], ...] = ()
+    """For ``user``, and ``tool`` while its output is shown: the images that came with it."""
 
 
 @attrs.frozen
@@ -107,6 +113,8 @@ class ActiveBlock:
 
     object_id: str
     content: str | None
+    images: tuple[Mapping[str, Any], ...] = ()
+    """A tool call's images (kept in the chat with its result), shown with its output."""
 
     @property
     def text(self) -> str:
@@ -153,9 +161,11 @@ def render_turn(turn: Turn, objects: Mapping[str, ContentObject]) -> tuple[Rende
 def _turn_messages(turn: Turn, objects: Mapping[str, ContentObject]) -> Iterator[RenderedMessage]:
     for message in turn.messages:
         if isinstance(message, UserMessage):
-            yield RenderedMessage("user", message.text)
+            yield RenderedMessage("user", message.text, images=message.images)
         elif isinstance(message, AssistantMessage):
-            yield RenderedMessage("assistant", message.text, message.tool_calls)
+            yield RenderedMessage(
+                "assistant", message.text, message.tool_calls, reasoning=message.reasoning
+            )
         elif isinstance(message, ToolResult):
             obj = objects[message.toolcall_id]
             assert isinstance(obj, ToolcallObject)
@@ -225,9 +235,22 @@ def _active(
         content = objects[object_id].content
         block = blocks.get(object_id)
         if block is None or block.content is not content:
-            block = blocks[object_id] = ActiveBlock(object_id, content)
+            images = toolcall_images(state, object_id)
+            block = blocks[object_id] = ActiveBlock(object_id, content, images)
         out.append(block)
     return tuple(out)
+
+
+def toolcall_images(state: SessionState, object_id: str) -> tuple[Mapping[str, Any], ...]:
+    """The images a tool call's result came with (none for other objects): its result is in the
+    turn ``toolcall_turn`` names, so only that turn is searched."""
+    turn = state.toolcall_turn.get(object_id)
+    if turn is None:
+        return ()
+    for message in state.turns[turn].messages:
+        if isinstance(message, ToolResult) and message.toolcall_id == object_id:
+            return message.images
+    return ()
 
 
 def _chat(

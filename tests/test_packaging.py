@@ -78,7 +78,8 @@ def test_the_wheel_works_next_to_distributions_that_clash_with_its_folders(
     source.mkdir()
     for name in ("pyproject.toml", "README.md", *FOLDERS):
         if (ROOT / name).is_dir():
-            ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+            # node_modules: the Pi extension's dev dependencies (adapters/pi), not in the wheel
+            ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "node_modules")
             shutil.copytree(ROOT / name, source / name, ignore=ignore)
         else:
             shutil.copy2(ROOT / name, source / name)

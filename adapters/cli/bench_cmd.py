@@ -442,6 +442,42 @@ def _read(args: argparse.Namespace) -> int:
     return 0
 
 
+def _proxy(args: argparse.Namespace) -> int:
+    import logging
+
+    from selfctx.adapters.bench.proxy import SIZES as PROXY_SIZES
+    from selfctx.adapters.bench.proxy import run_proxy
+
+    logging.getLogger("selfctx.proxy").setLevel(logging.WARNING)  # no line per request here
+    sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else PROXY_SIZES
+    result = run_proxy(sizes, args.requests, _progress(args.json))
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(
+        f"{'objects':>8} {'requests':>9} {'added p50 ms':>13} {'added p95 ms':>13} "
+        f"{'direct p50 ms':>14} {'proxy p50 ms':>13}"
+    )
+    for run in result["runs"]:
+        print(
+            f"{run['objects']:>8} {run['requests']:>9} {run['overhead_ms']['p50']:>13.2f} "
+            f"{run['overhead_ms']['p95']:>13.2f} {run['direct_ms']['p50']:>14.2f} "
+            f"{run['proxy_ms']['p50']:>13.2f}"
+        )
+    return 0
+
+
+def _register_proxy(benches: Any) -> None:
+    proxy = benches.add_parser(
+        "proxy",
+        help="time the proxy adds per request, against the same scripted model called directly",
+    )
+    proxy.add_argument("--sizes", help="session sizes in objects, comma-separated (100,1000)")
+    proxy.add_argument("--requests", type=int, default=50, help="measured requests per size")
+    proxy.add_argument("--json", action="store_true", help="print JSON")
+    proxy.set_defaults(handler=_proxy)
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("bench", help="run a benchmark and print its figures")
     benches = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
@@ -481,6 +517,7 @@ def register(subparsers: Any) -> None:
     _register_watch(benches)
     _register_store(benches)
     _register_large(benches)
+    _register_proxy(benches)
     read = benches.add_parser(
         "read", help="confined reads (canonical + read) against realpath-then-open, files/s"
     )

@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "selfctx.adapters.cli.bench_cmd",
     "selfctx.adapters.cli.tokenizer_cmd",
     "selfctx.adapters.cli.serve_cmd",
+    "selfctx.adapters.cli.proxy_cmd",
 )
 
 

@@ -139,11 +139,13 @@ class Ingestor:
         sid = self.session_id
         message = item.message
         if message.role == "user":
-            self.service.record_user_message(sid, message.text)
+            self.service.record_user_message(sid, message.text, message.images)
         elif message.role == "system":  # in mid-conversation: kept, as a marked user message
             self.service.record_user_message(sid, SYSTEM_MARK + message.text)
         elif message.role == "assistant":
-            self.service.record_assistant_message(sid, message.text, item.calls)
+            self.service.record_assistant_message(
+                sid, message.text, item.calls, reasoning=message.reasoning
+            )
         else:
             call = self.ids.call(item.answers or "")
             assert call is not None, "planning maps every result to a known call"
@@ -153,7 +155,8 @@ class Ingestor:
         sid = self.session_id
         args = dict(call.arguments)
         status: ToolStatus = "fail" if message.is_error or _failed(message.text) else "ok"
-        effects = recognise(call.name, args, message.text, self.cwd)
+        # An output with images (a screenshot, an image file read) is not a file's text.
+        effects = [] if message.images else recognise(call.name, args, message.text, self.cwd)
         read_ids: list[str] = []
         listings: list[list[str]] = []
         views: list[FileView] = []
@@ -185,6 +188,7 @@ class Ingestor:
             # ssot: a read file is active instead (decision 0006); inline: the read's message is
             # where the file's content shows, so the tool call itself stays visible.
             activate=not read_ids or self.inline,
+            images=message.images,
             file_views=views or None,
         )
         self._after_call(effects)

@@ -6,6 +6,7 @@ Parsing validates the whole list before anything is recorded: a malformed messag
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -25,14 +26,19 @@ __all__ = [
     "Format",
     "MalformedMessage",
     "Message",
+    "image_of",
     "parse_anthropic",
     "parse_messages",
     "parse_openai",
+    "parse_responses",
 ]
 
-Format = Literal["openai", "anthropic"]
-FORMATS: tuple[Format, ...] = ("openai", "anthropic")
+Format = Literal["openai", "anthropic", "responses"]
+FORMATS: tuple[Format, ...] = ("openai", "anthropic", "responses")
+"""``openai``: Chat Completions messages; ``anthropic``: Messages; ``responses``: OpenAI Responses
+``input`` items."""
 
+_TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
 MAX_MESSAGE_CHARS = 8 * 1024 * 1024
 """Longest text a single message may carry (larger ones are refused, not truncated)."""
 MAX_ARGUMENT_NESTING = 64
@@ -66,13 +72,19 @@ class Message:
     """For ``tool``: the call this result answers."""
     is_error: bool = False
     """For ``tool``: the provider marked the result as an error."""
+    reasoning: tuple[Mapping[str, Any], ...] = ()
+    """For ``assistant``: the provider's reasoning blocks, kept as sent (Anthropic ``thinking`` and
+    ``redacted_thinking`` blocks with their signatures, Responses ``reasoning`` items)."""
+    images: tuple[Mapping[str, Any], ...] = ()
+    """For ``user`` and ``tool``: the images that came with the text (see :func:`image_of`)."""
     index: int = attrs.field(default=-1, eq=False)
     """Position in the harness's list (for error messages)."""
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
         """Identity of the message for the cursor: tool messages by their call id (unique), the
-        others by role, text and requested call ids."""
+        others by role, text and requested call ids. Computed once per message: a harness that
+        keeps its parsed messages from one call to the next pays only for the new ones."""
         if self.role == "tool":
             key: list[Any] = ["tool", self.tool_call_id]
         else:
@@ -91,22 +103,77 @@ def _text(value: Any, index: int, what: str) -> str:
     return value
 
 
-def _parts_text(parts: Any, index: int, what: str) -> str:
-    """Text of content given as a string or as a list of ``{"type": "text", "text": ...}`` parts
-    (images and other non-text parts are replaced by a marker)."""
+def image_of(part: Mapping[str, Any], index: int = -1) -> dict[str, Any] | None:
+    """The neutral form of an image part of any of the three formats, or None if ``part`` is
+    not an image: ``{"type": "image", "url": ...}`` (a ``data:`` URL for inline images, which
+    every format can carry) or ``{"type": "image", "file_id": ...}`` (a provider's stored file,
+    which only its own format can name), with ``detail`` when the part gave one."""
+    kind = part.get("type")
+    image: dict[str, Any]
+    if kind == "image_url":  # Chat Completions
+        inner = part.get("image_url")
+        url = inner.get("url") if isinstance(inner, Mapping) else inner
+        image = {"type": "image", "url": url}
+        if isinstance(inner, Mapping) and isinstance(inner.get("detail"), str):
+            image["detail"] = inner["detail"]
+    elif kind == "input_image":  # Responses
+        if isinstance(part.get("file_id"), str):
+            image = {"type": "image", "file_id": part["file_id"]}
+        else:
+            image = {"type": "image", "url": part.get("image_url")}
+        if isinstance(part.get("detail"), str):
+            image["detail"] = part["detail"]
+    elif kind == "image":  # Anthropic
+        source = part.get("source")
+        if not isinstance(source, Mapping):
+            raise MalformedMessage(index, "an image block needs a source")
+        if source.get("type") == "base64":
+            media, data = source.get("media_type"), source.get("data")
+            if not isinstance(media, str) or not isinstance(data, str):
+                raise MalformedMessage(index, "a base64 image needs media_type and data")
+            image = {"type": "image", "url": f"data:{media};base64,{data}"}
+        elif source.get("type") == "url":
+            image = {"type": "image", "url": source.get("url")}
+        elif source.get("type") == "file":
+            image = {"type": "image", "file_id": source.get("file_id")}
+        else:
+            raise MalformedMessage(index, f"unknown image source {source.get('type')!r}")
+    else:
+        return None
+    for key in ("url", "file_id"):
+        if key in image and (not isinstance(image[key], str) or not image[key]):
+            raise MalformedMessage(index, f"an image's {key} must be a non-empty string")
+        if key in image and len(image[key]) > MAX_MESSAGE_CHARS * 4:
+            raise MalformedMessage(index, f"an image's {key} is over {MAX_MESSAGE_CHARS * 4}")
+    return image
+
+
+def _content(parts: Any, index: int, what: str) -> tuple[str, tuple[dict[str, Any], ...]]:
+    """Text and images of content given as a string or as a list of typed parts: text parts
+    (``text``, and Responses' ``input_text``/``output_text``/``refusal``), image parts of any
+    format, and others, which are replaced by a marker."""
     if isinstance(parts, str) or parts is None:
-        return _text(parts if parts is not None else "", index, what)
+        return _text(parts if parts is not None else "", index, what), ()
     if not isinstance(parts, list):
         raise MalformedMessage(index, f"{what} must be a string or a list of parts")
-    out = []
+    out: list[str] = []
+    images: list[dict[str, Any]] = []
     for part in parts:
         if not isinstance(part, Mapping) or not isinstance(part.get("type"), str):
             raise MalformedMessage(index, f"{what} has a part that is not a typed object")
-        if part["type"] == "text":
-            out.append(_text(part.get("text"), index, f"{what} text part"))
+        if part["type"] in _TEXT_PARTS:
+            out.append(_text(part.get("text", part.get("refusal")), index, f"{what} text part"))
+        elif (image := image_of(part, index)) is not None:
+            images.append(image)
         else:
             out.append(f"[{part['type']}]")
-    return _text("".join(out), index, what)
+    return _text("".join(out), index, what), tuple(images)
+
+
+def _parts_text(parts: Any, index: int, what: str) -> str:
+    """Text of content where images are not kept (a system prompt): each is a marker."""
+    text, images = _content(parts, index, what)
+    return text + "[image]" * len(images)
 
 
 def _json_problem(value: Any) -> str | None:
@@ -175,12 +242,13 @@ def _check_id(value: Any, index: int, what: str) -> str:
     return value
 
 
-def parse_openai(messages: Sequence[Any]) -> list[Message]:
-    """Parse an OpenAI chat-completions message list."""
+def parse_openai(messages: Sequence[Any], *, offset: int = 0) -> list[Message]:
+    """Parse an OpenAI chat-completions message list (``offset``: the index of its first message
+    in the harness's list, when only a tail is parsed)."""
     if not isinstance(messages, list):
         raise MalformedMessage(-1, "the messages must be a list")
     out: list[Message] = []
-    for index, raw in enumerate(messages):
+    for index, raw in enumerate(messages, start=offset):
         if not isinstance(raw, Mapping):
             raise MalformedMessage(index, "a message must be a JSON object")
         role = raw.get("role")
@@ -189,9 +257,8 @@ def parse_openai(messages: Sequence[Any]) -> list[Message]:
                 Message("system", _parts_text(raw.get("content"), index, "content"), index=index)
             )
         elif role == "user":
-            out.append(
-                Message("user", _parts_text(raw.get("content"), index, "content"), index=index)
-            )
+            text, images = _content(raw.get("content"), index, "content")
+            out.append(Message("user", text, images=images, index=index))
         elif role == "assistant":
             calls = raw.get("tool_calls") or []
             if not isinstance(calls, list):
@@ -212,34 +279,60 @@ def parse_openai(messages: Sequence[Any]) -> list[Message]:
             out.append(Message("assistant", text, tuple(requests), index=index))
         elif role == "tool":
             call_id = _check_id(raw.get("tool_call_id"), index, "tool_call_id")
-            text = _parts_text(raw.get("content"), index, "content")
-            out.append(Message("tool", text, tool_call_id=call_id, index=index))
+            text, images = _content(raw.get("content"), index, "content")
+            out.append(Message("tool", text, tool_call_id=call_id, images=images, index=index))
         else:
             raise MalformedMessage(index, f"unknown role {role!r}")
     return out
 
 
-def _tool_result_text(block: Mapping[str, Any], index: int) -> str:
-    content = block.get("content", "")
-    return _parts_text(content, index, "tool_result content")
+def _tool_result(block: Mapping[str, Any], index: int) -> Message:
+    text, images = _content(block.get("content", ""), index, "tool_result content")
+    return Message(
+        "tool",
+        text,
+        tool_call_id=_check_id(block.get("tool_use_id"), index, "tool_use_id"),
+        is_error=bool(block.get("is_error", False)),
+        images=images,
+        index=index,
+    )
 
 
-def parse_anthropic(messages: Sequence[Any], system: Any = None) -> list[Message]:
+def _reasoning_block(block: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """A ``thinking``/``redacted_thinking`` block, kept as sent (its signature must reach the
+    provider unchanged) but without ``cache_control``, which marks a place, not content."""
+    kept = {k: v for k, v in block.items() if k != "cache_control"}
+    problem = _json_problem(kept)
+    if problem is not None:
+        raise MalformedMessage(index, f"a {block['type']} block is not JSON: {problem}")
+    for key in ("thinking", "signature", "data"):
+        if key in kept and not isinstance(kept[key], str):
+            raise MalformedMessage(index, f"a {block['type']} block's {key} must be a string")
+    return kept
+
+
+def parse_anthropic(
+    messages: Sequence[Any], system: Any = None, *, offset: int = 0
+) -> list[Message]:
     """Parse an Anthropic Messages list (and its separate ``system``). A user message's
-    ``tool_result`` blocks become tool messages; its text blocks, if any, a user message."""
+    ``tool_result`` blocks become tool messages; its text blocks, if any, a user message.
+    ``offset``: the index of the list's first message, when only a tail is parsed."""
     if not isinstance(messages, list):
         raise MalformedMessage(-1, "the messages must be a list")
     out: list[Message] = []
     if system is not None:
         out.append(Message("system", _parts_text(system, -1, "system"), index=-1))
-    for index, raw in enumerate(messages):
+    for index, raw in enumerate(messages, start=offset):
         if not isinstance(raw, Mapping):
             raise MalformedMessage(index, "a message must be a JSON object")
         role = raw.get("role")
         content = raw.get("content")
+        if role == "system":  # Claude Code sends these in mid-conversation (a beta of the API)
+            out.append(Message("system", _parts_text(content, index, "content"), index=index))
+            continue
         if role not in ("user", "assistant"):
             raise MalformedMessage(
-                index, f"unknown role {role!r} (Anthropic has user and assistant)"
+                index, f"unknown role {role!r} (Anthropic has user, assistant and system)"
             )
         if isinstance(content, str):
             out.append(Message(role, _text(content, index, "content"), index=index))
@@ -248,6 +341,8 @@ def parse_anthropic(messages: Sequence[Any], system: Any = None) -> list[Message
             raise MalformedMessage(index, "content must be a string or a list of blocks")
         texts: list[str] = []
         calls: list[ToolCallRequest] = []
+        reasoning: list[Mapping[str, Any]] = []
+        images: list[dict[str, Any]] = []
         for block in content:
             if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
                 raise MalformedMessage(index, "a content block must be a typed object")
@@ -266,30 +361,100 @@ def parse_anthropic(messages: Sequence[Any], system: Any = None) -> list[Message
                     )
                 )
             elif kind == "tool_result" and role == "user":
-                out.append(
-                    Message(
-                        "tool",
-                        _tool_result_text(block, index),
-                        tool_call_id=_check_id(block.get("tool_use_id"), index, "tool_use_id"),
-                        is_error=bool(block.get("is_error", False)),
-                        index=index,
-                    )
-                )
-            elif kind in ("thinking", "redacted_thinking", "image", "document"):
-                if kind in ("image", "document"):
-                    texts.append(f"[{kind}]")
+                out.append(_tool_result(block, index))
+            elif kind in ("thinking", "redacted_thinking") and role == "assistant":
+                reasoning.append(_reasoning_block(block, index))
+            elif kind == "image" and role == "user":
+                images.append(image_of(block, index) or {})
+            elif kind in ("image", "document"):
+                texts.append(f"[{kind}]")
             else:
                 raise MalformedMessage(index, f"a {role} message cannot hold a {kind!r} block")
         text = _text("\n".join(texts), index, "content")
         if role == "assistant":
-            out.append(Message("assistant", text, tuple(calls), index=index))
-        elif texts:
-            out.append(Message("user", text, index=index))
+            out.append(
+                Message("assistant", text, tuple(calls), reasoning=tuple(reasoning), index=index)
+            )
+        elif texts or images:
+            out.append(Message("user", text, images=tuple(images), index=index))
+    return out
+
+
+def parse_responses(items: Any, instructions: Any = None, *, offset: int = 0) -> list[Message]:
+    """Parse an OpenAI Responses ``input`` (a string, or a list of items: ``message``,
+    ``function_call``, ``function_call_output``; ``reasoning`` items are carried by the
+    assistant message they precede). ``instructions`` is the system prompt given apart.
+
+    An assistant's turn is several items in Responses (its text, then one item per call): they
+    become one assistant message, as in the other formats. ``offset``: the index of the first
+    item, when only a tail is parsed (the tail must not begin inside an assistant's items)."""
+    out: list[Message] = []
+    if instructions is not None:
+        out.append(Message("system", _text(instructions, -1, "instructions"), index=-1))
+    if isinstance(items, str):
+        return [*out, Message("user", _text(items, 0, "input"), index=0)]
+    if not isinstance(items, list):
+        raise MalformedMessage(-1, "the input must be a string or a list of items")
+    assistant: Message | None = None  # the assistant message being gathered from its items
+
+    def flush() -> None:
+        nonlocal assistant
+        if assistant is not None:
+            out.append(assistant)
+            assistant = None
+
+    for index, raw in enumerate(items, start=offset):
+        if not isinstance(raw, Mapping):
+            raise MalformedMessage(index, "an input item must be a JSON object")
+        kind = raw.get("type", "message" if "role" in raw else None)
+        if kind == "message":
+            role = raw.get("role")
+            text, images = _content(raw.get("content"), index, "content")
+            if role == "assistant":
+                if assistant is not None and (assistant.tool_calls or assistant.text):
+                    flush()
+                reasoning = assistant.reasoning if assistant is not None else ()
+                assistant = Message("assistant", text, reasoning=reasoning, index=index)
+                continue
+            flush()
+            if role in ("system", "developer"):
+                out.append(Message("system", text, index=index))
+            elif role == "user":
+                out.append(Message("user", text, images=images, index=index))
+            else:
+                raise MalformedMessage(index, f"unknown role {role!r}")
+        elif kind == "function_call":
+            call = ToolCallRequest(
+                _check_id(raw.get("call_id"), index, "call_id"),
+                _check_id(raw.get("name"), index, "tool name"),
+                _arguments(raw.get("arguments", "{}"), index),
+            )
+            if assistant is None:
+                assistant = Message("assistant", "", index=index)
+            assistant = attrs.evolve(assistant, tool_calls=(*assistant.tool_calls, call))
+        elif kind == "function_call_output":
+            flush()
+            call_id = _check_id(raw.get("call_id"), index, "call_id")
+            text, images = _content(raw.get("output"), index, "output")
+            out.append(Message("tool", text, tool_call_id=call_id, images=images, index=index))
+        elif kind == "reasoning":
+            if assistant is not None and (assistant.tool_calls or assistant.text):
+                flush()
+            if assistant is None:
+                assistant = Message("assistant", "", index=index)
+            block = _reasoning_block(raw, index)
+            assistant = attrs.evolve(assistant, reasoning=(*assistant.reasoning, block))
+        else:
+            raise MalformedMessage(index, f"unknown input item type {kind!r}")
+    flush()
     return out
 
 
 def parse_messages(messages: Any, fmt: str, system: Any = None) -> list[Message]:
-    """Parse ``messages`` in format ``fmt`` (``openai`` or ``anthropic``)."""
+    """Parse ``messages`` in format ``fmt`` (``openai``, ``anthropic`` or ``responses``; for
+    ``responses``, ``messages`` is the ``input`` and ``system`` the ``instructions``)."""
+    if fmt == "responses":
+        return parse_responses(messages, system)
     if fmt == "openai":
         parsed = parse_openai(messages)
         if system is not None:  # index -1: not one of the list's messages

@@ -114,6 +114,14 @@ def _near_end(output: str) -> int:
     return max(0, len(output) - _TAIL_CHARS)
 
 
+_CODEX = re.compile(
+    r"\AChunk ID: [^\n]*\nWall time: [^\n]*\n(?:Process exited with code (-?\d+)\n)?"
+    r"(?:Original token count: \d+\n)?Output:\n(.*)\Z",
+    re.S,
+)
+"""Codex CLI's wrapping of an ``exec_command`` result (no exit code: still running)."""
+
+
 def unwrap_output(output: str) -> tuple[str, int | None]:
     """The command's own output and exit code, without a harness's wrapping (mini-swe-agent's
     ``<returncode>``/``<output>``, SWE-agent's ``OBSERVATION:`` prefix, OpenHands' trailing
@@ -657,6 +665,13 @@ def recognise(tool: str, args: Mapping[str, Any], output: str, cwd: str) -> list
     """File effects of one finished tool call. ``output`` is the text the model saw."""
     text, code = unwrap_output(output)
     name = tool.lower()
+    if name == "exec_command" and isinstance(args.get("cmd"), str):  # Codex CLI
+        codex = _CODEX.match(output)
+        if not codex or codex.group(1) is None or "tokens truncated" in output:
+            return []  # still running, or cut: neither a whole file nor a complete listing
+        workdir = args.get("workdir")
+        here = _resolve(cwd, workdir) if isinstance(workdir, str) and workdir else cwd
+        return list(_shell_effects(args["cmd"], codex.group(2), int(codex.group(1)), here))
     if name in ("bash", "execute_bash", "shell", "run", "terminal") and isinstance(
         args.get("command"), str
     ):
@@ -671,11 +686,18 @@ def recognise(tool: str, args: Mapping[str, Any], output: str, cwd: str) -> list
     path = _resolve(cwd, path)
     if name in ("read", "read_file", "view"):
         if not any(k in args for k in ("offset", "limit", "view_range", "start_line", "end_line")):
-            return [FileRead(path, text)]
+            # Claude Code's Read numbers every line as an editor view does ("1\tdef f():\n2\t").
+            numbered = _cat_n_content(text, editor=True) if text[:1].isdigit() else None
+            return [FileRead(path, numbered if numbered is not None else text)]
         return list(_read_lines(path, args))
     if name in ("write", "write_file", "create_file"):
         content = args.get("content", args.get("file_text"))
         return [FileWrite(path, content if isinstance(content, str) else None)]
+    if name == "edit" and isinstance(args.get("edits"), list):  # Pi: replacements in one call
+        edits = args["edits"]
+        if all(isinstance(e, Mapping) and isinstance(e.get("oldText"), str) for e in edits):
+            return [FileEdit(path, e["oldText"], str(e.get("newText", ""))) for e in edits]
+        return []
     if name in ("edit", "replace") and isinstance(args.get("old_string", args.get("old")), str):
         old = args.get("old_string", args.get("old"))
         new = args.get("new_string", args.get("new", ""))

@@ -12,24 +12,29 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 from pyrsistent import thaw
 
 from selfctx.adapters.harness.ids import emitted_id
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.identifiers import MAX_TOOLCALL_ID
+from selfctx.domain.inline import INLINE_GUIDE
 from selfctx.domain.rendering import AssembledContext, RenderedMessage
 
 __all__ = [
     "ACTIVE_HEADER",
     "METADATA_HEADER",
     "InvalidRequest",
+    "RenderMemo",
+    "render",
     "to_anthropic",
     "to_openai",
+    "to_responses",
     "validate_anthropic",
     "validate_openai",
+    "validate_responses",
 ]
 
 METADATA_HEADER = (
@@ -37,10 +42,13 @@ METADATA_HEADER = (
     "use activate(id) to load one, deactivate(id) to collapse it, pin(id) to keep a tool output "
     "from collapsing."
 )
+"""The metadata section's first line; with a tool prefix, the tool names in it carry it."""
 ACTIVE_HEADER = "Active content:"
+T = TypeVar("T")
 _NO_RESULT = "no result was recorded for this tool call"
 _SESSION_START = "(session start)"
 """The first user message of a request that would otherwise have none."""
+_ANTHROPIC_REASONING = frozenset({"thinking", "redacted_thinking"})
 
 
 class InvalidRequest(InvalidInput):
@@ -54,6 +62,11 @@ def _arguments_json(arguments: Mapping[str, Any]) -> str:
     if set(plain) == {"_raw", "_error"} and isinstance(plain["_raw"], str):
         return plain["_raw"]  # the model's own (invalid) JSON, given back as it was
     return json.dumps(plain, ensure_ascii=False)
+
+
+def _plain(block: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded provider block as plain JSON again."""
+    return dict(thaw(block))
 
 
 def _paired(chat: Sequence[RenderedMessage]) -> list[RenderedMessage]:
@@ -81,48 +94,165 @@ def _active_text(context: AssembledContext) -> str:
     return f"{ACTIVE_HEADER}\n\n{context.active_text()}"
 
 
-def _metadata_text(context: AssembledContext) -> str:
-    return f"{METADATA_HEADER}\n{context.metadata_text()}"
+def _active_images(context: AssembledContext) -> list[Mapping[str, Any]]:
+    return [image for block in context.active for image in block.images]
 
 
-def to_openai(context: AssembledContext) -> dict[str, Any]:
+def _image_openai(image: Mapping[str, Any]) -> dict[str, Any]:
+    if "url" not in image:  # a provider's stored file: Chat Completions cannot name it
+        return {"type": "text", "text": f"[image: file {image.get('file_id')}]"}
+    inner = {"url": image["url"]}
+    if "detail" in image:
+        inner["detail"] = image["detail"]
+    return {"type": "image_url", "image_url": inner}
+
+
+def _image_anthropic(image: Mapping[str, Any]) -> dict[str, Any]:
+    url = image.get("url")
+    if url is None:
+        return {"type": "image", "source": {"type": "file", "file_id": image.get("file_id")}}
+    head, sep, data = url.partition(";base64,")
+    if url.startswith("data:") and sep:
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": head[len("data:") :], "data": data},
+        }
+    return {"type": "image", "source": {"type": "url", "url": url}}
+
+
+def _image_responses(image: Mapping[str, Any]) -> dict[str, Any]:
+    part: dict[str, Any] = {"type": "input_image", "detail": image.get("detail", "auto")}
+    if "url" in image:
+        part["image_url"] = image["url"]
+    else:
+        part["file_id"] = image.get("file_id")
+    return part
+
+
+def _openai_parts(text: str, images: Sequence[Mapping[str, Any]]) -> str | list[dict[str, Any]]:
+    """A message's content: the text alone, or text and image parts when there are images."""
+    if not images:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    return parts + [_image_openai(image) for image in images]
+
+
+def _metadata_text(context: AssembledContext, prefix: str = "") -> str:
+    header = METADATA_HEADER
+    if prefix:
+        for name in ("activate", "deactivate", "pin"):
+            header = header.replace(f" {name}(id)", f" {prefix}{name}(id)")
+    return f"{header}\n{context.metadata_text()}"
+
+
+def _system_prompt(context: AssembledContext, prefix: str) -> str:
+    """The system prompt, with the inline layout's guide naming the tools under ``prefix``."""
+    prompt = context.system_prompt
+    if prefix and INLINE_GUIDE in prompt:
+        guide = (
+            INLINE_GUIDE.replace("call activate", f"call {prefix}activate")
+            .replace("pin to keep", f"{prefix}pin to keep")
+            .replace("deactivate to collapse", f"{prefix}deactivate to collapse")
+        )
+        prompt = prompt.replace(INLINE_GUIDE, guide)
+    return prompt
+
+
+def render(
+    context: AssembledContext, fmt: str, *, tool_prefix: str = "", memo: RenderMemo | None = None
+) -> dict[str, Any]:
+    """The request parts for ``fmt`` (``openai``, ``anthropic`` or ``responses``); the metadata
+    section names the context tools with ``tool_prefix``."""
+    if fmt == "openai":
+        return to_openai(context, tool_prefix=tool_prefix, memo=memo)
+    if fmt == "anthropic":
+        return to_anthropic(context, tool_prefix=tool_prefix, memo=memo)
+    if fmt == "responses":
+        return to_responses(context, tool_prefix=tool_prefix, memo=memo)
+    raise InvalidInput("format", fmt, "use 'openai', 'anthropic' or 'responses'")
+
+
+class RenderMemo:
+    """Each chat message's rendering, kept from one request to the next (one session, one
+    format): the domain's render caches hand back the same message objects while they do not
+    change, so only new or changed messages are rendered again. The renderings are shared: the
+    requests built with a memo must not be changed in place."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[RenderedMessage, Any]] = {}
+        self._used: dict[int, tuple[RenderedMessage, Any]] = {}
+
+    def get(self, message: RenderedMessage, make: Callable[[RenderedMessage], T]) -> T:
+        hit = self._kept.get(id(message))
+        if hit is None or hit[0] is not message:
+            hit = (message, make(message))
+        self._used[id(message)] = hit
+        return cast(T, hit[1])
+
+    def done(self) -> None:
+        """End of one request: keep only what it used (the memo never outgrows the context)."""
+        self._kept, self._used = self._used, {}
+
+
+def _each(
+    messages: Iterable[RenderedMessage],
+    make: Callable[[RenderedMessage], T],
+    memo: RenderMemo | None,
+) -> Iterator[tuple[RenderedMessage, T]]:
+    for message in messages:
+        yield message, (make(message) if memo is None else memo.get(message, make))
+    if memo is not None:
+        memo.done()
+
+
+def _openai_message(message: RenderedMessage) -> dict[str, Any]:
+    if message.role == "user":
+        return {"role": "user", "content": _openai_parts(message.text, message.images)}
+    if message.role == "tool":
+        call_id = emitted_id(message.toolcall_id or "")
+        return {"role": "tool", "tool_call_id": call_id, "content": message.text}
+    item: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    if message.tool_calls:
+        item["tool_calls"] = [
+            {
+                "id": emitted_id(call.id),
+                "type": "function",
+                "function": {"name": call.name, "arguments": _arguments_json(call.arguments)},
+            }
+            for call in message.tool_calls
+        ]
+    elif not message.text:
+        item["content"] = ""
+    return item
+
+
+def to_openai(
+    context: AssembledContext, *, tool_prefix: str = "", memo: RenderMemo | None = None
+) -> dict[str, Any]:
     """``{"messages": [...]}`` for the chat-completions API."""
+    prompt = _system_prompt(context, tool_prefix)
     # No system prompt, no system message: an empty one is noise a provider may refuse.
     messages: list[dict[str, Any]] = []
-    if context.system_prompt.strip():
-        messages.append({"role": "system", "content": context.system_prompt})
+    if prompt.strip():
+        messages.append({"role": "system", "content": prompt})
     if context.metadata:
-        messages.append({"role": "system", "content": _metadata_text(context)})
-    for message in _paired(context.chat):
-        if message.role == "user":
-            messages.append({"role": "user", "content": message.text})
-        elif message.role == "assistant":
-            item: dict[str, Any] = {"role": "assistant", "content": message.text or None}
-            if message.tool_calls:
-                item["tool_calls"] = [
-                    {
-                        "id": emitted_id(call.id),
-                        "type": "function",
-                        "function": {
-                            "name": call.name,
-                            "arguments": _arguments_json(call.arguments),
-                        },
-                    }
-                    for call in message.tool_calls
-                ]
-            elif not message.text:
-                item["content"] = ""
-            messages.append(item)
-        else:
-            messages.append(
-                {
-                    "role": "tool",
-                    "tool_call_id": emitted_id(message.toolcall_id or ""),
-                    "content": message.text,
-                }
-            )
+        messages.append({"role": "system", "content": _metadata_text(context, tool_prefix)})
+    # A tool message holds text only: its images follow its assistant's results as a user message.
+    shown: list[dict[str, Any]] = []
+    for message, item in _each(_paired(context.chat), _openai_message, memo):
+        if shown and message.role != "tool":
+            messages.append({"role": "user", "content": shown})
+            shown = []
+        messages.append(item)
+        if message.role == "tool" and message.images:
+            call_id = emitted_id(message.toolcall_id or "")
+            shown.append({"type": "text", "text": f"[images of tool call {call_id}]"})
+            shown += [_image_openai(image) for image in message.images]
+    if shown:
+        messages.append({"role": "user", "content": shown})
     if context.active:
-        messages.append({"role": "user", "content": _active_text(context)})
+        content = _openai_parts(_active_text(context), _active_images(context))
+        messages.append({"role": "user", "content": content})
     if not messages:  # a session with nothing yet: providers refuse an empty list
         messages.append({"role": "user", "content": _SESSION_START})
     return {"messages": messages}
@@ -131,19 +261,27 @@ def to_openai(context: AssembledContext) -> dict[str, Any]:
 def _blocks(message: RenderedMessage) -> list[dict[str, Any]]:
     # Anthropic refuses text blocks without non-whitespace text: such text is no block.
     if message.role == "user":
-        return [{"type": "text", "text": message.text}] if message.text.strip() else []
+        text = [{"type": "text", "text": message.text}] if message.text.strip() else []
+        return text + [_image_anthropic(image) for image in message.images]
     if message.role == "tool":
+        content: Any = message.text
+        if message.images:
+            content = [{"type": "text", "text": message.text}] if message.text.strip() else []
+            content += [_image_anthropic(image) for image in message.images]
         block: dict[str, Any] = {
             "type": "tool_result",
             "tool_use_id": emitted_id(message.toolcall_id or ""),
-            "content": message.text,
+            "content": content,
         }
         if message.is_error:
             block["is_error"] = True
         return [block]
-    blocks: list[dict[str, Any]] = (
-        [{"type": "text", "text": message.text}] if message.text.strip() else []
-    )
+    # Thinking blocks go first, unchanged: the provider checks their signatures.
+    blocks: list[dict[str, Any]] = [
+        _plain(b) for b in message.reasoning if b.get("type") in _ANTHROPIC_REASONING
+    ]
+    if message.text.strip():
+        blocks.append({"type": "text", "text": message.text})
     blocks += [
         {"type": "tool_use", "id": emitted_id(c.id), "name": c.name, "input": thaw(c.arguments)}
         for c in message.tool_calls
@@ -151,7 +289,13 @@ def _blocks(message: RenderedMessage) -> list[dict[str, Any]]:
     return blocks
 
 
-def to_anthropic(context: AssembledContext, *, cache_control: bool = True) -> dict[str, Any]:
+def to_anthropic(
+    context: AssembledContext,
+    *,
+    cache_control: bool = True,
+    tool_prefix: str = "",
+    memo: RenderMemo | None = None,
+) -> dict[str, Any]:
     """``{"system": [...], "messages": [...]}`` for the Messages API (``system`` only when there
     is a system prompt or metadata).
 
@@ -160,13 +304,13 @@ def to_anthropic(context: AssembledContext, *, cache_control: bool = True) -> di
     turn to turn in the SSOT layout; in the inline layout nothing follows the chat)."""
     system: list[dict[str, Any]] = []
     if context.system_prompt.strip():  # no prompt, no block (Anthropic's system is optional)
-        system.append({"type": "text", "text": context.system_prompt})
+        system.append({"type": "text", "text": _system_prompt(context, tool_prefix)})
     if context.metadata:
-        system.append({"type": "text", "text": _metadata_text(context)})
+        system.append({"type": "text", "text": _metadata_text(context, tool_prefix)})
     messages: list[dict[str, Any]] = []
-    for message in _paired(context.chat):
+    # The blocks may be shared with a memo: lists are copied and blocks replaced, never changed.
+    for message, blocks in _each(_paired(context.chat), _blocks, memo):
         role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message)
         if not blocks:
             continue
         if messages and messages[-1]["role"] == role:
@@ -175,27 +319,121 @@ def to_anthropic(context: AssembledContext, *, cache_control: bool = True) -> di
             merged.sort(key=lambda b: 0 if b["type"] == "tool_result" else 1)
             messages[-1]["content"] = merged
         else:
-            messages.append({"role": role, "content": blocks})
+            messages.append({"role": role, "content": list(blocks)})
     if not messages or messages[0]["role"] != "user":
         messages.insert(0, {"role": "user", "content": [{"type": "text", "text": _SESSION_START}]})
-    if messages[-1]["role"] == "assistant" and not context.active:
+    last_blocks = messages[-1]["content"]
+    prefill = messages[-1]["role"] == "assistant" and not context.active
+    if prefill and last_blocks[-1]["type"] == "text":
         # A final assistant message is a prefill, which may not end with whitespace.
-        last = messages[-1]["content"][-1]
-        if last["type"] == "text":
-            last["text"] = last["text"].rstrip()
-    if cache_control and system:
-        system[-1]["cache_control"] = {"type": "ephemeral"}
-        messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+        last_blocks[-1] = {**last_blocks[-1], "text": last_blocks[-1]["text"].rstrip()}
+    if cache_control:
+        if system:
+            system[-1]["cache_control"] = {"type": "ephemeral"}
+        last_blocks[-1] = {**last_blocks[-1], "cache_control": {"type": "ephemeral"}}
     if context.active:
-        active = {"type": "text", "text": _active_text(context)}
+        active = [{"type": "text", "text": _active_text(context)}]
+        active += [_image_anthropic(image) for image in _active_images(context)]
         if messages[-1]["role"] == "user":
-            messages[-1]["content"].append(active)
+            messages[-1]["content"] += active
         else:
-            messages.append({"role": "user", "content": [active]})
+            messages.append({"role": "user", "content": active})
     request: dict[str, Any] = {"messages": messages}
     if system:
         request["system"] = system
     return request
+
+
+def to_responses(
+    context: AssembledContext, *, tool_prefix: str = "", memo: RenderMemo | None = None
+) -> dict[str, Any]:
+    """``{"input": [...]}`` for the OpenAI Responses API: the system prompt and the metadata as
+    ``developer`` messages, the chat as ``message``, ``function_call`` and
+    ``function_call_output`` items (an assistant's recorded ``reasoning`` items first), the active
+    content as a final user message."""
+    prompt = _system_prompt(context, tool_prefix)
+    items: list[dict[str, Any]] = []
+    if prompt.strip():  # no prompt, no message (as in the other formats)
+        items.append(_responses_message("developer", prompt))
+    if context.metadata:
+        items.append(_responses_message("developer", _metadata_text(context, tool_prefix)))
+    for _, rendered in _each(_paired(context.chat), _responses_items, memo):
+        items += rendered
+    if context.active:
+        active = _responses_message("user", _active_text(context))
+        active["content"] += [_image_responses(image) for image in _active_images(context)]
+        items.append(active)
+    return {"input": items}
+
+
+def _responses_items(message: RenderedMessage) -> list[dict[str, Any]]:
+    if message.role == "user":
+        item = _responses_message("user", message.text)
+        item["content"] += [_image_responses(image) for image in message.images]
+        return [item]
+    if message.role == "tool":
+        output: Any = message.text
+        if message.images:
+            output = [{"type": "input_text", "text": message.text}]
+            output += [_image_responses(image) for image in message.images]
+        call_id = emitted_id(message.toolcall_id or "")
+        return [{"type": "function_call_output", "call_id": call_id, "output": output}]
+    items = [_plain(b) for b in message.reasoning if b.get("type") == "reasoning"]
+    if message.text or not message.tool_calls:
+        items.append(_responses_message("assistant", message.text))
+    items += [
+        {
+            "type": "function_call",
+            "call_id": emitted_id(call.id),
+            "name": call.name,
+            "arguments": _arguments_json(call.arguments),
+        }
+        for call in message.tool_calls
+    ]
+    return items
+
+
+def _responses_message(role: str, text: str) -> dict[str, Any]:
+    part = "output_text" if role == "assistant" else "input_text"
+    return {"type": "message", "role": role, "content": [{"type": part, "text": text}]}
+
+
+def validate_responses(request: Mapping[str, Any]) -> None:
+    """Raise :class:`InvalidRequest` unless ``input`` is a non-empty list of well-formed items
+    (messages with a known role and typed text parts, ``function_call`` items with unique
+    ``call_id``, a name and JSON-string arguments), every ``function_call_output`` answers an
+    earlier call once, and every call is answered."""
+    items = request.get("input") if isinstance(request, Mapping) else None
+    if not isinstance(items, list) or not items:
+        raise InvalidRequest("request", "input", "must be a non-empty list of items")
+    calls: set[str] = set()
+    answered: set[str] = set()
+    for n, item in enumerate(items):
+        kind = item.get("type") if isinstance(item, Mapping) else None
+        if kind == "message":
+            if item.get("role") not in ("system", "developer", "user", "assistant"):
+                raise _bad(n, f"unknown role {item.get('role')!r}")
+            if not _parts(item.get("content"), ("input_text", "output_text", "input_image")):
+                raise _bad(n, "content must be a list of text and image parts")
+        elif kind == "function_call":
+            call_id = item.get("call_id")
+            if not isinstance(call_id, str) or not call_id or call_id in calls:
+                raise _bad(n, f"call_id {call_id!r} is missing or used twice")
+            if not isinstance(item.get("name"), str) or not isinstance(item.get("arguments"), str):
+                raise _bad(n, f"function_call {call_id!r} needs a name and JSON-string arguments")
+            calls.add(call_id)
+        elif kind == "function_call_output":
+            call_id = item.get("call_id")
+            if call_id not in calls or call_id in answered:
+                raise _bad(n, f"output for {call_id!r} answers no pending call")
+            output = item.get("output")
+            if not isinstance(output, str) and not _parts(output, ("input_text", "input_image")):
+                raise _bad(n, "output must be a string or a list of text and image parts")
+            answered.add(call_id)
+        elif kind != "reasoning":
+            raise _bad(n, f"unknown item type {kind!r}")
+    if calls != answered:
+        raise _bad(len(items), f"calls {sorted(calls - answered)} are unanswered")
 
 
 def _bad(n: int, reason: str) -> InvalidRequest:
@@ -237,13 +475,30 @@ def validate_openai(request: Mapping[str, Any]) -> None:
                 pending.append(_openai_call(n, call, seen))
             if not isinstance(content, str) and not (content is None and calls):
                 raise _bad(n, "assistant content must be a string (null only with tool calls)")
-        elif role in ("system", "developer", "user"):
+        elif role in ("system", "developer"):
             if not isinstance(content, str):
                 raise _bad(n, "content must be a string")
+        elif role == "user":
+            if not isinstance(content, str) and not _parts(content, ("text", "image_url")):
+                raise _bad(n, "user content must be a string or a list of text and image parts")
         else:
             raise _bad(n, f"unknown role {role!r}")
     if pending:
         raise _bad(len(messages), f"calls {pending} are unanswered")
+
+
+def _parts(content: Any, kinds: Sequence[str]) -> bool:
+    """``content`` is a non-empty list of parts of the given types, text parts holding text."""
+    return (
+        isinstance(content, list)
+        and bool(content)
+        and all(
+            isinstance(p, Mapping)
+            and p.get("type") in kinds
+            and (not p["type"].endswith("text") or isinstance(p.get("text"), str))
+            for p in content
+        )
+    )
 
 
 def _openai_call(n: int, call: Any, seen: set[str]) -> str:

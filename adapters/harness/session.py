@@ -7,9 +7,14 @@ from typing import Any
 
 from selfctx.adapters.harness.ids import CallIds
 from selfctx.adapters.harness.ingest import Ingestor, IngestResult
-from selfctx.adapters.harness.messages import parse_messages
-from selfctx.adapters.harness.render import to_anthropic, to_openai
-from selfctx.adapters.harness.tools import ToolAnswer, handle_context_tool, tool_schemas
+from selfctx.adapters.harness.messages import FORMATS, parse_messages
+from selfctx.adapters.harness.render import render
+from selfctx.adapters.harness.tools import (
+    ToolAnswer,
+    check_prefix,
+    handle_context_tool,
+    tool_schemas,
+)
 from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.session.state import PolicyConfig
@@ -21,7 +26,9 @@ class HarnessSession:
     """One agent session seen from a harness, in one provider format.
 
     ``ingest`` takes the harness's whole message list every time; ``request`` returns what to
-    send to the provider instead; ``tools`` and ``handle`` give the model its context tools.
+    send to the provider instead; ``tools`` and ``handle`` give the model its context tools,
+    named with ``tool_prefix`` (``context_`` makes ``context_activate``, ...: a harness with a
+    tool of its own called ``activate`` keeps it).
     """
 
     def __init__(
@@ -34,9 +41,11 @@ class HarnessSession:
         cwd: str = "/",
         roots: Sequence[str] = ("/",),
         policy: PolicyConfig | None = None,
+        tool_prefix: str = "",
     ) -> None:
-        if fmt not in ("openai", "anthropic"):
-            raise InvalidInput("format", fmt, "use 'openai' or 'anthropic'")
+        if fmt not in FORMATS:
+            raise InvalidInput("format", fmt, f"use one of {list(FORMATS)}")
+        self.tool_prefix = check_prefix(tool_prefix)
         self.service = service
         self.session_id = session_id
         self.format = fmt
@@ -54,18 +63,19 @@ class HarnessSession:
         return self.ingestor.ingest(parse_messages(messages, self.format, system))
 
     def request(self) -> dict[str, Any]:
-        """The provider request body parts (``messages``, and ``system`` for Anthropic)."""
+        """The provider request body parts (``messages``, and ``system`` for Anthropic; ``input``
+        for Responses)."""
         context = self.service.assemble(self.session_id)
-        return to_openai(context) if self.format == "openai" else to_anthropic(context)
+        return render(context, self.format, tool_prefix=self.tool_prefix)
 
     def tools(self) -> list[dict[str, Any]]:
         """Schemas of the context tools, to add to the harness's own tools."""
-        return tool_schemas(self.format)
+        return tool_schemas(self.format, self.tool_prefix)
 
     def handle(self, name: str, arguments: Mapping[str, Any]) -> ToolAnswer:
-        """Run a context tool call the model made (its ``id`` may be any id the model was shown,
-        or the harness's id of a tool call)."""
+        """Run a context tool call the model made (``name`` as called, with the prefix; its
+        ``id`` may be any id the model was shown, or the harness's id of a tool call)."""
         ref = arguments.get("id") if isinstance(arguments, Mapping) else None
         if isinstance(ref, str):
             arguments = {**arguments, "id": self.ids.resolve(ref)}
-        return handle_context_tool(self.service, self.session_id, name, arguments)
+        return handle_context_tool(self.service, self.session_id, name, arguments, self.tool_prefix)

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import attrs
 
 from selfctx.adapters.harness.messages import FORMATS, parse_messages
-from selfctx.adapters.harness.render import to_anthropic, to_openai
+from selfctx.adapters.harness.render import render
 from selfctx.adapters.harness.rpc import (
     ARRAY,
     INTERNAL_ERROR,
@@ -40,7 +40,7 @@ from selfctx.adapters.harness.rpc import (
     project_error,
 )
 from selfctx.adapters.harness.session import HarnessSession
-from selfctx.adapters.harness.tools import hit_to_json, tool_schemas
+from selfctx.adapters.harness.tools import hit_to_json, is_prefix, tool_schemas
 from selfctx.application.policies import DEFAULT_POLICY, policy_by_name
 from selfctx.application.service import ContextService
 from selfctx.application.usecases.checkpoints import (
@@ -48,7 +48,7 @@ from selfctx.application.usecases.checkpoints import (
     CheckpointInfo,
     RollbackReport,
 )
-from selfctx.domain.errors import InvalidPath, SelfContextError
+from selfctx.domain.errors import InvalidInput, InvalidPath, SelfContextError
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -82,6 +82,10 @@ METHODS: dict[str, Method] = {}
 """Every method the server answers, by name."""
 
 _FORMAT = Check(f"one of {list(FORMATS)}", lambda v: v in FORMATS)
+_PREFIX = Check(
+    "at most 32 letters, digits, '_' or '-'",
+    lambda v: isinstance(v, str) and is_prefix(v),
+)
 _TEXT = Check("a string or an array of content blocks", lambda v: isinstance(v, str | list))
 
 
@@ -176,7 +180,15 @@ def _root_warnings(server: StdioServer, cwd: str, roots: list[str]) -> list[str]
     METHODS,
     "session.open",
     {"session_id": STR},
-    {"system_prompt": STR, "policy": STR, "format": _FORMAT, "cwd": STR, "roots": STRINGS},
+    {
+        "system_prompt": STR,
+        "policy": STR,
+        "format": _FORMAT,
+        "cwd": STR,
+        "roots": STRINGS,
+        "tool_prefix": _PREFIX,
+        "policy_options": OBJECT,
+    },
 )
 def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     session_id = p["session_id"]
@@ -194,6 +206,10 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
             f"session {session_id!r} is already open on this server; close it first",
             session_id=session_id,
         )
+    try:
+        chosen = policy_by_name(policy, **p.get("policy_options", {}))
+    except InvalidInput as exc:
+        raise RpcError.bad_params("policy_options", str(exc)) from exc
     cwd = _absolute(p.get("cwd", server.agent_cwd))
     roots = [_absolute(r) for r in p.get("roots", server.agent_roots)]
     warnings = _root_warnings(server, cwd, roots)
@@ -204,7 +220,8 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
         system_prompt=p.get("system_prompt", ""),
         cwd=cwd,
         roots=roots,
-        policy=policy_by_name(policy),
+        policy=chosen,
+        tool_prefix=p.get("tool_prefix", ""),
     )
     policy = harness.service.state(session_id).policy.name  # a resumed session keeps its own
     server.sessions[session_id] = _Open(harness, policy)
@@ -260,7 +277,7 @@ def _assemble(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
         request = harness.request()
     else:
         context = server.service.assemble(harness.session_id)
-        request = to_openai(context) if fmt == "openai" else to_anthropic(context)
+        request = render(context, fmt, tool_prefix=harness.tool_prefix)
     state = server.service.state(harness.session_id)
     request["stats"] = {
         "index": len(state.index),
@@ -271,7 +288,7 @@ def _assemble(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
         "files": sum(1 for kind in state.kinds.values() if kind == "file"),
         "toolcalls": sum(1 for kind in state.kinds.values() if kind == "toolcall"),
         "turns": len(state.turns),
-        "messages": len(request["messages"]),
+        "messages": len(request["input" if fmt == "responses" else "messages"]),
         "chars": _text_chars(request),
         "log_position": server.service.log_position(harness.session_id),
     }
@@ -296,7 +313,10 @@ def _tools_call(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     """A context tool call the model made, relayed as is: refusals are answers for the model."""
     harness = server.session(p["session_id"]).harness
     answer = harness.handle(p["name"], p.get("arguments", {}))
-    return {"ok": answer.ok, "message": answer.message}
+    out: dict[str, Any] = {"ok": answer.ok, "message": answer.message}
+    if answer.images:  # inline's activate of an output with images: give them back with it
+        out["images"] = list(answer.images)
+    return out
 
 
 _BOOL = Check("a boolean", lambda v: isinstance(v, bool))
@@ -324,9 +344,9 @@ def _discover(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@method(METHODS, "tools", {"format": _FORMAT})
+@method(METHODS, "tools", {"format": _FORMAT}, {"prefix": _PREFIX})
 def _tools(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
-    return {"tools": tool_schemas(p["format"])}
+    return {"tools": tool_schemas(p["format"], p.get("prefix", ""))}
 
 
 _INT = Check("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool))
@@ -398,14 +418,14 @@ def _text_chars(request: Mapping[str, Any]) -> int:
 
     def count(value: Any, key: str = "") -> int:
         if isinstance(value, str):
-            return len(value) if key in ("content", "text") else 0
+            return len(value) if key in ("content", "text", "output") else 0
         if isinstance(value, Mapping):
             return sum(count(v, k) for k, v in value.items())
         if isinstance(value, list):
             return sum(count(v, key) for v in value)
         return 0
 
-    return count(request.get("system", [])) + count(request["messages"])
+    return count(request.get("system", [])) + count(request.get("messages", request.get("input")))
 
 
 def checkpoint_to_json(checkpoint: CheckpointInfo) -> dict[str, Any]:

@@ -35,7 +35,7 @@ def _content_texts(content: Any) -> Iterator[str]:
             if not isinstance(part, Mapping):
                 continue
             kind = part.get("type")
-            if kind == "text" and isinstance(part.get("text"), str):
+            if kind in ("text", "input_text", "output_text") and isinstance(part.get("text"), str):
                 yield part["text"]
             elif kind == "tool_use":
                 yield str(part.get("name") or "")
@@ -44,10 +44,32 @@ def _content_texts(content: Any) -> Iterator[str]:
                 yield from _content_texts(part.get("content"))
 
 
+def _responses_texts(items: Any) -> Iterator[str]:
+    if isinstance(items, str):
+        yield items
+        return
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, Mapping):
+            continue
+        kind = item.get("type", "message")
+        if kind == "message":
+            yield from _content_texts(item.get("content"))
+        elif kind == "function_call":
+            yield str(item.get("name") or "")
+            yield str(item.get("arguments") or "")
+        elif kind == "function_call_output":
+            yield from _content_texts(item.get("output"))
+
+
 def request_texts(request: Mapping[str, Any] | Iterable[Mapping[str, Any]]) -> Iterator[str]:
     """The texts a provider tokenizes in ``request``: an OpenAI or Anthropic request body (a
-    mapping with ``messages``, and ``system`` for Anthropic) or a bare message list."""
+    mapping with ``messages``, and ``system`` for Anthropic), an OpenAI Responses body (``input``
+    items and ``instructions``), or a bare message list."""
     if isinstance(request, Mapping):
+        if "input" in request and "messages" not in request:
+            yield from _content_texts(request.get("instructions"))
+            yield from _responses_texts(request["input"])
+            return
         yield from _content_texts(request.get("system"))
         messages: Iterable[Mapping[str, Any]] = request.get("messages") or ()
     else:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
+from pyrsistent import thaw
 
 from selfctx.application.ports.search import KINDS, ROLES, SearchHit
 from selfctx.application.ports.store import StoreError
@@ -19,15 +20,18 @@ from selfctx.domain.compaction import SUMMARY_ID
 from selfctx.domain.errors import InvalidInput, SelfContextError
 from selfctx.domain.inline import handle
 from selfctx.domain.objects import FileObject, ToolcallObject
-from selfctx.domain.rendering import REPORTED_NOTE
+from selfctx.domain.rendering import REPORTED_NOTE, toolcall_images
 
 __all__ = [
     "CONTEXT_TOOLS",
     "SEARCH_LIMIT",
     "ToolAnswer",
+    "check_prefix",
+    "context_tool",
     "handle_context_tool",
     "hit_to_json",
     "is_context_tool",
+    "is_prefix",
     "tool_schemas",
 ]
 
@@ -55,36 +59,65 @@ _SEARCH_SCHEMA: Final[dict[str, Any]] = {
 }
 MAX_TURNS_CHARS: Final = 24_000
 """The most of the compacted turns ``activate("summary")`` shows at once."""
-_TURNS = re.compile(r"turns?:(\d+)(?:-(\d+))?")
+_TURNS = re.compile(r"turns?:([0-9]{1,9})(?:-([0-9]{1,9}))?")
 SEARCH_LIMIT: Final = 10
 """Hits the model's search returns unless it asks for another number (at most 50)."""
 
 
-def is_context_tool(name: str) -> bool:
-    return name in CONTEXT_TOOLS
+_PREFIX = re.compile(r"[A-Za-z0-9_-]{0,32}")
+"""A prefix keeps names valid for every provider (``^[a-zA-Z0-9_-]{1,64}$``)."""
 
 
-def tool_schemas(fmt: str) -> list[dict[str, Any]]:
-    """The context tools as OpenAI ``tools`` entries or Anthropic tool definitions."""
+def is_prefix(prefix: str) -> bool:
+    """Context tool names may start with ``prefix``."""
+    return _PREFIX.fullmatch(prefix) is not None
+
+
+def check_prefix(prefix: str) -> str:
+    """``prefix`` if context tool names may start with it, else :class:`InvalidInput`."""
+    if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
+        raise InvalidInput(
+            "tool prefix", prefix, "use at most 32 letters, digits, '_' or '-' (e.g. 'context_')"
+        )
+    return prefix
+
+
+def context_tool(name: str, prefix: str = "") -> str | None:
+    """The context tool (``activate``, ...) that ``name`` calls under ``prefix``, or None: a
+    harness's own tool, even one called ``activate`` when the prefix is not empty."""
+    if not name.startswith(prefix):
+        return None
+    bare = name[len(prefix) :]
+    return bare if bare in CONTEXT_TOOLS else None
+
+
+def is_context_tool(name: str, prefix: str = "") -> bool:
+    """``name`` calls a context tool under ``prefix``."""
+    return context_tool(name, prefix) is not None
+
+
+def tool_schemas(fmt: str, prefix: str = "") -> list[dict[str, Any]]:
+    """The context tools as OpenAI ``tools`` entries (``openai``: Chat Completions;
+    ``responses``: the Responses API's flat form) or Anthropic tool definitions, named with
+    ``prefix``."""
+    check_prefix(prefix)
     by_id = {"type": "object", "properties": {"id": _ID}, "required": ["id"]}
-
-    def schema(name: str) -> dict[str, Any]:
-        return _SEARCH_SCHEMA if name == "search" else by_id
-
+    named = [
+        (prefix + n, d, _SEARCH_SCHEMA if n == "search" else by_id)
+        for n, d in CONTEXT_TOOLS.items()
+    ]
     if fmt == "openai":
         return [
-            {
-                "type": "function",
-                "function": {"name": n, "description": d, "parameters": schema(n)},
-            }
-            for n, d in CONTEXT_TOOLS.items()
+            {"type": "function", "function": {"name": n, "description": d, "parameters": p}}
+            for n, d, p in named
+        ]
+    if fmt == "responses":
+        return [
+            {"type": "function", "name": n, "description": d, "parameters": p} for n, d, p in named
         ]
     if fmt == "anthropic":
-        return [
-            {"name": n, "description": d, "input_schema": schema(n)}
-            for n, d in CONTEXT_TOOLS.items()
-        ]
-    raise InvalidInput("format", fmt, "use 'openai' or 'anthropic'")
+        return [{"name": n, "description": d, "input_schema": p} for n, d, p in named]
+    raise InvalidInput("format", fmt, "use 'openai', 'anthropic' or 'responses'")
 
 
 @attrs.frozen
@@ -93,24 +126,34 @@ class ToolAnswer:
 
     ok: bool
     message: str
+    images: tuple[Mapping[str, Any], ...] = ()
+    """Under ``inline``, ``activate`` of a tool output shows it in its answer: with its images,
+    which the harness gives back with the answer's text (neutral form, see ``image_of``)."""
 
 
 def handle_context_tool(
-    service: ContextService, session_id: str, name: str, arguments: Mapping[str, Any]
+    service: ContextService,
+    session_id: str,
+    name: str,
+    arguments: Mapping[str, Any],
+    prefix: str = "",
 ) -> ToolAnswer:
-    """Run one context tool; every refusal becomes a short answer, never an exception — except
-    store failures, which the harness must see.
+    """Run one context tool, ``name`` as the model called it (``prefix`` and the tool's name);
+    every refusal becomes a short answer, never an exception — except store failures, which the
+    harness must see.
 
     Under the ``inline`` policy the prompt is append-only, so ``activate`` answers with the
     object's content (the tool result is where it shows) instead of expanding it in place, and
     ``deactivate`` of a file collapses the tool messages that show it.
     """
-    if name not in CONTEXT_TOOLS:
-        return ToolAnswer(
-            False, f"unknown tool {name!r}; the context tools are {sorted(CONTEXT_TOOLS)}"
-        )
+    called = name
+    bare = context_tool(name, prefix)
+    if bare is None:
+        known = sorted(prefix + n for n in CONTEXT_TOOLS)
+        return ToolAnswer(False, f"unknown tool {called!r}; the context tools are {known}")
+    name = bare
     if name == "search":
-        return _search(service, session_id, arguments)
+        return _search(service, session_id, arguments, prefix)
     object_id = arguments.get("id") if isinstance(arguments, Mapping) else None
     if not isinstance(object_id, str) or not object_id:
         return ToolAnswer(False, f"{name} needs an 'id' argument: the id shown in an object's line")
@@ -118,7 +161,7 @@ def handle_context_tool(
         return _turns(service, session_id, object_id)
     try:
         if service.state(session_id).policy.inline_layout:
-            return _inline(service, session_id, name, object_id)
+            return _inline(service, session_id, name, object_id, prefix)
         result = getattr(service, name)(session_id, object_id)
     except StoreError:
         raise
@@ -127,7 +170,9 @@ def handle_context_tool(
     return ToolAnswer(result.ok, result.message)
 
 
-def _inline(service: ContextService, session_id: str, name: str, ref: str) -> ToolAnswer:
+def _inline(
+    service: ContextService, session_id: str, name: str, ref: str, prefix: str
+) -> ToolAnswer:
     obj = service.object(session_id, ref)
     state = service.state(session_id)
     label = handle(state, obj.id)
@@ -143,7 +188,8 @@ def _inline(service: ContextService, session_id: str, name: str, ref: str) -> To
             what = f"output of {obj.tool} ({obj.status})"
         status = obj.content_status if isinstance(obj, FileObject) else None
         body = obj.content if obj.content is not None else f"(no content: {status or 'empty'})"
-        return ToolAnswer(True, f"[{label} {what}]\n{body}")
+        images = () if isinstance(obj, FileObject) else toolcall_images(state, obj.id)
+        return ToolAnswer(True, f"[{label} {what}]\n{body}", tuple(thaw(i) for i in images))
     if isinstance(obj, FileObject) and name == "deactivate":
         showing = [
             t
@@ -151,7 +197,7 @@ def _inline(service: ContextService, session_id: str, name: str, ref: str) -> To
             if isinstance(o := service.object(session_id, t), ToolcallObject)
             and (
                 obj.id in (o.file_refs or ())
-                or (o.tool == "activate" and _target(service, session_id, o) == obj.id)
+                or (o.tool == prefix + "activate" and _target(service, session_id, o) == obj.id)
             )
         ]
         for t in showing:
@@ -172,7 +218,9 @@ def _target(service: ContextService, session_id: str, call: ToolcallObject) -> s
         return None
 
 
-def _search(service: ContextService, session_id: str, arguments: Mapping[str, Any]) -> ToolAnswer:
+def _search(
+    service: ContextService, session_id: str, arguments: Mapping[str, Any], prefix: str = ""
+) -> ToolAnswer:
     args = arguments if isinstance(arguments, Mapping) else {}
     query = args.get("query")
     if not isinstance(query, str) or not query.strip():
@@ -196,7 +244,8 @@ def _search(service: ContextService, session_id: str, arguments: Mapping[str, An
         return ToolAnswer(True, f"nothing this session has seen matches {query!r}")
     lines = [f"{len(hits)} result(s) for {query!r}, best first:"]
     lines += [_hit_line(service, session_id, hit) for hit in hits]
-    lines.append('activate(id) brings back a tool output or a file, activate("turn:N") a turn.')
+    act = prefix + "activate"
+    lines.append(f'{act}(id) brings back a tool output or a file, {act}("turn:N") a turn.')
     return ToolAnswer(True, "\n".join(lines))
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from selfctx.application.runner import OpenSession, Reads
 from selfctx.application.usecases.base import Deps
-from selfctx.domain.chat import AssistantMessage, ToolCallRequest
+from selfctx.domain.chat import AssistantMessage, ToolCallRequest, freeze_json
 from selfctx.domain.errors import DuplicateObject, InvalidContent, InvalidInput
 from selfctx.domain.identifiers import toolcall_id_problem
 from selfctx.domain.objects import FileView, ToolcallObject, ToolStatus
@@ -69,18 +69,44 @@ def _tool_call_request(call: object) -> ToolCallRequest:
     return call
 
 
+MAX_IMAGE_CHARS = 32 * 1024 * 1024
+"""Characters of the images one message may carry (their base64 text, mostly)."""
+
+
+def _images(images: Sequence[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    """Images as the chat keeps them: JSON objects of type ``image``, bounded in size."""
+    if isinstance(images, str | bytes) or not isinstance(images, Sequence):
+        raise InvalidInput("images", images, "must be a list of image objects")
+    size = 0
+    for image in images:
+        if not isinstance(image, Mapping) or image.get("type") != "image":
+            raise InvalidInput("image", image, "must be a JSON object of type 'image'")
+        _check_json(image, "image", image)
+        size += sum(len(v) for v in image.values() if isinstance(v, str))
+    if size > MAX_IMAGE_CHARS:
+        raise InvalidInput("images", f"{size} characters", f"over the limit of {MAX_IMAGE_CHARS}")
+    return tuple(freeze_json(image) for image in images)
+
+
 class RecordTurn:
     """Append user and assistant messages to the chat; a user message begins a turn."""
 
     def __init__(self, deps: Deps) -> None:
         self._deps = deps
 
-    def user(self, session: OpenSession, text: str) -> None:
-        command = c.RecordUserMessage(_text(text, "user message"))
+    def user(
+        self, session: OpenSession, text: str, images: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        command = c.RecordUserMessage(_text(text, "user message"), _images(images))
         self._deps.runner.execute(session, lambda reads, state: command)
 
     def assistant(
-        self, session: OpenSession, text: str, tool_calls: Sequence[ToolCallRequest] = ()
+        self,
+        session: OpenSession,
+        text: str,
+        tool_calls: Sequence[ToolCallRequest] = (),
+        *,
+        reasoning: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         if isinstance(tool_calls, str | bytes) or not isinstance(tool_calls, Sequence):
             raise InvalidInput("tool calls", tool_calls, "must be a sequence of ToolCallRequest")
@@ -88,8 +114,12 @@ class RecordTurn:
         ids = [call.id for call in tool_calls]
         if len(set(ids)) != len(ids):
             raise InvalidInput("tool calls", ids, "tool-call ids must be unique in a message")
+        if isinstance(reasoning, str | bytes) or not all(
+            isinstance(block, Mapping) and isinstance(block.get("type"), str) for block in reasoning
+        ):
+            raise InvalidInput("reasoning", reasoning, "must be a sequence of typed JSON objects")
         command = c.RecordAssistantMessage(
-            AssistantMessage(_text(text, "assistant message"), tuple(tool_calls))
+            AssistantMessage(_text(text, "assistant message"), tuple(tool_calls), reasoning)
         )
         self._deps.runner.execute(session, lambda reads, state: command)
 
@@ -112,8 +142,10 @@ class RecordToolCall:
         args_display: str | None = None,
         file_refs: Sequence[str] | None = None,
         activate: bool = True,
+        images: Sequence[Mapping[str, Any]] = (),
         file_views: Sequence[FileView] | None = None,
     ) -> ToolcallObject:
+        kept = _images(images)
         if output is not None and not isinstance(output, str):
             raise InvalidContent(
                 toolcall_id, f"tool output must be text, got {type(output).__name__}"
@@ -171,7 +203,7 @@ class RecordToolCall:
                 stored = reads.stored(toolcall.id)
                 if stored is not None and not state.in_index(toolcall.id):
                     raise DuplicateObject(toolcall.id, "another session's object has this id")
-            return c.RecordToolCall(toolcall, activate)
+            return c.RecordToolCall(toolcall, activate, kept)
 
         self._deps.runner.execute(session, build)
         return toolcall

@@ -6,7 +6,8 @@ source, the system prompt object) and puts it in the command, so that deciding s
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from collections.abc import Mapping
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
@@ -79,6 +80,8 @@ class RecordUserMessage:
 
     text: str
     """The message text."""
+    images: tuple[Mapping[str, Any], ...] = ()
+    """Images that came with it (JSON objects, see ``UserMessage.images``)."""
 
 
 @attrs.frozen
@@ -98,6 +101,8 @@ class RecordToolCall:
     activate: bool = True
     """Auto-activate it (SSOT §5.7). False for a call whose output is recorded as a file object
     (a whole-file read, see docs/decisions/0006): the file is active instead."""
+    images: tuple[Mapping[str, Any], ...] = ()
+    """Images the tool returned with its output."""
 
 
 @attrs.frozen

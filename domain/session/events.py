@@ -7,11 +7,12 @@ never needs the content. After a reload from the log, ``version`` is None.
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
-from selfctx.domain.chat import AssistantMessage, Turn
+from selfctx.domain.chat import AssistantMessage, Turn, freeze_json
 from selfctx.domain.indexing import Outcome
 from selfctx.domain.objects import FileObject, SummaryObject, SystemPromptObject, ToolcallObject
 from selfctx.domain.session.commands import Trigger
@@ -44,6 +45,10 @@ __all__ = [
 _version_field = attrs.field(default=None, eq=False, repr=False)
 
 
+def _images(items: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    return tuple(freeze_json(item) for item in items)
+
+
 @attrs.frozen
 class SessionStarted:
     """The session exists, with its system prompt and chat."""
@@ -72,6 +77,7 @@ class UserMessageRecorded:
     """A user message was appended; a new turn began."""
 
     text: str
+    images: tuple[Mapping[str, Any], ...] = attrs.field(converter=_images, default=())
 
 
 @attrs.frozen
@@ -88,6 +94,8 @@ class ToolCallRecorded:
     object_id: str
     object_hash: str
     version: ToolcallObject | None = _version_field
+    images: tuple[Mapping[str, Any], ...] = attrs.field(converter=_images, default=())
+    """Images the tool returned with its output (kept in the chat, beside its reference)."""
 
 
 @attrs.frozen

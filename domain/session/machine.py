@@ -211,23 +211,23 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
     match cmd:
         case c.SetSystemPrompt(system_prompt=prompt):
             return [e.SystemPromptSet(prompt.id, prompt.object_hash, prompt)]
-        case c.RecordUserMessage(text=text):
+        case c.RecordUserMessage(text=text, images=images):
             every = state.policy.checkpoint_every
             turn = state.current_turn + 1
             if every is not None and (turn - 1) % every == 0:
                 label = _fresh_label(state, f"before-turn-{turn}")
-                return [e.CheckpointCreated(label, auto=True), e.UserMessageRecorded(text)]
-            return [e.UserMessageRecorded(text)]
+                return [e.CheckpointCreated(label, auto=True), e.UserMessageRecorded(text, images)]
+            return [e.UserMessageRecorded(text, images)]
         case c.RecordAssistantMessage(message=message):
             for call in message.tool_calls:
                 _require_toolcall_id(call.id)
             return [e.AssistantMessageRecorded(message)]
-        case c.RecordToolCall(toolcall=toolcall, activate=activate):
+        case c.RecordToolCall(toolcall=toolcall, activate=activate, images=images):
             _require_toolcall_id(toolcall.id)
             if state.in_index(toolcall.id):
                 raise DuplicateObject(toolcall.id, "this session already recorded that tool call")
             recorded: list[e.Event] = [
-                e.ToolCallRecorded(toolcall.id, toolcall.object_hash, toolcall),
+                e.ToolCallRecorded(toolcall.id, toolcall.object_hash, toolcall, images),
                 e.ObjectEncountered(toolcall.id, "toolcall"),
             ]
             if activate:
@@ -388,13 +388,13 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
                 window=event.window,
                 policy=event.policy,
             )
-        case e.UserMessageRecorded(text=text):
-            turn = Turn(number=len(state.turns), messages=(UserMessage(text),))
+        case e.UserMessageRecorded(text=text, images=images):
+            turn = Turn(number=len(state.turns), messages=(UserMessage(text, images),))
             return attrs.evolve(state, turns=state.turns.append(turn))
         case e.AssistantMessageRecorded(message=message):
             return _append_to_current_turn(state, message)
-        case e.ToolCallRecorded(object_id=object_id):
-            state = _append_to_current_turn(state, ToolResult(object_id))
+        case e.ToolCallRecorded(object_id=object_id, images=images):
+            state = _append_to_current_turn(state, ToolResult(object_id, images))
             return attrs.evolve(
                 state, toolcall_turn=state.toolcall_turn.set(object_id, state.current_turn)
             )

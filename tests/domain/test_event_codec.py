@@ -59,7 +59,13 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
         AssistantMessage,
         TEXT,
         st.lists(st.builds(ToolCallRequest, TEXT, TEXT, ARGS), max_size=2).map(tuple),
+        st.lists(
+            st.fixed_dictionaries({"type": st.just("thinking"), "signature": TEXT}), max_size=2
+        ),
     ),
+    "images": st.lists(
+        st.fixed_dictionaries({"type": st.just("image"), "url": TEXT}), max_size=2
+    ).map(tuple),
     "outcome": st.sampled_from([Outcome.CREATED, Outcome.UPDATED]),
     "trigger": st.sampled_from(
         ["agent_read", "agent_view", "agent_write", "watcher", "resume", "activation", "restore"]

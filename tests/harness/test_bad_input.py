@@ -112,7 +112,7 @@ def test_openai_malformed_lists_change_nothing(case: str) -> None:
 
 
 ANTHROPIC_CASES: dict[str, list[Any]] = {
-    "system role in the list": [{"role": "system", "content": "x"}],
+    "system role with integer content": [{"role": "system", "content": 3}],
     "tool role": [{"role": "tool", "content": "x"}],
     "integer content": [{"role": "user", "content": 3}],
     "null content": [{"role": "assistant", "content": None}],

@@ -445,7 +445,7 @@ def bad_tail(draw: st.DrawFn, fmt: str, history: list[Item], names: Names) -> tu
     else:
         use = {"type": "tool_use", "id": new_id, "name": "bash", "input": {}}
         options = [
-            ([{"role": "system", "content": "x"}], 0),
+            ([{"role": "system", "content": 7}], 0),
             ([{"role": "user", "content": 42}], 0),
             (
                 [

@@ -80,11 +80,12 @@ def test_openai_content_parts_and_null_content() -> None:
         ]
     )
     assert [(m.role, m.text) for m in messages] == [
-        ("user", "look at [image_url]this"),
+        ("user", "look at this"),
         ("assistant", ""),
         ("tool", "a.py"),
         ("assistant", ""),
     ]
+    assert messages[0].images == ({"type": "image", "url": "data:..."},)  # issue 15 item 15
 
 
 def test_openai_parallel_calls_keep_their_order() -> None:
@@ -193,6 +194,7 @@ def test_anthropic_blocks_and_values() -> None:
                     "toolu_2", "str_replace_editor", {"command": "view", "path": "/testbed/a.py"}
                 ),
             ),
+            reasoning=({"type": "thinking", "thinking": "hmm", "signature": "s"},),
         ),
         Message("tool", "x = 1\n", tool_call_id="toolu_1"),
         Message("tool", "view", tool_call_id="toolu_2", is_error=True),
@@ -207,11 +209,16 @@ def test_anthropic_system_as_blocks_and_absent() -> None:
     assert parse_anthropic([a_user("hi")]) == [Message("user", "hi")]
 
 
-def test_anthropic_text_blocks_join_with_newlines_and_images_are_marked() -> None:
-    [message] = parse_anthropic(
-        [a_user("one", {"type": "image", "source": {}}, "two", {"type": "document"})]
+def test_anthropic_text_blocks_join_with_newlines_images_are_kept_documents_marked() -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "QQ"}}
+    [message] = parse_anthropic([a_user("one", image, "two", {"type": "document"})])
+    assert message == Message(
+        "user",
+        "one\ntwo\n[document]",
+        images=({"type": "image", "url": "data:image/png;base64,QQ"},),
     )
-    assert message == Message("user", "one\n[image]\ntwo\n[document]")
+    with pytest.raises(MalformedMessage, match="source"):
+        parse_anthropic([a_user("one", {"type": "image", "source": {}})])
 
 
 def test_anthropic_user_message_of_only_results_has_no_user_part() -> None:

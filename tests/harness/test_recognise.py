@@ -828,3 +828,37 @@ def test_older_openhands_output_ends_with_the_shell_prompt() -> None:
 def test_a_last_line_like_a_prompt_in_a_plain_output_stays() -> None:
     text = "[submodule]\n\turl = git@github.com:org/repo.git #\n"
     assert unwrap_output(text.rstrip("\n")) == (text.rstrip("\n"), None)
+
+
+def test_claude_codes_numbered_read_is_the_file() -> None:
+    """Claude Code's Read numbers every line ("1\\tline"); the file is the text without them."""
+    output = "1\tdef add(a, b):\n2\t    return a - b\n3\t"
+    assert recognise("Read", {"file_path": "/w/calc.py"}, output, "/w") == [
+        FileRead("/w/calc.py", "def add(a, b):\n    return a - b\n")
+    ]
+    # a read from an offset is a partial view: the lines it showed (decision 0020), no read
+    partial = recognise("Read", {"file_path": "/w/calc.py", "offset": 2}, output, "/w")
+    assert not any(isinstance(effect, FileRead) for effect in partial)
+
+
+def test_codex_exec_command_results() -> None:
+    done = (
+        "Chunk ID: 1f\nWall time: 0.0 seconds\nProcess exited with code 0\n"
+        "Original token count: 9\nOutput:\n"
+    )
+    args = {"cmd": "cat calc.py", "workdir": "/w/src"}
+    assert recognise("exec_command", args, done + "x = 1\n", "/w") == [
+        FileRead("/w/src/calc.py", "x = 1\n")
+    ]
+    running = "Chunk ID: 1f\nWall time: 10.0 seconds\nProcess running with session ID 3\nOutput:\n"
+    assert recognise("exec_command", args, running + "x = 1\n", "/w") == []
+    cut = done + "x = 1\n…120 tokens truncated…\n"
+    assert recognise("exec_command", args, cut, "/w") == []
+
+
+def test_pi_edits_are_replacements() -> None:
+    edits = [{"oldText": "a - b", "newText": "a + b"}, {"oldText": "x", "newText": "y"}]
+    assert recognise("edit", {"path": "calc.py", "edits": edits}, "ok", "/w") == [
+        FileEdit("/w/calc.py", "a - b", "a + b"),
+        FileEdit("/w/calc.py", "x", "y"),
+    ]

@@ -1,0 +1,188 @@
+"""``selfctx proxy``: the context manager as a model-API endpoint, for unchanged agents.
+
+Point an agent's base URL at the proxy: it serves Anthropic Messages, OpenAI Chat Completions and
+OpenAI Responses, replaces each request by the managed one and forwards it upstream. The address
+and how to point each client at it are printed on stdout when it is ready; one log line per request
+goes to stderr. See docs/harness.md ("A model-API proxy").
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+from selfctx.adapters.bootstrap import build_service, open_store
+from selfctx.application.policies import policy_by_name
+from selfctx.domain.errors import InvalidInput
+
+TOKEN_ENV = "SELFCTX_PROXY_TOKEN"
+_LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    token: str | None
+    if args.token_file:
+        with open(args.token_file, encoding="utf-8") as handle:
+            token = handle.read().strip()
+    else:
+        token = os.environ.get(TOKEN_ENV) or None
+    if token is not None and len(token) < 16:
+        raise InvalidInput("proxy token", "(hidden)", "use at least 16 characters")
+    if args.host not in _LOOPBACK and token is None:
+        raise InvalidInput(
+            "host",
+            args.host,
+            f"serving beyond this machine needs a token: set ${TOKEN_ENV} or give --token-file "
+            "(clients then send it as the x-selfctx-token header or use the base URL "
+            "http://HOST:PORT/t/TOKEN)",
+        )
+    return token
+
+
+def _option(text: str) -> tuple[str, int]:
+    name, _, value = text.partition("=")
+    if not name or not value.strip().isdigit():
+        raise InvalidInput("policy option", text, "use NAME=INTEGER, e.g. trigger_tokens=20000")
+    return name.strip(), int(value)
+
+
+def _banner(base: str, config: Any, store: str, policy: str) -> str:
+    root = f"{base}/t/<TOKEN>" if config.token else base
+    return "\n".join(
+        [
+            f"selfctx proxy listening on {base} (store {store}, policy {policy}, context tools "
+            f"{config.tool_prefix}activate/deactivate/pin/unpin)",
+            f"  upstreams: Anthropic {config.upstream_anthropic}, OpenAI {config.upstream_openai}",
+            f"  Claude Code:  ANTHROPIC_BASE_URL={root} claude",
+            f"  Codex CLI:    codex -c model_provider=selfctx "
+            f'-c \'model_providers.selfctx={{name="selfctx", base_url="{root}/v1", '
+            f'env_key="OPENAI_API_KEY", wire_api="responses"}}\'',
+            f"  aider:        OPENAI_API_BASE={root}/v1 aider --model openai/<model>",
+            f"  other OpenAI clients: base URL {root}/v1; Anthropic clients: {root}",
+            "  a client may name its session with the header x-selfctx-session",
+        ]
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    # imported here: the ASGI stack loads only for the command that serves
+    from selfctx.adapters.proxy import Proxy, ProxyConfig
+    from selfctx.adapters.proxy.serving import bind, serve
+
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=args.log_level.upper(),
+        format="selfctx proxy: %(levelname)s %(message)s",
+    )
+    for noisy in ("httpx", "httpcore"):  # their request lines would repeat ours
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    token = _token(args)
+    options = dict(_option(o) for o in args.policy_option)
+    policy_by_name(args.policy, **options)  # refuse a bad policy before serving
+    workspace = os.path.realpath(args.workspace or os.getcwd())
+    roots = tuple(os.path.realpath(r) for r in args.root) or (workspace,)
+    config = ProxyConfig(
+        upstream_anthropic=args.upstream_anthropic,
+        upstream_openai=args.upstream_openai,
+        tool_prefix=args.tool_prefix,
+        policy=args.policy,
+        policy_options=options,
+        cwd=workspace,
+        roots=roots,
+        max_body_bytes=args.max_body_mb * 1024 * 1024,
+        max_rounds=args.max_rounds,
+        token=token,
+    )
+    sock = bind(args.host, args.port)  # before the store: a taken port fails fast
+    store = open_store(args.store)
+    service = None
+    try:
+        service = build_service(
+            store=store, workspace=workspace, roots=list(roots), track=not args.no_track
+        )
+        proxy = Proxy(service, config)
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        base = f"http://{host}:{sock.getsockname()[1]}"
+        policy = args.policy or service.settings.policy.name
+        print(_banner(base, config, args.store, policy), flush=True)
+        serve(proxy.app, sock, log_level="warning")
+    finally:
+        if service is not None:
+            service.close()
+        store.close()
+        sock.close()
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "proxy",
+        help="serve Anthropic and OpenAI model APIs, managing every request's context",
+        description="A model-API proxy: point an agent's base URL at it (Claude Code, Codex CLI, "
+        "aider, any Anthropic or OpenAI client). Each request is ingested into its session and "
+        "replaced by the managed request; the context tools are answered by the proxy. "
+        "See docs/harness.md.",
+    )
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: "
+        f"127.0.0.1; any other needs a token, ${TOKEN_ENV} or --token-file)",
+    )
+    parser.add_argument("--port", type=int, default=8788, help="port (default 8788; 0: any free)")
+    parser.add_argument(
+        "--upstream-anthropic",
+        default=os.environ.get("SELFCTX_UPSTREAM_ANTHROPIC", "https://api.anthropic.com"),
+        metavar="URL",
+        help="where Anthropic requests go (default https://api.anthropic.com)",
+    )
+    parser.add_argument(
+        "--upstream-openai",
+        default=os.environ.get("SELFCTX_UPSTREAM_OPENAI", "https://api.openai.com"),
+        metavar="URL",
+        help="where OpenAI requests go (default https://api.openai.com; a trailing /v1 is fine)",
+    )
+    parser.add_argument(
+        "--store", default="memory", help="memory (default), xtdb://HOST:PORT or auto"
+    )
+    parser.add_argument("--policy", default=None, help="layout policy of new sessions")
+    parser.add_argument(
+        "--policy-option",
+        metavar="NAME=N",
+        action="append",
+        default=[],
+        help="override a field of the policy (repeatable), e.g. trigger_tokens=20000",
+    )
+    parser.add_argument(
+        "--tool-prefix",
+        default="context_",
+        help="prefix of the context tools' names (default context_: context_activate, ...)",
+    )
+    parser.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="the agents' working directory (default: the current directory)",
+    )
+    parser.add_argument(
+        "--root",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="a directory files may be read from (repeatable; default: workspace)",
+    )
+    parser.add_argument("--token-file", metavar="FILE", help="a file holding the proxy's token")
+    parser.add_argument("--max-body-mb", type=int, default=32, help="largest request body (MB)")
+    parser.add_argument(
+        "--max-rounds",
+        type=int,
+        default=5,
+        help="context-tool rounds per request before the model must answer",
+    )
+    parser.add_argument("--no-track", action="store_true", help="do not watch files read")
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
+    parser.set_defaults(handler=_run)

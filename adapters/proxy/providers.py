@@ -1,0 +1,547 @@
+"""The three model APIs the proxy serves, each as one :class:`Provider`: where a request keeps its
+conversation, how the managed request is built, how a response (JSON or a stream of events) names
+its tool calls, and how a response is given back without the context tool calls.
+
+A response is always handled in the provider's own shape: the proxy only removes what it answered
+itself (its context tool calls) and renumbers what follows, so everything else a provider sends
+(usage, ids, stop reasons, signatures, fields added after this was written) reaches the client.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, ClassVar
+
+import attrs
+
+from selfctx.adapters.harness.messages import (
+    MalformedMessage,
+    Message,
+    parse_anthropic,
+    parse_openai,
+    parse_responses,
+)
+from selfctx.adapters.proxy.sse import Event, encode
+
+__all__ = ["PROVIDERS", "Anthropic", "BadRequest", "Call", "Chat", "Provider", "Responses"]
+
+
+class BadRequest(ValueError):
+    """The client's body is not a request of its API (the message says what is wrong)."""
+
+
+@attrs.frozen
+class Call:
+    """A tool call in a response: its id, the tool's name, and its position (Anthropic: content
+    block index; Chat Completions: ``tool_calls`` index; Responses: ``output`` index)."""
+
+    id: str
+    name: str
+    position: int
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadRequest(f"{what} must be a JSON object")
+    return value
+
+
+def _shift(position: int, removed: Collection[int]) -> int:
+    return position - sum(1 for r in removed if r < position)
+
+
+class Provider:
+    """What the proxy needs to know about one API (subclasses fill it in)."""
+
+    name: ClassVar[str]
+    """The harness format of its conversations: ``anthropic``, ``openai`` or ``responses``."""
+    path: ClassVar[str]
+    family: ClassVar[str]
+    """Which upstream serves it: ``anthropic`` or ``openai``."""
+
+    def conversation(self, body: Mapping[str, Any]) -> tuple[Any, Any]:
+        """``(messages, system)`` of a request, as ``parse_messages`` takes them."""
+        raise NotImplementedError
+
+    def parse_items(self, items: list[Any], offset: int) -> list[Message]:
+        """Items of a request's conversation in the neutral form (raises ``MalformedMessage``)."""
+        raise NotImplementedError
+
+    def first_user_text(self, body: Mapping[str, Any]) -> str:
+        """The text of the conversation's first user message, parsing no more than it takes."""
+        items, _system = self.conversation(body)
+        if isinstance(items, str):
+            return items
+        for index, item in enumerate(items):
+            if isinstance(item, dict) and item.get("role") == "user":
+                for message in self.parse_items([item], index):
+                    if message.role == "user":
+                        return message.text
+        return ""
+
+    def managed(
+        self, body: Mapping[str, Any], rendered: Mapping[str, Any], tools: Sequence[Any]
+    ) -> dict[str, Any]:
+        """The client's request with its conversation replaced by ``rendered`` and ``tools``
+        (the context tools) added to its own; every other field is kept."""
+        raise NotImplementedError
+
+    def calls(self, response: Mapping[str, Any]) -> list[Call]:
+        """The tool calls a (non-streamed or accumulated) response makes."""
+        raise NotImplementedError
+
+    def assistant(self, response: Mapping[str, Any]) -> Message | None:
+        """The response as an assistant message, or None if it cannot be read as one."""
+        raise NotImplementedError
+
+    def without(self, response: Mapping[str, Any], ids: Collection[str]) -> dict[str, Any]:
+        """The response without the tool calls ``ids`` (the proxy answered them)."""
+        raise NotImplementedError
+
+    def accumulate(self, events: Sequence[Event]) -> dict[str, Any]:
+        """The response a stream of events amounts to (the non-streamed shape)."""
+        raise NotImplementedError
+
+    def filter_events(self, events: Sequence[Event], calls: Sequence[Call]) -> list[str]:
+        """The stream without the events of ``calls``, as SSE text, positions renumbered."""
+        raise NotImplementedError
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        """An error in the API's own shape."""
+        raise NotImplementedError
+
+    def error_event(self, message: str) -> str:
+        """An error in the middle of a stream, as the API streams one."""
+        raise NotImplementedError
+
+    def client_key(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> str | None:
+        """The conversation id the client sends with its requests, if it sends one."""
+        return None
+
+    def streamed(self, body: Mapping[str, Any]) -> bool:
+        return body.get("stream") is True
+
+
+# -- Anthropic Messages ------------------------------------------------------------------------
+
+_ANTHROPIC_ERRORS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+class Anthropic(Provider):
+    """``POST /v1/messages``."""
+
+    name = "anthropic"
+    path = "/v1/messages"
+    family = "anthropic"
+    MAX_BREAKPOINTS: ClassVar[int] = 4
+    """``cache_control`` marks the API accepts in one request."""
+
+    def conversation(self, body: Mapping[str, Any]) -> tuple[Any, Any]:
+        return body.get("messages"), body.get("system")
+
+    def parse_items(self, items: list[Any], offset: int) -> list[Message]:
+        return parse_anthropic(items, offset=offset)
+
+    def breakpoints_left(self, body: Mapping[str, Any]) -> int:
+        """Cache marks left for the managed conversation after the client's tools took theirs."""
+        used = sum(
+            1 for t in body.get("tools") or () if isinstance(t, dict) and "cache_control" in t
+        )
+        return self.MAX_BREAKPOINTS - used
+
+    def managed(
+        self, body: Mapping[str, Any], rendered: Mapping[str, Any], tools: Sequence[Any]
+    ) -> dict[str, Any]:
+        out = dict(body)
+        out["messages"] = rendered["messages"]
+        out["system"] = rendered["system"]
+        out["tools"] = [*(body.get("tools") or ()), *tools]
+        return out
+
+    def calls(self, response: Mapping[str, Any]) -> list[Call]:
+        return [
+            Call(str(b.get("id")), str(b.get("name")), n)
+            for n, b in enumerate(response.get("content") or ())
+            if isinstance(b, dict) and b.get("type") == "tool_use"
+        ]
+
+    def assistant(self, response: Mapping[str, Any]) -> Message | None:
+        content = response.get("content")
+        if not isinstance(content, list):
+            return None
+        try:
+            parsed = parse_anthropic([{"role": "assistant", "content": content}])
+        except MalformedMessage:
+            return None
+        return parsed[0] if parsed else None
+
+    def without(self, response: Mapping[str, Any], ids: Collection[str]) -> dict[str, Any]:
+        out = dict(response)
+        out["content"] = [
+            b
+            for b in response.get("content") or ()
+            if not (b.get("type") == "tool_use" and b.get("id") in ids)
+        ]
+        return out
+
+    def accumulate(self, events: Sequence[Event]) -> dict[str, Any]:
+        message: dict[str, Any] = {"type": "message", "role": "assistant", "content": []}
+        blocks: dict[int, dict[str, Any]] = {}
+        partial: dict[int, list[str]] = {}
+        for event in events:
+            data = event.data if isinstance(event.data, dict) else {}
+            kind = data.get("type")
+            if kind == "message_start":
+                message = copy.deepcopy(data.get("message") or message)
+            elif kind == "content_block_start":
+                index = int(data.get("index", len(blocks)))
+                blocks[index] = copy.deepcopy(data.get("content_block") or {})
+            elif kind == "content_block_delta":
+                index = int(data.get("index", 0))
+                block = blocks.setdefault(index, {})
+                delta = data.get("delta") or {}
+                _apply_anthropic_delta(block, delta, partial.setdefault(index, []))
+            elif kind == "message_delta":
+                message.update(data.get("delta") or {})
+                if isinstance(data.get("usage"), dict):
+                    message["usage"] = {**(message.get("usage") or {}), **data["usage"]}
+        for index, pieces in partial.items():
+            text = "".join(pieces)
+            try:
+                blocks[index]["input"] = json.loads(text) if text.strip() else {}
+            except json.JSONDecodeError:
+                blocks[index]["input"] = {}
+        message["content"] = [blocks[i] for i in sorted(blocks)]
+        return message
+
+    def filter_events(self, events: Sequence[Event], calls: Sequence[Call]) -> list[str]:
+        removed = {c.position for c in calls}
+        out = []
+        for event in events:
+            data = event.data
+            if (
+                isinstance(data, dict)
+                and "index" in data
+                and data.get("type", "").startswith("content_block")
+            ):
+                index = int(data["index"])
+                if index in removed:
+                    continue
+                if _shift(index, removed) != index:
+                    out.append(encode({**data, "index": _shift(index, removed)}, event.name))
+                    continue
+            out.append(event.raw)
+        return out
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        kind = _ANTHROPIC_ERRORS.get(status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": message}}
+
+    def error_event(self, message: str) -> str:
+        return encode(self.error_body(500, message), "error")
+
+    def client_key(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> str | None:
+        session = headers.get("x-claude-code-session-id")
+        if session:
+            return session
+        user = (body.get("metadata") or {}).get("user_id") if isinstance(body, dict) else None
+        if not isinstance(user, str) or not user:
+            return None
+        try:  # Claude Code puts a JSON object there, with the session among its fields
+            decoded = json.loads(user)
+        except json.JSONDecodeError:
+            return user
+        if isinstance(decoded, dict) and isinstance(decoded.get("session_id"), str):
+            return str(decoded["session_id"])
+        return user
+
+
+def _apply_anthropic_delta(
+    block: dict[str, Any], delta: Mapping[str, Any], json_parts: list[str]
+) -> None:
+    kind = delta.get("type")
+    if kind == "text_delta":
+        block["text"] = block.get("text", "") + str(delta.get("text", ""))
+    elif kind == "input_json_delta":
+        json_parts.append(str(delta.get("partial_json", "")))
+    elif kind == "thinking_delta":
+        block["thinking"] = block.get("thinking", "") + str(delta.get("thinking", ""))
+    elif kind == "signature_delta":
+        block["signature"] = block.get("signature", "") + str(delta.get("signature", ""))
+    elif kind == "citations_delta":
+        block.setdefault("citations", []).append(delta.get("citation"))
+
+
+# -- OpenAI Chat Completions -------------------------------------------------------------------
+
+
+def _openai_error(status: int, message: str) -> dict[str, Any]:
+    kind = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}.get(
+        status, "invalid_request_error" if status < 500 else "server_error"
+    )
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+class Chat(Provider):
+    """``POST /v1/chat/completions``."""
+
+    name = "openai"
+    path = "/v1/chat/completions"
+    family = "openai"
+
+    def conversation(self, body: Mapping[str, Any]) -> tuple[Any, Any]:
+        return body.get("messages"), None
+
+    def parse_items(self, items: list[Any], offset: int) -> list[Message]:
+        return parse_openai(items, offset=offset)
+
+    def managed(
+        self, body: Mapping[str, Any], rendered: Mapping[str, Any], tools: Sequence[Any]
+    ) -> dict[str, Any]:
+        out = dict(body)
+        out["messages"] = rendered["messages"]
+        out["tools"] = [*(body.get("tools") or ()), *tools]
+        return out
+
+    @staticmethod
+    def _message(response: Mapping[str, Any]) -> dict[str, Any]:
+        choices = response.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            message = choices[0].get("message")
+            if isinstance(message, dict):
+                return message
+        return {}
+
+    def calls(self, response: Mapping[str, Any]) -> list[Call]:
+        return [
+            Call(str(c.get("id")), str((c.get("function") or {}).get("name")), n)
+            for n, c in enumerate(self._message(response).get("tool_calls") or ())
+            if isinstance(c, dict)
+        ]
+
+    def assistant(self, response: Mapping[str, Any]) -> Message | None:
+        message = self._message(response)
+        if not message:
+            return None
+        try:
+            parsed = parse_openai([{**message, "role": "assistant"}])
+        except MalformedMessage:
+            return None
+        return parsed[0]
+
+    def without(self, response: Mapping[str, Any], ids: Collection[str]) -> dict[str, Any]:
+        out = copy.deepcopy(dict(response))
+        message = self._message(out)
+        kept = [c for c in message.get("tool_calls") or () if c.get("id") not in ids]
+        if kept:
+            message["tool_calls"] = kept
+        else:
+            message.pop("tool_calls", None)
+        return out
+
+    def accumulate(self, events: Sequence[Event]) -> dict[str, Any]:
+        response: dict[str, Any] = {"object": "chat.completion", "choices": []}
+        message: dict[str, Any] = {"role": "assistant", "content": None}
+        calls: dict[int, dict[str, Any]] = {}
+        finish = None
+        for event in events:
+            chunk = event.data if isinstance(event.data, dict) else None
+            if chunk is None:
+                continue
+            for key in ("id", "created", "model", "system_fingerprint", "usage"):
+                if chunk.get(key) is not None:
+                    response[key] = chunk[key]
+            for choice in chunk.get("choices") or ():
+                if choice.get("index", 0) != 0:
+                    continue
+                delta = choice.get("delta") or {}
+                if isinstance(delta.get("content"), str):
+                    message["content"] = (message["content"] or "") + delta["content"]
+                for piece in delta.get("tool_calls") or ():
+                    call = calls.setdefault(
+                        int(piece.get("index", 0)),
+                        {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                    )
+                    call["id"] = piece.get("id") or call["id"]
+                    function = piece.get("function") or {}
+                    call["function"]["name"] += function.get("name") or ""
+                    call["function"]["arguments"] += function.get("arguments") or ""
+                finish = choice.get("finish_reason") or finish
+        if calls:
+            message["tool_calls"] = [calls[i] for i in sorted(calls)]
+        response["choices"] = [{"index": 0, "message": message, "finish_reason": finish}]
+        return response
+
+    def filter_events(self, events: Sequence[Event], calls: Sequence[Call]) -> list[str]:
+        removed = {c.position for c in calls}
+        out = []
+        for event in events:
+            chunk = event.data
+            pieces = [
+                p
+                for choice in (chunk.get("choices") or () if isinstance(chunk, dict) else ())
+                for p in (choice.get("delta") or {}).get("tool_calls") or ()
+            ]
+            if not pieces:
+                out.append(event.raw)
+                continue
+            chunk = copy.deepcopy(chunk)
+            for choice in chunk["choices"]:
+                delta = choice.get("delta") or {}
+                if "tool_calls" not in delta:
+                    continue
+                kept = []
+                for piece in delta["tool_calls"]:
+                    index = int(piece.get("index", 0))
+                    if index not in removed:
+                        kept.append({**piece, "index": _shift(index, removed)})
+                if kept:
+                    delta["tool_calls"] = kept
+                else:
+                    del delta["tool_calls"]
+            out.append(encode(chunk))
+        return out
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        return _openai_error(status, message)
+
+    def error_event(self, message: str) -> str:
+        return encode(_openai_error(500, message))
+
+
+# -- OpenAI Responses --------------------------------------------------------------------------
+
+
+class Responses(Provider):
+    """``POST /v1/responses``."""
+
+    name = "responses"
+    path = "/v1/responses"
+    family = "openai"
+
+    def conversation(self, body: Mapping[str, Any]) -> tuple[Any, Any]:
+        return body.get("input"), body.get("instructions")
+
+    def parse_items(self, items: list[Any], offset: int) -> list[Message]:
+        return parse_responses(items, offset=offset)
+
+    def managed(
+        self, body: Mapping[str, Any], rendered: Mapping[str, Any], tools: Sequence[Any]
+    ) -> dict[str, Any]:
+        out = dict(body)
+        out.pop("instructions", None)  # the system prompt is the first item of the input now
+        out["input"] = rendered["input"]
+        out["tools"] = [*(body.get("tools") or ()), *tools]
+        return out
+
+    def calls(self, response: Mapping[str, Any]) -> list[Call]:
+        return [
+            Call(str(item.get("call_id")), str(item.get("name")), n)
+            for n, item in enumerate(response.get("output") or ())
+            if isinstance(item, dict) and item.get("type") == "function_call"
+        ]
+
+    def assistant(self, response: Mapping[str, Any]) -> Message | None:
+        output = response.get("output")
+        if not isinstance(output, list):
+            return None
+        items = [
+            {**item, "role": "assistant"} if item.get("type") == "message" else item
+            for item in output
+            if isinstance(item, dict)
+        ]
+        try:
+            parsed = parse_responses(items)
+        except MalformedMessage:
+            return None
+        assistants = [m for m in parsed if m.role == "assistant"]
+        if len(assistants) != 1:
+            return None
+        return assistants[0]
+
+    def without(self, response: Mapping[str, Any], ids: Collection[str]) -> dict[str, Any]:
+        out = dict(response)
+        out["output"] = _without_calls(response.get("output") or (), ids)
+        return out
+
+    def accumulate(self, events: Sequence[Event]) -> dict[str, Any]:
+        response: dict[str, Any] = {"object": "response", "output": []}
+        done: dict[int, Any] = {}
+        for event in events:
+            data = event.data if isinstance(event.data, dict) else {}
+            kind = data.get("type", event.name)
+            if isinstance(data.get("response"), dict):
+                response = copy.deepcopy(data["response"])
+            if kind == "response.output_item.done":
+                done[int(data.get("output_index", len(done)))] = data.get("item")
+        if not response.get("output") and done:
+            response["output"] = [done[i] for i in sorted(done)]
+        return response
+
+    def filter_events(self, events: Sequence[Event], calls: Sequence[Call]) -> list[str]:
+        removed = {c.position for c in calls}
+        ids = {c.id for c in calls}
+        out = []
+        sequence = 0
+        for event in events:
+            data = event.data
+            if not isinstance(data, dict):
+                out.append(event.raw)
+                continue
+            if "output_index" in data and int(data["output_index"]) in removed:
+                continue
+            changed = dict(data)
+            if "output_index" in data:
+                changed["output_index"] = _shift(int(data["output_index"]), removed)
+            if "sequence_number" in data:
+                changed["sequence_number"] = sequence
+                sequence += 1
+            if isinstance(data.get("response"), dict):
+                inner = dict(data["response"])
+                inner["output"] = _without_calls(inner.get("output") or (), ids)
+                changed["response"] = inner
+            out.append(event.raw if changed == data else encode(changed, event.name))
+        return out
+
+    def error_body(self, status: int, message: str) -> dict[str, Any]:
+        return _openai_error(status, message)
+
+    def error_event(self, message: str) -> str:
+        body = {"type": "error", "code": "proxy_error", "message": message, "param": None}
+        return encode(body, "error")
+
+    def client_key(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> str | None:
+        for name in ("session-id", "session_id", "thread-id"):
+            if headers.get(name):
+                return headers[name]
+        metadata = body.get("client_metadata")
+        if isinstance(metadata, dict) and isinstance(metadata.get("session_id"), str):
+            return str(metadata["session_id"])
+        key = body.get("prompt_cache_key")
+        return key if isinstance(key, str) and key else None
+
+
+def _without_calls(output: Sequence[Any], ids: Collection[str]) -> list[Any]:
+    return [
+        item
+        for item in output
+        if not (
+            isinstance(item, dict)
+            and item.get("type") == "function_call"
+            and item.get("call_id") in ids
+        )
+    ]
+
+
+PROVIDERS: Mapping[str, Provider] = {p.path: p for p in (Anthropic(), Chat(), Responses())}
+"""The providers by the path they serve."""

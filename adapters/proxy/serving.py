@@ -1,0 +1,68 @@
+"""Serving an ASGI application with uvicorn: in the foreground (``selfctx proxy``) or on a
+background thread (tests, the benchmark), always on a socket bound before the server starts, so
+that port 0 gives a free port whose number is known at once."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import uvicorn
+from starlette.types import ASGIApp
+
+__all__ = ["bind", "serve", "serve_in_thread"]
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0: any free port)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on accepted sockets of that protocol,
+    # and without it a response written in two parts waits for a delayed ACK (40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(256)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _server(app: ASGIApp, log_level: str) -> uvicorn.Server:
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        access_log=False,  # the proxy logs one line per request itself, without headers
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    return uvicorn.Server(config)
+
+
+def serve(app: ASGIApp, sock: socket.socket, *, log_level: str = "warning") -> None:
+    """Serve until interrupted (SIGINT/SIGTERM end it gracefully)."""
+    _server(app, log_level).run(sockets=[sock])
+
+
+@contextlib.contextmanager
+def serve_in_thread(
+    app: ASGIApp, host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning"
+) -> Iterator[str]:
+    """Serve ``app`` on a background thread; yields its base URL (``http://host:port``) once it
+    accepts connections, and stops it on exit."""
+    sock = bind(host, port)
+    server = _server(app, log_level)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the server did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()

@@ -1,0 +1,51 @@
+"""``selfctx proxy`` on the command line: loopback unless told, and then only with a token; bad
+options stop it before it serves; the banner says how to point each client at it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.proxy.support import selfctx
+
+
+def test_another_host_needs_a_token() -> None:
+    done = selfctx("proxy", "--host", "0.0.0.0", "--port", "0")
+    assert done.returncode == 2
+    assert "SELFCTX_PROXY_TOKEN" in done.stderr and "token" in done.stderr
+
+
+def test_a_short_token_and_a_bad_policy_option_are_refused(tmp_path: Path) -> None:
+    short = tmp_path / "token"
+    short.write_text("abc\n")
+    done = selfctx("proxy", "--port", "0", "--token-file", str(short))
+    assert done.returncode == 2 and "16 characters" in done.stderr
+    done = selfctx("proxy", "--port", "0", "--policy-option", "trigger_tokens=lots")
+    assert done.returncode == 2 and "NAME=INTEGER" in done.stderr
+
+
+def test_the_banner_with_a_token_hides_it(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("a-token-of-thirty-two-characters\n")
+    env = {**os.environ, "SELFCTX_PROXY_TOKEN": ""}
+    argv = ["proxy", "--port", "0", "--host", "127.0.0.1", "--token-file", str(token)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "selfctx.adapters.cli.main", *argv, "--workspace", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        banner = [process.stdout.readline() for _ in range(4)]
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+    text = "".join(banner)
+    assert "listening on http://127.0.0.1:" in text
+    assert "ANTHROPIC_BASE_URL=http://127.0.0.1:" in text and "/t/<TOKEN>" in text
+    assert "a-token-of-thirty-two" not in text
