@@ -159,7 +159,10 @@ def _modes(folder: Path) -> dict[str, int]:
     for root, dirs, files in os.walk(folder):
         for name in dirs + files:
             path = os.path.join(root, name)
-            found[path] = stat.S_IMODE(os.lstat(path).st_mode)
+            try:
+                found[path] = stat.S_IMODE(os.lstat(path).st_mode)
+            except FileNotFoundError:
+                continue  # RocksDB compacted it away since the walk listed it
     return found
 
 
