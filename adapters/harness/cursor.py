@@ -13,16 +13,19 @@ gets a new tool call for each new assistant message, whether the list grew or di
 from __future__ import annotations
 
 import collections
-import hashlib
-import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
-from pyrsistent import thaw
 
 from selfctx.adapters.harness.ids import CallIds
-from selfctx.adapters.harness.messages import MalformedMessage, Message
+from selfctx.adapters.harness.messages import (
+    SYSTEM_MARK,
+    MalformedMessage,
+    Message,
+    message_fingerprint,
+    tool_fingerprint,
+)
 from selfctx.domain.chat import (
     AssistantMessage,
     ToolCallRequest,
@@ -33,22 +36,13 @@ from selfctx.domain.chat import (
 
 __all__ = ["SYSTEM_MARK", "Cursor", "Plan", "Planned"]
 
-SYSTEM_MARK = "[system] "
-"""How a system message in mid-conversation is kept: as a user message with this mark."""
-
 
 def _fingerprint(role: str, text: str, calls: Iterable[tuple[str, str, Any]] = ()) -> str:
-    """Identity of a user, system or assistant message: role, text and its calls (the harness's
-    id, name and arguments: a harness that reuses ids still tells its calls apart)."""
-    if role == "system":  # known by the form it is recorded in, so a resume recognises it
-        role, text = "user", SYSTEM_MARK + text
-    key = [role, text, [[i, n, thaw(a)] for i, n, a in calls]]
-    blob = json.dumps(key, ensure_ascii=False, sort_keys=True).encode("utf-8", "surrogatepass")
-    return hashlib.sha256(blob).hexdigest()[:32]
+    return message_fingerprint(role, text, calls)
 
 
 def _tool_fingerprint(call_id: str) -> str:
-    return _fingerprint("tool", "", [(call_id, "", None)])
+    return tool_fingerprint(call_id)
 
 
 @attrs.frozen
@@ -129,9 +123,13 @@ class Cursor:
         counts as the harness's id of its call)."""
         canonical = self.ids.canonical
         if message.role == "tool":
-            return _tool_fingerprint(canonical(message.tool_call_id or ""))
+            call_id = message.tool_call_id or ""
+            mapped = canonical(call_id)
+            return message.fingerprint if mapped == call_id else tool_fingerprint(mapped)
         calls = [(canonical(c.id), c.name, c.arguments) for c in message.tool_calls]
-        return _fingerprint(message.role, message.text, calls)
+        if all(mapped == c.id for (mapped, _, _), c in zip(calls, message.tool_calls, strict=True)):
+            return message.fingerprint  # the ids are the harness's own: the message's cached one
+        return message_fingerprint(message.role, message.text, calls)
 
     def _assistant_fingerprint(self, text: str, calls: Sequence[ToolCallRequest]) -> str:
         harness = [(self.ids.provider_id(c.id), c.name, c.arguments) for c in calls]

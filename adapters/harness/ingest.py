@@ -315,14 +315,15 @@ def _check_unique(messages: Sequence[Message]) -> None:
     new call an id it used before: a result answers the latest call with its id)."""
     answered: dict[str, bool] = {}
     for message in messages:
-        ids = [call.id for call in message.tool_calls]
-        if len(set(ids)) != len(ids):
-            reused = next(i for i in ids if ids.count(i) > 1)
-            raise MalformedMessage(
-                message.index, f"tool call id {reused!r} is used twice in one message"
-            )
-        answered.update(dict.fromkeys(ids, False))
-        if message.role == "tool":
+        if message.tool_calls:
+            ids = [call.id for call in message.tool_calls]
+            if len(set(ids)) != len(ids):
+                reused = next(i for i in ids if ids.count(i) > 1)
+                raise MalformedMessage(
+                    message.index, f"tool call id {reused!r} is used twice in one message"
+                )
+            answered.update(dict.fromkeys(ids, False))
+        elif message.role == "tool":
             call_id = message.tool_call_id or ""
             if answered.get(call_id):
                 raise MalformedMessage(message.index, f"a second result for tool call {call_id!r}")

@@ -10,10 +10,11 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final, Literal
 
 import attrs
+from pyrsistent import thaw
 
 from selfctx.domain.chat import ToolCallRequest
 from selfctx.domain.errors import InvalidInput
@@ -23,14 +24,17 @@ __all__ = [
     "FORMATS",
     "MAX_ARGUMENT_NESTING",
     "MAX_MESSAGE_CHARS",
+    "SYSTEM_MARK",
     "Format",
     "MalformedMessage",
     "Message",
     "image_of",
+    "message_fingerprint",
     "parse_anthropic",
     "parse_messages",
     "parse_openai",
     "parse_responses",
+    "tool_fingerprint",
 ]
 
 Format = Literal["openai", "anthropic", "responses"]
@@ -60,6 +64,25 @@ class MalformedMessage(InvalidInput):
         return str(self.args[0])
 
 
+SYSTEM_MARK: Final = "[system] "
+"""How a system message in mid-conversation is kept: as a user message with this mark."""
+
+
+def message_fingerprint(role: str, text: str, calls: Iterable[tuple[str, str, Any]] = ()) -> str:
+    """Identity of a user, system or assistant message: role, text and its calls (the harness's
+    id, name and arguments)."""
+    if role == "system":  # known by the form it is recorded in, so a resume recognises it
+        role, text = "user", SYSTEM_MARK + text
+    key = [role, text, [[i, n, thaw(a)] for i, n, a in calls]]
+    blob = json.dumps(key, ensure_ascii=False, sort_keys=True).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(blob).hexdigest()[:32]
+
+
+def tool_fingerprint(call_id: str) -> str:
+    """Identity of a tool result: the call it answers."""
+    return message_fingerprint("tool", "", [(call_id, "", None)])
+
+
 @attrs.frozen
 class Message:
     """One message in the neutral form the ingestor records."""
@@ -82,15 +105,15 @@ class Message:
 
     @functools.cached_property
     def fingerprint(self) -> str:
-        """Identity of the message for the cursor: tool messages by their call id (unique), the
-        others by role, text and requested call ids. Computed once per message: a harness that
-        keeps its parsed messages from one call to the next pays only for the new ones."""
+        """Identity of the message for the ingestion cursor, by the ids it carries: a tool result
+        by the call it answers; the others by role, text and their calls (id, name, arguments:
+        a harness that reuses ids still tells its calls apart). Computed once per message, so
+        that a harness (or the proxy) that keeps its parsed messages from one request to the
+        next pays only for the new ones."""
         if self.role == "tool":
-            key: list[Any] = ["tool", self.tool_call_id]
-        else:
-            key = [self.role, self.text, [c.id for c in self.tool_calls]]
-        blob = json.dumps(key, ensure_ascii=False).encode("utf-8", "surrogatepass")
-        return hashlib.sha256(blob).hexdigest()[:32]
+            return tool_fingerprint(self.tool_call_id or "")
+        calls = [(c.id, c.name, c.arguments) for c in self.tool_calls]
+        return message_fingerprint(self.role, self.text, calls)
 
 
 def _text(value: Any, index: int, what: str) -> str:

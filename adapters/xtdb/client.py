@@ -95,7 +95,9 @@ class XtdbClient:
         except httpx.TimeoutException as exc:
             raise StoreUnavailable(f"no answer within {timeout:.2f} s", **where) from exc
         except httpx.RemoteProtocolError as exc:
-            if "without sending a response" in str(exc):  # gone before answering at all
+            # The node went away before its answer was complete (before a status line, or with
+            # the body cut short, as a node that is being stopped does): it is unavailable.
+            if "without sending" in str(exc) or "peer closed connection" in str(exc):
                 raise StoreUnavailable(f"the node closed the connection: {exc}", **where) from exc
             raise StoreProtocolError(f"broken HTTP answer: {exc}", **where) from exc
         except httpx.DecodingError as exc:

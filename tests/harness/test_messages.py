@@ -259,11 +259,12 @@ def test_tool_messages_are_identified_by_call_id_only() -> None:
     assert a.fingerprint != Message("tool", "one output", tool_call_id="c2").fingerprint
 
 
-def test_other_messages_by_role_text_and_call_ids() -> None:
+def test_other_messages_by_role_text_and_calls() -> None:
     calls = (ToolCallRequest("c1", "bash", {"command": "ls"}),)
     other_args = (ToolCallRequest("c1", "bash", {"command": "pwd"}),)
     base = Message("assistant", "text", calls)
-    assert base.fingerprint == Message("assistant", "text", other_args).fingerprint
+    assert base.fingerprint == Message("assistant", "text", calls, index=3).fingerprint
+    assert base.fingerprint != Message("assistant", "text", other_args).fingerprint
     assert base.fingerprint != Message("assistant", "text").fingerprint
     assert base.fingerprint != Message("assistant", "other", calls).fingerprint
     assert Message("user", "x").fingerprint != Message("assistant", "x").fingerprint

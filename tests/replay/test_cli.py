@@ -183,7 +183,7 @@ def test_search_on_xtdb(
     assert code == 0, err
     hits = json.loads(out)
     assert hits and {h["session_id"] for h in hits} == {session}
-    assert hits[0]["type"] == "toolcall" and hits[0]["object_id"].startswith(f"{session}/")
+    assert hits[0]["type"] == "toolcall" and hits[0]["object_id"].startswith("tc_")
     assert "3 != -5" in hits[0]["snippet"]
     assert hits == sorted(hits, key=lambda h: -h["score"])
 
