@@ -187,12 +187,12 @@ def test_search_on_xtdb(
     assert "3 != -5" in hits[0]["snippet"]
     assert hits == sorted(hits, key=lambda h: -h["score"])
 
-    code, out, _ = _run(capsys, *base, "min_precedence", "--type", "file", "--json")
+    code, out, _ = _run(capsys, *base, "check_arity", "--type", "file", "--json")
     files = json.loads(out)
     assert files and all(h["title"].startswith("/workspace/calc/") for h in files)
     assert len({h["object_id"] for h in files}) == len(files)  # one hit per file
 
-    code, out, _ = _run(capsys, *base, "regression test", "--role", "user")
+    code, out, _ = _run(capsys, *base, "unknown function", "--role", "user")
     assert code == 0 and f"{session} turn" in out and " user " in out
     code, out, _ = _run(capsys, *base, "zzzz-nothing")
     assert code == 0 and "nothing in session" in out
