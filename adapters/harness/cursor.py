@@ -87,6 +87,10 @@ class Cursor:
         """The harness's ids of an assistant message's calls → their object ids, per message."""
         self.total = 0
         """Messages recorded over the session's life."""
+        self._keys: dict[int, tuple[Message, str]] = {}
+        """The fingerprints of the last list's messages, by identity (messages are immutable, and
+        a message's ids map to the same ids for the session's life): a harness that keeps its
+        parsed messages, as the proxy does, pays for the new ones only."""
 
     def restore(self, turns: Iterable[Turn], system_prompt: str) -> None:
         """Rebuild everything from the stored chat (after a resume: nothing is re-recorded when
@@ -150,7 +154,14 @@ class Cursor:
         """What is new in ``messages`` (its first ``lead`` messages are the system prompt, never
         new), with every call mapped; raises :class:`MalformedMessage` (nothing recorded) when a
         result answers no call, answers a call a second time, or is too large."""
-        fps = tuple(self.key(m) for m in messages)
+        kept, used = self._keys, {}
+        for message in messages:  # a message met in the last list keeps its fingerprint
+            hit = kept.get(id(message))
+            if hit is None or hit[0] is not message:
+                hit = (message, self.key(message))
+            used[id(message)] = hit
+        self._keys = used
+        fps = tuple(used[id(m)][1] for m in messages)
         prefix = 0
         for seen, fp in zip(self.view, fps, strict=False):
             if seen != fp:

@@ -45,7 +45,7 @@ class CallIds:
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
-        self._by_provider: dict[str, list[str]] = {}
+        self._by_provider: dict[str, tuple[str, ...]] = {}
         """Harness id → the object ids of its calls, oldest first."""
         self._calls: dict[str, ToolCallRequest] = {}
         """Object id → the call as recorded (object id, harness id in ``provider_id``)."""
@@ -57,7 +57,7 @@ class CallIds:
     def copy(self) -> CallIds:
         """An independent map with the same contents."""
         other = CallIds(self.session_id)
-        other._by_provider = {k: list(v) for k, v in self._by_provider.items()}
+        other._by_provider = dict(self._by_provider)  # its values are tuples: shared
         other._calls = dict(self._calls)
         other._aliases = dict(self._aliases)
         other.answered = set(self.answered)
@@ -79,7 +79,7 @@ class CallIds:
         """A call as the stored chat holds it (``provider_id`` None: stored under the harness's
         own id, before decision 0030)."""
         provider_id = call.provider_id if call.provider_id is not None else call.id
-        self._by_provider.setdefault(provider_id, []).append(call.id)
+        self._by_provider[provider_id] = (*self._by_provider.get(provider_id, ()), call.id)
         self._calls[call.id] = call
         alias = emitted_id(call.id)
         if alias != call.id:

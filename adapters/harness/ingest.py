@@ -11,6 +11,7 @@ part-way through recording it.
 
 from __future__ import annotations
 
+import operator
 import posixpath
 from collections.abc import Sequence
 
@@ -74,6 +75,7 @@ class Ingestor:
         self.cursor = self._new_cursor()
         self._resync = False
         """Set when recording failed in the store: what landed is unknown until caught up."""
+        self._unique = _UniqueIds()
         self.inline = service.state(session_id).policy.inline_layout
         self._finish_interrupted()
 
@@ -116,7 +118,7 @@ class Ingestor:
         lead = 0
         while lead < len(messages) and messages[lead].role == "system":
             lead += 1
-        _check_unique(messages)
+        self._unique.check(messages)
         plan = self.cursor.plan(messages, lead)
         self._refuse_taken_ids([c for item in plan.new for c in item.calls])
         if lead:
@@ -309,11 +311,33 @@ class Ingestor:
         return None
 
 
-def _check_unique(messages: Sequence[Message]) -> None:
+class _UniqueIds:
     """In one list, the calls of one assistant message have distinct ids, and a call id is
     answered at most once between two assistant messages that request it (a harness may give a
-    new call an id it used before: a result answers the latest call with its id)."""
-    answered: dict[str, bool] = {}
+    new call an id it used before: a result answers the latest call with its id).
+
+    The last list that passed and the state at its end are kept: a list that begins with the
+    same message objects (a harness that keeps its parsed messages, as the proxy does) is checked
+    from there on."""
+
+    def __init__(self) -> None:
+        self._last: list[Message] = []
+        self._answered: dict[str, bool] = {}
+
+    def check(self, messages: Sequence[Message]) -> None:
+        """Raises :class:`MalformedMessage` for the first message that breaks the rule."""
+        n = len(self._last)
+        if n and len(messages) >= n and all(map(operator.is_, messages, self._last)):
+            start, answered = n, dict(self._answered)
+        else:
+            start, answered = 0, {}
+        _check_unique(messages[start:], answered)
+        self._last, self._answered = list(messages), answered
+
+
+def _check_unique(messages: Sequence[Message], answered: dict[str, bool]) -> None:
+    """The rule of :class:`_UniqueIds` over ``messages``, from the state ``answered`` (call id →
+    answered since the latest call with it), which it updates."""
     for message in messages:
         if message.tool_calls:
             ids = [call.id for call in message.tool_calls]

@@ -351,7 +351,7 @@ class Proxy:
         """Send ``body`` upstream; a response whose status is not 2xx, or an unreachable upstream,
         becomes the client's answer at once (the former exactly as the provider shaped it)."""
         client = self.client()
-        content = json.dumps(body, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        content = turn.session.encoder.encode(body)
         request = client.build_request("POST", turn.url, headers=turn.headers, content=content)
         try:
             upstream = await client.send(request, stream=True)

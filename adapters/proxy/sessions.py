@@ -30,6 +30,7 @@ import attrs
 from selfctx.adapters.harness.messages import Message
 from selfctx.adapters.harness.render import RenderMemo
 from selfctx.adapters.harness.session import HarnessSession
+from selfctx.adapters.proxy.encode import BodyEncoder
 from selfctx.adapters.proxy.incremental import ParsedConversation
 
 __all__ = ["SESSION_HEADER", "OpenSessions", "ProxySession", "first_user_text", "session_id_for"]
@@ -64,13 +65,15 @@ def session_id_for(
 @attrs.define(eq=False)
 class ProxySession:
     """One open session: its harness session, the lock its requests take in turn, the client's
-    conversation as last parsed and the renderings of the last managed request (so that each
-    request costs what is new in it, not the conversation's length)."""
+    conversation as last parsed, the renderings of the last managed request and their JSON (so
+    that each request costs what is new in it, not the conversation's length)."""
 
     harness: HarnessSession
     parsed: ParsedConversation
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
     memo: RenderMemo = attrs.field(factory=RenderMemo)
+    encoder: BodyEncoder = attrs.field(factory=BodyEncoder)
+    """The JSON of the last managed request's messages, reused for those the next one shares."""
     pending: list[Message] = attrs.field(factory=list)
     """Context calls the model made beside calls of the client's own, with the proxy's answers.
     They are recorded after the client's next messages (its own calls' results), so that in the
