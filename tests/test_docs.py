@@ -36,3 +36,20 @@ def test_every_benchmark_a_report_names_exists() -> None:
     )
     assert named, "docs/benchmarks.md names no benchmark"
     assert named <= _subcommands(build_parser(), "bench")
+
+
+def test_the_readme_quotes_what_the_main_job_prints(tmp_path: Path) -> None:
+    """``make demo`` on a fresh machine (no tokenizer data: estimated tokens) prints the totals
+    the README's quick start shows."""
+    import os
+    import subprocess
+    import sys
+
+    readme = (ROOT / "README.md").read_text()
+    command = [sys.executable, "-m", "selfctx.adapters.cli.main", "replay"]
+    command.append(str(ROOT / "adapters" / "cli" / "sample_session.json"))
+    env = {**os.environ, "SELFCTX_TIKTOKEN_DIR": str(tmp_path)}  # an empty one: estimates
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+    quoted = [line for line in readme.splitlines() if line.startswith(("total: ", "recall: "))]
+    printed = [line for line in out.splitlines() if line.startswith(("total: ", "recall: "))]
+    assert quoted and quoted == printed
