@@ -20,27 +20,14 @@ import os
 from typing import Any
 
 from selfctx.adapters.bootstrap import build_service, open_store
+from selfctx.adapters.cli.stores import persistent_store
 from selfctx.adapters.harness.stdio import checkpoint_to_json, rollback_to_json
 from selfctx.application.service import ContextService
 from selfctx.application.usecases.checkpoints import Mode
-from selfctx.domain.errors import InvalidInput
-
-STORE_ENV = "SELFCTX_STORE"
 
 
 def _service(spec: str | None, roots: list[str] | None = None) -> ContextService:
-    spec = spec or os.environ.get(STORE_ENV)
-    if not spec:
-        raise InvalidInput(
-            "store", None, "give --store xtdb://HOST:PORT or auto (or set $SELFCTX_STORE)"
-        )
-    if spec == "memory":
-        raise InvalidInput(
-            "store",
-            spec,
-            "the in-memory store lives only inside one process; use a persistent store "
-            "(--store auto or xtdb://HOST:PORT)",
-        )
+    spec = persistent_store(spec, "use a persistent store (--store auto or xtdb://HOST:PORT)")
     return build_service(store=open_store(spec), roots=roots or [os.getcwd()])
 
 

@@ -15,34 +15,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
 from selfctx.adapters.bootstrap import build_service, open_store
+from selfctx.adapters.cli.stores import persistent_store
 from selfctx.adapters.harness.render import to_anthropic, to_openai
 from selfctx.application.persistence import entry_events
 from selfctx.application.ports.store import ObjectStore
 from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput, SessionNotFound
 
-STORE_ENV = "SELFCTX_STORE"
 _HASHES = ("identity_hash", "object_hash", "content_hash", "metadata_hash", "file_hash")
 
 
 def _service(spec: str | None) -> ContextService:
-    spec = spec or os.environ.get(STORE_ENV)
-    if not spec:
-        raise InvalidInput(
-            "store", None, "give --store xtdb://HOST:PORT or auto (or set $SELFCTX_STORE)"
-        )
-    if spec == "memory":
-        raise InvalidInput(
-            "store",
-            spec,
-            "the in-memory store lives only inside one process; replay or run the agent with "
-            "--store auto (or xtdb://HOST:PORT) and inspect with the same --store",
-        )
+    spec = persistent_store(
+        spec,
+        "replay or run the agent with --store auto (or xtdb://HOST:PORT) and inspect with the "
+        "same --store",
+    )
     store: ObjectStore = open_store(spec)
     return build_service(store=store, default_filesystem_id="selfctx-inspect")
 

@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from selfctx.adapters.bootstrap import build_service, open_store
+from selfctx.adapters.cli.stores import persistent_store
 from selfctx.adapters.harness.tools import hit_to_json
 from selfctx.application.ports.search import KINDS, MAX_LIMIT, ROLES
 from selfctx.application.service import ContextService
-from selfctx.domain.errors import InvalidInput
 
-STORE_ENV = "SELFCTX_STORE"
 INDEX_ENV = "SELFCTX_SEARCH_INDEX"
 
 
@@ -36,18 +35,9 @@ def default_index_path(store_spec: str) -> Path:
 
 def search_service(store_spec: str | None, index: str | None) -> ContextService:
     """A service over a persistent store with its search index on disk."""
-    spec = store_spec or os.environ.get(STORE_ENV)
-    if not spec:
-        raise InvalidInput(
-            "store", None, "give --store xtdb://HOST:PORT or auto (or set $SELFCTX_STORE)"
-        )
-    if spec == "memory":
-        raise InvalidInput(
-            "store",
-            spec,
-            "the in-memory store lives only inside one process; search a persistent store "
-            "(--store auto or xtdb://HOST:PORT)",
-        )
+    spec = persistent_store(
+        store_spec, "search a persistent store (--store auto or xtdb://HOST:PORT)"
+    )
     path = Path(index or os.environ.get(INDEX_ENV) or default_index_path(spec))
     path.parent.mkdir(parents=True, exist_ok=True)
     return build_service(

@@ -84,6 +84,8 @@ def test_replay_progress_bar_on_request(capsys: pytest.CaptureFixture[str]) -> N
         (["history", "x", "--store", "memory"], "lives only inside one process"),
         (["search", "x", "--store", "memory"], "lives only inside one process"),
         (["search", "x"], "give --store"),
+        (["checkpoints", "s1", "--store", "memory"], "lives only inside one process"),
+        (["rollback", "s1", "--to", "one"], "give --store"),
     ],
 )
 def test_clear_errors(
