@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import attrs
 
@@ -35,14 +34,6 @@ from selfctx.domain.chat import (
 )
 
 __all__ = ["SYSTEM_MARK", "Cursor", "Plan", "Planned"]
-
-
-def _fingerprint(role: str, text: str, calls: Iterable[tuple[str, str, Any]] = ()) -> str:
-    return message_fingerprint(role, text, calls)
-
-
-def _tool_fingerprint(call_id: str) -> str:
-    return tool_fingerprint(call_id)
 
 
 @attrs.frozen
@@ -102,14 +93,14 @@ class Cursor:
                 calls: tuple[ToolCallRequest, ...] = ()
                 held: tuple[str, ...] = ()
                 if isinstance(message, UserMessage):
-                    fp = _fingerprint("user", message.text)
+                    fp = message_fingerprint("user", message.text)
                 elif isinstance(message, AssistantMessage):
                     calls = message.tool_calls
                     self.ids.add_all(calls)
                     fp = self._assistant_fingerprint(message.text, calls)
                     held = tuple(c.id for c in calls)
                 elif isinstance(message, ToolResult):
-                    fp = _tool_fingerprint(self.ids.provider_id(message.toolcall_id))
+                    fp = tool_fingerprint(self.ids.provider_id(message.toolcall_id))
                     held = (message.toolcall_id,)
                     self.ids.answered.add(message.toolcall_id)
                 else:
@@ -118,7 +109,7 @@ class Cursor:
                 objects.append(held)
                 self._count(fp, calls)
         if view:  # only a session with recorded messages has its prompt in the view
-            view.insert(0, _fingerprint("system", system_prompt))
+            view.insert(0, message_fingerprint("system", system_prompt))
             objects.insert(0, ())
         self.view, self.view_objects = view, objects
 
@@ -137,7 +128,7 @@ class Cursor:
 
     def _assistant_fingerprint(self, text: str, calls: Sequence[ToolCallRequest]) -> str:
         harness = [(self.ids.provider_id(c.id), c.name, c.arguments) for c in calls]
-        return _fingerprint("assistant", text, harness)
+        return message_fingerprint("assistant", text, harness)
 
     def _count(self, fp: str, calls: Sequence[ToolCallRequest]) -> None:
         self.recorded[fp] += 1
