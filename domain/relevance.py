@@ -7,7 +7,8 @@ Two facts decide it, both read from the session alone:
   same file, the same or more lines) is *superseded*: the later one holds those lines, in their
   newer version if the file changed in between.
 * **The working set.** The files the agent works on: those named in its last few messages (a
-  path in a command or an argument, an edit target, a test file it ran, a module it imported)
+  path in a command or an argument, an edit target, a test file it ran, a module it imported,
+  a file's stem that is an identifier)
   or in a traceback frame of their outputs.
 
 From them each active tool output gets a *tier*: superseded outputs collapse first, then
@@ -49,6 +50,10 @@ KEEP = 2
 DECAY = 0.9
 """How much a mention weighs per message of age."""
 _TOKEN = re.compile(r"[\w.\-/]+")
+_DISTINCT_STEM = re.compile(r"[A-Za-z](?=\w*[0-9_])\w{3,}")
+"""A file name's stem distinct enough to stand for the file when named alone: an identifier with a
+digit or underscore in it (``L060``, ``test_parser``), not a word of prose (``setup``) nor a
+dunder that every package has (``__init__``)."""
 _FRAME = re.compile(r'File "([^"\n]+)", line \d+|^([\w./-]+\.\w+):\d+:(?:\d+:)? ', re.M)
 """A traceback frame (Python's ``File "x.py", line 3``) or a compiler's or pytest's
 ``path:line:`` at the start of a line."""
@@ -150,8 +155,9 @@ def named_files(
 ) -> frozenset[str]:
     """The ids (keys of ``paths``, file id to agent-visible path) of the files the texts name:
     by a path that ends the file's path on a component boundary (``src/a.py``, ``a.py``,
-    ``/w/src/a.py``), or, with ``modules``, by a dotted module name (``pkg.mod`` and
-    ``pkg.mod.attr`` name ``pkg/mod.py``)."""
+    ``/w/src/a.py``), by its stem alone when the stem is an identifier rather than a word
+    (``L060`` names ``rules/L060.py``), or, with ``modules``, by a dotted module name
+    (``pkg.mod`` and ``pkg.mod.attr`` name ``pkg/mod.py``)."""
     by_name: dict[str, list[tuple[str, str]]] = {}
     for file_id, path in paths.items():
         by_name.setdefault(path.rsplit("/", 1)[-1], []).append((file_id, path))
@@ -163,11 +169,18 @@ def named_files(
             if path == candidate or path.endswith("/" + candidate.lstrip("/")):
                 found.add(file_id)
 
+    stems: dict[str, list[str]] = {}
+    for name, files in by_name.items():
+        stem = name.rsplit(".", 1)[0]
+        if "." in name and _DISTINCT_STEM.fullmatch(stem):
+            stems.setdefault(stem, []).extend(f for f, _ in files)
     for text in texts:
         for token in _TOKEN.findall(text):
             token = token.rstrip(".-")
             if "/" in token or "." in token:
                 match(token)
+            elif token in stems:  # a file known by its name alone: `L060` for `L060.py`
+                found.update(stems[token])
             if modules and "/" not in token and "." in token:
                 parts = token.split(".")
                 for n in range(len(parts), 1, -1):

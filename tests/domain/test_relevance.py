@@ -124,6 +124,12 @@ PATHS = {
         ("odeling/separable.py", set()),  # not on a component boundary
         ("my_separable.py and separable.pyc", set()),
         ("nothing here at all", set()),
+        # a file named by its stem alone, when the stem is an identifier, not a word
+        ('sqlfluff.lint(sql, rules="L060")', {"yml"}),
+        ("python test_separable", {"test_sep"}),
+        ("the separable matrix of the core", set()),
+        ("L0600, xL060 and L06", set()),
+        ("def __init__(self):", set()),
     ],
 )
 def test_named_files(text: str, expected: set[str]) -> None:
