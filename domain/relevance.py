@@ -35,6 +35,7 @@ __all__ = [
     "UNUSED",
     "Relevance",
     "covers",
+    "json_strings",
     "named_files",
     "relevance",
     "superseded_by",
@@ -116,15 +117,16 @@ def superseded_by(
     return None
 
 
-def _strings(value: Any) -> Iterator[str]:
+def json_strings(value: Any) -> Iterator[str]:
+    """Every string value in decoded JSON, depth first."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):
         for item in value.values():
-            yield from _strings(item)
+            yield from json_strings(item)
     elif isinstance(value, list | tuple):
         for item in value:
-            yield from _strings(item)
+            yield from json_strings(item)
 
 
 def _recent_texts(
@@ -142,7 +144,7 @@ def _recent_texts(
             seen += 1
             texts = [message.text]
             for call in message.tool_calls:
-                texts += _strings(thaw(call.arguments))
+                texts += json_strings(thaw(call.arguments))
                 output = objects.get(call.id)
                 if isinstance(output, ToolcallObject) and output.content:
                     for match in _FRAME.finditer(output.content[-_MAX_FRAME_TEXT:]):

@@ -22,6 +22,8 @@ from typing import Any
 
 import attrs
 
+from selfctx.domain.relevance import json_strings
+
 __all__ = [
     "MIN_CHARS",
     "Recall",
@@ -35,18 +37,6 @@ MIN_CHARS = 25
 """Shorter lines (``return x``, ``)``, ``else:``) are too common to say anything was copied."""
 
 
-def _strings(value: Any) -> Iterator[str]:
-    """Every string value in decoded JSON, depth first."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _strings(item)
-
-
 def _arguments(raw: Any) -> Iterator[str]:
     """The string values of one tool call's arguments (a JSON text, or already decoded); an
     argument text that is not JSON counts as the one string it is."""
@@ -56,7 +46,7 @@ def _arguments(raw: Any) -> Iterator[str]:
         except json.JSONDecodeError:
             yield raw
             return
-    yield from _strings(raw)
+    yield from json_strings(raw)
 
 
 def _content(content: Any) -> Iterator[str]:
@@ -70,7 +60,7 @@ def _content(content: Any) -> Iterator[str]:
             if kind == "text" and isinstance(part.get("text"), str):
                 yield part["text"]
             elif kind == "tool_use":
-                yield from _strings(part.get("input"))
+                yield from json_strings(part.get("input"))
             elif kind == "tool_result":
                 yield from _content(part.get("content"))
 
