@@ -14,7 +14,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -151,6 +151,22 @@ def _readline(stream: IO[str] | None, timeout: float) -> str:
     if not selector.select(timeout):
         return ""
     return stream.readline()
+
+
+def run_client(argv: Sequence[str], repo: Path, env: Mapping[str, str]) -> str:
+    """A real client run to its end in ``repo``, no terminal, at most five minutes; its stdout.
+    The test fails with the end of its output if it does not exit 0."""
+    done = subprocess.run(
+        list(argv),
+        cwd=repo,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
 
 
 def selfctx(*argv: str) -> subprocess.CompletedProcess[str]:

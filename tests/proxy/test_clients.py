@@ -37,6 +37,7 @@ from tests.proxy.support import (
     make_repo,
     proxy_process,
     requests_text,
+    run_client,
     scripted,
     selfctx,
     sessions,
@@ -161,22 +162,17 @@ def test_claude_code(clients_node: XtdbNode, tmp_path: Path) -> None:
             CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
             DISABLE_TELEMETRY="1",
         )
-        done = subprocess.run(
+        out = run_client(
             [claude, "-p", TASK, "--allowedTools", "Bash,Read,Edit", *STREAM_JSON],
-            cwd=repo,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            stdin=subprocess.DEVNULL,
+            repo,
+            env,
         )
-        assert done.returncode == 0, done.stderr[-3000:]
     assert fixed(repo)
     _check_managed(model, "anthropic", repo)
     transcripts = [p.read_text() for p in (home / ".claude").rglob("*.jsonl")]
     assert transcripts, "Claude Code kept no transcript"
-    _never_seen([done.stdout, *transcripts])
-    claude_session = re.search(r'"session_id":"([0-9a-f-]+)"', done.stdout)
+    _never_seen([out, *transcripts])
+    claude_session = re.search(r'"session_id":"([0-9a-f-]+)"', out)
     assert claude_session
     _check_store(store, claude_session.group(1) + ".", repo, proxy.log_text())
 
@@ -201,23 +197,18 @@ def test_codex_cli(clients_node: XtdbNode, tmp_path: Path) -> None:
             'wire_api = "responses"\n'
         )
         env = client_env(home, SCRIPTED_API_KEY=SECRET, CODEX_HOME=str(home / ".codex"))
-        done = subprocess.run(
+        out = run_client(
             # no sandbox: bubblewrap is not installed here, and the temp repo is the test's own
             [codex, "exec", "--json", "--skip-git-repo-check", *NO_SANDBOX, TASK],
-            cwd=repo,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            stdin=subprocess.DEVNULL,
+            repo,
+            env,
         )
-        assert done.returncode == 0, done.stderr[-3000:]
     assert fixed(repo)
     _check_managed(model, "responses", repo)
     rollouts = [p.read_text() for p in (home / ".codex" / "sessions").rglob("*.jsonl")]
     assert rollouts, "Codex kept no rollout"
-    _never_seen([done.stdout, *rollouts])
-    thread = re.search(r'"thread_id":"([0-9a-f-]+)"', done.stdout)
+    _never_seen([out, *rollouts])
+    thread = re.search(r'"thread_id":"([0-9a-f-]+)"', out)
     assert thread
     _check_store(store, thread.group(1) + ".", repo, proxy.log_text())
 
@@ -263,7 +254,7 @@ def test_aider(clients_node: XtdbNode, tmp_path: Path) -> None:
             OPENAI_API_BASE=proxy.url + "/v1",
             LITELLM_LOCAL_MODEL_COST_MAP="True",  # no download of litellm's price list
         )
-        done = subprocess.run(
+        out = run_client(
             [
                 aider,
                 "--model",
@@ -279,16 +270,11 @@ def test_aider(clients_node: XtdbNode, tmp_path: Path) -> None:
                 "calc.py",
                 "test_calc.py",
             ],
-            cwd=repo,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            stdin=subprocess.DEVNULL,
+            repo,
+            env,
         )
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert fixed(repo)
-    assert "tests passed" in done.stdout  # aider ran the test command itself
+    assert "tests passed" in out  # aider ran the test command itself
     received = requests_text(model, "openai")
     task_requests = [r for r in received if "commit message" not in r]
     assert len(task_requests) == 2  # the proxy's round after the context call
@@ -296,7 +282,7 @@ def test_aider(clients_node: XtdbNode, tmp_path: Path) -> None:
     assert "Context handles:" in task_requests[0]  # the inline policy's guide: managed
     assert "tool call #1" in task_requests[1] or "no object" in task_requests[1]
     history = (repo / ".aider.chat.history.md").read_text()
-    _never_seen([done.stdout, history])
+    _never_seen([out, history])
     held = [s["session"] for s in sessions(store) if s["session"].startswith("openai.")]
     log = proxy.log_text()
     assert any(f"session={s}" in log for s in held)

@@ -25,6 +25,7 @@ from tests.proxy.support import (
     fixed,
     make_repo,
     requests_text,
+    run_client,
     scripted,
     selfctx,
     sessions,
@@ -122,7 +123,7 @@ def test_pi_with_the_extension(clients_node: XtdbNode, tmp_path: Path) -> None:
                 {"trigger_tokens": 200, "clear_at_least": 1, "keep_recent": 1}
             ),
         )
-        done = subprocess.run(
+        out = run_client(
             [
                 pi,
                 "-p",
@@ -135,18 +136,13 @@ def test_pi_with_the_extension(clients_node: XtdbNode, tmp_path: Path) -> None:
                 str(PI_DIR / "selfctx.ts"),
                 "Fix add() in calc.py so that the test passes.",
             ],
-            cwd=repo,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            stdin=subprocess.DEVNULL,
+            repo,
+            env,
         )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert fixed(repo)
     received = requests_text(model, "openai")
-    assert len(received) >= 8, done.stdout[-3000:]
-    assert any("collapsed:" in r for r in received), done.stderr[-3000:]
+    assert len(received) >= 8, out[-3000:]
+    assert any("collapsed:" in r for r in received), out[-3000:]
     files = {path for r in received for path in _FILES.findall(r.replace("\\n", "\n"))}
     assert str(repo / "calc.py") in files and str(repo / "test_calc.py") in files, files
     assert all('"name": "activate"' in r for r in received)  # the extension's tools
