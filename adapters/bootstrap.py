@@ -8,7 +8,8 @@ ids, the host's file reader confined to the workspace.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 
 from selfctx.adapters.filesystem.identity import host_filesystem_id
 from selfctx.adapters.filesystem.reader import LocalFileReader
@@ -36,15 +37,40 @@ from selfctx.domain.mounts import MountMapping, MountTable
 __all__ = ["build_service", "open_store"]
 
 
-def open_store(spec: str = "memory", *, timeout: float = 30.0) -> ObjectStore:
+def _say(message: str) -> None:
+    print(f"selfctx: {message}", file=sys.stderr)
+
+
+def open_store(
+    spec: str = "memory",
+    *,
+    timeout: float = 30.0,
+    announce: Callable[[str], None] | None = _say,
+) -> ObjectStore:
     """A store from a ``--store`` value: ``memory``, ``xtdb://HOST:PORT`` or ``auto`` (a local
-    RocksDB-backed XTDB node under the user's data directory, started if needed)."""
+    RocksDB-backed XTDB node under the user's data directory, started if needed).
+
+    A node that ``auto`` starts outlives the program, so that the next command finds it at once;
+    ``announce`` (default: a line on stderr; None: silent) is told so, with the command that
+    stops it."""
+    if not isinstance(spec, str):
+        raise InvalidInput("store", spec, "use 'memory', 'xtdb://HOST:PORT' or 'auto'")
     if spec == "memory":
         return MemoryStore()
     if spec.startswith("xtdb://") or spec == "auto":
         from selfctx.adapters import xtdb  # imported lazily: the embedded default needs no JVM
 
-        url = xtdb.ensure_local_node() if spec == "auto" else "http://" + spec[len("xtdb://") :]
+        if spec == "auto":
+            node = xtdb.local_node()
+            url = node.url
+            if node.started and announce is not None:
+                announce(
+                    f"started a local XTDB node for --store auto at {url} (pid {node.info.pid}, "
+                    f"data {node.info.data_dir}); it keeps running for the next commands; "
+                    f"stop it with: {node.stop_hint()}"
+                )
+        else:
+            url = "http://" + spec[len("xtdb://") :]
         return xtdb.open_store(url, timeout=timeout)
     raise InvalidInput("store", spec, "use 'memory', 'xtdb://HOST:PORT' or 'auto'")
 

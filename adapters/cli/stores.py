@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Final
 
-from selfctx.domain.errors import InvalidInput
+from selfctx.domain.errors import InvalidInput, MissingInput
 
 __all__ = ["STORE_ENV", "persistent_store"]
 
@@ -18,8 +18,10 @@ def persistent_store(spec: str | None, advice: str) -> str:
     lives only inside the process that made it)."""
     spec = spec or os.environ.get(STORE_ENV)
     if not spec:
-        raise InvalidInput(
-            "store", None, "give --store xtdb://HOST:PORT or auto (or set $SELFCTX_STORE)"
+        raise MissingInput(
+            "store",
+            "this command reads the sessions a persistent store keeps; give --store auto (the "
+            "local XTDB node) or --store xtdb://HOST:PORT, or set $SELFCTX_STORE",
         )
     if spec == "memory":
         raise InvalidInput(

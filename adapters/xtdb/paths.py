@@ -3,7 +3,8 @@
 Every location can be overridden by an environment variable, so CI and tests can isolate them:
 
 - ``SELFCTX_XTDB_PROJECT``: the ``xtdb/`` folder (pom.xml, configs, the HTTP server source).
-  Default: ``xtdb/`` at the root of the source tree this package was installed from (editable).
+  Default: the copy installed with the package (``selfctx/xtdb/`` in a wheel), which is ``xtdb/``
+  at the root of the source tree in an editable install.
 - ``SELFCTX_XTDB_HOME``: the jar cache. Default ``$XDG_CACHE_HOME/self-context-manager/xtdb-1.24.5``
   (``~/.cache/...``); jars go to ``lib/`` below it, compiled namespaces to ``classes/``,
   Maven's downloads to ``m2/``.
@@ -27,13 +28,14 @@ _APP = "self-context-manager"
 def project_dir() -> Path:
     """The ``xtdb/`` folder holding pom.xml, the EDN config templates and the HTTP server."""
     override = os.environ.get("SELFCTX_XTDB_PROJECT")
-    # adapters/xtdb/paths.py -> the source tree's root is two levels above this package.
+    # adapters/xtdb/paths.py -> two levels up is the source tree's root (an editable install)
+    # or the installed selfctx/ package, which holds the folder as selfctx/xtdb (a wheel).
     candidate = Path(override) if override else Path(__file__).resolve().parents[2] / "xtdb"
     if not (candidate / "pom.xml").is_file():
         raise XtdbSetupError(
-            f"cannot find the xtdb/ project folder (looked for {candidate / 'pom.xml'}); "
-            "install self-context-manager from its source tree (pip install -e .) or set "
-            "SELFCTX_XTDB_PROJECT to the folder that holds xtdb/pom.xml"
+            f"cannot find the XTDB node's project folder (looked for {candidate / 'pom.xml'}); "
+            "reinstall self-context-manager (its wheel carries the folder) or set "
+            "SELFCTX_XTDB_PROJECT to the folder that holds the node's pom.xml"
         )
     return candidate
 
