@@ -169,7 +169,10 @@ def test_four_agents_share_files_and_keep_their_sessions_apart(
 
     # What the store holds agrees: each session resumed by a fresh client has only its own sets.
     reader = build_service(
-        store=store, workspace=str(workspace), host_id=f"{ns}-elsewhere", settings=Settings()
+        store=store,
+        workspace=str(workspace),
+        host_id=f"{ns}-elsewhere",
+        settings=Settings(policy="ssot"),
     )
     for session in sessions:
         reader.resume_session(session)
