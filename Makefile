@@ -53,7 +53,7 @@ check: $(VENV)/.installed-dev typing-view
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/lint-imports
+	PYTHONPATH=$(VENV)/typing $(BIN)/lint-imports
 
 # The real agents the proxy tests run (tests/proxy), installed into the project, never globally:
 # Claude Code and Codex CLI from npm (versions pinned in tests/clients/package-lock.json), aider

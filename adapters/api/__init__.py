@@ -39,8 +39,12 @@ _EXPORTS: dict[str, str] = {
     "POLICY_NAMES": "selfctx.application.policies",
     "PolicyConfig": "selfctx.domain.session.state",
     "policy_by_name": "selfctx.application.policies",
+    # configuration
+    "load_config": "selfctx.adapters.config",
+    "Config": "selfctx.adapters.config",
     # errors
     "SelfContextError": "selfctx.domain.errors",
+    "ConfigError": "selfctx.adapters.config",
     "InvalidInput": "selfctx.domain.errors",
     "InvalidPath": "selfctx.domain.errors",
     "InvalidContent": "selfctx.domain.errors",
@@ -70,6 +74,8 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "DEFAULT_POLICY",
     "POLICY_NAMES",
+    "Config",
+    "ConfigError",
     "ConflictError",
     "ContextService",
     "DuplicateCheckpoint",
@@ -102,6 +108,7 @@ __all__ = [
     "XtdbSetupError",
     "__version__",
     "build_service",
+    "load_config",
     "open_store",
     "policy_by_name",
 ]
@@ -123,6 +130,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what type checkers and editors see; at run time __getattr__ loads them
     from selfctx.adapters.bootstrap import build_service, open_store
+    from selfctx.adapters.config import Config, ConfigError, load_config
     from selfctx.adapters.harness.session import HarnessSession
     from selfctx.adapters.memory import MemoryStore
     from selfctx.adapters.mounts.errors import MountConfigError

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "selfctx.adapters.cli.serve_cmd",
     "selfctx.adapters.cli.proxy_cmd",
     "selfctx.adapters.cli.pi_cmd",
+    "selfctx.adapters.cli.config_cmd",
 )
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from selfctx.adapters.bootstrap import build_service, open_store
+from selfctx.adapters.cli.stores import STORE_HELP
+from selfctx.adapters.config import load_config, setting
 from selfctx.adapters.harness.replay import (
     ReplayReport,
     replay,
@@ -31,7 +33,7 @@ from selfctx.adapters.harness.tokens import PromptCounter
 from selfctx.adapters.harness.trajectories import ModelCall, Trajectory, load
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.tokenizer import default_tokenizer
-from selfctx.application.policies import DEFAULT_POLICY, POLICIES, policy_by_name
+from selfctx.application.policies import DEFAULT_POLICY, POLICIES
 from selfctx.application.ports.store import ObjectStore
 from selfctx.domain.errors import InvalidInput
 
@@ -100,6 +102,7 @@ def run_replays(
 ) -> tuple[list[ReplayReport], list[ShowCall], PromptCounter]:
     """Replay each trajectory into its own session; one tokenizer counts every figure."""
     counter = PromptCounter(default_tokenizer())
+    chosen = load_config().policy(policy)  # --policy, else the policy settings
     persistent = store_spec != "memory"
     shared: ObjectStore | None = open_store(store_spec) if persistent else None
     reports, shown = [], []
@@ -124,7 +127,7 @@ def run_replays(
                     request_format=request_format,
                     observe=keep,
                     progress=bar,
-                    policy=policy_by_name(policy),
+                    policy=chosen,
                 )
             )
         finally:
@@ -187,6 +190,7 @@ def _print_total(total: Mapping[str, Any], tokenizer: str, out: TextIO) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    args.store = setting("store", args.store)
     path = Path(args.file)
     trajectories = load(path)
     if args.trajectory is not None:
@@ -282,9 +286,7 @@ def register(subparsers: Any) -> None:
         help="a trajectory: mini-swe-agent .traj.json, SWE-agent .traj, OpenHands .jsonl, or "
         "the project's openai-messages JSON (default: the shipped example session)",
     )
-    parser.add_argument(
-        "--store", default="memory", help="memory (default), xtdb://HOST:PORT or auto"
-    )
+    parser.add_argument("--store", default=None, help=STORE_HELP)
     parser.add_argument(
         "--show", type=int, metavar="N", help="print the context at call N (-1: the last)"
     )
@@ -302,7 +304,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--policy",
         choices=sorted(POLICIES),
-        help=f"layout and collapse policy of the replayed session (default {DEFAULT_POLICY})",
+        help="layout and collapse policy of the replayed session (default: the policy.name "
+        f"setting, {DEFAULT_POLICY})",
     )
     parser.add_argument(
         "--progress",

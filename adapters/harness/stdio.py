@@ -41,7 +41,7 @@ from selfctx.adapters.harness.rpc import (
 )
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tools import hit_to_json, is_prefix, tool_schemas
-from selfctx.application.policies import DEFAULT_POLICY, POLICY_NAMES, policy_by_name
+from selfctx.application.policies import POLICY_NAMES, policy_by_name
 from selfctx.application.service import ContextService
 from selfctx.application.usecases.checkpoints import (
     MODES,
@@ -180,7 +180,8 @@ def _root_warnings(server: StdioServer, cwd: str, roots: list[str]) -> list[str]
 )
 def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     session_id = p["session_id"]
-    policy = p.get("policy", DEFAULT_POLICY)
+    default = server.service.settings.policy  # the server's (its configuration's) policy
+    policy = p.get("policy", default.name)
     if policy not in POLICY_NAMES:
         raise RpcError.bad_params(
             "policy",
@@ -195,7 +196,10 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
             session_id=session_id,
         )
     try:
-        chosen = policy_by_name(policy, **p.get("policy_options", {}))
+        if "policy" in p or "policy_options" in p:
+            chosen = policy_by_name(policy, **p.get("policy_options", {}))
+        else:
+            chosen = default
     except InvalidInput as exc:
         raise RpcError.bad_params("policy_options", str(exc)) from exc
     cwd = _absolute(p.get("cwd", server.agent_cwd))
