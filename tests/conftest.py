@@ -190,11 +190,11 @@ class Dists:
 
 
 @pytest.fixture(scope="session")
-def dists(tmp_path_factory: pytest.TempPathFactory) -> Dists:
-    """``python -m build`` (sdist, then the wheel from the sdist, as PyPI users get them) of a
-    clean copy of the tree: the files git knows, tracked or new, never build/ or caches."""
+def fresh_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A clean copy of the tree, as a fresh clone has it: the files git knows, tracked or new,
+    never .venv, build output, caches or what the Makefile installs."""
     root = Path(__file__).resolve().parents[1]
-    source = tmp_path_factory.mktemp("source")
+    source = tmp_path_factory.mktemp("checkout")
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=root, capture_output=True, check=False,
@@ -209,6 +209,14 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> Dists:
             ".*", "__pycache__", "node_modules", "build", "dist", "*.egg-info", "target", "cache"
         )
         shutil.copytree(root, source, ignore=ignore, dirs_exist_ok=True)
+    return source
+
+
+@pytest.fixture(scope="session")
+def dists(tmp_path_factory: pytest.TempPathFactory, fresh_checkout: Path) -> Dists:
+    """``python -m build`` (sdist, then the wheel from the sdist, as PyPI users get them) of a
+    fresh checkout."""
+    source = fresh_checkout
     out = tmp_path_factory.mktemp("dist")
     built = subprocess.run(
         [sys.executable, "-m", "build", "--outdir", str(out), str(source)],

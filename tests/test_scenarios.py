@@ -703,9 +703,9 @@ def test_rendering_formats_and_section_order(
             "[system]\nYou are careful.",
             "[metadata]\n" + "\n".join(ctx.metadata),
             "[user]\nlist files",
-            "[assistant]\nListing.\n-> tool_call id=call-1 name=ls",
+            "[assistant]\nListing.\n-> ls /p  [call-1]",
             "[tool]\ntoolcall_ref id=call-1 tool=ls status=ok",
-            "[assistant]\n\n-> tool_call id=call-2 name=grep",
+            "[assistant]\n\n-> grep x  [call-2]",
             "[tool]\ntoolcall_ref id=call-2 tool=grep status=fail",
             "[assistant]\nDone.",
             f"[active]\nACTIVE_CONTENT id={read}\nconst a = '𝄞';\n\n\n"

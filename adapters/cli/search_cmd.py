@@ -81,7 +81,7 @@ def _search(args: argparse.Namespace) -> int:
         service.store.close()
     rows = [hit_to_json(hit) for hit in hits]
     if args.json:
-        print(json.dumps(rows, ensure_ascii=False))
+        print(json.dumps({"hits": rows}, ensure_ascii=False))  # the RPC method's shape
     else:
         _print_hits(rows, args.query, args.session)
     return 0
