@@ -8,7 +8,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test check pytest deps-test postgres clients clean
+.PHONY: demo test check typing-view pytest deps-test postgres clients clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,18 +40,20 @@ deps-test: $(VENV)/.installed-dev postgres
 	$(BIN)/selfctx xtdb fetch
 	$(BIN)/selfctx tokenizer install
 
-# What mypy checks: the package as it installs (selfctx.domain, ...), seen through symbolic links
-# to the top-level folders, since mypy cannot follow the editable install's package-dir mapping.
+# What mypy checks: the package as it installs (selfctx, selfctx.domain, ...), seen through
+# symbolic links to the top-level folders, since mypy cannot follow the editable install's
+# package-dir mapping. selfctx's own __init__ is adapters/api/__init__.py (decision 0060).
 TYPING := $(VENV)/typing/selfctx
-$(TYPING): | $(BIN)/python
-	mkdir -p $@
-	for d in domain application adapters contracts; do ln -sfn ../../../$$d $@/$$d; done
+typing-view: | $(BIN)/python
+	mkdir -p $(TYPING)
+	for d in domain application adapters contracts; do ln -sfn ../../../$$d $(TYPING)/$$d; done
+	ln -sfn ../../../adapters/api/__init__.py $(TYPING)/__init__.py
 
-check: $(VENV)/.installed-dev $(TYPING)
+check: $(VENV)/.installed-dev typing-view
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/lint-imports
+	PYTHONPATH=$(VENV)/typing $(BIN)/lint-imports
 
 # The real agents the proxy tests run (tests/proxy), installed into the project, never globally:
 # Claude Code and Codex CLI from npm (versions pinned in tests/clients/package-lock.json), aider

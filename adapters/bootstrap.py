@@ -8,8 +8,10 @@ ids, the host's file reader confined to the workspace.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 
+from selfctx.adapters.config import Config, load_config
 from selfctx.adapters.filesystem.identity import host_filesystem_id
 from selfctx.adapters.filesystem.reader import LocalFileReader
 from selfctx.adapters.filesystem.tracker import WatchdogTracker
@@ -19,7 +21,6 @@ from selfctx.adapters.search import SqliteSearchIndex
 from selfctx.adapters.summarizer import ExtractiveSummarizer, summarizer_from_env
 from selfctx.adapters.system import SystemClock, UuidIds
 from selfctx.adapters.tokenizer import default_tokenizer
-from selfctx.application.policies import DEFAULT_POLICY, policy_by_name
 from selfctx.application.ports.clock import Clock
 from selfctx.application.ports.files import FileReader
 from selfctx.application.ports.ids import IdSource
@@ -36,15 +37,43 @@ from selfctx.domain.mounts import MountMapping, MountTable
 __all__ = ["build_service", "open_store"]
 
 
-def open_store(spec: str = "memory", *, timeout: float = 30.0) -> ObjectStore:
+def _say(message: str) -> None:
+    print(f"selfctx: {message}", file=sys.stderr)
+
+
+def open_store(
+    spec: str | None = None,
+    *,
+    timeout: float = 30.0,
+    announce: Callable[[str], None] | None = _say,
+) -> ObjectStore:
     """A store from a ``--store`` value: ``memory``, ``xtdb://HOST:PORT`` or ``auto`` (a local
-    RocksDB-backed XTDB node under the user's data directory, started if needed)."""
+    RocksDB-backed XTDB node under the user's data directory, started if needed); by default the
+    ``store`` setting (docs/configuration.md), itself ``memory`` by default.
+
+    A node that ``auto`` starts outlives the program, so that the next command finds it at once;
+    ``announce`` (default: a line on stderr; None: silent) is told so, with the command that
+    stops it."""
+    if spec is None:
+        spec = load_config().get("store")
+    if not isinstance(spec, str):
+        raise InvalidInput("store", spec, "use 'memory', 'xtdb://HOST:PORT' or 'auto'")
     if spec == "memory":
         return MemoryStore()
     if spec.startswith("xtdb://") or spec == "auto":
         from selfctx.adapters import xtdb  # imported lazily: the embedded default needs no JVM
 
-        url = xtdb.ensure_local_node() if spec == "auto" else "http://" + spec[len("xtdb://") :]
+        if spec == "auto":
+            node = xtdb.local_node()
+            url = node.url
+            if node.started and announce is not None:
+                announce(
+                    f"started a local XTDB node for --store auto at {url} (pid {node.info.pid}, "
+                    f"data {node.info.data_dir}); it keeps running for the next commands; "
+                    f"stop it with: {node.stop_hint()}"
+                )
+        else:
+            url = "http://" + spec[len("xtdb://") :]
         return xtdb.open_store(url, timeout=timeout)
     raise InvalidInput("store", spec, "use 'memory', 'xtdb://HOST:PORT' or 'auto'")
 
@@ -69,6 +98,7 @@ def build_service(
     search: SearchIndex | None = None,
     search_path: str | None = None,
     summarizer: Summarizer | None = None,
+    config: Config | None = None,
 ) -> ContextService:
     """A ready :class:`ContextService`.
 
@@ -78,25 +108,30 @@ def build_service(
     the measured default layout policy (``selfctx.application.policies.DEFAULT_POLICY``) unless
     ``settings`` or ``start_session(policy=...)`` says otherwise.
 
-    ``mounts_file`` (default: ``$SELFCTX_MOUNTS``) is a TOML mount configuration
+    Whatever is not passed comes from ``config`` (default: :func:`load_config`, the configuration
+    file under the environment; docs/configuration.md): the policy and limits of new sessions,
+    the mount file, the host's filesystem id, the summarizer.
+
+    ``mounts_file`` (default: the ``files.mounts`` setting) is a TOML mount configuration
     (``selfctx.adapters.mounts``); its mappings come after ``mounts``, and its default filesystem
     applies unless ``default_filesystem_id`` is given. ``track=True`` watches the files sessions
     read with watchdog (or pass a ``tracker``); call ``service.close()`` to stop it. A
     ``mount_detector`` is told the device of every file read and flags mounts nobody configured.
     The search index is ``search``, or SQLite FTS5 in ``search_path`` (default: in memory,
     built from the store on first use; decision 0040). Compaction summaries come from
-    ``summarizer``, else the HTTP summarizer ``$SELFCTX_SUMMARIZER_URL`` configures, else the
+    ``summarizer``, else the HTTP summarizer the ``summarizer.*`` settings configure, else the
     extractive one (decision 0043); the extractive one is also the fallback when a model fails.
     """
-    host = host_filesystem_id(host_id or os.environ.get("SELFCTX_HOST_FILESYSTEM_ID"))
+    config = config if config is not None else load_config()
+    host = host_filesystem_id(config.get("files.host_filesystem_id", host_id))
     workspace = os.path.realpath(workspace or os.getcwd())
-    mounts_file = mounts_file or os.environ.get("SELFCTX_MOUNTS") or None
+    mounts_file = config.get("files.mounts", mounts_file) or None
     mappings = tuple(mounts)
     default_fs = default_filesystem_id
     if mounts_file:
-        config = load_mount_config(mounts_file)
-        mappings += config.mappings(host)
-        default_fs = default_fs or config.default_filesystem_id(host)
+        mount_config = load_mount_config(mounts_file)
+        mappings += mount_config.mappings(host)
+        default_fs = default_fs or mount_config.default_filesystem_id(host)
     reader_roots = list(roots) if roots else [workspace]
     if mount_detector is not None:
         mount_detector.configure(reader_roots, [m.canonical_prefix for m in mappings])
@@ -115,10 +150,10 @@ def build_service(
         ids=ids or UuidIds(),
         files=reader,
         mounts=table,
-        settings=settings or Settings(policy=policy_by_name(DEFAULT_POLICY)),
+        settings=settings or config.settings(),
         tokenizer=tokenizer or default_tokenizer(),
         tracker=tracker,
         search=search or SqliteSearchIndex(search_path or ":memory:"),
-        summarizer=summarizer or summarizer_from_env() or ExtractiveSummarizer(),
+        summarizer=summarizer or summarizer_from_env(config=config) or ExtractiveSummarizer(),
         fallback_summarizer=ExtractiveSummarizer(),
     )

@@ -17,6 +17,7 @@ from typing import Any
 from pyrsistent import thaw
 
 from selfctx.application.budget import TokenBudget, token_budget
+from selfctx.application.policies import as_policy
 from selfctx.application.ports.clock import Clock
 from selfctx.application.ports.files import FileReader, FileRestorer
 from selfctx.application.ports.ids import IdSource
@@ -151,11 +152,13 @@ class ContextService:
         system_prompt: str = "",
         *,
         window: CollapseWindow | None = None,
-        policy: PolicyConfig | None = None,
+        policy: PolicyConfig | str | None = None,
     ) -> None:
         """Create a new session. Raises SessionExists if the id is taken (resume it instead).
-        ``policy`` chooses its layout and collapse policy (default: the service's settings)."""
-        session = self._start(session_id, system_prompt, window, policy)
+        ``policy`` chooses its layout and collapse policy, by name or as a :class:`PolicyConfig`
+        (default: the service's settings); an unknown one is refused with ``UnknownPolicy``."""
+        chosen = None if policy is None else as_policy(policy)
+        session = self._start(session_id, system_prompt, window, chosen)
         with self._guard:
             self._sessions[session_id] = session
 
@@ -168,11 +171,16 @@ class ContextService:
         return report
 
     def open_session(
-        self, session_id: str, system_prompt: str = "", *, policy: PolicyConfig | None = None
+        self,
+        session_id: str,
+        system_prompt: str = "",
+        *,
+        policy: PolicyConfig | str | None = None,
     ) -> ResumeReport | None:
         """Start the session if it is new, resume it otherwise (None when it was started; a
         resumed session keeps the policy it was started with)."""
         validate_session_id(session_id)
+        policy = None if policy is None else as_policy(policy)
         if self._runner.exists(session_id):
             return self.resume_session(session_id)
         self.start_session(session_id, system_prompt, policy=policy)

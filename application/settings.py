@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from selfctx.application.policies import as_policy, default_policy
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = ["Settings"]
@@ -15,10 +16,9 @@ class Settings:
 
     window: CollapseWindow = CollapseWindow()
     """Auto-collapse window for new sessions (the design's default: 5 per turn, 3 turns)."""
-    policy: PolicyConfig = PolicyConfig()
-    """Layout and collapse policy for new sessions: the design's (``ssot``) by default here; the
-    composition root gives new sessions ``selfctx.application.policies.DEFAULT_POLICY`` unless told
-    otherwise."""
+    policy: PolicyConfig = attrs.field(factory=default_policy, converter=as_policy)
+    """Layout and collapse policy for new sessions: a :class:`PolicyConfig` or a policy's name
+    (default ``selfctx.application.policies.DEFAULT_POLICY``, ``relevance``)."""
     max_file_bytes: int = 2 * 1024 * 1024
     """Files larger than this are indexed as metadata only (content null, reason shown)."""
     max_output_bytes: int = 8 * 1024 * 1024

@@ -9,6 +9,9 @@ An adapter's test module subclasses :class:`StoreContract` and implements ``make
 The base class is not collected by pytest (its name does not start with ``Test``). Each test gets
 a store of its own from ``make_store()``; stores shared between tests (a real node) must at least
 give every test fresh ids, which the suite does by prefixing every id with a per-test nonce.
+
+The suite runs under pytest. It can be imported without it (a plain install has no pytest), so a
+program may name :class:`StoreContract` without depending on a test runner.
 """
 
 from __future__ import annotations
@@ -18,9 +21,8 @@ import threading
 import uuid
 from typing import Any
 
-import pytest
-
 from selfctx.application.ports.store import ConflictError, Expect, ObjectStore
+from selfctx.contracts._pytest import pytest
 from selfctx.domain.errors import InvalidInput
 
 __all__ = ["StoreContract"]

@@ -27,6 +27,31 @@ class InvalidInput(SelfContextError, ValueError):
         super().__init__(f"invalid {what} {value!r}: {reason}")
 
 
+class MissingInput(InvalidInput):
+    """A value a command needs was not given at all (no flag, variable or setting)."""
+
+    def __init__(self, what: str, advice: str) -> None:
+        self.what = what
+        self.value = None
+        self.reason = advice
+        SelfContextError.__init__(self, f"no {what} given: {advice}")
+
+
+class UnknownPolicy(InvalidInput):
+    """A policy was named that does not exist, or something that is neither a policy nor a name
+    was given where a policy is expected."""
+
+    kind = "unknown_policy"
+
+    def __init__(self, value: object, known: tuple[str, ...]) -> None:
+        self.known = known
+        if isinstance(value, str):
+            reason = f"the policies are {', '.join(known)}"
+        else:
+            reason = f"give a policy name ({', '.join(known)}) or a PolicyConfig"
+        super().__init__("policy", value, reason)
+
+
 class InvalidPath(InvalidInput):
     """A path that is empty, relative where an absolute one is needed, or otherwise malformed."""
 

@@ -28,14 +28,23 @@ from selfctx.domain.objects import ContentObject, FileObject, Source, ToolcallOb
 from selfctx.domain.rendering import AssembledContext, RenderedMessage, field
 from selfctx.domain.session.state import SessionState
 
-__all__ = ["INLINE_GUIDE", "InlineCache", "compact_call", "handle", "render_inline"]
+__all__ = ["INLINE_GUIDE", "InlineCache", "compact_call", "handle", "inline_guide", "render_inline"]
 
-INLINE_GUIDE = (
-    "Context handles: every tool output is labelled with a handle like #12. When the "
-    "conversation grows, older outputs are collapsed to one line; call activate with a handle "
-    '(for example {"id": "#12"}) to see one again, pin to keep one from collapsing, deactivate '
-    "to collapse one yourself."
-)
+
+def inline_guide(prefix: str = "") -> str:
+    """The note the inline layouts add to the system prompt. It names the context tools with
+    their handle the way a harness offers them either way, as tools or as shell commands (a
+    mini-swe-agent model runs ``activate #12`` in its shell), so it never contradicts the
+    harness's own instructions; ``prefix`` is the tools' prefix (``context_``)."""
+    return (
+        "Context handles: every tool output is labelled with a handle like #12. When the "
+        "conversation grows, older outputs are collapsed to one line: "
+        f"`{prefix}activate #12` shows one again, `{prefix}pin #12` keeps it from collapsing, "
+        f"`{prefix}deactivate #12` collapses it."
+    )
+
+
+INLINE_GUIDE = inline_guide()
 MIN_REFERENCE_CHARS = 200
 """Outputs shorter than this are repeated rather than referenced (a reference saves nothing)."""
 MAX_LISTED_FILES = 6

@@ -7,6 +7,7 @@ the active content section (docs/decisions/0002-tool-outputs-only-in-active.md).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -146,11 +147,35 @@ class AssembledContext:
         for message in self.chat:
             body = message.text
             for call in message.tool_calls:
-                body += f"\n-> tool_call id={call.id} name={call.name}"
+                body += f"\n-> {call_summary(call.name, call.arguments)}  [{call.id}]"
             parts.append(f"[{message.role}]\n{body}")
         if self.active:
             parts.append(f"[active]\n{self.active_text()}")
         return "\n\n".join(parts)
+
+
+CALL_SUMMARY_CHARS = 100
+"""The longest summary :func:`call_summary` writes."""
+
+
+def call_summary(name: str, arguments: Any) -> str:
+    """One line for people saying what a tool call ran: its name, then its command (a
+    ``command`` or ``cmd`` argument, or the only argument when it is a string; its first line),
+    else its arguments as JSON; at most :data:`CALL_SUMMARY_CHARS` characters, control
+    characters escaped."""
+    args = arguments if isinstance(arguments, Mapping) else {}
+    command = args.get("command", args.get("cmd"))
+    if not isinstance(command, str) and len(args) == 1:
+        command = next(iter(args.values()))
+    if isinstance(command, str):
+        lines = command.strip().splitlines() or [""]
+        detail = lines[0] + (" …" if len(lines) > 1 else "")
+    else:
+        detail = json.dumps(arguments, ensure_ascii=False, sort_keys=True, default=str)
+    line = field(f"{name} {detail}".strip())
+    if len(line) > CALL_SUMMARY_CHARS:
+        line = line[: CALL_SUMMARY_CHARS - 1] + "…"
+    return line
 
 
 def render_turn(turn: Turn, objects: Mapping[str, ContentObject]) -> tuple[RenderedMessage, ...]:

@@ -14,9 +14,13 @@ every ``xt/id`` (and the session of every log entry) with it, so no test sees an
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
@@ -173,3 +177,52 @@ def make_service(
 @pytest.fixture
 def service(make_service: MakeService) -> ContextService:
     return make_service()
+
+
+@attrs.frozen
+class Dists:
+    """The wheel and the sdist of this source tree, built once per test session."""
+
+    wheel: Path
+    sdist: Path
+    source: Path
+    """The clean copy of the tree they were built from."""
+
+
+@pytest.fixture(scope="session")
+def fresh_checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A clean copy of the tree, as a fresh clone has it: the files git knows, tracked or new,
+    never .venv, build output, caches or what the Makefile installs."""
+    root = Path(__file__).resolve().parents[1]
+    source = tmp_path_factory.mktemp("checkout")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=root, capture_output=True, check=False,
+    )  # fmt: skip
+    if listed.returncode == 0:
+        for name in listed.stdout.decode().split("\0"):
+            if name and (root / name).is_file():
+                (source / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(root / name, source / name)
+    else:  # not a git checkout: the tree without what the Makefile installs
+        ignore = shutil.ignore_patterns(
+            ".*", "__pycache__", "node_modules", "build", "dist", "*.egg-info", "target", "cache"
+        )
+        shutil.copytree(root, source, ignore=ignore, dirs_exist_ok=True)
+    return source
+
+
+@pytest.fixture(scope="session")
+def dists(tmp_path_factory: pytest.TempPathFactory, fresh_checkout: Path) -> Dists:
+    """``python -m build`` (sdist, then the wheel from the sdist, as PyPI users get them) of a
+    fresh checkout."""
+    source = fresh_checkout
+    out = tmp_path_factory.mktemp("dist")
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(source)],
+        capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    (wheel,) = out.glob("*.whl")
+    (sdist,) = out.glob("*.tar.gz")
+    return Dists(wheel, sdist, source)

@@ -147,6 +147,10 @@ class FakeFileReader(FileReader, FileRestorer):
             self.files[key] = data
 
 
+DESIGN_SETTINGS = Settings(policy="ssot")
+"""The original design's layout (``ssot``) and the service's other defaults."""
+
+
 def compose_service(
     *,
     store: ObjectStore,
@@ -156,7 +160,9 @@ def compose_service(
     mounts: MountTable,
     settings: Settings | None = None,
 ) -> ContextService:
-    """The composition every test uses: a :class:`ContextService` over the given doubles."""
+    """The composition every test uses: a :class:`ContextService` over the given doubles. Its
+    sessions use the original design's layout unless ``settings`` says otherwise: the scenario
+    tests check the design's rules (``ContextService`` itself defaults to ``relevance``)."""
     return ContextService(
         store=store,
         clock=clock,
@@ -164,7 +170,7 @@ def compose_service(
         files=files,
         mounts=mounts,
         tokenizer=EstimateTokenizer(),
-        settings=settings,
+        settings=settings or DESIGN_SETTINGS,
         search=SqliteSearchIndex(),
         summarizer=ExtractiveSummarizer(),
     )

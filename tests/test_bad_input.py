@@ -193,7 +193,7 @@ def test_non_text_content_is_refused(world: World, refused: Any, content: object
 def test_oversized_content_is_refused(make_service: Any, world: World, refused: Any) -> None:
     from selfctx.application.settings import Settings
 
-    small = make_service(settings=Settings(max_output_bytes=8))
+    small = make_service(settings=Settings(policy="ssot", max_output_bytes=8))
     small.resume_session(world.s1)
     before = StoreProbe.of(world.store)
     with pytest.raises(InvalidContent, match="over the limit of 8"):

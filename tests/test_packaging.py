@@ -10,15 +10,15 @@ merged with them (decision 0019).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 import tomllib
 import venv
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.conftest import Dists
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("domain", "application", "adapters", "contracts")
@@ -32,16 +32,38 @@ def _pyproject() -> dict[str, Any]:
         return tomllib.load(f)
 
 
+DATA_FOLDERS = ("xtdb", "adapters/pi", "adapters/cli/sample")
+"""Folders installed as package data: the XTDB node's project, the Pi extension, the demo's
+sample project."""
+NOT_INSTALLED = {"node_modules", "target", "cache", "__pycache__"}
+
+
+def _data_packages() -> set[str]:
+    """Every folder of :data:`DATA_FOLDERS` that holds a file, as the package it installs as."""
+    found = set()
+    for folder in DATA_FOLDERS:
+        for path in (ROOT / folder).rglob("*"):
+            parts = path.relative_to(ROOT).parts
+            if path.is_file() and not NOT_INSTALLED & set(parts):
+                found.add(".".join(("selfctx", *path.parent.relative_to(ROOT).parts)))
+    return found
+
+
 def test_every_package_of_the_tree_is_listed_under_the_namespace() -> None:
     setuptools = _pyproject()["tool"]["setuptools"]
-    assert setuptools["package-dir"] == {f"selfctx.{d}": d for d in FOLDERS}
+    assert setuptools["package-dir"] == {
+        "selfctx": "adapters/api",  # the public API is the package's __init__ (decision 0060)
+        **{f"selfctx.{d}": d for d in FOLDERS},
+        "selfctx.xtdb": "xtdb",
+    }
     in_tree = {
         "selfctx." + ".".join(init.parent.relative_to(ROOT).parts)
         for folder in FOLDERS
         for init in (ROOT / folder).rglob("__init__.py")
         if "sample" not in init.relative_to(ROOT).parts  # the demo's sample project: data
+        and init.parent != ROOT / "adapters" / "api"  # installed as selfctx itself
     }
-    assert sorted(setuptools["packages"]) == sorted(in_tree)
+    assert sorted(setuptools["packages"]) == sorted({"selfctx", *in_tree, *_data_packages()})
 
 
 def test_no_module_imports_a_top_level_name_of_ours() -> None:
@@ -70,30 +92,16 @@ def _run(
 
 @pytest.mark.slow
 def test_the_wheel_works_next_to_distributions_that_clash_with_its_folders(
-    tmp_path: Path,
+    tmp_path: Path, dists: Dists
 ) -> None:
-    """Build the wheel, install it in a fresh virtual environment after AdapterHub, ``domain``
-    and PyContracts (their files only: ``--no-deps``), then run the command line."""
-    source = tmp_path / "source"  # a copy: building in place would leave build/ in the tree
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md", *FOLDERS):
-        if (ROOT / name).is_dir():
-            # node_modules: the Pi extension's dev dependencies (adapters/pi), not in the wheel
-            ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "node_modules")
-            shutil.copytree(ROOT / name, source / name, ignore=ignore)
-        else:
-            shutil.copy2(ROOT / name, source / name)
-    dist = tmp_path / "dist"
-    built = _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dist, source)
-    assert built.returncode == 0, built.stderr
-    (wheel,) = dist.glob("*.whl")
-
+    """Install the wheel in a fresh virtual environment after AdapterHub, ``domain`` and
+    PyContracts (their files only: ``--no-deps``), then run the command line."""
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
     theirs = _run(python, "-m", "pip", "install", "-q", "--no-deps", *CLASHING)
     assert theirs.returncode == 0, theirs.stderr
-    ours = _run(python, "-m", "pip", "install", "-q", wheel)
+    ours = _run(python, "-m", "pip", "install", "-q", dists.wheel)
     assert ours.returncode == 0, ours.stderr
 
     site = Path(

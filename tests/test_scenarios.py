@@ -564,7 +564,9 @@ def test_tool_calls_before_the_first_user_message_are_turn_zero(
 
 
 def test_window_sizes_are_configurable(make_service: MakeService, ns: str) -> None:
-    service = make_service(settings=Settings(window=CollapseWindow(per_turn=2, turns=1)))
+    service = make_service(
+        settings=Settings(policy="ssot", window=CollapseWindow(per_turn=2, turns=1))
+    )
     sid = f"{ns}small"
     service.start_session(sid)
     service.record_user_message(sid, "a")
@@ -701,9 +703,9 @@ def test_rendering_formats_and_section_order(
             "[system]\nYou are careful.",
             "[metadata]\n" + "\n".join(ctx.metadata),
             "[user]\nlist files",
-            "[assistant]\nListing.\n-> tool_call id=call-1 name=ls",
+            "[assistant]\nListing.\n-> ls /p  [call-1]",
             "[tool]\ntoolcall_ref id=call-1 tool=ls status=ok",
-            "[assistant]\n\n-> tool_call id=call-2 name=grep",
+            "[assistant]\n\n-> grep x  [call-2]",
             "[tool]\ntoolcall_ref id=call-2 tool=grep status=fail",
             "[assistant]\nDone.",
             f"[active]\nACTIVE_CONTENT id={read}\nconst a = '𝄞';\n\n\n"
@@ -715,7 +717,7 @@ def test_rendering_formats_and_section_order(
 def test_binary_and_oversized_files_render_their_reason(
     make_service: MakeService, files: FakeFileReader, ns: str, host_id: str
 ) -> None:
-    service = make_service(settings=Settings(max_file_bytes=10))
+    service = make_service(settings=Settings(policy="ssot", max_file_bytes=10))
     sid = f"{ns}s1"
     service.start_session(sid)
     files.write("/p/img.png", b"\x89PNG\x00\x00")

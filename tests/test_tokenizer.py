@@ -454,7 +454,9 @@ def test_cli_install_then_count(
     rank_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert _run_cli(["tokenizer", "install", "--dir", str(rank_dir)]) == 0
-    assert "already installed and verified" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "already installed and verified" in out
+    assert "token counts are exact" in out
     sample = tmp_path / "sample.txt"
     sample.write_text("hello world")
     assert _run_cli(["tokenizer", "count", "--dir", str(rank_dir), str(sample)]) == 0
@@ -488,3 +490,21 @@ def test_public_api() -> None:
     )
     for name in tk.__all__:
         assert hasattr(tk, name)
+
+
+def test_cli_install_without_tiktoken_does_not_claim_success(
+    rank_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rank files alone do not make counts exact: without the tiktoken package (the
+    ``tokens`` extra) ``install`` says so and fails, as ``status`` would report ``exact: false``."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "tiktoken" else real(name, *a)
+    )
+    assert _run_cli(["tokenizer", "install", "--dir", str(rank_dir)]) == 1
+    captured = capsys.readouterr()
+    assert "token counts are exact" not in captured.out
+    assert "tiktoken package is not installed" in captured.err
+    assert "self-context-manager[tokens]" in captured.err

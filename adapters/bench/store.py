@@ -134,7 +134,9 @@ def _node(config: ConfigName, root: Path, name: str) -> Iterator[XtdbNode]:
 
 
 def _service(store: ObjectStore, host: str, workspace: str = "/") -> ContextService:
-    return build_service(store=store, workspace=workspace, host_id=host, settings=Settings())
+    return build_service(
+        store=store, workspace=workspace, host_id=host, settings=Settings(policy="ssot")
+    )
 
 
 def _resume_seconds(url: str, one_by_one: bool) -> float:

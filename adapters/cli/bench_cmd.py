@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from selfctx.adapters.bench.core import SIZES, run_core
 from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.memory import MemoryStore
+from selfctx.domain.errors import InvalidInput
 
 
 def _progress(quiet: bool) -> Any:
@@ -234,7 +236,19 @@ RECALL_GOAL = 0.90
 """The goal for the default policy: at least this share of used lines visible (decision 0021)."""
 
 
+def _require_chart_library(args: argparse.Namespace) -> None:
+    """Refuse a chart before the bench runs, in a sentence, when matplotlib is not installed."""
+    if (args.chart or args.calls_chart) and importlib.util.find_spec("matplotlib") is None:
+        raise InvalidInput(
+            "--chart",
+            args.chart or args.calls_chart,
+            "charts need matplotlib, which is not installed: "
+            "pip install 'self-context-manager[chart]' (or run without --chart)",
+        )
+
+
 def _context(args: argparse.Namespace) -> int:
+    _require_chart_library(args)
     from selfctx.adapters.bench.context import (
         default_directory,
         replay_service_factory,

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from selfctx.adapters.bootstrap import build_service, open_store
+from selfctx.adapters.cli.stores import STORE_HELP
+from selfctx.adapters.config import setting
 from selfctx.adapters.filesystem.identity import host_filesystem_id
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import ToolCallRequest
@@ -160,6 +162,7 @@ def run_demo(service: ContextService, workspace: Path, out: Any = sys.stdout) ->
 
 
 def _run(args: argparse.Namespace) -> int:
+    args.store = setting("store", args.store)
     with tempfile.TemporaryDirectory(prefix="selfctx-demo-") as tmp:
         workspace = Path(tmp) / "calc"
         shutil.copytree(SAMPLE, workspace)
@@ -176,7 +179,5 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "demo", help="run a scripted agent session on a sample project and print its context"
     )
-    parser.add_argument(
-        "--store", default="memory", help="memory (default), xtdb://HOST:PORT or auto"
-    )
+    parser.add_argument("--store", default=None, help=STORE_HELP)
     parser.set_defaults(handler=_run)

@@ -111,10 +111,10 @@ def _show(args: argparse.Namespace) -> int:
         raise InvalidInput("--at-turn", args.at_turn, "give --at-turn or --at-position, not both")
     if args.at_turn is not None:
         position, turns = turn_end(service, sid, args.at_turn)
-        where = f"after turn {args.at_turn} (turns 0 to {turns})"
+        where = f"after turn {args.at_turn} (turns 0 to {turns}), "
     else:
         position = args.at_position or last_position(service, sid)
-        where = "latest" if args.at_position is None else "at"
+        where = "latest, " if args.at_position is None else ""
     past = service.state_at(sid, position)
     context = service.context_at(sid, position)
     if args.format == "openai":
@@ -131,7 +131,7 @@ def _show(args: argparse.Namespace) -> int:
         else "compaction off"
     )
     print(
-        f"session {sid}, {where} (log position {position}, transaction {past.tx_id}): "
+        f"session {sid}, {where}at log position {position} (transaction {past.tx_id}): "
         f"{len(state.index)} objects, {len(state.active)} active, "
         f"{len(state.pool) - len(state.active)} collapsed, {len(state.pinned)} pinned\n"
         f"budget: chat {budget.history_tokens:,} of {budget.max_history_tokens:,} tokens, "

@@ -26,7 +26,15 @@ COMMAND_MODULES = (
     "selfctx.adapters.cli.tokenizer_cmd",
     "selfctx.adapters.cli.serve_cmd",
     "selfctx.adapters.cli.proxy_cmd",
+    "selfctx.adapters.cli.pi_cmd",
+    "selfctx.adapters.cli.config_cmd",
 )
+
+
+def _version() -> str:
+    from selfctx import __version__
+
+    return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="selfctx",
         description="Context manager for LLM coding agents: objects, metadata lines, active set.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)

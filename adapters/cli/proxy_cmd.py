@@ -14,12 +14,20 @@ import os
 import sys
 from typing import Any
 
+import attrs
+
 from selfctx.adapters.bootstrap import build_service, open_store
-from selfctx.application.policies import policy_by_name
+from selfctx.adapters.cli.stores import STORE_HELP
+from selfctx.adapters.config import load_config, setting
+from selfctx.application.policies import POLICIES
 from selfctx.domain.errors import InvalidInput
 
 TOKEN_ENV = "SELFCTX_PROXY_TOKEN"
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+_FROM_SETTINGS = ("host", "port", "tool_prefix", "max_body_mb", "max_rounds")
+"""Flags whose default is a ``proxy.*`` setting (docs/configuration.md)."""
 
 
 def _token(args: argparse.Namespace) -> str | None:
@@ -28,7 +36,7 @@ def _token(args: argparse.Namespace) -> str | None:
         with open(args.token_file, encoding="utf-8") as handle:
             token = handle.read().strip()
     else:
-        token = os.environ.get(TOKEN_ENV) or None
+        token = setting("proxy.token") or None
     if token is not None and len(token) < 16:
         raise InvalidInput("proxy token", "(hidden)", "use at least 16 characters")
     if args.host not in _LOOPBACK and token is None:
@@ -79,16 +87,24 @@ def _run(args: argparse.Namespace) -> int:
     )
     for noisy in ("httpx", "httpcore"):  # their request lines would repeat ours
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    args.store = setting("store", args.store)
+    for name in _FROM_SETTINGS:
+        setattr(args, name, setting(f"proxy.{name}", getattr(args, name)))
     token = _token(args)
-    options = dict(_option(o) for o in args.policy_option)
-    policy_by_name(args.policy, **options)  # refuse a bad policy before serving
+    # The policy of new sessions: --policy and --policy-option over the policy settings (the
+    # configuration file's [policy] table, $SELFCTX_POLICY...); refused before serving if bad.
+    chosen = load_config().policy(args.policy, **dict(_option(o) for o in args.policy_option))
+    named = POLICIES[chosen.name]
+    options = {
+        k: v for k, v in attrs.asdict(chosen).items() if k != "name" and v != getattr(named, k)
+    }
     workspace = os.path.realpath(args.workspace or os.getcwd())
     roots = tuple(os.path.realpath(r) for r in args.root) or (workspace,)
     config = ProxyConfig(
-        upstream_anthropic=args.upstream_anthropic,
-        upstream_openai=args.upstream_openai,
+        upstream_anthropic=setting("proxy.upstream_anthropic", args.upstream_anthropic),
+        upstream_openai=setting("proxy.upstream_openai", args.upstream_openai),
         tool_prefix=args.tool_prefix,
-        policy=args.policy,
+        policy=chosen.name,
         policy_options=options,
         cwd=workspace,
         roots=roots,
@@ -106,8 +122,7 @@ def _run(args: argparse.Namespace) -> int:
         proxy = Proxy(service, config)
         host = f"[{args.host}]" if ":" in args.host else args.host
         base = f"http://{host}:{sock.getsockname()[1]}"
-        policy = args.policy or service.settings.policy.name
-        print(_banner(base, config, args.store, policy), flush=True)
+        print(_banner(base, config, args.store, chosen.name), flush=True)
         serve(proxy.app, sock, log_level="warning")
     finally:
         if service is not None:
@@ -128,26 +143,28 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--host",
-        default="127.0.0.1",
-        help="address to listen on (default: "
+        default=None,
+        help="address to listen on (default: the proxy.host setting, "
         f"127.0.0.1; any other needs a token, ${TOKEN_ENV} or --token-file)",
     )
-    parser.add_argument("--port", type=int, default=8788, help="port (default 8788; 0: any free)")
+    parser.add_argument(
+        "--port", type=int, default=None, help="port (default: proxy.port, 8788; 0: any free)"
+    )
     parser.add_argument(
         "--upstream-anthropic",
-        default=os.environ.get("SELFCTX_UPSTREAM_ANTHROPIC", "https://api.anthropic.com"),
+        default=None,
         metavar="URL",
-        help="where Anthropic requests go (default https://api.anthropic.com)",
+        help="where Anthropic requests go (default: the proxy.upstream_anthropic setting, "
+        "https://api.anthropic.com)",
     )
     parser.add_argument(
         "--upstream-openai",
-        default=os.environ.get("SELFCTX_UPSTREAM_OPENAI", "https://api.openai.com"),
+        default=None,
         metavar="URL",
-        help="where OpenAI requests go (default https://api.openai.com; a trailing /v1 is fine)",
+        help="where OpenAI requests go (default: the proxy.upstream_openai setting, "
+        "https://api.openai.com; a trailing /v1 is fine)",
     )
-    parser.add_argument(
-        "--store", default="memory", help="memory (default), xtdb://HOST:PORT or auto"
-    )
+    parser.add_argument("--store", default=None, help=STORE_HELP)
     parser.add_argument("--policy", default=None, help="layout policy of new sessions")
     parser.add_argument(
         "--policy-option",
@@ -158,8 +175,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--tool-prefix",
-        default="context_",
-        help="prefix of the context tools' names (default context_: context_activate, ...)",
+        default=None,
+        help="prefix of the context tools' names (default: proxy.tool_prefix, context_: "
+        "context_activate, ...)",
     )
     parser.add_argument(
         "--workspace",
@@ -174,12 +192,14 @@ def register(subparsers: Any) -> None:
         help="a directory files may be read from (repeatable; default: workspace)",
     )
     parser.add_argument("--token-file", metavar="FILE", help="a file holding the proxy's token")
-    parser.add_argument("--max-body-mb", type=int, default=32, help="largest request body (MB)")
+    parser.add_argument(
+        "--max-body-mb", type=int, default=None, help="largest request body (MB; default 32)"
+    )
     parser.add_argument(
         "--max-rounds",
         type=int,
-        default=5,
-        help="context-tool rounds per request before the model must answer",
+        default=None,
+        help="context-tool rounds per request before the model must answer (default 5)",
     )
     parser.add_argument("--no-track", action="store_true", help="do not watch files read")
     parser.add_argument(

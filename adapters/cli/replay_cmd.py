@@ -2,10 +2,13 @@
 
 For every model call the original harness made, prints the size of the prompt it sent (naive)
 beside the size of the prompt the context manager assembles (managed), the active and collapsed
-object counts, and totals; every figure names the tokenizer that produced it. The in-memory store
-is the default (a fresh one per trajectory); with ``--store xtdb://HOST:PORT`` or ``auto`` the
-sessions stay for ``selfctx sessions``, ``show`` and ``history``, and their tool-call ids are
-prefixed with the session id (a tool call's id is its object's id, unique in a store).
+object counts and what the model ran next, then totals, what the columns mean and where to look
+next; every figure names the tokenizer that produced it. ``--show N`` prints the context the model
+saw at call N (-1: the last). The in-memory store is the default (a fresh one per trajectory);
+with ``--store xtdb://HOST:PORT`` or ``auto`` the sessions stay for ``selfctx sessions``, ``show``
+and ``history``, and the table gives each call's log position (``selfctx show --at-position``).
+Tool outputs are stored under ids of their own, ``tc_`` and 24 hex digits, derived from the
+session, the harness's call id and how often the harness used it (decision 0030).
 """
 
 from __future__ import annotations
@@ -13,12 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from selfctx.adapters.bootstrap import build_service, open_store
+from selfctx.adapters.cli.stores import STORE_HELP
+from selfctx.adapters.config import load_config, setting
 from selfctx.adapters.harness.replay import (
     ReplayReport,
     replay,
@@ -31,9 +37,10 @@ from selfctx.adapters.harness.tokens import PromptCounter
 from selfctx.adapters.harness.trajectories import ModelCall, Trajectory, load
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.tokenizer import default_tokenizer
-from selfctx.application.policies import DEFAULT_POLICY, POLICIES, policy_by_name
+from selfctx.application.policies import DEFAULT_POLICY, POLICIES
 from selfctx.application.ports.store import ObjectStore
 from selfctx.domain.errors import InvalidInput
+from selfctx.domain.rendering import call_summary
 
 SAMPLE_SESSION = Path(__file__).with_name("sample_session.json")
 """The example session the project ships (``make demo`` replays it)."""
@@ -100,6 +107,7 @@ def run_replays(
 ) -> tuple[list[ReplayReport], list[ShowCall], PromptCounter]:
     """Replay each trajectory into its own session; one tokenizer counts every figure."""
     counter = PromptCounter(default_tokenizer())
+    chosen = load_config().policy(policy)  # --policy, else the policy settings
     persistent = store_spec != "memory"
     shared: ObjectStore | None = open_store(store_spec) if persistent else None
     reports, shown = [], []
@@ -124,7 +132,7 @@ def run_replays(
                     request_format=request_format,
                     observe=keep,
                     progress=bar,
-                    policy=policy_by_name(policy),
+                    policy=chosen,
                 )
             )
         finally:
@@ -138,7 +146,37 @@ def _pct(new: int, old: int) -> str:
     return f"{(new - old) / old * 100:+.1f}%" if old else "n/a"
 
 
-def print_table(report: ReplayReport, trajectory: Trajectory, out: TextIO) -> None:
+RAN_CHARS = 48
+"""The width of the table's last column, what the model ran after each call."""
+
+
+def ran(trajectory: Trajectory, number: int) -> str:
+    """What the recorded model did with call ``number``: the tool calls it asked for (name and
+    command), else the start of its answer."""
+    message = trajectory.messages[trajectory.calls[number - 1].position]
+    calls = []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except (TypeError, ValueError):
+            arguments = function.get("arguments")
+        calls.append(call_summary(str(function.get("name", "?")), arguments))
+    text = "; ".join(calls) if calls else "answer: " + _content_text(message.get("content"))
+    return text if len(text) <= RAN_CHARS else text[: RAN_CHARS - 1] + "…"
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):
+        content = " ".join(str(b.get("text", "")) for b in content if isinstance(b, Mapping))
+    return " ".join(str(content or "").split())
+
+
+def print_table(
+    report: ReplayReport, trajectory: Trajectory, out: TextIO, *, positions: bool = False
+) -> None:
+    """The per-call table; ``positions`` adds each call's log position (``selfctx show
+    --at-position``), for a session a persistent store keeps."""
     recorded = any(c.recorded_prompt_tokens is not None for c in report.calls)
     print(
         f"\n{trajectory.name} ({trajectory.format}): {len(report.calls)} model calls, "
@@ -147,19 +185,22 @@ def print_table(report: ReplayReport, trajectory: Trajectory, out: TextIO) -> No
     )
     for note in trajectory.notes:
         print(f"  note: {note}", file=out)
-    head = f"{'call':>5} {'msgs':>5} {'naive':>9} {'managed':>9} {'change':>8} {'active':>7} "
+    head = f"{'call':>5}" + (f" {'pos':>6}" if positions else "")
+    head += f" {'msgs':>5} {'naive':>9} {'managed':>9} {'change':>8} {'active':>7} "
     head += f"{'collapsed':>9} {'unread':>6}" + (f" {'recorded':>9}" if recorded else "")
-    print(head, file=out)
+    print(head + "  then the model ran", file=out)
     for c in report.calls:
         line = (
-            f"{c.call:>5} {c.messages:>5} {c.naive_tokens:>9,} {c.managed_tokens:>9,} "
+            f"{c.call:>5}"
+            + (f" {c.log_position:>6}" if positions else "")
+            + f" {c.messages:>5} {c.naive_tokens:>9,} {c.managed_tokens:>9,} "
             f"{_pct(c.managed_tokens, c.naive_tokens):>8} {c.active:>7} {c.collapsed:>9} "
             f"{c.unread:>6}"
         )
         if recorded:
             rec = c.recorded_prompt_tokens
             line += f" {rec:>9,}" if rec is not None else f" {'-':>9}"
-        print(line, file=out)
+        print(f"{line}  {ran(trajectory, c.call)}", file=out)
     _print_total(report.total(), report.tokenizer, out)
 
 
@@ -187,6 +228,7 @@ def _print_total(total: Mapping[str, Any], tokenizer: str, out: TextIO) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    args.store = setting("store", args.store)
     path = Path(args.file)
     trajectories = load(path)
     if args.trajectory is not None:
@@ -212,12 +254,14 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(_json(path, args, reports, shown, counter)))
         return 0
     out = sys.stdout
+    persistent = args.store != "memory"
     print(f"replay of {path} on the {args.store} store; tokens: {counter.name}", file=out)
     for report, trajectory in zip(reports, trajectories, strict=True):
-        print_table(report, trajectory, out)
+        print_table(report, trajectory, out, positions=persistent)
     if len(reports) > 1:
         print(f"\nall {len(reports)} trajectories:", file=out)
         _print_total(totals(reports), counter.name, out)
+    _print_guide(reports, trajectories, args, out)
     for keep, report in zip(shown, reports, strict=True):
         if keep.text is not None:
             print(
@@ -225,10 +269,61 @@ def _run(args: argparse.Namespace) -> int:
                 file=out,
             )
             print(keep.text, file=out)
-    if args.store != "memory":
-        first = reports[0].session_id
-        print(f"\ninspect: selfctx show {first} --store {args.store} [--at-turn N]", file=out)
     return 0
+
+
+def _say(text: str, out: TextIO) -> None:
+    print(textwrap.fill(text, width=98, subsequent_indent="  ", break_on_hyphens=False), file=out)
+
+
+def _print_guide(
+    reports: list[ReplayReport],
+    trajectories: list[Trajectory],
+    args: argparse.Namespace,
+    out: TextIO,
+) -> None:
+    """What the table's columns mean, why managed may cost more at first, where to look next."""
+    print(file=out)
+    _say(
+        "the columns: naive = tokens of the prompt the harness sent (its whole message list, "
+        "every output in full); managed = tokens of the prompt the context manager builds from "
+        "the same history instead; change = managed against naive; active = objects (files, "
+        "tool outputs) shown in full; collapsed = shown as one line; unread = files seen in a "
+        "listing, never read; msgs = the harness's messages; then the model ran = what the "
+        "recorded model did next",
+        out,
+    )
+    for report in reports:
+        first = next((c.call for c in report.calls if c.managed_tokens <= c.naive_tokens), None)
+        if first is None or first == 1:
+            continue
+        name = f" of {report.trajectory}" if len(reports) > 1 else ""
+        _say(
+            f"why calls 1-{first - 1}{name} cost more managed than naive: the managed prompt adds "
+            "what naive lacks, a guide to the context tools in the system prompt and a line per "
+            "object the model has met (its handle, tool, size, files), while nothing has "
+            f"collapsed yet; from call {first} on, collapsed outputs save more than that",
+            out,
+        )
+    session = reports[0].session_id
+    if args.store == "memory":
+        where = (
+            "with --store auto the sessions stay in a local XTDB node for selfctx sessions, "
+            "show and history;"
+        )
+    else:
+        turns = sum(1 for m in trajectories[0].messages if m.get("role") == "user")
+        where = (
+            f"selfctx show {session} --store {args.store} --at-position P rebuilds the context "
+            f"of the call whose pos is P (--at-turn N counts user messages instead: this "
+            f"session has {turns});"
+        )
+    _say(
+        f"next: selfctx replay {args.file} --show N prints the context the model saw at call N; "
+        f"{where} selfctx replay TRAJECTORY replays your own mini-swe-agent, SWE-agent or "
+        "OpenHands runs (docs/harness.md)",
+        out,
+    )
 
 
 def _json(
@@ -282,9 +377,7 @@ def register(subparsers: Any) -> None:
         help="a trajectory: mini-swe-agent .traj.json, SWE-agent .traj, OpenHands .jsonl, or "
         "the project's openai-messages JSON (default: the shipped example session)",
     )
-    parser.add_argument(
-        "--store", default="memory", help="memory (default), xtdb://HOST:PORT or auto"
-    )
+    parser.add_argument("--store", default=None, help=STORE_HELP)
     parser.add_argument(
         "--show", type=int, metavar="N", help="print the context at call N (-1: the last)"
     )
@@ -302,7 +395,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--policy",
         choices=sorted(POLICIES),
-        help=f"layout and collapse policy of the replayed session (default {DEFAULT_POLICY})",
+        help="layout and collapse policy of the replayed session (default: the policy.name "
+        f"setting, {DEFAULT_POLICY})",
     )
     parser.add_argument(
         "--progress",

@@ -18,6 +18,7 @@ from typing import Any
 
 from selfctx.adapters.bootstrap import build_service, open_store
 from selfctx.adapters.cli.stores import persistent_store
+from selfctx.adapters.config import setting
 from selfctx.adapters.harness.tools import hit_to_json
 from selfctx.application.ports.search import KINDS, MAX_LIMIT, ROLES
 from selfctx.application.service import ContextService
@@ -38,7 +39,7 @@ def search_service(store_spec: str | None, index: str | None) -> ContextService:
     spec = persistent_store(
         store_spec, "search a persistent store (--store auto or xtdb://HOST:PORT)"
     )
-    path = Path(index or os.environ.get(INDEX_ENV) or default_index_path(spec))
+    path = Path(setting("search.index", index) or default_index_path(spec))
     path.parent.mkdir(parents=True, exist_ok=True)
     return build_service(
         store=open_store(spec), default_filesystem_id="selfctx-search", search_path=str(path)
@@ -80,7 +81,7 @@ def _search(args: argparse.Namespace) -> int:
         service.store.close()
     rows = [hit_to_json(hit) for hit in hits]
     if args.json:
-        print(json.dumps(rows, ensure_ascii=False))
+        print(json.dumps({"hits": rows}, ensure_ascii=False))  # the RPC method's shape
     else:
         _print_hits(rows, args.query, args.session)
     return 0

@@ -13,6 +13,8 @@ import sys
 from typing import IO, Any
 
 from selfctx.adapters.bootstrap import build_service, open_store
+from selfctx.adapters.cli.stores import STORE_HELP
+from selfctx.adapters.config import setting
 from selfctx.adapters.harness.stdio import StdioServer
 
 
@@ -43,6 +45,7 @@ def _serve(args: argparse.Namespace, protocol: IO[bytes]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    args.store = setting("store", args.store)
     logging.basicConfig(
         stream=sys.stderr,
         level=args.log_level.upper(),
@@ -70,9 +73,7 @@ def register(subparsers: Any) -> None:
         required=True,
         help="speak JSON-RPC on stdin/stdout (the only transport so far)",
     )
-    parser.add_argument(
-        "--store", default="memory", help="memory (default), xtdb://HOST:PORT or auto"
-    )
+    parser.add_argument("--store", default=None, help=STORE_HELP)
     parser.add_argument(
         "--workspace",
         metavar="DIR",

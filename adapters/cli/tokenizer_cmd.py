@@ -7,6 +7,7 @@ from Maven Central or npm with ``mvn``/``npm`` and verifies their SHA-256 (``doc
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -82,16 +83,35 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _install(args: argparse.Namespace) -> int:
+    """Fetch and verify the rank files; succeed only if counts are then exact, which also needs
+    the tiktoken package (the ``tokens`` extra)."""
     sources = DEFAULT_SOURCES if args.source == "auto" else (_SOURCES[args.source],)
     done = install(args.encoding or tuple(ENCODINGS), directory=args.dir, sources=sources)
     for item in done:
         if item.action == "present":
-            print(f"{item.encoding}: already installed and verified at {item.path}")
+            print(f"{item.encoding}: rank file already installed and verified at {item.path}")
         else:
             print(
-                f"{item.encoding}: {item.action} from {item.source} at {item.path} "
+                f"{item.encoding}: rank file {item.action} from {item.source} at {item.path} "
                 f"(sha256 verified, {item.seconds:.1f} s)"
             )
+    if importlib.util.find_spec("tiktoken") is None:
+        print(
+            "selfctx: error: the rank files are in place, but the tiktoken package is not "
+            "installed, so token counts stay estimates (UTF-8 bytes / 4); install it with: "
+            "pip install 'self-context-manager[tokens]'",
+            file=sys.stderr,
+        )
+        return 1
+    for item in done:
+        tokenizer = default_tokenizer(item.encoding, directory=args.dir)
+        if not tokenizer.exact:
+            print(
+                f"selfctx: error: {item.encoding} still counts with {tokenizer.name}",
+                file=sys.stderr,
+            )
+            return 1
+    print("token counts are exact (selfctx tokenizer status shows which file counts)")
     return 0
 
 

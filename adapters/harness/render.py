@@ -20,7 +20,7 @@ from pyrsistent import thaw
 from selfctx.adapters.harness.ids import emitted_id
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.identifiers import MAX_TOOLCALL_ID
-from selfctx.domain.inline import INLINE_GUIDE
+from selfctx.domain.inline import INLINE_GUIDE, inline_guide
 from selfctx.domain.rendering import AssembledContext, RenderedMessage
 
 __all__ = [
@@ -149,12 +149,7 @@ def _system_prompt(context: AssembledContext, prefix: str) -> str:
     """The system prompt, with the inline layout's guide naming the tools under ``prefix``."""
     prompt = context.system_prompt
     if prefix and INLINE_GUIDE in prompt:
-        guide = (
-            INLINE_GUIDE.replace("call activate", f"call {prefix}activate")
-            .replace("pin to keep", f"{prefix}pin to keep")
-            .replace("deactivate to collapse", f"{prefix}deactivate to collapse")
-        )
-        prompt = prompt.replace(INLINE_GUIDE, guide)
+        prompt = prompt.replace(INLINE_GUIDE, inline_guide(prefix))
     return prompt
 
 

@@ -40,7 +40,7 @@ class HarnessSession:
         system_prompt: str = "",
         cwd: str = "/",
         roots: Sequence[str] = ("/",),
-        policy: PolicyConfig | None = None,
+        policy: PolicyConfig | str | None = None,
         tool_prefix: str = "",
     ) -> None:
         if fmt not in FORMATS:

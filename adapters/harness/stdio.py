@@ -41,7 +41,7 @@ from selfctx.adapters.harness.rpc import (
 )
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tools import hit_to_json, is_prefix, tool_schemas
-from selfctx.application.policies import DEFAULT_POLICY, policy_by_name
+from selfctx.application.policies import POLICY_NAMES, policy_by_name
 from selfctx.application.service import ContextService
 from selfctx.application.usecases.checkpoints import (
     MODES,
@@ -57,24 +57,12 @@ __all__ = [
     "METHODS",
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
-    "POLICIES",
     "SERVER_ERROR",
     "RpcError",
     "StdioServer",
     "checkpoint_to_json",
     "rollback_to_json",
 ]
-
-POLICIES: dict[str, str] = {
-    "ssot": "The original design's layout (system prompt, metadata pool, chat, active content) "
-    "and its sliding-window auto-collapse of tool outputs.",
-    "inline": "Cache-aware: an append-only prompt, objects shown where they arrived with #n "
-    "handles, older outputs collapsed in batches once a token trigger is crossed.",
-    "relevance": "The inline layout, collapsing by predicted use: views of the files the agent "
-    "works on stay, other outputs collapse once answered, views shown again collapse first.",
-}
-"""Layout and collapse policies ``session.open`` accepts, by name, with a one-line description
-(their settings: ``selfctx.application.policies.POLICIES``)."""
 
 log = logging.getLogger("selfctx.serve")
 
@@ -192,12 +180,13 @@ def _root_warnings(server: StdioServer, cwd: str, roots: list[str]) -> list[str]
 )
 def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     session_id = p["session_id"]
-    policy = p.get("policy", DEFAULT_POLICY)
-    if policy not in POLICIES:
+    default = server.service.settings.policy  # the server's (its configuration's) policy
+    policy = p.get("policy", default.name)
+    if policy not in POLICY_NAMES:
         raise RpcError.bad_params(
             "policy",
-            f"unknown policy {policy!r}; the policies are {sorted(POLICIES)}",
-            policies=sorted(POLICIES),
+            f"unknown policy {policy!r}; the policies are {sorted(POLICY_NAMES)}",
+            policies=sorted(POLICY_NAMES),
         )
     if session_id in server.sessions:
         raise RpcError(
@@ -207,7 +196,10 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
             session_id=session_id,
         )
     try:
-        chosen = policy_by_name(policy, **p.get("policy_options", {}))
+        if "policy" in p or "policy_options" in p:
+            chosen = policy_by_name(policy, **p.get("policy_options", {}))
+        else:
+            chosen = default
     except InvalidInput as exc:
         raise RpcError.bad_params("policy_options", str(exc)) from exc
     cwd = _absolute(p.get("cwd", server.agent_cwd))

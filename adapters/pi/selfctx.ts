@@ -8,9 +8,10 @@
  * `unpin`, to bring content back or keep it, and `search` over everything the session has seen.
  * The session is closed when Pi shuts down.
  *
- * Settings (environment): SELFCTX_COMMAND (default `selfctx`), SELFCTX_STORE (`memory`, `auto`
- * or `xtdb://HOST:PORT`; default `memory`), SELFCTX_POLICY (a layout policy name),
- * SELFCTX_POLICY_OPTIONS (JSON, e.g. `{"trigger_tokens": 20000}`).
+ * Settings (environment; docs/configuration.md): SELFCTX_COMMAND (default `selfctx`), SELFCTX_STORE
+ * (`memory`, `auto` or `xtdb://HOST:PORT`; default: the server's store setting, `memory` unless
+ * configured), SELFCTX_POLICY (a layout policy name), SELFCTX_POLICY_OPTIONS (JSON, e.g.
+ * `{"trigger_tokens": 20000}`).
  */
 
 import type { ExtensionAPI, ExtensionContext } from "@mariozechner/pi-coding-agent";
@@ -33,7 +34,9 @@ export default function selfctx(pi: ExtensionAPI) {
 
   async function open(ctx: ExtensionContext): Promise<void> {
     const command = process.env.SELFCTX_COMMAND || "selfctx";
-    const args = ["serve", "--stdio", "--store", process.env.SELFCTX_STORE || "memory", "--workspace", ctx.cwd];
+    // Without SELFCTX_STORE the server takes the store setting of its configuration (memory by default).
+    const store = process.env.SELFCTX_STORE ? ["--store", process.env.SELFCTX_STORE] : [];
+    const args = ["serve", "--stdio", ...store, "--workspace", ctx.cwd];
     server = new SelfctxServer(command, args, ctx.cwd);
     sessionId = `pi-${ctx.sessionManager.getSessionId()}`;
     const params: Record<string, unknown> = {

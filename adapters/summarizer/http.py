@@ -1,7 +1,8 @@
 """A summarizer that asks a model over HTTP: any OpenAI-compatible (``/chat/completions``) or
 Anthropic-compatible (``/v1/messages``) endpoint (decision 0043).
 
-Configured from the environment by :func:`summarizer_from_env`:
+Configured by the ``summarizer.*`` settings (docs/configuration.md), read by
+:func:`summarizer_from_env` from the environment or the configuration file:
 
 - ``SELFCTX_SUMMARIZER_URL``: the endpoint's base URL (``https://api.openai.com/v1``, a local
   server's ``http://127.0.0.1:8080/v1``, ``https://api.anthropic.com``);
@@ -18,13 +19,13 @@ shape — raises :class:`SummarizerError`; compaction then falls back to safe de
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlparse
 
 import httpx
 
+from selfctx.adapters.config import Config, load_config
 from selfctx.application.ports.summarizer import Excerpt, Summarizer, SummarizerError
 from selfctx.domain.compaction import MAX_MESSAGES, TopicBoundary, format_transcript, parse_boundary
 from selfctx.domain.errors import InvalidInput
@@ -171,26 +172,24 @@ def _answer_text(data: Any, api: str) -> str | None:
     return content if isinstance(content, str) else None
 
 
-def summarizer_from_env(environ: Mapping[str, str] | None = None) -> HttpSummarizer | None:
-    """The HTTP summarizer ``SELFCTX_SUMMARIZER_*`` configures, or None when no URL is set."""
-    env = os.environ if environ is None else environ
-    url = env.get("SELFCTX_SUMMARIZER_URL")
+def summarizer_from_env(
+    environ: Mapping[str, str] | None = None, *, config: Config | None = None
+) -> HttpSummarizer | None:
+    """The HTTP summarizer the ``summarizer.*`` settings configure (their variables in
+    ``environ``, default ``os.environ``, or the configuration file), or None when no URL is set."""
+    config = config if config is not None else load_config(environ=environ)
+    url = config.get("summarizer.url")
     if not url:
         return None
     host = urlparse(url).hostname or ""
-    api = env.get("SELFCTX_SUMMARIZER_API") or ("anthropic" if "anthropic" in host else "openai")
-    try:
-        timeout = float(env.get("SELFCTX_SUMMARIZER_TIMEOUT", "30"))
-    except ValueError as exc:
-        raise InvalidInput(
-            "SELFCTX_SUMMARIZER_TIMEOUT", env.get("SELFCTX_SUMMARIZER_TIMEOUT"), "not a number"
-        ) from exc
+    api = config.get("summarizer.api") or ("anthropic" if "anthropic" in host else "openai")
+    timeout = config.get("summarizer.timeout")
     if not timeout > 0:
         raise InvalidInput("SELFCTX_SUMMARIZER_TIMEOUT", timeout, "must be positive")
     return HttpSummarizer(
         url,
-        env.get("SELFCTX_SUMMARIZER_MODEL", ""),
+        config.get("summarizer.model") or "",
         api=api,
-        key=env.get("SELFCTX_SUMMARIZER_KEY") or None,
+        key=config.get("summarizer.key") or None,
         timeout=timeout,
     )

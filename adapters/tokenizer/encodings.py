@@ -99,12 +99,16 @@ ENCODINGS: Mapping[str, EncodingSpec] = {spec.name: spec for spec in (O200K_BASE
 def data_dir(environ: Mapping[str, str] | None = None) -> Path:
     """The directory holding the rank files.
 
-    ``$SELFCTX_TIKTOKEN_DIR`` when set, else ``$XDG_CACHE_HOME/self-context-manager/tiktoken``,
-    else ``~/.cache/self-context-manager/tiktoken``.
+    The ``tokenizer.dir`` setting (``$SELFCTX_TIKTOKEN_DIR`` or the configuration file) when set,
+    else ``$XDG_CACHE_HOME/self-context-manager/tiktoken``, else
+    ``~/.cache/self-context-manager/tiktoken``.
     """
+    from selfctx.adapters.config import load_config
+
     env = os.environ if environ is None else environ
-    if env.get(DATA_DIR_ENV):
-        return Path(env[DATA_DIR_ENV]).expanduser()
+    configured = load_config(environ=env).get("tokenizer.dir")
+    if configured:
+        return Path(configured).expanduser()
     cache_home = env.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
     return Path(cache_home) / "self-context-manager" / "tiktoken"
 

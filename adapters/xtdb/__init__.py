@@ -7,11 +7,12 @@ The composition root needs :func:`open_store` (``--store xtdb://host:port``) and
 from selfctx.adapters.xtdb.client import XtdbClient
 from selfctx.adapters.xtdb.errors import NodeStartError, XtdbSetupError
 from selfctx.adapters.xtdb.fetch import fetch_jars
-from selfctx.adapters.xtdb.local import ensure_local_node
+from selfctx.adapters.xtdb.local import LocalNode, ensure_local_node, local_node
 from selfctx.adapters.xtdb.node import PostgresTarget, XtdbNode
 from selfctx.adapters.xtdb.store import XtdbStore, open_store
 
 __all__ = [
+    "LocalNode",
     "NodeStartError",
     "PostgresTarget",
     "XtdbClient",
@@ -20,5 +21,6 @@ __all__ = [
     "XtdbStore",
     "ensure_local_node",
     "fetch_jars",
+    "local_node",
     "open_store",
 ]

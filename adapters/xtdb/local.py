@@ -126,18 +126,45 @@ def start_background(
     config: ConfigName, data_dir: Path | None, *, run_dir: Path, port: int | None = None
 ) -> RunInfo:
     """Start a detached node for ``run_dir`` unless one already runs there; its pid file."""
+    return _start_background(config, data_dir, run_dir=run_dir, port=port)[0]
+
+
+def _start_background(
+    config: ConfigName, data_dir: Path | None, *, run_dir: Path, port: int | None = None
+) -> tuple[RunInfo, bool]:
+    """The node's pid file, and whether this call started it (False: it was running)."""
     status = node_status(run_dir)
     if status.running and status.info is not None:
-        return status.info
+        return status.info, False
     node = XtdbNode(config, data_dir, port=port, run_dir=run_dir)
     node.start(detach=True)
     info = read_run_info(run_dir)
     assert info is not None, "start() writes the pid file"
-    return info
+    return info, True
 
 
-def ensure_local_node(data_dir: Path | str | None = None) -> str:
-    """The URL of the local RocksDB node for ``data_dir``, started in the background if needed.
+@attrs.frozen
+class LocalNode:
+    """The local node ``--store auto`` uses."""
+
+    info: RunInfo
+    """Its pid file: URL, pid, run and data directories."""
+    started: bool
+    """True if this call started it; it keeps running after the caller exits (until
+    ``selfctx xtdb stop``), so that the next command finds the same data at once."""
+
+    @property
+    def url(self) -> str:
+        return self.info.url
+
+    def stop_hint(self) -> str:
+        """The command that stops it."""
+        default = Path(self.info.run_dir) == paths.default_data_dir()
+        return "selfctx xtdb stop" + ("" if default else f" --data {self.info.run_dir}")
+
+
+def local_node(data_dir: Path | str | None = None) -> LocalNode:
+    """The local RocksDB node for ``data_dir``, started in the background if needed.
 
     This is ``--store auto``: the first command starts a node under the user's data directory
     (``paths.default_data_dir()``), later ones reuse it. A lock file keeps two commands started
@@ -148,4 +175,9 @@ def ensure_local_node(data_dir: Path | str | None = None) -> str:
     fd = os.open(data / ".node.lock", os.O_WRONLY | os.O_CREAT, 0o600)
     with os.fdopen(fd, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return start_background("rocksdb", data, run_dir=data).url
+        return LocalNode(*_start_background("rocksdb", data, run_dir=data))
+
+
+def ensure_local_node(data_dir: Path | str | None = None) -> str:
+    """The URL of :func:`local_node`."""
+    return local_node(data_dir).url

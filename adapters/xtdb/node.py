@@ -30,6 +30,7 @@ from typing import Any, Literal
 import attrs
 import httpx
 
+from selfctx.adapters.config import ConfigError, load_config, setting
 from selfctx.adapters.xtdb import fetch, paths, secret
 from selfctx.adapters.xtdb.errors import NodeStartError, XtdbSetupError
 
@@ -103,25 +104,22 @@ def _edn_string(value: str) -> str:
 
 
 DOC_CACHE_ENV = "SELFCTX_XTDB_DOC_CACHE_MB"
-DOC_CACHE_MB = 64
-"""Megabytes of documents a node keeps in memory after reading them (``selfctx.cache``, decision
-0017): a sixteenth of the default heap of 1 GB. Override with SELFCTX_XTDB_DOC_CACHE_MB."""
 
 
 def doc_cache_bytes() -> int:
-    """The document cache's budget in bytes, from SELFCTX_XTDB_DOC_CACHE_MB or the default."""
-    text = os.environ.get(DOC_CACHE_ENV, "").strip()
-    if not text:
-        return DOC_CACHE_MB * 1024 * 1024
+    """Bytes of documents a node keeps in memory after reading them (``selfctx.cache``, decision
+    0017): the ``xtdb.doc_cache_mb`` setting (SELFCTX_XTDB_DOC_CACHE_MB), by default 64 MB, a
+    sixteenth of the default heap of 1 GB."""
     try:
-        megabytes = int(text)
-    except ValueError:
-        megabytes = 0
+        megabytes, _, where = load_config().lookup("xtdb.doc_cache_mb")
+    except ConfigError as exc:
+        raise XtdbSetupError(f"{exc.where}: expected a whole number of megabytes, >= 1") from exc
     if megabytes < 1:
         raise XtdbSetupError(
-            f"{DOC_CACHE_ENV}={text!r}: expected a whole number of megabytes, >= 1"
+            f"{where or 'xtdb.doc_cache_mb'}={megabytes!r}: expected a whole number of "
+            "megabytes, >= 1"
         )
-    return megabytes * 1024 * 1024
+    return int(megabytes) * 1024 * 1024
 
 
 def render_config(
@@ -173,7 +171,7 @@ def log_tail(log_file: Path, lines: int = 40) -> str:
 def java_command(config_file: Path, tmp_dir: Path) -> list[str]:
     """The JVM's argument list (no shell is involved)."""
     project = paths.project_dir()
-    opts = os.environ.get(_JAVA_OPTS_ENV, "").split() or list(_DEFAULT_JAVA_OPTS)
+    opts = (setting("xtdb.java_opts") or "").split() or list(_DEFAULT_JAVA_OPTS)
     classpath = os.pathsep.join(
         [str(paths.lib_dir() / "*"), str(paths.classes_dir()), str(project / "src")]
     )

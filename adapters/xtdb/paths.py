@@ -1,9 +1,11 @@
 """Where XTDB's pieces live on this machine: the ``xtdb/`` project, the jar cache, node data.
 
-Every location can be overridden by an environment variable, so CI and tests can isolate them:
+Every location is a setting (docs/configuration.md): an environment variable or the
+configuration file can move it, so CI and tests can isolate them:
 
 - ``SELFCTX_XTDB_PROJECT``: the ``xtdb/`` folder (pom.xml, configs, the HTTP server source).
-  Default: ``xtdb/`` at the root of the source tree this package was installed from (editable).
+  Default: the copy installed with the package (``selfctx/xtdb/`` in a wheel), which is ``xtdb/``
+  at the root of the source tree in an editable install.
 - ``SELFCTX_XTDB_HOME``: the jar cache. Default ``$XDG_CACHE_HOME/self-context-manager/xtdb-1.24.5``
   (``~/.cache/...``); jars go to ``lib/`` below it, compiled namespaces to ``classes/``,
   Maven's downloads to ``m2/``.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from selfctx.adapters.config import setting
 from selfctx.adapters.xtdb.errors import XtdbSetupError
 
 XTDB_VERSION = "1.24.5"
@@ -26,21 +29,22 @@ _APP = "self-context-manager"
 
 def project_dir() -> Path:
     """The ``xtdb/`` folder holding pom.xml, the EDN config templates and the HTTP server."""
-    override = os.environ.get("SELFCTX_XTDB_PROJECT")
-    # adapters/xtdb/paths.py -> the source tree's root is two levels above this package.
+    override = setting("xtdb.project")
+    # adapters/xtdb/paths.py -> two levels up is the source tree's root (an editable install)
+    # or the installed selfctx/ package, which holds the folder as selfctx/xtdb (a wheel).
     candidate = Path(override) if override else Path(__file__).resolve().parents[2] / "xtdb"
     if not (candidate / "pom.xml").is_file():
         raise XtdbSetupError(
-            f"cannot find the xtdb/ project folder (looked for {candidate / 'pom.xml'}); "
-            "install self-context-manager from its source tree (pip install -e .) or set "
-            "SELFCTX_XTDB_PROJECT to the folder that holds xtdb/pom.xml"
+            f"cannot find the XTDB node's project folder (looked for {candidate / 'pom.xml'}); "
+            "reinstall self-context-manager (its wheel carries the folder) or set "
+            "SELFCTX_XTDB_PROJECT to the folder that holds the node's pom.xml"
         )
     return candidate
 
 
 def xtdb_home() -> Path:
     """The cache folder holding the fetched jars (``lib/``) and Maven's repository (``m2/``)."""
-    override = os.environ.get("SELFCTX_XTDB_HOME")
+    override = setting("xtdb.home")
     if override:
         return Path(override)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -59,7 +63,7 @@ def classes_dir() -> Path:
 
 def default_data_dir() -> Path:
     """The data directory of the local RocksDB node that ``--store auto`` starts or reuses."""
-    override = os.environ.get("SELFCTX_XTDB_DATA")
+    override = setting("xtdb.data")
     if override:
         return Path(override)
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")

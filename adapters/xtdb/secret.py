@@ -20,6 +20,7 @@ import stat
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from selfctx.adapters.config import setting
 from selfctx.adapters.xtdb.errors import XtdbSetupError
 
 __all__ = [
@@ -40,7 +41,7 @@ _LOOPBACK_NAMES = {"localhost": "127.0.0.1", "ip6-localhost": "::1"}
 
 def keys_dir() -> Path:
     """Where key files live (``$SELFCTX_XTDB_KEYS`` or the user's state directory)."""
-    override = os.environ.get(KEYS_ENV)
+    override = setting("xtdb.keys")
     if override:
         return Path(override)
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")

@@ -8,7 +8,7 @@ import attrs
 from pyrsistent import PMap, PSet, PVector, pmap, pset, pvector
 
 from selfctx.domain.chat import Turn
-from selfctx.domain.errors import InvalidInput
+from selfctx.domain.errors import InvalidInput, UnknownPolicy
 
 __all__ = ["INITIAL", "POLICY_NAMES", "CollapseWindow", "PolicyConfig", "SessionState"]
 
@@ -47,7 +47,9 @@ class PolicyConfig:
     """How a session's context is laid out and collapsed; chosen when the session starts."""
 
     name: str = "ssot"
-    """One of :data:`POLICY_NAMES`."""
+    """One of :data:`POLICY_NAMES`. ``PolicyConfig()`` without a name is the original design's
+    layout: what a session stored before sessions had policies reads back as. New sessions get the
+    registry's default instead (``selfctx.application.policies.DEFAULT_POLICY``)."""
     trigger_tokens: int | None = None
     """Collapse in a batch once the prompt exceeds this many tokens (None: never)."""
     clear_at_least: int = 0
@@ -88,8 +90,8 @@ class PolicyConfig:
     """At least this many of the latest user messages (with their turns) stay verbatim."""
 
     def __attrs_post_init__(self) -> None:
-        if self.name not in POLICY_NAMES:
-            raise InvalidInput("policy", self.name, f"known policies are {list(POLICY_NAMES)}")
+        if not isinstance(self.name, str) or self.name not in POLICY_NAMES:
+            raise UnknownPolicy(self.name, POLICY_NAMES)
         _positive_or_none(self.trigger_tokens, "trigger_tokens")
         _positive_or_none(self.budget_tokens, "budget_tokens")
         _positive_or_none(self.keep_tokens, "keep_tokens")

@@ -175,7 +175,7 @@ def test_a_file_over_the_cap_is_never_read_in_full(
     huge = workspace / "sparse.img"
     with open(huge, "wb") as f:
         f.truncate(12 * 1024**3)  # 12 GiB, sparse: nothing on disk, but read(2) would return it
-    service = make_fs_service(track=False, settings=Settings(max_file_bytes=1024))
+    service = make_fs_service(track=False, settings=Settings(policy="ssot", max_file_bytes=1024))
     service.start_session(sid)
     reader = LocalFileReader(host_id, [str(workspace)])
 

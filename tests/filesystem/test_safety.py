@@ -134,7 +134,7 @@ def test_oversized_and_binary_files_are_indexed_as_metadata_with_the_reason(
     big.write_bytes(b"x" * 101)
     blob.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
     latin.write_bytes("caf\xe9".encode("latin-1"))
-    service = make_fs_service(track=False, settings=Settings(max_file_bytes=100))
+    service = make_fs_service(track=False, settings=Settings(policy="ssot", max_file_bytes=100))
     service.start_session(sid)
 
     lines = {}

@@ -254,8 +254,8 @@ def test_the_metadata_and_the_guide_name_the_prefixed_tools() -> None:
     inline = harness("openai", "inline", tool_prefix="ctx_")
     inline.ingest([o_user("go")])
     guide = inline.request()["messages"][0]["content"]
-    assert "call ctx_activate with" in guide and "ctx_pin to keep" in guide
-    assert "ctx_deactivate to collapse" in guide
+    assert "`ctx_activate #12`" in guide and "`ctx_pin #12`" in guide
+    assert "`ctx_deactivate #12`" in guide and "`activate #12`" not in guide
 
 
 # -- the OpenAI Responses format ---------------------------------------------------------------

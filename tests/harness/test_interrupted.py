@@ -48,7 +48,10 @@ class DyingStore(WrappedStore):
 
 def service(store: Any) -> ContextService:
     return build_service(
-        store=store, workspace="/", default_filesystem_id="replayed-fs", settings=Settings()
+        store=store,
+        workspace="/",
+        default_filesystem_id="replayed-fs",
+        settings=Settings(policy="ssot"),
     )
 
 

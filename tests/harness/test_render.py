@@ -579,3 +579,15 @@ def test_context_tool_refusals_are_answers_and_change_nothing(
     assert not answer.ok
     assert answer.message.startswith(says), answer.message
     assert (h.service.state("s1"), h.service.log_position("s1")) == before
+
+
+def test_the_inline_guide_agrees_with_a_shell_harness_prompt() -> None:
+    """The guide the inline layouts add names the context tools the way mini-swe-agent's prompt
+    tells the model to run them (``activate #12`` as a command), never as a JSON tool call, so
+    the two do not contradict each other."""
+    from selfctx.adapters.harness.minisweagent import SHELL_TOOLS_PROMPT
+    from selfctx.domain.inline import INLINE_GUIDE
+
+    assert "`activate #12`" in INLINE_GUIDE and "`pin #12`" in INLINE_GUIDE
+    assert "{" not in INLINE_GUIDE and "call activate" not in INLINE_GUIDE
+    assert "run one of these as a command" in SHELL_TOOLS_PROMPT

@@ -61,12 +61,12 @@ def test_replay_show_prints_the_context_at_that_call(capsys: pytest.CaptureFixtu
     assert "[metadata]" not in context and "ACTIVE_CONTENT" not in context
     (trajectory,) = load(SAMPLE_SESSION)
     call_037 = toolcall_object_id(session_id_for(trajectory), "call_037", 1)  # decision 0030
-    activated = context.rsplit(f"tool_call id={call_037} name=bash", 1)[1]
+    activated = context.rsplit(f"-> bash activate #12  [{call_037}]", 1)[1]
     assert "[#12 output of bash (fail)]" in activated and "KeyError: 'mean'" in activated
     # once answered, it collapses like any output nothing refers to
     code, out, _ = _run(capsys, "replay", "--show", "-1")
     last = out.split("context at call 46 of sample_session", 1)[1]
-    assert "KeyError: 'mean'" not in last.rsplit(f"tool_call id={call_037} name=bash", 1)[1]
+    assert "KeyError: 'mean'" not in last.rsplit(f"[{call_037}]", 1)[1]
 
 
 def test_replay_progress_bar_on_request(capsys: pytest.CaptureFixture[str]) -> None:
@@ -136,7 +136,7 @@ def test_sessions_show_and_history_on_xtdb(
     session = f"cli-{uuid.uuid4().hex[:8]}"
     code, out, err = _run(capsys, "replay", "--store", store, "--session", session)
     assert code == 0, err
-    assert f"selfctx show {session} --store {store}" in out
+    assert f"selfctx show {session} --store {store} --at-position P" in " ".join(out.split())
 
     code, out, _ = _run(capsys, "sessions", "--store", store, "--json")
     (row,) = [r for r in json.loads(out) if r["session"] == session]
@@ -183,14 +183,14 @@ def test_search_on_xtdb(
 
     code, out, err = _run(capsys, *base, "AssertionError: 3 != -5", "--json")
     assert code == 0, err
-    hits = json.loads(out)
+    hits = json.loads(out)["hits"]  # the RPC method's shape
     assert hits and {h["session_id"] for h in hits} == {session}
     assert hits[0]["type"] == "toolcall" and hits[0]["object_id"].startswith("tc_")
     assert "3 != -5" in hits[0]["snippet"]
     assert hits == sorted(hits, key=lambda h: -h["score"])
 
     code, out, _ = _run(capsys, *base, "check_arity", "--type", "file", "--json")
-    files = json.loads(out)
+    files = json.loads(out)["hits"]
     assert files and all(h["title"].startswith("/workspace/calc/") for h in files)
     assert len({h["object_id"] for h in files}) == len(files)  # one hit per file
 

@@ -60,7 +60,7 @@ def agent(
     try:
         store = open_store(url, timeout=60.0)
         service = build_service(
-            store=store, workspace=workspace, host_id=host_id, settings=Settings()
+            store=store, workspace=workspace, host_id=host_id, settings=Settings(policy="ssot")
         )
         service.start_session(session_id)
         order = list(paths)
@@ -199,7 +199,10 @@ class AckingStore(ObjectStore):
 def replay_service(store: ObjectStore, workspace: str, filesystem: str) -> ContextService:
     """The service every replay of the crash test runs on (the reference one included)."""
     return build_service(
-        store=store, workspace=workspace, default_filesystem_id=filesystem, settings=Settings()
+        store=store,
+        workspace=workspace,
+        default_filesystem_id=filesystem,
+        settings=Settings(policy="ssot"),
     )
 
 

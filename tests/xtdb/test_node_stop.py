@@ -37,7 +37,7 @@ def test_a_stopped_node_fails_the_session_cleanly_and_it_continues_after_a_resta
     sid = f"{ns}-session"
     store = open_store(rocksdb_node.url, timeout=TIMEOUT)
     service = build_service(
-        store=store, workspace=str(tmp_path), host_id=f"{ns}-host", settings=Settings()
+        store=store, workspace=str(tmp_path), host_id=f"{ns}-host", settings=Settings(policy="ssot")
     )
     service.start_session(sid)
 
@@ -119,7 +119,7 @@ def test_a_stopped_node_fails_the_session_cleanly_and_it_continues_after_a_resta
     expected = [*acked, in_flight, *more]
     assert list(service.state(sid).index) == expected
 
-    fresh = build_service(store=store, workspace=str(tmp_path), settings=Settings())
+    fresh = build_service(store=store, workspace=str(tmp_path), settings=Settings(policy="ssot"))
     fresh.resume_session(sid)
     assert list(fresh.state(sid).index) == expected
     recorded = [

@@ -107,7 +107,9 @@ def trajectory_files(directory: str | os.PathLike[str]) -> list[Path]:
 def default_directory() -> Path | None:
     """The development set: ``$SELFCTX_TRAJECTORIES`` if set, else ``../shared/data/
     trajectories`` relative to the project root; None when it does not exist."""
-    configured = os.environ.get(DIRECTORY_ENV)
+    from selfctx.adapters.config import setting
+
+    configured = setting("bench.trajectories")
     if configured:
         path = Path(configured)
     else:
