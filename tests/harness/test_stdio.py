@@ -233,6 +233,7 @@ def test_a_session_from_open_to_close(fmt: str, server: Server, workspace: Path)
     opened = server.call(
         "session.open", session_id=sid, system_prompt="You fix bugs.", policy="ssot", format=fmt
     )
+    assert opened.pop("digest").startswith("0.")  # the empty list, for an append
     assert opened == {
         "session_id": sid, "resumed": False, "format": fmt, "policy": "ssot", "recorded": 0
     }  # fmt: skip
@@ -241,6 +242,7 @@ def test_a_session_from_open_to_close(fmt: str, server: Server, workspace: Path)
     chat.user("add() subtracts. Fix it.")
     chat.bash("call_cat", "cat calc.py")
     answer = server.call("ingest", session_id=sid, **chat.ingest_params())
+    assert answer.pop("digest").startswith(f"{len(chat.messages) + (fmt == 'anthropic')}.")
     assert answer == {"consumed": 3, "diverged": False, "total": 3}
 
     request = server.call("assemble", session_id=sid, format=fmt)
@@ -267,6 +269,7 @@ def test_a_session_from_open_to_close(fmt: str, server: Server, workspace: Path)
     for n in range(6):
         chat.bash(f"call_echo{n}", f"echo step {n}")
     answer = server.call("ingest", session_id=sid, **chat.ingest_params())
+    assert answer.pop("digest")
     assert answer == {"consumed": 16, "diverged": False, "total": 19}
     assert server.call("ingest", session_id=sid, **chat.ingest_params())["consumed"] == 0
 

@@ -1,0 +1,225 @@
+"""``selfctx bench scale``: cost per turn in long sessions, and many agents on one store.
+
+Every figure comes from ``selfctx serve --stdio`` subprocesses driven the way a harness drives
+them, with the turns of :mod:`selfctx.adapters.bench.workload` (2-20 KB outputs, whole-file reads,
+edits on disk). The server's CPU time is read from ``/proc`` (every thread); the reference is
+measured in this process on the very same lists: parsing the request line
+(``json.loads``) and hashing each message (SHA-256 of its compact JSON). Each figure is also
+given as a ratio to that reference, which is what stays meaningful on a shared machine.
+
+* **per turn**: one session, on the in-memory store and on a RocksDB XTDB node, whole list
+  resent each turn (``ingest`` with ``messages``) and in the append form (only the new messages
+  with the digest of what they extend). At each checkpoint turn the median over a window of
+  turns of: server CPU per turn (ingest + assemble), wall time per turn, the reference. Also
+  the server's resident memory against the messages' bytes, and on XTDB the node's data on disk
+  (after a clean stop) against the messages' bytes.
+* **agents**: N servers, one session each, on one node, sharing a workspace of edited files,
+  each running turns as fast as it can: turns per second over all of them, p50 of a turn, and
+  the node's HTTP requests per turn. ``--cluster`` runs them on two nodes over one PostgreSQL.
+* **resume**: a session of 10,000 objects built through ``ingest``, its server killed with
+  ``kill -9``, then a new server: ``session.open`` (the resume), the first ``assemble`` after it
+  against an ordinary one, and whether re-sending the identical list reports ``diverged``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from selfctx.adapters.bench.stats import percentile
+from selfctx.adapters.bench.stdio_client import RpcFailure, StdioClient
+from selfctx.adapters.bench.workload import Agent, make_workspace, message_bytes
+from selfctx.adapters.xtdb.node import ConfigName
+
+__all__ = ["reference_ns", "run_scale"]
+
+Progress = Callable[[str], None]
+
+SESSION = "bench-scale"
+
+
+def reference_ns(line: bytes) -> int:
+    """The reference for one request: parse its line and hash each message (thread CPU ns)."""
+    began = time.thread_time_ns()
+    request = json.loads(line)
+    for message in request["params"]["messages"]:
+        hashlib.sha256(json.dumps(message, separators=(",", ":")).encode("utf-8")).digest()
+    return time.thread_time_ns() - began
+
+
+def _dir_bytes(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+    return total
+
+
+@contextmanager
+def _node(root: Path, name: str, config: ConfigName = "rocksdb", **kwargs: Any) -> Iterator[Any]:
+    from selfctx.adapters.xtdb import XtdbNode
+
+    data = root / name
+    node = XtdbNode(config, data if config != "memory" else None, run_dir=data / "run", **kwargs)
+    with node:
+        yield node
+
+
+def _session_params(
+    mode: str, agent: Agent, new: list[dict[str, Any]], digest: Any
+) -> dict[str, Any]:
+    if mode == "append":
+        return {"session_id": SESSION, "messages": new, "extends": digest}
+    return {"session_id": SESSION, "messages": agent.messages}
+
+
+def _one_session(
+    store: str,
+    mode: str,
+    checkpoints: Sequence[int],
+    window: int,
+    root: Path,
+    progress: Progress,
+    server: Sequence[str] | None,
+) -> dict[str, Any]:
+    """Drive one session to the last checkpoint; figures at each checkpoint."""
+    workspace = root / "workspace"
+    if not workspace.exists():
+        make_workspace(workspace, 200)
+    files = sorted((workspace / "src").rglob("*.py"))
+    agent = Agent("a", files, seed=11)
+    client = StdioClient(store=store, workspace=workspace, command=server, extra=["--no-track"])
+    out: dict[str, Any] = {"checkpoints": {}}
+    try:
+        client.call("session.open", session_id=SESSION, policy="relevance")
+        digest: Any = None
+        sent = 0
+        cpu: list[int] = []
+        wall: list[float] = []
+        ref: list[int] = []
+        rss_at: dict[int, int] = {}
+        bytes_at: dict[int, int] = {}
+        last = max(checkpoints)
+        for turn in range(1, last + 1):
+            new = agent.turn()
+            sent += message_bytes(new)
+            measured = any(c - window < turn <= c for c in checkpoints)
+            line = client.encode("ingest", _session_params(mode, agent, new, digest))
+            began_cpu, began = client.cpu_ns(), time.perf_counter()
+            try:
+                result = client.send(line)
+            except RpcFailure as exc:
+                if mode == "append":
+                    out["unsupported"] = f"{exc.kind}: {exc}"
+                    return out
+                raise
+            client.call("assemble", session_id=SESSION)
+            spent_wall, spent_cpu = time.perf_counter() - began, client.cpu_ns() - began_cpu
+            digest = result.get("digest")
+            if measured:
+                cpu.append(spent_cpu)
+                wall.append(spent_wall)
+                full = client.encode("ingest", {"session_id": SESSION, "messages": agent.messages})
+                ref.append(reference_ns(full))
+            if turn in checkpoints:
+                rss_at[turn] = client.rss()
+                bytes_at[turn] = sent
+                c_ms = statistics.median(cpu) / 1e6
+                r_ms = statistics.median(ref) / 1e6
+                out["checkpoints"][str(turn)] = {
+                    "cpu_ms": round(c_ms, 2),
+                    "wall_ms": round(statistics.median(wall) * 1000, 2),
+                    "p95_wall_ms": round(percentile(wall, 95) * 1000, 2),
+                    "reference_ms": round(r_ms, 2),
+                    "ratio": round(c_ms / r_ms, 2) if r_ms else None,
+                    "rss_mb": round(rss_at[turn] / 1e6, 1),
+                    "messages_mb": round(sent / 1e6, 2),
+                }
+                progress(f"{store} {mode}: turn {turn}: {out['checkpoints'][str(turn)]}")
+                cpu, wall, ref = [], [], []
+        first, final = min(checkpoints), last
+        grown = rss_at[final] - rss_at[first]
+        seen = bytes_at[final] - bytes_at[first]
+        out["memory"] = {
+            "rss_growth_mb_per_100_turns": round(grown / 1e6 / (final - first) * 100, 2),
+            "messages_mb_per_100_turns": round(seen / 1e6 / (final - first) * 100, 2),
+            "ratio": round(grown / seen, 2) if seen else None,
+        }
+        out["messages_bytes"] = sent
+        out["turns"] = last
+    finally:
+        client.close()
+    return out
+
+
+def _per_turn(
+    checkpoints: Sequence[int],
+    window: int,
+    stores: Sequence[str],
+    modes: Sequence[str],
+    root: Path,
+    progress: Progress,
+    server: Sequence[str] | None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for store in stores:
+        for mode in modes:
+            key = f"{store}/{mode}"
+            if store == "memory":
+                out[key] = _one_session("memory", mode, checkpoints, window, root, progress, server)
+                continue
+            with _node(root, f"node-{mode}") as node:
+                url = "xtdb://" + node.url.removeprefix("http://")
+                figures = _one_session(url, mode, checkpoints, window, root, progress, server)
+                data = Path(node.data_dir) if node.data_dir else None
+            if data is not None and "turns" in figures:
+                disk = sum(_dir_bytes(data / part) for part in os.listdir(data) if part != "run")
+                figures["disk"] = {
+                    "bytes_per_turn": round(disk / figures["turns"]),
+                    "messages_bytes_per_turn": round(figures["messages_bytes"] / figures["turns"]),
+                    "ratio": round(disk / figures["messages_bytes"], 2),
+                }
+                progress(f"{key}: on disk {figures['disk']}")
+            out[key] = figures
+    return out
+
+
+def run_scale(
+    *,
+    checkpoints: Sequence[int] = (100, 1000, 1700),
+    window: int = 20,
+    stores: Sequence[str] = ("memory", "xtdb"),
+    modes: Sequence[str] = ("list", "append"),
+    server: Sequence[str] | None = None,
+    progress: Progress = lambda _: None,
+) -> dict[str, Any]:
+    """Measure everything; the JSON shape of ``selfctx bench scale --json``."""
+    with tempfile.TemporaryDirectory(prefix="selfctx-bench-scale-") as tmp:
+        root = Path(tmp)
+        return {"per_turn": _per_turn(checkpoints, window, stores, modes, root, progress, server)}
+
+
+if __name__ == "__main__":  # a quick look while developing
+    import sys
+
+    result = run_scale(
+        checkpoints=tuple(int(x) for x in sys.argv[1].split(",")) if len(sys.argv) > 1 else (100,),
+        stores=sys.argv[2].split(",") if len(sys.argv) > 2 else ("memory",),
+        modes=sys.argv[3].split(",") if len(sys.argv) > 3 else ("list",),
+        progress=lambda m: print("...", m, file=sys.stderr, flush=True),
+    )
+    print(json.dumps(result, indent=1))
+    _ = (shutil, threading)
