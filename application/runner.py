@@ -9,7 +9,9 @@ decides again, a bounded number of times.
 from __future__ import annotations
 
 import json
+import random
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain
@@ -54,10 +56,46 @@ from selfctx.domain.session.commands import Command
 from selfctx.domain.session.machine import decide_and_fold, fold
 from selfctx.domain.session.state import SessionState
 
-__all__ = ["MAX_ATTEMPTS", "PIPELINE_DEPTH", "OpenSession", "Reads", "SessionRunner", "as_stored"]
+__all__ = [
+    "MAX_ATTEMPTS",
+    "MAX_CONTENDED_ATTEMPTS",
+    "PIPELINE_DEPTH",
+    "Contention",
+    "OpenSession",
+    "Reads",
+    "SessionRunner",
+    "as_stored",
+]
 
 MAX_ATTEMPTS: Final = 5
-"""How many times a command is decided again after conflicts before the conflict is raised."""
+"""How many times a command is decided again after another writer appended to the session's own
+log before the conflict is raised (one writer per session: this is a second client)."""
+MAX_CONTENDED_ATTEMPTS: Final = 25
+"""How many times a command is decided again while objects it read keep changing (shared files
+other clients are writing versions of): each retry after the first :data:`MAX_ATTEMPTS` waits a
+random while, up to :data:`MAX_BACKOFF_SECONDS`, so that writers in step fall out of step."""
+MAX_BACKOFF_SECONDS: Final = 0.05
+
+
+class Contention:
+    """Counts the conflicts of one write and decides when to give up: soon when another writer
+    appends to the same session's log, later (backing off at random) when objects it read keep
+    changing. Raises the last conflict, naming what changed, when it gives up."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    def failed(self, conflict: ConflictError, *, sessions_log: bool) -> None:
+        """Another attempt failed with ``conflict``; raises when there is to be no other."""
+        self.attempts += 1
+        limit = MAX_ATTEMPTS if sessions_log else MAX_CONTENDED_ATTEMPTS
+        if self.attempts >= limit:
+            raise ConflictError(conflict.object_ids, operation=f"commit ({self.attempts} tries)")
+        if self.attempts >= MAX_ATTEMPTS:
+            ceiling = min(MAX_BACKOFF_SECONDS, 0.002 * 2 ** (self.attempts - MAX_ATTEMPTS))
+            time.sleep(random.uniform(0, ceiling))
+
+
 PIPELINE_DEPTH: Final = 2
 """How many commits :meth:`SessionRunner.execute_pipelined` keeps in flight by default."""
 _REWRITES: Final = (e.ChatRestored, e.ChatCompacted)
@@ -349,7 +387,8 @@ class SessionRunner:
         written). Domain errors from building or deciding propagate and change nothing.
         """
         command_id = self.ids.new_id()
-        for _attempt in range(MAX_ATTEMPTS):
+        contention = Contention()
+        while True:
             if session.stale:
                 self.catch_up(session)
             reads = Reads(self.store)
@@ -360,18 +399,17 @@ class SessionRunner:
                 return events
             try:
                 self._commit(session, command, command_id, events, after, reads)
-            except ConflictError:
+            except ConflictError as exc:
                 # Either another writer of this session appended first (catch up), or an object
                 # we read changed underneath us (fresh reads on the next attempt).
+                own_log = log_entry_id(session.session_id, session.seq + 1)
                 self.catch_up(session)
+                contention.failed(exc, sessions_log=own_log in exc.object_ids)
                 continue
             except StoreError:
                 session.stale = True
                 raise
             return events
-        raise ConflictError(
-            [log_entry_id(session.session_id, session.seq + 1)], operation="commit (retried)"
-        )
 
     def _commit(
         self,

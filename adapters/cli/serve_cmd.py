@@ -47,6 +47,10 @@ def _run(args: argparse.Namespace) -> int:
         level=args.log_level.upper(),
         format="selfctx serve: %(levelname)s %(message)s",
     )
+    if args.log_level != "debug":
+        # One line per store request (every turn of every session) is debugging, not news.
+        for noisy in ("httpx", "httpcore"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     stdout = sys.stdout
     sys.stdout = sys.stderr  # only the server writes to the real stdout
     try:

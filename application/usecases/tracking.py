@@ -24,7 +24,7 @@ import attrs
 from selfctx.application.ports.files import SourceMissing, SourceUnavailable
 from selfctx.application.ports.store import ConflictError
 from selfctx.application.ports.tracking import SourceChange, SourceTracker
-from selfctx.application.runner import MAX_ATTEMPTS, OpenSession, Reads
+from selfctx.application.runner import Contention, OpenSession, Reads
 from selfctx.application.usecases.base import Deps, observe_source
 from selfctx.domain.documents import to_document
 from selfctx.domain.indexing import Outcome, decide_deletion, decide_full_index
@@ -174,7 +174,8 @@ class TrackSources:
     def _persist(self, observed: dict[str, FileObject | str]) -> tuple[dict[str, FileObject], int]:
         """Write what changed in one commit, on top of the versions read; retry on conflict."""
         store = self._deps.runner.store
-        for _attempt in range(MAX_ATTEMPTS):
+        contention = Contention()
+        while True:
             reads = Reads(store)
             stored = reads.stored_many(observed)
             puts = []
@@ -203,11 +204,12 @@ class TrackSources:
             if puts:
                 try:
                     store.commit(puts, expect)
-                except ConflictError:
-                    continue  # another client wrote first: decide again on what it wrote
+                except ConflictError as exc:
+                    # another client wrote first: decide again on what it wrote
+                    contention.failed(exc, sessions_log=False)
+                    continue
             self._adopt(latest)
             return written, unchanged
-        raise ConflictError(sorted(observed), operation="tracking commit (retried)")
 
     def _adopt(self, latest: dict[str, FileObject]) -> None:
         """Every open session holding one of these objects learns its latest version."""

@@ -567,6 +567,28 @@ def test_an_unreachable_store_stops_the_server_before_it_serves(workspace: Path)
     assert "selfctx: error:" in running.log()
 
 
+@pytest.mark.xtdb
+def test_the_default_log_level_does_not_log_every_store_request(
+    workspace: Path, xtdb_node: Any
+) -> None:
+    url = "xtdb://" + xtdb_node.url.removeprefix("http://")
+    for level, quiet in (("info", True), ("debug", False)):
+        running = Server(workspace, "--store", url, "--no-track", "--log-level", level)
+        try:
+            sid = f"log-{level}-{os.getpid()}"
+            running.call("session.open", session_id=sid, policy="ssot")
+            chat = Conversation("openai", workspace, "You fix bugs.")
+            for n in range(3):
+                chat.bash(f"call_{n}", "cat calc.py")
+                running.call("ingest", session_id=sid, **chat.ingest_params())
+                running.call("assemble", session_id=sid)
+            assert running.finish() == 0
+        finally:
+            running.kill()
+        requests = running.log().count("HTTP Request")
+        assert (requests == 0) if quiet else (requests > 10), (level, running.log()[-2000:])
+
+
 # -- in-process: store failures and internal errors -------------------------------------------
 
 
