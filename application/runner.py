@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import attrs
 
+from selfctx.application.objects import CONTENT_BUDGET, ObjectCache
 from selfctx.application.persistence import (
     compact_json,
     decode_events,
@@ -39,6 +40,7 @@ from selfctx.application.ports.store import (
     StoreError,
     Submission,
 )
+from selfctx.application.tokens import TokenCounts
 from selfctx.domain.documents import from_document, to_document
 from selfctx.domain.errors import InvalidInput, SessionNotFound
 from selfctx.domain.infrastructure import (
@@ -112,7 +114,9 @@ class OpenSession:
     seq: int
     """Number of log entries folded into ``state``."""
     system_prompt: SystemPromptObject
-    objects: dict[str, ContentObject]
+    objects: ObjectCache
+    """Every object of the index: metadata always, content up to a budget (the rest is read
+    again from the store when needed)."""
     snapshot_bytes: int
     """Size of the last snapshot written (session plus chat document)."""
     log_bytes_since_snapshot: int
@@ -123,7 +127,7 @@ class OpenSession:
     """What assembly rendered last time; told about every object whose version changes."""
     inline_cache: InlineCache = attrs.field(factory=InlineCache)
     """The same for the ``inline`` layout."""
-    token_cache: dict[str, int] = attrs.field(factory=dict)
+    token_cache: TokenCounts = attrs.field(factory=TokenCounts)
     """Token counts of texts this session's prompts contained."""
     context_counter: Any = None
     """Counts successive contexts incrementally (``selfctx.application.tokens.ContextCounter``)."""
@@ -292,10 +296,23 @@ def _outcome(item: _InFlight) -> Receipt | StoreError:
 class SessionRunner:
     """Loads sessions and executes commands against them."""
 
-    def __init__(self, store: ObjectStore, clock: Clock, ids: IdSource) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        clock: Clock,
+        ids: IdSource,
+        *,
+        content_budget: int = CONTENT_BUDGET,
+    ) -> None:
         self.store = store
         self.clock = clock
         self.ids = ids
+        self.content_budget = content_budget
+        """Characters of content each open session keeps in memory."""
+
+    def new_objects(self) -> ObjectCache:
+        """An empty object cache for a session, reading what it drops from this store."""
+        return ObjectCache(self.store.get_many, self.content_budget)
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -318,7 +335,7 @@ class SessionRunner:
             state=state_from_snapshot(snapshot, chat),
             seq=snapshot.seq,
             system_prompt=prompt,
-            objects={},
+            objects=self.new_objects(),
             snapshot_bytes=document_size(session_doc) + document_size(chat_doc or {}),
             log_bytes_since_snapshot=0,
         )
@@ -614,6 +631,6 @@ class SessionRunner:
         for object_id, obj in reads.objects.items():
             if not state.in_index(object_id) or not isinstance(obj, FileObject | ToolcallObject):
                 continue
-            known = session.objects.get(object_id)
+            known = session.objects.meta(object_id)
             if known is None or known.object_hash != obj.object_hash:
                 session.remember(obj)

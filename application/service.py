@@ -107,7 +107,7 @@ class ContextService:
         Its ``failures()`` lists every error raised on its thread."""
         self.settings = settings or Settings()
         self.mounts = mounts
-        runner = SessionRunner(store, clock, ids)
+        runner = SessionRunner(store, clock, ids, content_budget=self.settings.content_budget)
         deps = Deps(runner=runner, files=files, mounts=mounts, settings=self.settings)
         self._deps = deps
         self._runner = runner

@@ -26,10 +26,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -94,6 +92,7 @@ def _one_session(
     root: Path,
     progress: Progress,
     server: Sequence[str] | None,
+    server_env: dict[str, str] | None,
 ) -> dict[str, Any]:
     """Drive one session to the last checkpoint; figures at each checkpoint."""
     workspace = root / "workspace"
@@ -101,7 +100,9 @@ def _one_session(
         make_workspace(workspace, 200)
     files = sorted((workspace / "src").rglob("*.py"))
     agent = Agent("a", files, seed=11)
-    client = StdioClient(store=store, workspace=workspace, command=server, extra=["--no-track"])
+    client = StdioClient(
+        store=store, workspace=workspace, command=server, extra=["--no-track"], env=server_env
+    )
     out: dict[str, Any] = {"checkpoints": {}}
     try:
         client.call("session.open", session_id=SESSION, policy="relevance")
@@ -173,17 +174,22 @@ def _per_turn(
     root: Path,
     progress: Progress,
     server: Sequence[str] | None,
+    server_env: dict[str, str] | None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for store in stores:
         for mode in modes:
             key = f"{store}/{mode}"
             if store == "memory":
-                out[key] = _one_session("memory", mode, checkpoints, window, root, progress, server)
+                out[key] = _one_session(
+                    "memory", mode, checkpoints, window, root, progress, server, server_env
+                )
                 continue
             with _node(root, f"node-{mode}") as node:
                 url = "xtdb://" + node.url.removeprefix("http://")
-                figures = _one_session(url, mode, checkpoints, window, root, progress, server)
+                figures = _one_session(
+                    url, mode, checkpoints, window, root, progress, server, server_env
+                )
                 data = Path(node.data_dir) if node.data_dir else None
             if data is not None and "turns" in figures:
                 disk = sum(_dir_bytes(data / part) for part in os.listdir(data) if part != "run")
@@ -197,19 +203,111 @@ def _per_turn(
     return out
 
 
+def _resume(
+    objects: int,
+    root: Path,
+    progress: Progress,
+    server: Sequence[str] | None,
+    server_env: dict[str, str] | None,
+) -> dict[str, Any]:
+    """A session of ``objects`` objects (a fifth of them files, each read once; the rest tool
+    outputs of 300-900 bytes), built through the append form on a RocksDB node; its server
+    killed; a new server resumes it."""
+    workspace = root / "resume-workspace"
+    files = objects // 5
+    paths = make_workspace(workspace, files, sizes=(300, 1500))
+    agent = Agent("r", paths, seed=5, output_kb=(0.3, 0.9), reads_in_order=True)
+    calls = objects - files
+    out: dict[str, Any] = {"objects": objects}
+    with _node(root, "node-resume") as node:
+        url = "xtdb://" + node.url.removeprefix("http://")
+        extra = ["--no-track"]
+        client = StdioClient(
+            store=url, workspace=workspace, extra=extra, command=server, env=server_env
+        )
+        opened = client.call("session.open", session_id=SESSION, policy="relevance")
+        digest = opened["digest"]
+        began = time.perf_counter()
+        batch: list[dict[str, Any]] = []
+        made = 0
+        while made < calls:
+            batch += agent.turn()
+            made += 1
+            if len(batch) >= 200 or made == calls:
+                digest = client.call("ingest", session_id=SESSION, messages=batch, extends=digest)[
+                    "digest"
+                ]
+                client.call("assemble", session_id=SESSION)
+                batch = []
+                if made % 1000 < 100:
+                    progress(f"resume: {made} of {calls} tool calls recorded")
+        out["build_s"] = round(time.perf_counter() - began, 1)
+        # An ordinary turn before the crash, for comparison.
+        before = _timed_turn(client, agent, digest)
+        digest = before.pop("digest")
+        out["log_entries"] = client.call("assemble", session_id=SESSION)["stats"]["log_position"]
+        client.kill()
+        progress(f"resume: killed the server of a session of {out['log_entries']} log entries")
+        client = StdioClient(
+            store=url, workspace=workspace, extra=extra, command=server, env=server_env
+        )
+        try:
+            client.call("tools", format="openai")  # the process is up and answering
+            began = time.perf_counter()
+            opened = client.call("session.open", session_id=SESSION)
+            out["resume_s"] = round(time.perf_counter() - began, 3)
+            out["digest_kept"] = opened["digest"] == digest
+            began = time.perf_counter()
+            client.call("assemble", session_id=SESSION)
+            out["first_assemble_s"] = round(time.perf_counter() - began, 3)
+            out["turn_before_kill_s"] = before
+            after = _timed_turn(client, agent, digest)
+            after.pop("digest")
+            out["turn_after_s"] = after
+            again = client.call("ingest", session_id=SESSION, messages=agent.messages)
+            out["resent_list"] = {"diverged": again["diverged"], "consumed": again["consumed"]}
+        finally:
+            client.close()
+    progress(f"resume: {out}")
+    return out
+
+
+def _timed_turn(client: StdioClient, agent: Agent, digest: str) -> dict[str, Any]:
+    new = agent.turn()
+    began = time.perf_counter()
+    result = client.call("ingest", session_id=SESSION, messages=new, extends=digest)
+    ingest = time.perf_counter() - began
+    client.call("assemble", session_id=SESSION)
+    return {
+        "ingest": round(ingest, 4),
+        "assemble": round(time.perf_counter() - began - ingest, 4),
+        "digest": result["digest"],
+    }
+
+
 def run_scale(
     *,
     checkpoints: Sequence[int] = (100, 1000, 1700),
     window: int = 20,
     stores: Sequence[str] = ("memory", "xtdb"),
     modes: Sequence[str] = ("list", "append"),
+    resume_objects: int = 10_000,
+    parts: Sequence[str] = ("per_turn", "resume"),
     server: Sequence[str] | None = None,
+    server_env: dict[str, str] | None = None,
     progress: Progress = lambda _: None,
 ) -> dict[str, Any]:
     """Measure everything; the JSON shape of ``selfctx bench scale --json``."""
+    out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="selfctx-bench-scale-") as tmp:
         root = Path(tmp)
-        return {"per_turn": _per_turn(checkpoints, window, stores, modes, root, progress, server)}
+        if "per_turn" in parts:
+            out["per_turn"] = _per_turn(
+                checkpoints, window, stores, modes, root, progress, server, server_env
+            )
+        if "resume" in parts:
+            out["resume"] = _resume(resume_objects, root, progress, server, server_env)
+    return out
 
 
 if __name__ == "__main__":  # a quick look while developing
@@ -219,7 +317,9 @@ if __name__ == "__main__":  # a quick look while developing
         checkpoints=tuple(int(x) for x in sys.argv[1].split(",")) if len(sys.argv) > 1 else (100,),
         stores=sys.argv[2].split(",") if len(sys.argv) > 2 else ("memory",),
         modes=sys.argv[3].split(",") if len(sys.argv) > 3 else ("list",),
+        parts=sys.argv[4].split(",") if len(sys.argv) > 4 else ("per_turn",),
+        resume_objects=int(sys.argv[5]) if len(sys.argv) > 5 else 10_000,
+        server_env={"PYTHONPATH": sys.argv[6]} if len(sys.argv) > 6 else None,
         progress=lambda m: print("...", m, file=sys.stderr, flush=True),
     )
     print(json.dumps(result, indent=1))
-    _ = (shutil, threading)

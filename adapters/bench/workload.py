@@ -98,14 +98,17 @@ def _source(rng: random.Random, size: int, name: str) -> str:
     return "\n".join(lines)
 
 
-def make_workspace(root: Path, files: int, *, seed: int = 7) -> list[Path]:
-    """Create ``files`` Python files of 2-20 KB under ``root/src``; their paths."""
+def make_workspace(
+    root: Path, files: int, *, seed: int = 7, sizes: tuple[int, int] = (2_000, 20_000)
+) -> list[Path]:
+    """Create ``files`` Python files of ``sizes`` bytes (2-20 KB) under ``root/src``; their
+    paths."""
     rng = random.Random(seed)
     out = []
     for i in range(files):
         path = root / "src" / f"pkg{i % 10}" / f"mod_{i}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(_source(rng, rng.randint(2_000, 20_000), f"mod_{i}"))
+        path.write_text(_source(rng, rng.randint(*sizes), f"mod_{i}"))
         out.append(path)
     return out
 
@@ -125,14 +128,19 @@ class Agent:
         *,
         seed: int = 1,
         system: str = "You are a coding agent. Fix the failing tests.",
-        output_kb: tuple[int, int] = (2, 20),
+        output_kb: tuple[float, float] = (2, 20),
         edit_files: bool = True,
+        reads_in_order: bool = False,
     ) -> None:
         self.name = name
         self.files = list(files)
         self.rng = random.Random(seed)
         self.output_kb = output_kb
         self.edit_files = edit_files
+        self.reads_in_order = reads_in_order
+        """Read each file once, in order, on every fifth turn (and edit none): a session
+        with as many file objects as files."""
+        self._next_read = 0
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
         self.turns = 0
 
@@ -146,8 +154,14 @@ class Agent:
             new.append({"role": "user", "content": f"Step {n}: " + _text(rng, 150).strip()})
         call_id = f"call_{self.name}_{n}"
         kind = rng.random()
+        if self.reads_in_order:
+            kind = 0.0 if n % 4 == 1 and self._next_read < len(self.files) else 0.99
         if kind < 0.25 and self.files:
-            path = rng.choice(self.files)
+            if self.reads_in_order:
+                path = self.files[self._next_read]
+                self._next_read += 1
+            else:
+                path = rng.choice(self.files)
             tool, args = "read_file", {"path": str(path)}
             output = path.read_text()
         elif kind < 0.40 and self.files and self.edit_files:
@@ -160,7 +174,7 @@ class Agent:
             low, high = self.output_kb
             tool = "bash"
             args = {"command": f"python -m pytest tests/test_{rng.choice(_WORDS)}.py -q"}
-            output = _text(rng, rng.randint(low * 1000, high * 1000))
+            output = _text(rng, rng.randint(int(low * 1000), int(high * 1000)))
         thought = "I will " + " ".join(rng.choice(_WORDS) for _ in range(rng.randint(8, 30)))
         call = {
             "id": call_id,

@@ -1,7 +1,8 @@
 """The ingestion cursor: which messages of a harness's list are new (decision 0007), with every
 tool call mapped to its object id (decision 0030).
 
-The cursor remembers the harness's list as it last saw it (its *view*: for each position the
+The cursor remembers the harness's chat as it last saw it (its *view*, the list without its
+leading system messages, which are the prompt: for each position the
 message's fingerprint, the object ids it stands for and the harness's ids it carries) and every
 message recorded (a multiset of fingerprints). A list that extends the view is new from the view's
 end; a list that is a prefix of it is nothing new; a list that diverges (compaction, an edited
@@ -127,9 +128,9 @@ class Cursor:
         """The uniqueness rule's state at the end of the last list planned, and that list's
         length."""
 
-    def restore(self, turns: Iterable[Turn], system_prompt: str) -> None:
+    def restore(self, turns: Iterable[Turn]) -> None:
         """Rebuild everything from the stored chat (after a resume: nothing is re-recorded when
-        the harness sends the same list again)."""
+        the harness sends the same list again, and its digest is the one the harness holds)."""
         view: list[str] = []
         objects: list[tuple[str, ...]] = []
         harness: list[tuple[str, ...]] = []
@@ -162,11 +163,6 @@ class Cursor:
                 harness.append(named)
                 unique.append(seen)
                 self._count(fp, calls)
-        if view:  # only a session with recorded messages has its prompt in the view
-            view.insert(0, message_fingerprint("system", system_prompt))
-            objects.insert(0, ())
-            harness.insert(0, ())
-            unique.insert(0, None)
         self.view, self.view_objects = view, objects
         self.view_calls, self.view_unique = harness, unique
         self.chain = [_CHAIN_ROOT]
@@ -221,12 +217,13 @@ class Cursor:
 
     # -- planning --------------------------------------------------------------------------
 
-    def plan(self, messages: Sequence[Message], lead: int, start: int = 0) -> Plan:
-        """What is new in a list whose first ``start`` messages are the view's first ``start``
-        (not given again) and whose others are ``messages``; its first ``lead`` messages are the
-        system prompt, never new. Every call is mapped. Raises :class:`MalformedMessage`
-        (nothing recorded) when a call id is used twice in one message, when a result answers no
-        call or answers a call a second time, or when it is too large."""
+    def plan(self, messages: Sequence[Message], start: int = 0) -> Plan:
+        """What is new in a chat whose first ``start`` messages are the view's first ``start``
+        (not given again) and whose others are ``messages`` (the list's leading system messages,
+        its prompt, are not the chat: the ingestor takes them apart). Every call is mapped.
+        Raises :class:`MalformedMessage` (nothing recorded) when a call id is used twice in one
+        message, when a result answers no call or answers a call a second time, or when it is
+        too large."""
         if not 0 <= start <= len(self.view):
             raise ValueError(f"start {start} is beyond the view ({len(self.view)} messages)")
         answered = self._check_unique(messages, start)
@@ -247,7 +244,7 @@ class Cursor:
                 tuple(self.view_unique[start:end]),
                 answered,
             )
-        return _Planner(self, messages, start, fps, prefix, lead, answered).run()
+        return _Planner(self, messages, start, fps, prefix, answered).run()
 
     def _check_unique(self, messages: Sequence[Message], start: int) -> Mapping[str, bool]:
         """The uniqueness rule (:func:`_check_unique`) over the list, from the state at
@@ -347,7 +344,6 @@ class _Planner:
         start: int,
         fps: list[str],
         prefix: int,
-        lead: int,
         answered: Mapping[str, bool],
     ) -> None:
         self.cursor = cursor
@@ -355,7 +351,6 @@ class _Planner:
         self.start = start
         self.fps = fps
         self.prefix = prefix
-        self.lead = lead
         self.answered = answered
         self.ids = cursor.ids.copy()
         self.diverged = prefix < len(cursor.view)
@@ -395,9 +390,7 @@ class _Planner:
                 self.unique.append(message.tool_call_id or "")
             else:
                 self.unique.append(None)
-            if index < self.lead:  # a leading system message: the prompt, not the chat
-                self.objects.append(())
-            elif message.role == "tool":
+            if message.role == "tool":
                 self._result(message, index, fp, new)
             elif self.diverged and self.available[fp] > 0:
                 self._known(named, fp)

@@ -88,14 +88,18 @@ class Ingestor:
 
     def _new_cursor(self) -> Cursor:
         cursor = Cursor(self.session_id, self.service.settings.max_output_bytes)
-        state = self.service.state(self.session_id)
-        cursor.restore(state.turns, self.service.system_prompt(self.session_id))
+        cursor.restore(self.service.state(self.session_id).turns)
         return cursor
 
     @property
     def ids(self) -> CallIds:
         """The session's tool calls: the harness's ids and the object ids they are stored as."""
         return self.cursor.ids
+
+    @property
+    def lead(self) -> int:
+        """How many system messages led the last list given from its start (its prompt)."""
+        return self._lead
 
     def needs_whole(self, start: int, tail: Sequence[Message]) -> bool:
         """Whether a list whose first ``start`` messages are unchanged must still be given from
@@ -143,33 +147,50 @@ class Ingestor:
 
     def ingest_from(self, start: int, messages: Sequence[Message]) -> IngestResult:
         """Record what is new in a list whose first ``start`` messages are those of the list
-        the cursor last saw (not given again: the harness sent them unchanged) and whose others
-        are ``messages``.
+        last given (not given again: the harness sent them unchanged) and whose others are
+        ``messages``. The list's leading system messages are its system prompt; the rest is the
+        chat, which the cursor compares with what it last saw.
 
         The list is checked before anything is recorded. If recording fails in the store,
         the error is raised and the next call first catches up with the store and rebuilds what
         it knows from the stored chat: a commit whose answer was lost is then known, and nothing
         is recorded twice (the next call must then give the whole list: ``start`` 0)."""
+        lead = 0
+        if start == 0:
+            while lead < len(messages) and messages[lead].role == "system":
+                lead += 1
+            chat_start, chat = 0, messages[lead:]
+        else:
+            chat_start, chat = start - self._lead, messages
+        return self.ingest_chat(chat_start, chat, prompt=messages[:lead] if start == 0 else None)
+
+    def ingest_chat(
+        self,
+        start: int,
+        messages: Sequence[Message],
+        *,
+        prompt: Sequence[Message] | None = None,
+    ) -> IngestResult:
+        """Record what is new in a chat (a list without its leading system messages) whose
+        first ``start`` messages are the cursor's (the append form names them by their digest)
+        and whose others are ``messages``; ``prompt``, the list's leading system messages, when
+        the list was given from its start (their text becomes the system prompt)."""
         if self._resync:
             self.service.refresh(self.session_id)
             self.cursor = self._new_cursor()
             self._resync = False
             self._last = []
-        if start > len(self.cursor.view):
+        if not 0 <= start <= len(self.cursor.view):
             raise InvalidInput(
-                "start", start, f"the list last seen has {len(self.cursor.view)} messages"
+                "start", start, f"the chat last seen has {len(self.cursor.view)} messages"
             )
-        lead = 0
-        if start == 0:
-            while lead < len(messages) and messages[lead].role == "system":
-                lead += 1
-        plan = self.cursor.plan(messages, lead, start)
+        plan = self.cursor.plan(messages, start)
         self._refuse_taken_ids([c for item in plan.new for c in item.calls])
-        if start == 0:
-            self._lead = lead
-            if lead:
-                prompt = "\n\n".join(m.text for m in messages[:lead])
-                self.service.set_system_prompt(self.session_id, prompt)
+        if prompt is not None:
+            self._lead = len(prompt)
+            if prompt:
+                text = "\n\n".join(m.text for m in prompt)
+                self.service.set_system_prompt(self.session_id, text)
         consumed = 0
         try:
             for item in plan.new:
@@ -189,7 +210,7 @@ class Ingestor:
         )
 
     def digest(self) -> str:
-        """The digest of the list the cursor holds (what an append names: ``Cursor.digest``)."""
+        """The digest of the chat the cursor holds (what an append names: ``Cursor.digest``)."""
         return self.cursor.digest()
 
     def _record(self, item: Planned) -> None:

@@ -16,7 +16,6 @@ from selfctx.adapters.harness.ingest import Ingestor, IngestResult
 from selfctx.adapters.harness.messages import (
     FORMATS,
     MalformedMessage,
-    message_fingerprint,
     parse_messages,
 )
 from selfctx.adapters.harness.request import Encoded, RequestCache
@@ -38,20 +37,20 @@ its parameters, two of which are the parameters and the list)."""
 
 
 class DigestMismatch(InvalidInput):
-    """An append names a list the session does not hold: nothing was recorded; send the whole
+    """An append names a chat the session does not hold: nothing was recorded; send the whole
     list (``ingest`` with every message), which the cursor reconciles."""
 
     kind = "digest_mismatch"
 
-    def __init__(self, given: str, digest: str, length: int, reason: str = "") -> None:
+    def __init__(self, given: str, digest: str, length: int) -> None:
         self.given = given
         self.digest = digest
         """The digest of the list the session holds."""
         self.length = length
-        """How many messages that list has (its system prompt included)."""
-        why = reason or (
-            f"the session holds a list of {length} messages (digest {digest!r}), and this is "
-            "neither it nor a prefix of it"
+        """How many messages that chat has (the list without its leading system messages)."""
+        why = (
+            f"no part of the chat the session holds ({length} messages, digest {digest!r}) "
+            "has this digest"
         )
         super().__init__("extends", given, f"{why}; send the whole list instead")
 
@@ -128,10 +127,11 @@ class HarnessSession:
         system: Any = None,
         fmt: str | None = None,
     ) -> IngestResult:
-        """Record ``messages``, the harness's new messages after the list whose digest is
+        """Record ``messages``, the harness's new messages after the chat whose digest is
         ``extends`` (a ``digest`` an earlier call returned): the append form, whose cost does
-        not depend on how long the list is. Raises :class:`DigestMismatch` (nothing recorded)
-        when the session holds no such list; the harness then sends its whole list."""
+        not depend on how long the session is. ``system``, when given, is the system prompt
+        (written only if it changed). Raises :class:`DigestMismatch` (nothing recorded) when
+        the session holds no such chat; the harness then sends its whole list."""
         fmt = self._format(fmt)
         cursor = self.ingestor.cursor
         start = cursor.position_of(extends) if isinstance(extends, str) else None
@@ -139,31 +139,31 @@ class HarnessSession:
             raise DigestMismatch(extends, cursor.digest(), len(cursor.view))
         if not isinstance(messages, list):
             raise MalformedMessage(-1, "the new messages must be a list")
-        items = messages
-        digests = [item_digest(item, MAX_NESTING) for item in items]
+        digests = [item_digest(item, MAX_NESTING) for item in messages]
+        prompt = None
         if system is not None:
             item_digest(system, MAX_NESTING)
-        head = parse_system(fmt, system) if system is not None else []
-        if head and start:
-            held = cursor.view[0]
-            if held != message_fingerprint("system", head[0].text):
-                raise DigestMismatch(
-                    extends, cursor.digest(), len(cursor.view), "the system prompt changed"
-                )
-            head = []
-        tail, ends, counts = parse_items(fmt, items)
+            prompt = parse_system(fmt, system)
+        tail, ends, counts = parse_items(fmt, messages)
+        if start == 0:  # the list from its start: its leading system messages are the prompt
+            whole = [*(prompt or ()), *tail]
+            lead = 0
+            while lead < len(whole) and whole[lead].role == "system":
+                lead += 1
+            prompt, tail = whole[:lead], whole[lead:]
         known = (
-            self._digests.fmt == fmt
-            and self._digests.messages == start
-            and (start == 0 or self._digests.items)
+            system is None
+            and self._digests.fmt == fmt
+            and self._digests.messages == self.ingestor.lead + start
+            and (start == 0 or bool(self._digests.items))
         )
         try:
-            result = self.ingestor.ingest_from(start, head + tail)
+            result = self.ingestor.ingest_chat(start, tail, prompt=prompt)
         except BaseException:
             self._digests.forget()
             raise
-        if known and not head:
-            self._digests.append(items, digests, ends, counts)
+        if known:
+            self._digests.append(messages, digests, ends, counts)
         else:
             self._digests.forget()
         return result

@@ -86,9 +86,12 @@ class AssembleContext:
         state = session.state
         display = self._deps.mounts.display_path
         prompt = session.system_prompt.content
+        # The renderers read the content of what they show in full, the active objects, and
+        # only the metadata of the rest: what is not in memory is not read again for it.
+        objects = session.objects.showing(state.active)
         if state.policy.inline_layout:
-            return render_inline(state, session.objects, prompt, display, session.inline_cache)
-        return render_context(state, session.objects, prompt, display, session.render_cache)
+            return render_inline(state, objects, prompt, display, session.inline_cache)
+        return render_context(state, objects, prompt, display, session.render_cache)
 
     def budget(self, session: OpenSession) -> TokenBudget:
         """The token-budget report of the context the model sees now."""

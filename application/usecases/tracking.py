@@ -86,7 +86,7 @@ class TrackSources:
             return
         ids = list(session.state.index) if object_ids is None else list(object_ids)
         for object_id in ids:
-            obj = session.objects.get(object_id)
+            obj = session.objects.meta(object_id)
             if not isinstance(obj, FileObject) or obj.is_stub:
                 continue
             # Asked every time (cheap, idempotent): a watch may have ended since, e.g. when its
@@ -128,7 +128,7 @@ class TrackSources:
         with session.lock:
             files = [
                 obj
-                for obj in (session.objects.get(i) for i in session.state.index)
+                for obj in (session.objects.meta(i) for i in session.state.index)
                 if isinstance(obj, FileObject) and not obj.is_stub
             ]
         report = self.refresh([SourceChange(f.source) for f in files])
@@ -218,6 +218,6 @@ class TrackSources:
         for session in self._sessions():
             with session.lock:
                 for object_id, version in latest.items():
-                    known = session.objects.get(object_id)
+                    known = session.objects.meta(object_id)
                     if known is not None and known.object_hash != version.object_hash:
                         session.remember(version)

@@ -100,7 +100,7 @@ def test_a_digest_the_session_does_not_hold_records_nothing() -> None:
             h.append(turns[2], wrong)
         assert caught.value.kind == "digest_mismatch"
         assert caught.value.digest == first.digest
-        assert caught.value.length == len(turns[0]) + len(turns[1])
+        assert caught.value.length == len(turns[0]) + len(turns[1]) - 1  # not the prompt
     assert snapshot(h.service) == before
     # The whole list once, then appends again.
     whole = h.ingest([*turns[0], *turns[1], *turns[2]])
@@ -122,13 +122,18 @@ def test_an_append_may_extend_an_earlier_point_of_the_list() -> None:
     assert h.append(turns[3], again.digest).consumed == len(turns[3])
 
 
-def test_a_changed_system_prompt_is_refused_in_the_append_form() -> None:
+def test_a_system_prompt_given_with_an_append_replaces_the_prompt() -> None:
     h = open_harness(fmt="anthropic")
     turns = anthropic_turns(2)
     first = h.ingest(turns[0] + turns[1], system="You fix bugs.")
-    assert h.append(turns[2], first.digest, system="You fix bugs.").consumed == 2
-    with pytest.raises(DigestMismatch, match="system prompt changed"):
-        h.append(turns[2], first.digest, system="You write docs.")
+    second = h.append(turns[2], first.digest, system="You fix bugs.")
+    assert second.consumed == 2
+    h.append(anthropic_turns(3)[3], second.digest, system="You write docs.")
+    assert h.service.system_prompt("s1") == "You write docs."
+    # The prompt is not the chat: the whole list with the new prompt is no divergence.
+    whole = [m for turn in anthropic_turns(3) for m in turn]
+    again = h.ingest(whole, system="You write docs.")
+    assert (again.consumed, again.diverged) == (0, False)
 
 
 def _reopen(store: ObjectStore, fmt: str = "openai") -> HarnessSession:
@@ -177,7 +182,8 @@ def test_a_turn_looks_only_at_its_new_messages(monkeypatch: pytest.MonkeyPatch) 
         sent += turn
         keys = parsed = 0
         h.ingest(list(sent))
-        assert (keys, parsed) == (len(turn), len(turn))
+        chat = [m for m in turn if m["role"] != "system"]  # the prompt is not fingerprinted
+        assert (keys, parsed) == (len(chat), len(turn))
     digested = 0
     digest = incremental_module.item_digest
 
@@ -220,7 +226,7 @@ def test_the_append_form_over_json_rpc() -> None:
     refused = _call(server, "ingest", session_id="s1", messages=turns[2], extends=other)["error"]
     assert (refused["code"], refused["data"]["kind"]) == (SERVER_ERROR, "digest_mismatch")
     assert refused["data"]["digest"] == second["result"]["digest"]
-    assert refused["data"]["length"] == 4
+    assert refused["data"]["length"] == 3  # the chat, without the system message
     assert refused["data"]["consumed"] == 0
     deep: Any = "x"
     for _ in range(120):

@@ -242,7 +242,7 @@ def test_a_session_from_open_to_close(fmt: str, server: Server, workspace: Path)
     chat.user("add() subtracts. Fix it.")
     chat.bash("call_cat", "cat calc.py")
     answer = server.call("ingest", session_id=sid, **chat.ingest_params())
-    assert answer.pop("digest").startswith(f"{len(chat.messages) + (fmt == 'anthropic')}.")
+    assert answer.pop("digest").startswith("3.")  # the chat: the system prompt is apart
     assert answer == {"consumed": 3, "diverged": False, "total": 3}
 
     request = server.call("assemble", session_id=sid, format=fmt)
