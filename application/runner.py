@@ -122,6 +122,9 @@ class OpenSession:
     log_bytes_since_snapshot: int
     stale: bool = False
     """Set when a commit failed in a way that leaves its fate unknown: catch up before deciding."""
+    versions_at: int | None = None
+    """The store's transaction up to which this session has learned the versions other clients
+    wrote of its files (``ObjectStore.file_versions``, decision 0048)."""
     lock: threading.RLock = attrs.field(factory=threading.RLock)
     render_cache: RenderCache = attrs.field(factory=RenderCache)
     """What assembly rendered last time; told about every object whose version changes."""
@@ -319,8 +322,15 @@ class SessionRunner:
     def exists(self, session_id: str) -> bool:
         return self.store.get(session_id_for(session_id)) is not None
 
+    def feed_position(self) -> int:
+        """Where the store's file versions feed is now: a session loaded after this learns the
+        versions written from here on (decision 0048); -1 for a store that holds nothing yet."""
+        position = self.store.file_versions(None).position
+        return -1 if position is None else position
+
     def load(self, session_id: str) -> OpenSession:
         """Rebuild a session from its latest snapshot and the log entries after it."""
+        position = self.feed_position()  # before reading anything: nothing written since is lost
         session_doc = self.store.get(session_id_for(session_id))
         if session_doc is None:
             raise SessionNotFound(session_id)
@@ -338,6 +348,7 @@ class SessionRunner:
             objects=self.new_objects(),
             snapshot_bytes=document_size(session_doc) + document_size(chat_doc or {}),
             log_bytes_since_snapshot=0,
+            versions_at=position,
         )
         # Every object of the index is loaded next, in one batch: the log tail's need not be.
         self.catch_up(session, load_objects=False)

@@ -364,9 +364,11 @@ class ContextService:
     # -- reading --------------------------------------------------------------------------
 
     def assemble(self, session_id: str) -> AssembledContext:
-        """The context the model sees now."""
+        """The context the model sees now (with the versions other clients wrote of its files
+        since the last one: decision 0048)."""
         session = self._open(session_id)
         with session.lock:
+            self._tracking.learn(session)
             return self._assemble(session)
 
     def compact(self, session_id: str) -> CompactionReport | None:
@@ -387,6 +389,7 @@ class ContextService:
         needs compacting."""
         session = self._open(session_id)
         with session.lock:
+            self._tracking.learn(session)
             return self._assemble.budget(session)
 
     def budget_of(self, context: AssembledContext, policy: PolicyConfig) -> TokenBudget:

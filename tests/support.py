@@ -29,6 +29,7 @@ from selfctx.application.ports.store import (
     ConflictError,
     Document,
     Expect,
+    FileVersions,
     Landing,
     ObjectStore,
     Receipt,
@@ -330,6 +331,16 @@ class WrappedStore(ObjectStore):
             )
             for change in self.inner.changes(after_tx_id, limit)
         ]
+
+    def file_versions(self, after_tx_id: int | None) -> FileVersions:
+        found = self.inner.file_versions(after_tx_id)
+        ns = self.namespace
+        mine = tuple(
+            (tx, object_id.removeprefix(ns), object_hash)
+            for tx, object_id, object_hash in found.versions
+            if object_id.startswith(ns)
+        )
+        return attrs.evolve(found, versions=mine)
 
     def close(self) -> None:
         self.inner.close()

@@ -24,7 +24,11 @@ def _serve(args: argparse.Namespace, protocol: IO[bytes]) -> None:
     try:
         # A server lives as long as its agents: it watches the files they read (SSOT §5.8).
         service = build_service(
-            store=store, workspace=workspace, roots=roots, track=not args.no_track
+            store=store,
+            workspace=workspace,
+            roots=roots,
+            track=not args.no_track,
+            store_name=args.store,
         )
         server = StdioServer(service, cwd=workspace, roots=roots)
         logging.getLogger("selfctx.serve").info(

@@ -39,6 +39,7 @@ from selfctx.application.ports.store import (
     ConflictError,
     Document,
     Expect,
+    FileVersions,
     Landing,
     ObjectStore,
     Receipt,
@@ -127,6 +128,8 @@ class XtdbStore(ObjectStore):
         self.blobs = False
         """Send long strings as raw UTF-8 after a JSON head (decision 0015): only our node reads
         that, so :func:`open_store` turns it on when the node's status says it does."""
+        self.feed = False
+        """The node keeps the file versions feed (decision 0048; our node's status says so)."""
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -234,6 +237,15 @@ class XtdbStore(ObjectStore):
             )
             for entry in entries
         ]
+
+    def file_versions(self, after_tx_id: int | None) -> FileVersions:
+        answer = self.client.versions(after_tx_id, timeout=self.timeout) if self.feed else None
+        if answer is None:  # a node without the feed
+            return super().file_versions(after_tx_id)
+        position = answer.get("position")
+        position = position if isinstance(position, int) and position >= 0 else None
+        versions = tuple((int(v[0]), str(v[1]), str(v[2])) for v in answer["versions"])
+        return FileVersions(position, answer["complete"], versions)
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -374,6 +386,7 @@ def open_store(url: str, *, timeout: float = 10.0, key: str | None = None) -> Xt
     try:
         status = store.client.status(timeout=timeout)
         store.blobs = status.get("selfctxBlobs") == 1
+        store.feed = status.get("selfctxVersions") == 1
         store.client.sync(wait=max(0.001, timeout - 0.25), timeout=timeout)
     except BaseException:
         http.close()

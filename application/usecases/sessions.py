@@ -69,6 +69,7 @@ class StartSession:
             objects=runner.new_objects(),
             snapshot_bytes=0,
             log_bytes_since_snapshot=0,
+            versions_at=runner.feed_position(),
         )
         command = c.StartSession(
             session_id=session_id,

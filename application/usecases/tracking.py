@@ -26,7 +26,7 @@ from selfctx.application.ports.store import ConflictError
 from selfctx.application.ports.tracking import SourceChange, SourceTracker
 from selfctx.application.runner import Contention, OpenSession, Reads
 from selfctx.application.usecases.base import Deps, observe_source
-from selfctx.domain.documents import to_document
+from selfctx.domain.documents import from_document, to_document
 from selfctx.domain.indexing import Outcome, decide_deletion, decide_full_index
 from selfctx.domain.objects import FileObject, Source
 
@@ -210,6 +210,49 @@ class TrackSources:
                     continue
             self._adopt(latest)
             return written, unchanged
+
+    def learn(self, session: OpenSession) -> tuple[str, ...]:
+        """Adopt the versions other clients wrote of the files ``session`` holds since it last
+        looked (a file is watched by one process of a store; the others learn its versions
+        from the store, decision 0048): one question to the store, and one batch read of the
+        versions that are new to the session. Returns the ids adopted. The caller holds the
+        session's lock."""
+        store = self._deps.runner.store
+        feed = store.file_versions(session.versions_at)
+        if not feed.supported:
+            return ()
+        objects = session.objects
+        if feed.complete:
+            latest = {object_id: object_hash for _, object_id, object_hash in feed.versions}
+            wanted = [
+                object_id
+                for object_id, object_hash in latest.items()
+                if (known := objects.meta(object_id)) is not None
+                and isinstance(known, FileObject)
+                and known.object_hash != object_hash
+            ]
+        elif session.versions_at is None:
+            wanted = []  # first contact: the session was read just now
+        else:  # the store cannot say what changed: compare every file of the session
+            wanted = [
+                object_id
+                for object_id in session.state.index
+                if isinstance(objects.meta(object_id), FileObject)
+            ]
+        adopted = []
+        if wanted:
+            for doc in store.get_many(wanted).values():
+                version = from_document(doc)
+                known = objects.meta(version.id)
+                if (
+                    isinstance(version, FileObject)
+                    and known is not None
+                    and known.object_hash != version.object_hash
+                ):
+                    session.remember(version)
+                    adopted.append(version.id)
+        session.versions_at = feed.position
+        return tuple(adopted)
 
     def _adopt(self, latest: dict[str, FileObject]) -> None:
         """Every open session holding one of these objects learns its latest version."""
