@@ -60,8 +60,9 @@ class WatchClaims:
 
     def _set(self, kind: int, offset: int) -> bool:
         request = struct.pack(_FLOCK, kind, os.SEEK_SET, offset, 1, 0)
+        assert _OFD_SETLK is not None  # checked at construction
         try:
-            fcntl.fcntl(self._fd, _OFD_SETLK, request)
+            fcntl.fcntl(self._fd, int(_OFD_SETLK), request)
         except OSError as exc:
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 return False

@@ -329,7 +329,7 @@ class XtdbClient:
             and all(isinstance(v, list) and len(v) == 3 and isinstance(v[0], int) for v in versions)
         ):
             raise self._shape_error("versions", answer)
-        return answer
+        return dict(answer)
 
     def sync(self, *, wait: float, timeout: float) -> None:
         """Block until the node has indexed everything submitted to its tx-log so far."""
