@@ -86,7 +86,7 @@ def build_service(
     read with watchdog (or pass a ``tracker``); call ``service.close()`` to stop it. With a
     ``store_name`` (the store's address, as ``--store`` gives it), a file is watched by one
     process per store on this machine, and the others learn its versions from the store
-    (decision 0048). A
+    (decision 0066). A
     ``mount_detector`` is told the device of every file read and flags mounts nobody configured.
     The search index is ``search``, or SQLite FTS5 in ``search_path`` (default: in memory,
     built from the store on first use; decision 0040). Compaction summaries come from

@@ -5,7 +5,7 @@ store; what a client keeps in memory is every object's metadata (ids, hashes, si
 call's arguments) and the content of the objects used last, up to :data:`CONTENT_BUDGET`
 characters. An object whose content was dropped (*hollow*) is read again from the store, in one
 batch, the next time its content is asked for, so a session's memory does not grow with the
-bytes it has seen (decision 0047).
+bytes it has seen (decision 0065).
 
 ``ObjectCache[id]`` and ``get`` always give the whole object. :meth:`ObjectCache.meta` gives
 what is in memory, hollow or not, for what needs no content (hashes, sources, sizes:

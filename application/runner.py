@@ -124,7 +124,7 @@ class OpenSession:
     """Set when a commit failed in a way that leaves its fate unknown: catch up before deciding."""
     versions_at: int | None = None
     """The store's transaction up to which this session has learned the versions other clients
-    wrote of its files (``ObjectStore.file_versions``, decision 0048)."""
+    wrote of its files (``ObjectStore.file_versions``, decision 0066)."""
     lock: threading.RLock = attrs.field(factory=threading.RLock)
     render_cache: RenderCache = attrs.field(factory=RenderCache)
     """What assembly rendered last time; told about every object whose version changes."""
@@ -324,7 +324,7 @@ class SessionRunner:
 
     def feed_position(self) -> int:
         """Where the store's file versions feed is now: a session loaded after this learns the
-        versions written from here on (decision 0048); -1 for a store that holds nothing yet."""
+        versions written from here on (decision 0066); -1 for a store that holds nothing yet."""
         position = self.store.file_versions(None).position
         return -1 if position is None else position
 

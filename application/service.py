@@ -365,7 +365,7 @@ class ContextService:
 
     def assemble(self, session_id: str) -> AssembledContext:
         """The context the model sees now (with the versions other clients wrote of its files
-        since the last one: decision 0048)."""
+        since the last one: decision 0066)."""
         session = self._open(session_id)
         with session.lock:
             self._tracking.learn(session)

@@ -364,7 +364,7 @@ class StoreContract:
         assert all(c.tx_id > second.tx_id for c in store.changes(second.tx_id, limit=5))
 
     def test_file_versions_after_a_transaction(self, store: ObjectStore, ns: str) -> None:
-        """Every store that keeps the feed (decision 0048) lists the file versions written
+        """Every store that keeps the feed (decision 0066) lists the file versions written
         after a transaction, in order, with their object hashes, and nothing else; a store
         without it says so. From no point on it gives a position and is not complete."""
         first = store.file_versions(None)

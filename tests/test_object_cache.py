@@ -1,5 +1,5 @@
 """A session keeps every object's metadata but content only up to a budget; what it dropped is
-read again from the store, and nothing it shows changes (decision 0047). On both stores."""
+read again from the store, and nothing it shows changes (decision 0065). On both stores."""
 
 from __future__ import annotations
 

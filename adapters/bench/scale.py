@@ -28,6 +28,7 @@ import json
 import os
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -203,6 +204,154 @@ def _per_turn(
     return out
 
 
+def _node_requests(urls: Sequence[str]) -> int:
+    """Requests the nodes have answered so far (their status counts them; decision 0066)."""
+    from selfctx.adapters.xtdb import open_store
+
+    total = 0
+    for url in urls:
+        store = open_store(url)
+        try:
+            total += int(store.client.status(timeout=30).get("selfctxRequests", 0))
+        finally:
+            store.close()
+    return total
+
+
+def _run_agents(
+    urls: Sequence[str],
+    n: int,
+    turns: int,
+    workspace: Path,
+    server: Sequence[str] | None,
+    server_env: dict[str, str] | None,
+    tag: str,
+) -> dict[str, Any]:
+    """``n`` servers (tracking on), one session each, spread over the nodes at ``urls``,
+    sharing ``workspace``; each runs ``turns`` measured turns after two of warm-up."""
+    files = sorted((workspace / "src").rglob("*.py"))
+    clients = [
+        StdioClient(
+            store="xtdb://" + urls[i % len(urls)].removeprefix("http://"),
+            workspace=workspace,
+            command=server,
+            env=server_env,
+        )
+        for i in range(n)
+    ]
+    agents = [Agent(f"{tag}{i}", files, seed=100 + i) for i in range(n)]
+    digests: list[Any] = [None] * n
+    latencies: list[list[float]] = [[] for _ in range(n)]
+    failures: list[str] = []
+    try:
+        for i, client in enumerate(clients):
+            opened = client.call("session.open", session_id=f"{tag}{i}", policy="relevance")
+            digests[i] = opened["digest"]
+
+        def turn(i: int, record: bool) -> None:
+            new = agents[i].turn()
+            began = time.perf_counter()
+            result = clients[i].call(
+                "ingest", session_id=f"{tag}{i}", messages=new, extends=digests[i]
+            )
+            clients[i].call("assemble", session_id=f"{tag}{i}")
+            digests[i] = result["digest"]
+            if record:
+                latencies[i].append(time.perf_counter() - began)
+
+        def run(i: int) -> None:
+            try:
+                for _ in range(turns):
+                    turn(i, True)
+            except Exception as exc:  # reported with the figures, never hidden
+                failures.append(f"agent {i}: {type(exc).__name__}: {exc}")
+
+        for _ in range(2):
+            for i in range(n):
+                turn(i, False)
+        requests = _node_requests(urls)
+        cpu = sum(c.cpu_ns() for c in clients)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+        began = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - began
+        cpu = sum(c.cpu_ns() for c in clients) - cpu
+        requests = _node_requests(urls) - requests
+    finally:
+        for client in clients:
+            client.close()
+    done = sum(len(x) for x in latencies)
+    every = [x for xs in latencies for x in xs]
+    out: dict[str, Any] = {
+        "agents": n,
+        "turns": done,
+        "turns_per_s": round(done / wall, 2) if wall else None,
+        "p50_ms": round(statistics.median(every) * 1000, 1) if every else None,
+        "p95_ms": round(percentile(every, 95) * 1000, 1) if every else None,
+        "requests_per_turn": round(requests / done, 2) if done else None,
+        "server_cpu_ms_per_turn": round(cpu / 1e6 / done, 2) if done else None,
+    }
+    if failures:
+        out["failures"] = failures[:5]
+    return out
+
+
+def _agents(
+    counts: Sequence[int],
+    cluster: bool,
+    total_turns: int,
+    root: Path,
+    progress: Progress,
+    server: Sequence[str] | None,
+    server_env: dict[str, str] | None,
+) -> dict[str, Any]:
+    """The N-agent figures on one node, and with ``cluster`` on two over one PostgreSQL."""
+    from selfctx.adapters.xtdb import XtdbNode
+
+    out: dict[str, Any] = {}
+    layouts = ["one_node", "two_nodes"] if cluster else ["one_node"]
+    for layout in layouts:
+        figures = []
+        for n in counts:
+            workspace = root / f"agents-{layout}-{n}"
+            make_workspace(workspace, 200)
+            turns = max(6, total_turns // n)
+            if layout == "one_node":
+                with _node(root, f"node-agents-{n}") as node:
+                    figures.append(
+                        _run_agents([node.url], n, turns, workspace, server, server_env, "a")
+                    )
+            else:
+                from selfctx.adapters.xtdb.postgres import LocalPostgres, find_bin_dir
+
+                bin_dir = find_bin_dir()
+                if bin_dir is None:
+                    out["two_nodes"] = "PostgreSQL is not installed: no cluster figures"
+                    break
+                with LocalPostgres(bin_dir) as pg:
+                    nodes = [
+                        XtdbNode("postgres", root / f"pg-{n}-{k}", postgres=pg.target)
+                        for k in ("a", "b")
+                    ]
+                    try:
+                        for node in nodes:
+                            node.start()
+                        urls = [node.url for node in nodes]
+                        figures.append(
+                            _run_agents(urls, n, turns, workspace, server, server_env, "c")
+                        )
+                    finally:
+                        for node in nodes:
+                            node.stop()
+            progress(f"{layout}, {n} agents: {figures[-1]}")
+        else:
+            out[layout] = figures
+    return out
+
+
 def _resume(
     objects: int,
     root: Path,
@@ -292,7 +441,10 @@ def run_scale(
     stores: Sequence[str] = ("memory", "xtdb"),
     modes: Sequence[str] = ("list", "append"),
     resume_objects: int = 10_000,
-    parts: Sequence[str] = ("per_turn", "resume"),
+    agent_counts: Sequence[int] = (1, 4, 16, 32),
+    agent_turns: int = 192,
+    cluster: bool = False,
+    parts: Sequence[str] = ("per_turn", "agents", "resume"),
     server: Sequence[str] | None = None,
     server_env: dict[str, str] | None = None,
     progress: Progress = lambda _: None,
@@ -304,6 +456,10 @@ def run_scale(
         if "per_turn" in parts:
             out["per_turn"] = _per_turn(
                 checkpoints, window, stores, modes, root, progress, server, server_env
+            )
+        if "agents" in parts:
+            out["agents"] = _agents(
+                agent_counts, cluster, agent_turns, root, progress, server, server_env
             )
         if "resume" in parts:
             out["resume"] = _resume(resume_objects, root, progress, server, server_env)
@@ -319,7 +475,9 @@ if __name__ == "__main__":  # a quick look while developing
         modes=sys.argv[3].split(",") if len(sys.argv) > 3 else ("list",),
         parts=sys.argv[4].split(",") if len(sys.argv) > 4 else ("per_turn",),
         resume_objects=int(sys.argv[5]) if len(sys.argv) > 5 else 10_000,
-        server_env={"PYTHONPATH": sys.argv[6]} if len(sys.argv) > 6 else None,
+        server_env={"PYTHONPATH": sys.argv[6]} if len(sys.argv) > 6 and sys.argv[6] else None,
+        agent_counts=tuple(int(x) for x in sys.argv[7].split(",")) if len(sys.argv) > 7 else (1, 4),
+        cluster=len(sys.argv) > 8 and sys.argv[8] == "cluster",
         progress=lambda m: print("...", m, file=sys.stderr, flush=True),
     )
     print(json.dumps(result, indent=1))

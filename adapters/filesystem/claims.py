@@ -2,7 +2,7 @@
 
 Several servers on one machine that share a store (agents of one team on one XTDB node) often
 hold the same files. Each used to watch them all, so every edit was read, hashed and decided once
-per server, and all but one found the version already written (decision 0048). Now a server
+per server, and all but one found the version already written (decision 0066). Now a server
 watches a file only if it *claims* it: a write lock on one byte of a lock file per store, at an
 offset given by the file's source (Linux open-file-description locks: they belong to this open
 file, and go away when the process does, however it ends). The others leave the file to the

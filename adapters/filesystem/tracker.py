@@ -203,7 +203,7 @@ class WatchdogTracker(SourceTracker):
 
     def watch(self, source: Source) -> bool:
         """Watch ``source``, or leave it to the process of the store that claimed it first
-        (then its versions are learned from the store; decision 0048). True if it is watched,
+        (then its versions are learned from the store; decision 0066). True if it is watched,
         here or there."""
         if source.filesystem_id != self.host_filesystem_id:
             return False  # a container's file: never watched, never touched on the host

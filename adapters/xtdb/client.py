@@ -309,7 +309,7 @@ class XtdbClient:
         return entries if limit is None else entries[:limit]
 
     def versions(self, after_tx_id: int | None, *, timeout: float) -> dict[str, Any] | None:
-        """``GET /_xtdb/selfctx/versions`` (our node only, decision 0048): the file versions
+        """``GET /_xtdb/selfctx/versions`` (our node only, decision 0066): the file versions
         written after ``after_tx_id``; None from a node without it (upstream's server)."""
         params = {} if after_tx_id is None else {"after-tx-id": after_tx_id}
         answer = self._call(

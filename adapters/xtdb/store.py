@@ -129,7 +129,7 @@ class XtdbStore(ObjectStore):
         """Send long strings as raw UTF-8 after a JSON head (decision 0015): only our node reads
         that, so :func:`open_store` turns it on when the node's status says it does."""
         self.feed = False
-        """The node keeps the file versions feed (decision 0048; our node's status says so)."""
+        """The node keeps the file versions feed (decision 0066; our node's status says so)."""
 
     # -- helpers ---------------------------------------------------------------------------
 

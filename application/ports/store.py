@@ -273,7 +273,7 @@ class ObjectStore(abc.ABC):
         """Which file versions the transactions after ``after_tx_id`` wrote (None: from where
         the store can say; the answer is then not ``complete`` but gives a ``position`` to ask
         from next time). Clients learn from it the versions other clients wrote of the files
-        their sessions hold (decision 0048). The default keeps no feed (``supported`` False)."""
+        their sessions hold (decision 0066). The default keeps no feed (``supported`` False)."""
         latest = self.latest_tx()
         return FileVersions(latest.tx_id if latest else None, False, (), supported=False)
 

@@ -214,7 +214,7 @@ class TrackSources:
     def learn(self, session: OpenSession) -> tuple[str, ...]:
         """Adopt the versions other clients wrote of the files ``session`` holds since it last
         looked (a file is watched by one process of a store; the others learn its versions
-        from the store, decision 0048): one question to the store, and one batch read of the
+        from the store, decision 0066): one question to the store, and one batch read of the
         versions that are new to the session. Returns the ids adopted. The caller holds the
         session's lock."""
         store = self._deps.runner.store

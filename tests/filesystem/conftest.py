@@ -59,7 +59,7 @@ def make_fs_service(
     whose steps must land in one burst gives itself a longer one.
 
     Services made without ``store`` share one store (two clients of one database). With
-    ``claims`` (a lock file) their trackers watch each file in one of them only (decision 0048).
+    ``claims`` (a lock file) their trackers watch each file in one of them only (decision 0066).
     """
     shared: list[ObjectStore] = []
     made: list[tuple[ContextService, bool]] = []

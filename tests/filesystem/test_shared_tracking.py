@@ -1,5 +1,5 @@
 """A file held by sessions of several clients of one store is watched by one of them; the others
-learn its versions from the store before they assemble (decision 0048)."""
+learn its versions from the store before they assemble (decision 0066)."""
 
 from __future__ import annotations
 

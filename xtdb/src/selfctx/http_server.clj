@@ -291,14 +291,14 @@
 
 (defn- status [node _ _]
   ;; "selfctxBlobs" tells our adapter that this node reads bodies with blobs (decision 0015),
-  ;; "selfctxVersions" that it answers /_xtdb/selfctx/versions (decision 0048).
+  ;; "selfctxVersions" that it answers /_xtdb/selfctx/versions (decision 0066).
   [200 (assoc (camel-keys (xt/status node))
               "selfctxBlobs" 1
               "selfctxVersions" 1
               "selfctxRequests" (.get ^AtomicLong requests))])
 
 (defn- versions-route
-  "Our extension (decision 0048): the file versions written after `after-tx-id`, from the feed
+  "Our extension (decision 0066): the file versions written after `after-tx-id`, from the feed
   the node keeps (`selfctx.versions`)."
   [feed]
   (fn [_ _ params]
@@ -422,7 +422,7 @@
                :host {:spec ::sys/string :doc "Address to bind" :default "127.0.0.1"}
                :threads {:spec ::sys/pos-int :doc "Request threads" :default 32}
                :versions {:spec ::sys/pos-int
-                          :doc "File versions the versions feed keeps (decision 0048)"
+                          :doc "File versions the versions feed keeps (decision 0066)"
                           :default 100000}
                :secret-file {:spec ::sys/string
                              :doc "File holding the secret every request must carry"}}}

@@ -2,7 +2,7 @@
   "Which file versions the node's recent transactions wrote: what every client of the store reads
   before it assembles a context, to learn the versions other clients wrote of the files its
   sessions hold (a file is watched by one process per store; everyone else learns its new
-  versions here). See docs/decisions/0048-one-watcher-per-file-and-store.md.
+  versions here). See docs/decisions/0066-one-watcher-per-file-and-store.md.
 
   A listener on the node's indexed transactions keeps, for its last `capacity` file versions,
   `[tx-id id object_hash]`. A query after a transaction older than what is kept says it cannot
