@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import chain
 from typing import Any, Final
 
@@ -41,6 +41,7 @@ from selfctx.application.ports.store import (
     Submission,
 )
 from selfctx.application.tokens import TokenCounts
+from selfctx.domain.chat import AssistantMessage
 from selfctx.domain.documents import from_document, to_document
 from selfctx.domain.errors import InvalidInput, SessionNotFound
 from selfctx.domain.infrastructure import (
@@ -101,6 +102,8 @@ class Contention:
 PIPELINE_DEPTH: Final = 2
 """How many commits :meth:`SessionRunner.execute_pipelined` keeps in flight by default."""
 _REWRITES: Final = (e.ChatRestored, e.ChatCompacted)
+RECENT_OUTPUTS: Final = 8
+"""The outputs of at least this many last assistant messages are read whole by the policy."""
 """Events after which the chat differs other than at its end: renderings start again."""
 
 
@@ -134,6 +137,24 @@ class OpenSession:
     """Token counts of texts this session's prompts contained."""
     context_counter: Any = None
     """Counts successive contexts incrementally (``selfctx.application.tokens.ContextCounter``)."""
+
+    def working_objects(self) -> Mapping[str, ContentObject]:
+        """The objects as the policy's decisions read them: whole where content is read (the
+        active and pinned objects, and the outputs of the last assistant messages, whose text
+        the relevance policy scans), metadata only for the rest, so that a pass over the
+        session's index reads nothing again from the store (``ObjectCache.showing``)."""
+        state = self.state
+        recent = max(state.policy.recent_messages, RECENT_OUTPUTS)
+        live = set(state.active) | set(state.pinned)
+        seen = 0
+        for turn in reversed(state.turns):
+            for message in reversed(turn.messages):
+                if isinstance(message, AssistantMessage):
+                    seen += 1
+                    live.update(call.id for call in message.tool_calls)
+            if seen >= recent:
+                break
+        return self.objects.showing(live)
 
     def remember(self, obj: ContentObject) -> None:
         """Record a newer version of one of the session's objects."""

@@ -402,13 +402,15 @@ def _resume(
         )
         try:
             client.call("tools", format="openai")  # the process is up and answering
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), client.cpu_ns()
             opened = client.call("session.open", session_id=SESSION)
             out["resume_s"] = round(time.perf_counter() - began, 3)
+            out["resume_cpu_s"] = round((client.cpu_ns() - cpu) / 1e9, 3)
             out["digest_kept"] = opened["digest"] == digest
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), client.cpu_ns()
             client.call("assemble", session_id=SESSION)
             out["first_assemble_s"] = round(time.perf_counter() - began, 3)
+            out["first_assemble_cpu_s"] = round((client.cpu_ns() - cpu) / 1e9, 3)
             out["turn_before_kill_s"] = before
             after = _timed_turn(client, agent, digest)
             after.pop("digest")
@@ -422,14 +424,18 @@ def _resume(
 
 
 def _timed_turn(client: StdioClient, agent: Agent, digest: str) -> dict[str, Any]:
+    """One turn: wall seconds of its ingest and its assemble, and the server's CPU seconds."""
     new = agent.turn()
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), client.cpu_ns()
     result = client.call("ingest", session_id=SESSION, messages=new, extends=digest)
     ingest = time.perf_counter() - began
+    middle = client.cpu_ns()
     client.call("assemble", session_id=SESSION)
     return {
         "ingest": round(ingest, 4),
         "assemble": round(time.perf_counter() - began - ingest, 4),
+        "ingest_cpu": round((middle - cpu) / 1e9, 4),
+        "assemble_cpu": round((client.cpu_ns() - middle) / 1e9, 4),
         "digest": result["digest"],
     }
 
