@@ -35,6 +35,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from selfctx.adapters.bench.stats import percentile
 from selfctx.adapters.bench.stdio_client import RpcFailure, StdioClient
 from selfctx.adapters.bench.workload import Agent, make_workspace, message_bytes
@@ -107,13 +109,13 @@ def _one_session(
     out: dict[str, Any] = {"checkpoints": {}}
     try:
         client.call("session.open", session_id=SESSION, policy="relevance")
+        rss_at: dict[int, int] = {0: client.rss()}
+        bytes_at: dict[int, int] = {0: 0}
         digest: Any = None
         sent = 0
         cpu: list[int] = []
         wall: list[float] = []
         ref: list[int] = []
-        rss_at: dict[int, int] = {}
-        bytes_at: dict[int, int] = {}
         last = max(checkpoints)
         for turn in range(1, last + 1):
             new = agent.turn()
@@ -153,6 +155,8 @@ def _one_session(
                 progress(f"{store} {mode}: turn {turn}: {out['checkpoints'][str(turn)]}")
                 cpu, wall, ref = [], [], []
         first, final = min(checkpoints), last
+        if first == final:  # one checkpoint: the growth since the session was opened
+            first = 0
         grown = rss_at[final] - rss_at[first]
         seen = bytes_at[final] - bytes_at[first]
         out["memory"] = {
@@ -352,6 +356,73 @@ def _agents(
     return out
 
 
+def _commits(url_a: str, url_b: str | None, count: int = 60) -> dict[str, Any]:
+    """Median and p95 ms of a one-document commit through ``url_a``, and of the time until
+    ``url_b`` (another node of the cluster) reads it."""
+    from selfctx.adapters.xtdb import open_store
+
+    a = open_store(url_a)
+    b = open_store(url_b) if url_b else None
+    commits: list[float] = []
+    visible: list[float] = []
+    try:
+        tag = f"probe-{time.time_ns()}"
+        for n in range(count):
+            began = time.perf_counter()
+            a.commit([{"xt/id": f"{tag}-{n}", "type": "probe", "n": n}])
+            commits.append(time.perf_counter() - began)
+            if b is not None:
+                while b.get(f"{tag}-{n}") is None:
+                    time.sleep(0.001)
+                visible.append(time.perf_counter() - began)
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+    skip = count // 6  # the first ones warm the nodes up
+    out = {
+        "commit_p50_ms": round(statistics.median(commits[skip:]) * 1000, 1),
+        "commit_p95_ms": round(percentile(commits[skip:], 95) * 1000, 1),
+    }
+    if visible:
+        out["visible_on_b_p50_ms"] = round(statistics.median(visible[skip:]) * 1000, 1)
+    return out
+
+
+def _cluster_commits(root: Path, progress: Progress) -> dict[str, Any]:
+    """Commit latency of the tx-log options (decision 0067), with one RocksDB node beside them."""
+    from selfctx.adapters.xtdb import XtdbNode
+    from selfctx.adapters.xtdb.postgres import LocalPostgres, find_bin_dir
+
+    out: dict[str, Any] = {}
+    with _node(root, "node-commits") as node:
+        out["one_rocksdb_node"] = _commits(node.url, None)
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        return {**out, "cluster": "PostgreSQL is not installed: no cluster figures"}
+    variants = {
+        "xtdb_jdbc_tx_log": {"tx_log": "xtdb"},
+        "woken_by_own_submits": {"notify": False},
+        "woken_by_every_submit": {},
+    }
+    for name, options in variants.items():
+        with LocalPostgres(bin_dir) as pg:
+            target = attrs.evolve(pg.target, **options)
+            nodes = [
+                XtdbNode("postgres", root / f"commits-{name}-{k}", postgres=target)
+                for k in ("a", "b")
+            ]
+            try:
+                for node in nodes:
+                    node.start()
+                out[name] = _commits(nodes[0].url, nodes[1].url)
+            finally:
+                for node in nodes:
+                    node.stop()
+        progress(f"commits, {name}: {out[name]}")
+    return out
+
+
 def _resume(
     objects: int,
     root: Path,
@@ -463,6 +534,8 @@ def run_scale(
             out["per_turn"] = _per_turn(
                 checkpoints, window, stores, modes, root, progress, server, server_env
             )
+        if cluster and "agents" in parts:
+            out["commits"] = _cluster_commits(root, progress)
         if "agents" in parts:
             out["agents"] = _agents(
                 agent_counts, cluster, agent_turns, root, progress, server, server_env
@@ -470,6 +543,77 @@ def run_scale(
         if "resume" in parts:
             out["resume"] = _resume(resume_objects, root, progress, server, server_env)
     return out
+
+
+def _fmt(value: Any, unit: str = "") -> str:
+    return "-" if value is None else f"{value:,}{unit}"
+
+
+def print_scale(result: dict[str, Any]) -> None:
+    """The figures as a table, each beside its reference."""
+    per_turn = result.get("per_turn", {})
+    if per_turn:
+        print("Per turn (median over the window ending at each turn; CPU: the server's)")
+        print(
+            f"{'store/form':<16} {'turn':>6} {'CPU ms':>8} {'wall ms':>8} {'ref ms':>7} "
+            f"{'CPU/ref':>8} {'RSS MB':>7} {'msgs MB':>8}"
+        )
+        for key, figures in per_turn.items():
+            if "unsupported" in figures:
+                print(f"{key:<16} not supported by this server: {figures['unsupported']}")
+                continue
+            for turn, f in figures["checkpoints"].items():
+                print(
+                    f"{key:<16} {turn:>6} {f['cpu_ms']:>8} {f['wall_ms']:>8} "
+                    f"{f['reference_ms']:>7} {f['ratio']:>8} {f['rss_mb']:>7} "
+                    f"{f['messages_mb']:>8}"
+                )
+            memory = figures.get("memory", {})
+            print(
+                f"{'':<16} memory: +{memory.get('rss_growth_mb_per_100_turns')} MB per 100 turns"
+                f" against {memory.get('messages_mb_per_100_turns')} MB of messages"
+                f" ({memory.get('ratio')}x)"
+            )
+            disk = figures.get("disk")
+            if disk:
+                print(
+                    f"{'':<16} on disk: {disk['bytes_per_turn']:,} bytes per turn against "
+                    f"{disk['messages_bytes_per_turn']:,} of messages ({disk['ratio']}x)"
+                )
+    commits = result.get("commits")
+    if commits:
+        print("\nOne-document commits (ms) and when the other node reads them")
+        for name, f in commits.items():
+            print(f"  {name:<24} {f}")
+    agents = result.get("agents", {})
+    for layout, rows in agents.items():
+        print(f"\nAgents, {layout.replace('_', ' ')}")
+        if isinstance(rows, str):
+            print(f"  {rows}")
+            continue
+        print(
+            f"{'agents':>7} {'turns/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'req/turn':>9} "
+            f"{'CPU ms/turn':>12}"
+        )
+        for f in rows:
+            print(
+                f"{f['agents']:>7} {_fmt(f['turns_per_s']):>8} {_fmt(f['p50_ms']):>8} "
+                f"{_fmt(f['p95_ms']):>8} {_fmt(f['requests_per_turn']):>9} "
+                f"{_fmt(f['server_cpu_ms_per_turn']):>12}"
+                + (" FAILURES" if "failures" in f else "")
+            )
+    resume = result.get("resume")
+    if resume:
+        print(
+            f"\nResume of {resume['objects']:,} objects ({resume.get('log_entries')} log entries)"
+        )
+        opened, cpu = resume.get("resume_s"), resume.get("resume_cpu_s")
+        first, first_cpu = resume.get("first_assemble_s"), resume.get("first_assemble_cpu_s")
+        print(f"  session.open {opened} s (server CPU {cpu} s)")
+        print(f"  first assemble {first} s (server CPU {first_cpu} s)")
+        print(f"  a turn before the kill: {resume.get('turn_before_kill_s')}")
+        print(f"  a turn after the resume: {resume.get('turn_after_s')}")
+        print(f"  the same list again: {resume.get('resent_list')}")
 
 
 if __name__ == "__main__":  # a quick look while developing
