@@ -90,6 +90,13 @@ class ObjectCache(MutableMapping[str, ContentObject]):
 
     # -- beyond it ---------------------------------------------------------------------------
 
+    def hold_hollow(self, obj: ContentObject) -> None:
+        """Hold ``obj`` without its content (read without it: ``obj.content`` is None); it is
+        read from the store when asked for whole."""
+        self._drop(obj.id)
+        self._objects[obj.id] = obj
+        self._hollow.add(obj.id)
+
     def meta(self, object_id: str) -> ContentObject | None:
         """The object as held in memory (hollow: ``content`` None although it has content;
         its hashes, source and ``char_count`` are right), without reading the store."""

@@ -102,6 +102,11 @@ class Contention:
 PIPELINE_DEPTH: Final = 2
 """How many commits :meth:`SessionRunner.execute_pipelined` keeps in flight by default."""
 _REWRITES: Final = (e.ChatRestored, e.ChatCompacted)
+_TOOLCALL_METADATA: Final = (
+    "type", "identity_hash", "tool", "args", "status", "chat_ref", "args_display", "file_refs",
+    "file_views", "content_hash", "metadata_hash", "object_hash", "content_length",
+)  # fmt: skip
+"""Every field of a tool call's document but its content."""
 RECENT_OUTPUTS: Final = 8
 """The outputs of at least this many last assistant messages are read whole by the policy."""
 """Events after which the chat differs other than at its end: renderings start again."""
@@ -125,6 +130,9 @@ class OpenSession:
     log_bytes_since_snapshot: int
     stale: bool = False
     """Set when a commit failed in a way that leaves its fate unknown: catch up before deciding."""
+    loaded: dict[str, Document] = attrs.field(factory=dict)
+    """The file documents loading the session read, for the first command after it (a resume
+    reconciles every file: it need not read them again; a conflict makes it read afresh)."""
     versions_at: int | None = None
     """The store's transaction up to which this session has learned the versions other clients
     wrote of its files (``ObjectStore.file_versions``, decision 0066)."""
@@ -152,8 +160,8 @@ class OpenSession:
                 if isinstance(message, AssistantMessage):
                     seen += 1
                     live.update(call.id for call in message.tool_calls)
-            if seen >= recent:
-                break
+                    if seen >= recent:
+                        return self.objects.showing(live)
         return self.objects.showing(live)
 
     def remember(self, obj: ContentObject) -> None:
@@ -183,6 +191,13 @@ class Reads:
         for prepared in overlay:
             if prepared is not None:
                 self._overlay.update((str(doc["xt/id"]), doc) for doc in prepared.puts)
+
+    def seed(self, documents: Mapping[str, Document]) -> None:
+        """Take these documents as read from the store just now (the commit's preconditions
+        catch a newer version)."""
+        for object_id, doc in documents.items():
+            if object_id not in self.documents:
+                self._remember(object_id, doc)
 
     def stored(self, object_id: str) -> Any:
         """The latest stored version of ``object_id`` (parsed), or None."""
@@ -371,10 +386,36 @@ class SessionRunner:
             log_bytes_since_snapshot=0,
             versions_at=position,
         )
-        # Every object of the index is loaded next, in one batch: the log tail's need not be.
+        # Every object of the index is loaded next: the log tail's need not be read first.
         self.catch_up(session, load_objects=False)
-        session.objects.update(self._objects(session.state.index))
+        self._load_objects(session)
         return session
+
+    def _load_objects(self, session: OpenSession) -> None:
+        """Files whole, in one batch (a resume reconciles them with their sources); tool calls
+        without their content, in another (the session shows few of them in full, and reads
+        those again when it does: ``ObjectCache``)."""
+        state = session.state
+        calls = [i for i in state.index if state.kinds.get(i) == "toolcall"]
+        others = [i for i in state.index if state.kinds.get(i) != "toolcall"]
+        docs = self.store.get_many_fields(calls, _TOOLCALL_METADATA) if calls else {}
+        whole = [i for i in calls if "content_length" not in docs.get(i, {})]  # written before
+        session.objects.update(self._objects([*others, *whole], session.loaded))
+        missing = [i for i in calls if i not in docs]
+        if missing:
+            raise StoreError(f"objects in the session index are missing: {missing[:5]}")
+        for object_id in calls:
+            doc = docs[object_id]
+            if "content_length" not in doc:
+                continue
+            obj = from_document({**doc, "content": None, "source": None})
+            assert isinstance(obj, ToolcallObject)
+            if obj.content_hash is None:  # no output at all: nothing to read again
+                session.objects[object_id] = obj
+            else:
+                session.objects.hold_hollow(
+                    attrs.evolve(obj, content_length=int(doc["content_length"]))
+                )
 
     def _system_prompt(self, object_id: str) -> SystemPromptObject:
         doc = self.store.get(object_id)
@@ -383,7 +424,11 @@ class SessionRunner:
             raise StoreError(f"system prompt {object_id!r} is missing from the store")
         return obj
 
-    def _objects(self, object_ids: Iterable[str]) -> dict[str, ContentObject]:
+    def _objects(
+        self, object_ids: Iterable[str], files: dict[str, Document] | None = None
+    ) -> dict[str, ContentObject]:
+        """The latest versions of these objects (and their documents, for files, into
+        ``files``)."""
         ids = list(object_ids)
         docs = self.store.get_many(ids)
         missing = [i for i in ids if i not in docs]
@@ -394,6 +439,8 @@ class SessionRunner:
             obj = from_document(doc)
             assert isinstance(obj, FileObject | ToolcallObject)
             out[object_id] = obj
+            if files is not None and isinstance(obj, FileObject):
+                files[object_id] = doc
         return out
 
     def catch_up(self, session: OpenSession, *, load_objects: bool = True) -> bool:
@@ -437,10 +484,13 @@ class SessionRunner:
         """
         command_id = self.ids.new_id()
         contention = Contention()
+        loaded, session.loaded = session.loaded, {}
         while True:
             if session.stale:
                 self.catch_up(session)
             reads = Reads(self.store)
+            reads.seed(loaded)
+            loaded = {}
             command = build(reads, session.state)
             events, after = decide_and_fold(session.state, command)
             if not events:

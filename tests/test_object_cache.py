@@ -81,3 +81,21 @@ def test_a_session_with_a_small_budget_shows_exactly_what_a_large_one_does(
     # What was dropped comes back whole when asked for.
     for object_id in list(cache):
         assert small.object("s1", object_id) == large.object("s1", object_id)
+
+
+def test_a_resumed_session_reads_its_tool_calls_without_content_and_shows_the_same(
+    make_service: MakeService,
+) -> None:
+    first = make_service()
+    a = HarnessSession(first, "s1", policy=policy_by_name("relevance"))
+    before = _conversation(a, 25)[-1]
+    first.close_session("s1")
+    again = make_service()
+    b = HarnessSession(again, "s1")
+    cache = again._open("s1").objects
+    calls = [i for i in cache if again.state("s1").kinds.get(i) == "toolcall"]
+    assert calls and all(cache.hollow(i) for i in calls)  # read without their content
+    assert b.request() == before
+    shown = again.state("s1").active
+    assert all(not cache.hollow(i) for i in shown)
+    assert any(cache.hollow(i) for i in calls if i not in shown)

@@ -111,7 +111,7 @@ def test_batch_reads_are_one_request_each(xtdb_node: XtdbNode, ns: str) -> None:
         {"xt/id": f"{ns}{i:04d}", "type": ns + "batch", "n": i} for i in range(500)
     ]
     logs = [
-        {"xt/id": f"{ns}log{i}", "type": "session_log", "session_id": ns, "seq": i}
+        {"xt/id": f"log:{ns}:{i:09d}", "type": "session_log", "session_id": ns, "seq": i}
         for i in range(1, 301)
     ]
     receipt = store.commit(docs + logs)
