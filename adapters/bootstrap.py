@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from selfctx.adapters.config import Config, load_config
+from selfctx.adapters.filesystem.claims import WatchClaims, claims_path
 from selfctx.adapters.filesystem.identity import host_filesystem_id
 from selfctx.adapters.filesystem.reader import LocalFileReader
 from selfctx.adapters.filesystem.tracker import WatchdogTracker
@@ -94,6 +95,7 @@ def build_service(
     mounts_file: str | None = None,
     track: bool = False,
     tracker: SourceTracker | None = None,
+    store_name: str | None = None,
     mount_detector: UnconfiguredMounts | None = None,
     search: SearchIndex | None = None,
     search_path: str | None = None,
@@ -115,7 +117,10 @@ def build_service(
     ``mounts_file`` (default: the ``files.mounts`` setting) is a TOML mount configuration
     (``selfctx.adapters.mounts``); its mappings come after ``mounts``, and its default filesystem
     applies unless ``default_filesystem_id`` is given. ``track=True`` watches the files sessions
-    read with watchdog (or pass a ``tracker``); call ``service.close()`` to stop it. A
+    read with watchdog (or pass a ``tracker``); call ``service.close()`` to stop it. With a
+    ``store_name`` (the store's address, as ``--store`` gives it), a file is watched by one
+    process per store on this machine, and the others learn its versions from the store
+    (decision 0066). A
     ``mount_detector`` is told the device of every file read and flags mounts nobody configured.
     The search index is ``search``, or SQLite FTS5 in ``search_path`` (default: in memory,
     built from the store on first use; decision 0040). Compaction summaries come from
@@ -143,7 +148,10 @@ def build_service(
         mounts=table,
     )
     if tracker is None and track:
-        tracker = WatchdogTracker(host)
+        claims = None
+        if store_name is not None and store_name != "memory":
+            claims = WatchClaims(claims_path(store_name))
+        tracker = WatchdogTracker(host, claims=claims)
     return ContextService(
         store=store if store is not None else MemoryStore(),
         clock=clock or SystemClock(),

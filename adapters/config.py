@@ -154,6 +154,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         default=Settings().max_output_bytes,
     ),
     Setting(
+        "files.content_budget", "int",
+        "Characters of object content an open session keeps in memory; the rest is read back "
+        "from the store when shown (decision 0065).",
+        default=Settings().content_budget,
+    ),
+    Setting(
         "files.mounts", "path",
         "A TOML file of mount mappings for a sandboxed agent (docs/specification.md §3).",
         env="SELFCTX_MOUNTS",
@@ -264,6 +270,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
         "xtdb.java_opts", "str", "The node's JVM options, space-separated.",
         env="SELFCTX_XTDB_JAVA_OPTS", default_text="a 1 GB heap and the options of xtdb/",
+    ),
+    Setting(
+        "xtdb.pg_bin", "path",
+        "The folder of PostgreSQL's initdb and postgres for a throwaway cluster database "
+        "(tests, bench scale).",
+        env="SELFCTX_PG_BIN", default_text="the newest /usr/lib/postgresql/*/bin, then PATH",
     ),
     # -- benchmarks and the Pi extension -------------------------------------------------------
     Setting(
@@ -477,6 +489,7 @@ class Config:
             policy=policy if policy is not None else self.policy(),
             max_file_bytes=self.get("files.max_file_bytes"),
             max_output_bytes=self.get("files.max_output_bytes"),
+            content_budget=self.get("files.content_budget"),
         )
 
 

@@ -9,14 +9,17 @@ decides again, a bounded number of times.
 from __future__ import annotations
 
 import json
+import random
 import threading
+import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import chain
 from typing import Any, Final
 
 import attrs
 
+from selfctx.application.objects import CONTENT_BUDGET, ObjectCache
 from selfctx.application.persistence import (
     compact_json,
     decode_events,
@@ -37,6 +40,8 @@ from selfctx.application.ports.store import (
     StoreError,
     Submission,
 )
+from selfctx.application.tokens import TokenCounts
+from selfctx.domain.chat import AssistantMessage
 from selfctx.domain.documents import from_document, to_document
 from selfctx.domain.errors import InvalidInput, SessionNotFound
 from selfctx.domain.infrastructure import (
@@ -54,13 +59,56 @@ from selfctx.domain.session.commands import Command
 from selfctx.domain.session.machine import decide_and_fold, fold
 from selfctx.domain.session.state import SessionState
 
-__all__ = ["MAX_ATTEMPTS", "PIPELINE_DEPTH", "OpenSession", "Reads", "SessionRunner", "as_stored"]
+__all__ = [
+    "MAX_ATTEMPTS",
+    "MAX_CONTENDED_ATTEMPTS",
+    "PIPELINE_DEPTH",
+    "Contention",
+    "OpenSession",
+    "Reads",
+    "SessionRunner",
+    "as_stored",
+]
 
 MAX_ATTEMPTS: Final = 5
-"""How many times a command is decided again after conflicts before the conflict is raised."""
+"""How many times a command is decided again after another writer appended to the session's own
+log before the conflict is raised (one writer per session: this is a second client)."""
+MAX_CONTENDED_ATTEMPTS: Final = 25
+"""How many times a command is decided again while objects it read keep changing (shared files
+other clients are writing versions of): each retry after the first :data:`MAX_ATTEMPTS` waits a
+random while, up to :data:`MAX_BACKOFF_SECONDS`, so that writers in step fall out of step."""
+MAX_BACKOFF_SECONDS: Final = 0.05
+
+
+class Contention:
+    """Counts the conflicts of one write and decides when to give up: soon when another writer
+    appends to the same session's log, later (backing off at random) when objects it read keep
+    changing. Raises the last conflict, naming what changed, when it gives up."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    def failed(self, conflict: ConflictError, *, sessions_log: bool) -> None:
+        """Another attempt failed with ``conflict``; raises when there is to be no other."""
+        self.attempts += 1
+        limit = MAX_ATTEMPTS if sessions_log else MAX_CONTENDED_ATTEMPTS
+        if self.attempts >= limit:
+            raise ConflictError(conflict.object_ids, operation=f"commit ({self.attempts} tries)")
+        if self.attempts >= MAX_ATTEMPTS:
+            ceiling = min(MAX_BACKOFF_SECONDS, 0.002 * 2 ** (self.attempts - MAX_ATTEMPTS))
+            time.sleep(random.uniform(0, ceiling))
+
+
 PIPELINE_DEPTH: Final = 2
 """How many commits :meth:`SessionRunner.execute_pipelined` keeps in flight by default."""
 _REWRITES: Final = (e.ChatRestored, e.ChatCompacted)
+_TOOLCALL_METADATA: Final = (
+    "type", "identity_hash", "tool", "args", "status", "chat_ref", "args_display", "file_refs",
+    "file_views", "content_hash", "metadata_hash", "object_hash", "content_length",
+)  # fmt: skip
+"""Every field of a tool call's document but its content."""
+RECENT_OUTPUTS: Final = 8
+"""The outputs of at least this many last assistant messages are read whole by the policy."""
 """Events after which the chat differs other than at its end: renderings start again."""
 
 
@@ -74,21 +122,47 @@ class OpenSession:
     seq: int
     """Number of log entries folded into ``state``."""
     system_prompt: SystemPromptObject
-    objects: dict[str, ContentObject]
+    objects: ObjectCache
+    """Every object of the index: metadata always, content up to a budget (the rest is read
+    again from the store when needed)."""
     snapshot_bytes: int
     """Size of the last snapshot written (session plus chat document)."""
     log_bytes_since_snapshot: int
     stale: bool = False
     """Set when a commit failed in a way that leaves its fate unknown: catch up before deciding."""
+    loaded: dict[str, Document] = attrs.field(factory=dict)
+    """The file documents loading the session read, for the first command after it (a resume
+    reconciles every file: it need not read them again; a conflict makes it read afresh)."""
+    versions_at: int | None = None
+    """The store's transaction up to which this session has learned the versions other clients
+    wrote of its files (``ObjectStore.file_versions``, decision 0066)."""
     lock: threading.RLock = attrs.field(factory=threading.RLock)
     render_cache: RenderCache = attrs.field(factory=RenderCache)
     """What assembly rendered last time; told about every object whose version changes."""
     inline_cache: InlineCache = attrs.field(factory=InlineCache)
     """The same for the ``inline`` layout."""
-    token_cache: dict[str, int] = attrs.field(factory=dict)
+    token_cache: TokenCounts = attrs.field(factory=TokenCounts)
     """Token counts of texts this session's prompts contained."""
     context_counter: Any = None
     """Counts successive contexts incrementally (``selfctx.application.tokens.ContextCounter``)."""
+
+    def working_objects(self) -> Mapping[str, ContentObject]:
+        """The objects as the policy's decisions read them: whole where content is read (the
+        active and pinned objects, and the outputs of the last assistant messages, whose text
+        the relevance policy scans), metadata only for the rest, so that a pass over the
+        session's index reads nothing again from the store (``ObjectCache.showing``)."""
+        state = self.state
+        recent = max(state.policy.recent_messages, RECENT_OUTPUTS)
+        live = set(state.active) | set(state.pinned)
+        seen = 0
+        for turn in reversed(state.turns):
+            for message in reversed(turn.messages):
+                if isinstance(message, AssistantMessage):
+                    seen += 1
+                    live.update(call.id for call in message.tool_calls)
+                    if seen >= recent:
+                        return self.objects.showing(live)
+        return self.objects.showing(live)
 
     def remember(self, obj: ContentObject) -> None:
         """Record a newer version of one of the session's objects."""
@@ -117,6 +191,13 @@ class Reads:
         for prepared in overlay:
             if prepared is not None:
                 self._overlay.update((str(doc["xt/id"]), doc) for doc in prepared.puts)
+
+    def seed(self, documents: Mapping[str, Document]) -> None:
+        """Take these documents as read from the store just now (the commit's preconditions
+        catch a newer version)."""
+        for object_id, doc in documents.items():
+            if object_id not in self.documents:
+                self._remember(object_id, doc)
 
     def stored(self, object_id: str) -> Any:
         """The latest stored version of ``object_id`` (parsed), or None."""
@@ -254,18 +335,38 @@ def _outcome(item: _InFlight) -> Receipt | StoreError:
 class SessionRunner:
     """Loads sessions and executes commands against them."""
 
-    def __init__(self, store: ObjectStore, clock: Clock, ids: IdSource) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        clock: Clock,
+        ids: IdSource,
+        *,
+        content_budget: int = CONTENT_BUDGET,
+    ) -> None:
         self.store = store
         self.clock = clock
         self.ids = ids
+        self.content_budget = content_budget
+        """Characters of content each open session keeps in memory."""
+
+    def new_objects(self) -> ObjectCache:
+        """An empty object cache for a session, reading what it drops from this store."""
+        return ObjectCache(self.store.get_many, self.content_budget)
 
     # -- loading ---------------------------------------------------------------------------
 
     def exists(self, session_id: str) -> bool:
         return self.store.get(session_id_for(session_id)) is not None
 
+    def feed_position(self) -> int:
+        """Where the store's file versions feed is now: a session loaded after this learns the
+        versions written from here on (decision 0066); -1 for a store that holds nothing yet."""
+        position = self.store.file_versions(None).position
+        return -1 if position is None else position
+
     def load(self, session_id: str) -> OpenSession:
         """Rebuild a session from its latest snapshot and the log entries after it."""
+        position = self.feed_position()  # before reading anything: nothing written since is lost
         session_doc = self.store.get(session_id_for(session_id))
         if session_doc is None:
             raise SessionNotFound(session_id)
@@ -280,14 +381,41 @@ class SessionRunner:
             state=state_from_snapshot(snapshot, chat),
             seq=snapshot.seq,
             system_prompt=prompt,
-            objects={},
+            objects=self.new_objects(),
             snapshot_bytes=document_size(session_doc) + document_size(chat_doc or {}),
             log_bytes_since_snapshot=0,
+            versions_at=position,
         )
-        # Every object of the index is loaded next, in one batch: the log tail's need not be.
+        # Every object of the index is loaded next: the log tail's need not be read first.
         self.catch_up(session, load_objects=False)
-        session.objects.update(self._objects(session.state.index))
+        self._load_objects(session)
         return session
+
+    def _load_objects(self, session: OpenSession) -> None:
+        """Files whole, in one batch (a resume reconciles them with their sources); tool calls
+        without their content, in another (the session shows few of them in full, and reads
+        those again when it does: ``ObjectCache``)."""
+        state = session.state
+        calls = [i for i in state.index if state.kinds.get(i) == "toolcall"]
+        others = [i for i in state.index if state.kinds.get(i) != "toolcall"]
+        docs = self.store.get_many_fields(calls, _TOOLCALL_METADATA) if calls else {}
+        whole = [i for i in calls if "content_length" not in docs.get(i, {})]  # written before
+        session.objects.update(self._objects([*others, *whole], session.loaded))
+        missing = [i for i in calls if i not in docs]
+        if missing:
+            raise StoreError(f"objects in the session index are missing: {missing[:5]}")
+        for object_id in calls:
+            doc = docs[object_id]
+            if "content_length" not in doc:
+                continue
+            obj = from_document({**doc, "content": None, "source": None})
+            assert isinstance(obj, ToolcallObject)
+            if obj.content_hash is None:  # no output at all: nothing to read again
+                session.objects[object_id] = obj
+            else:
+                session.objects.hold_hollow(
+                    attrs.evolve(obj, content_length=int(doc["content_length"]))
+                )
 
     def _system_prompt(self, object_id: str) -> SystemPromptObject:
         doc = self.store.get(object_id)
@@ -296,7 +424,11 @@ class SessionRunner:
             raise StoreError(f"system prompt {object_id!r} is missing from the store")
         return obj
 
-    def _objects(self, object_ids: Iterable[str]) -> dict[str, ContentObject]:
+    def _objects(
+        self, object_ids: Iterable[str], files: dict[str, Document] | None = None
+    ) -> dict[str, ContentObject]:
+        """The latest versions of these objects (and their documents, for files, into
+        ``files``)."""
         ids = list(object_ids)
         docs = self.store.get_many(ids)
         missing = [i for i in ids if i not in docs]
@@ -307,6 +439,8 @@ class SessionRunner:
             obj = from_document(doc)
             assert isinstance(obj, FileObject | ToolcallObject)
             out[object_id] = obj
+            if files is not None and isinstance(obj, FileObject):
+                files[object_id] = doc
         return out
 
     def catch_up(self, session: OpenSession, *, load_objects: bool = True) -> bool:
@@ -349,10 +483,14 @@ class SessionRunner:
         written). Domain errors from building or deciding propagate and change nothing.
         """
         command_id = self.ids.new_id()
-        for _attempt in range(MAX_ATTEMPTS):
+        contention = Contention()
+        loaded, session.loaded = session.loaded, {}
+        while True:
             if session.stale:
                 self.catch_up(session)
             reads = Reads(self.store)
+            reads.seed(loaded)
+            loaded = {}
             command = build(reads, session.state)
             events, after = decide_and_fold(session.state, command)
             if not events:
@@ -360,18 +498,17 @@ class SessionRunner:
                 return events
             try:
                 self._commit(session, command, command_id, events, after, reads)
-            except ConflictError:
+            except ConflictError as exc:
                 # Either another writer of this session appended first (catch up), or an object
                 # we read changed underneath us (fresh reads on the next attempt).
+                own_log = log_entry_id(session.session_id, session.seq + 1)
                 self.catch_up(session)
+                contention.failed(exc, sessions_log=own_log in exc.object_ids)
                 continue
             except StoreError:
                 session.stale = True
                 raise
             return events
-        raise ConflictError(
-            [log_entry_id(session.session_id, session.seq + 1)], operation="commit (retried)"
-        )
 
     def _commit(
         self,
@@ -576,6 +713,6 @@ class SessionRunner:
         for object_id, obj in reads.objects.items():
             if not state.in_index(object_id) or not isinstance(obj, FileObject | ToolcallObject):
                 continue
-            known = session.objects.get(object_id)
+            known = session.objects.meta(object_id)
             if known is None or known.object_hash != obj.object_hash:
                 session.remember(obj)

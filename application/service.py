@@ -108,7 +108,7 @@ class ContextService:
         Its ``failures()`` lists every error raised on its thread."""
         self.settings = settings or Settings()
         self.mounts = mounts
-        runner = SessionRunner(store, clock, ids)
+        runner = SessionRunner(store, clock, ids, content_budget=self.settings.content_budget)
         deps = Deps(runner=runner, files=files, mounts=mounts, settings=self.settings)
         self._deps = deps
         self._runner = runner
@@ -372,9 +372,11 @@ class ContextService:
     # -- reading --------------------------------------------------------------------------
 
     def assemble(self, session_id: str) -> AssembledContext:
-        """The context the model sees now."""
+        """The context the model sees now (with the versions other clients wrote of its files
+        since the last one: decision 0066)."""
         session = self._open(session_id)
         with session.lock:
+            self._tracking.learn(session)
             return self._assemble(session)
 
     def compact(self, session_id: str) -> CompactionReport | None:
@@ -395,6 +397,7 @@ class ContextService:
         needs compacting."""
         session = self._open(session_id)
         with session.lock:
+            self._tracking.learn(session)
             return self._assemble.budget(session)
 
     def budget_of(self, context: AssembledContext, policy: PolicyConfig) -> TokenBudget:

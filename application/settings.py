@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from selfctx.application.objects import CONTENT_BUDGET
 from selfctx.application.policies import as_policy, default_policy
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
@@ -23,3 +24,6 @@ class Settings:
     """Files larger than this are indexed as metadata only (content null, reason shown)."""
     max_output_bytes: int = 8 * 1024 * 1024
     """Tool outputs and file contents handed over by a harness larger than this are refused."""
+    content_budget: int = CONTENT_BUDGET
+    """Characters of content each open session keeps in memory (the objects used last); the
+    rest is read again from the store when needed (``selfctx.application.objects``)."""

@@ -8,6 +8,7 @@ every layout, so comparisons and budgets are unaffected by it.
 
 from __future__ import annotations
 
+import collections
 import json
 from collections.abc import Callable, Iterator
 
@@ -15,7 +16,38 @@ from pyrsistent import thaw
 
 from selfctx.domain.rendering import AssembledContext, RenderedMessage
 
-__all__ = ["ContextCounter", "context_texts", "context_tokens"]
+__all__ = ["TEXT_BUDGET", "ContextCounter", "TokenCounts", "context_texts", "context_tokens"]
+
+TEXT_BUDGET = 2_000_000
+"""Characters of text whose token counts a session remembers (the texts counted last)."""
+
+
+class TokenCounts:
+    """Token counts of the texts a session's prompts held, remembered for the texts counted
+    last up to ``budget`` characters of text, so that what a long session once showed (outputs
+    collapsed since) does not stay in memory for good."""
+
+    def __init__(self, budget: int = TEXT_BUDGET) -> None:
+        self.budget = budget
+        self._counts: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self.chars = 0
+
+    def get(self, text: str) -> int | None:
+        n = self._counts.get(text)
+        if n is not None:
+            self._counts.move_to_end(text)
+        return n
+
+    def __setitem__(self, text: str, n: int) -> None:
+        if text not in self._counts:
+            self.chars += len(text)
+        self._counts[text] = n
+        while self.chars > self.budget and len(self._counts) > 1:
+            old, _ = self._counts.popitem(last=False)
+            self.chars -= len(old)
+
+    def __len__(self) -> int:
+        return len(self._counts)
 
 
 def context_texts(context: AssembledContext) -> Iterator[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -363,6 +364,35 @@ class StoreContract:
         page = store.changes(first.tx_id, limit=1)
         assert len(page) == 1 and page[0].tx_id > first.tx_id
         assert all(c.tx_id > second.tx_id for c in store.changes(second.tx_id, limit=5))
+
+    def test_file_versions_after_a_transaction(self, store: ObjectStore, ns: str) -> None:
+        """Every store that keeps the feed (decision 0066) lists the file versions written
+        after a transaction, in order, with their object hashes, and nothing else; a store
+        without it says so. From no point on it gives a position and is not complete."""
+        first = store.file_versions(None)
+        if not first.supported:
+            assert first.versions == () and not first.complete
+            return
+        assert not first.complete
+        start = first.position if first.position is not None else -1
+        f1 = {"xt/id": ns + "f", "type": "file", "object_hash": "h1", "content": "one"}
+        receipt = store.commit([f1, {"xt/id": ns + "t", "type": "toolcall", "object_hash": "x"}])
+        with pytest.raises(ConflictError):
+            store.commit([{**f1, "object_hash": "lost"}], [Expect(ns + "f", None)])
+        second = store.commit([{**f1, "object_hash": "h2", "content": "two"}])
+        deadline = time.monotonic() + 10
+        found = store.file_versions(start)
+        while (found.position or -1) < second.tx_id and time.monotonic() < deadline:
+            time.sleep(0.02)  # a node's feed follows its indexing
+            found = store.file_versions(start)
+        assert found.complete and found.position is not None
+        assert found.position >= second.tx_id
+        mine = [v for v in found.versions if v[1].startswith(ns)]
+        assert mine == [(receipt.tx_id, ns + "f", "h1"), (second.tx_id, ns + "f", "h2")]
+        later = store.file_versions(receipt.tx_id)
+        assert [v for v in later.versions if v[1].startswith(ns)] == [
+            (second.tx_id, ns + "f", "h2")
+        ]
 
     def test_changes_refuse_a_limit_below_one(self, store: ObjectStore) -> None:
         with pytest.raises(InvalidInput):

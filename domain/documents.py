@@ -74,6 +74,9 @@ def to_document(obj: StoredObject) -> dict[str, Any]:
             doc["file_refs"] = list(obj.file_refs)
         if obj.file_views is not None:
             doc["file_views"] = [v.to_json() for v in obj.file_views]
+        # Derived from the content, neither hashed nor compared: what a client that reads a tool
+        # call without its content needs to know of it (decision 0065).
+        doc["content_length"] = obj.content_length
     elif isinstance(obj, SystemPromptObject):
         doc = _envelope(obj, None)
         doc["content"] = obj.content

@@ -139,7 +139,7 @@ def _collapsed(
     objects: Mapping[str, ContentObject],
     display_path: Callable[[Source], str],
 ) -> str:
-    size = len(obj.content or "")
+    size = obj.content_length  # the same as len(obj.content), also when it is not in memory
     line = f"[{handle(state, obj.id)} collapsed: {field(obj.tool)} {obj.status}, {size} chars"
     files = [
         f for f in (objects.get(ref) for ref in obj.file_refs or ()) if isinstance(f, FileObject)

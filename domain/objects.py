@@ -265,6 +265,11 @@ class ToolcallObject:
     file_views: tuple[FileView, ...] | None = None
     """What the call showed of which files, or that it changed them (decision 0020); None when
     nothing was recognised."""
+    content_length: int = attrs.field(
+        default=attrs.Factory(lambda self: len(self.content or ""), takes_self=True)
+    )
+    """Characters of the output (``len``): derived from it, kept when a client holds the object
+    without its content (``selfctx.application.objects``). Not stored, not hashed."""
 
     source: ClassVar[None] = None
 

@@ -29,6 +29,7 @@ from selfctx.application.ports.store import (
     ConflictError,
     Document,
     Expect,
+    FileVersions,
     Landing,
     ObjectStore,
     Receipt,
@@ -229,11 +230,26 @@ class WrappedStore(ObjectStore):
         self._origin = None if origin is None else origin.tx_id
         """A namespace begins here: :meth:`changes` from the start reads from this point."""
 
+    def _id(self, object_id: str) -> str:
+        """The id in the inner store. A log entry's is ``log:{ns}{session}:{seq}``, so that it
+        stays an entry of the namespaced session (a store may find entries by their ids)."""
+        if not self.namespace:
+            return object_id
+        if object_id.startswith("log:"):
+            return "log:" + self.namespace + object_id[4:]
+        return self.namespace + object_id
+
+    def _id_out(self, object_id: str) -> str:
+        ns = self.namespace
+        if ns and object_id.startswith("log:" + ns):
+            return "log:" + object_id[4 + len(ns) :]
+        return object_id.removeprefix(ns)
+
     def _in(self, doc: Document) -> Document:
         ns = self.namespace
         if not ns or not isinstance(doc, Mapping) or not isinstance(doc.get("xt/id"), str):
             return doc  # a malformed document reaches the inner store as it is, to be refused
-        out = {**doc, "xt/id": ns + doc["xt/id"]}
+        out = {**doc, "xt/id": self._id(doc["xt/id"])}
         if doc.get("type") == LOG_TYPE and isinstance(doc.get("session_id"), str):
             out["session_id"] = ns + doc["session_id"]
         return out
@@ -242,23 +258,26 @@ class WrappedStore(ObjectStore):
         ns = self.namespace
         if not ns:
             return doc
-        out = {**doc, "xt/id": str(doc["xt/id"]).removeprefix(ns)}
+        out = {**doc, "xt/id": self._id_out(str(doc["xt/id"]))}
         if doc.get("type") == LOG_TYPE and isinstance(doc.get("session_id"), str):
             out["session_id"] = doc["session_id"].removeprefix(ns)
         return out
+
+    def _mine(self, object_id: str) -> bool:
+        ns = self.namespace
+        return object_id.startswith(ns) or object_id.startswith("log:" + ns)
 
     def _out(self, doc: Document | None) -> Document | None:
         return None if doc is None else self._strip(doc)
 
     def _docs(self, docs: dict[str, Document]) -> dict[str, Document]:
-        ns = self.namespace
-        return {object_id.removeprefix(ns): self._strip(doc) for object_id, doc in docs.items()}
+        return {self._id_out(object_id): self._strip(doc) for object_id, doc in docs.items()}
 
     def get(self, object_id: str) -> Document | None:
-        return self._out(self.inner.get(self.namespace + object_id))
+        return self._out(self.inner.get(self._id(object_id)))
 
     def get_many(self, object_ids: Iterable[str]) -> dict[str, Document]:
-        return self._docs(self.inner.get_many(self.namespace + i for i in object_ids))
+        return self._docs(self.inner.get_many(self._id(i) for i in object_ids))
 
     def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
         return self.submit(puts, expect).result()
@@ -273,10 +292,7 @@ class WrappedStore(ObjectStore):
         inner = self.inner.submit(
             [self._in(doc) for doc in puts],
             [
-                Expect(
-                    self.namespace + x.object_id,
-                    None if x.document is None else self._in(x.document),
-                )
+                Expect(self._id(x.object_id), None if x.document is None else self._in(x.document))
                 for x in expect
             ],
         )
@@ -288,7 +304,7 @@ class WrappedStore(ObjectStore):
         except ConflictError as exc:
             if not self.namespace:
                 raise
-            ids = [i.removeprefix(self.namespace) for i in exc.object_ids]
+            ids = [self._id_out(i) for i in exc.object_ids]
             raise ConflictError(ids, url=exc.url, operation=exc.operation) from exc
         self.commits += 1
         self.bytes_committed += sum(json_bytes(d) for d in submitted.puts)
@@ -299,30 +315,27 @@ class WrappedStore(ObjectStore):
         return receipt
 
     def history(self, object_id: str) -> list[Version]:
-        versions = self.inner.history(self.namespace + object_id)
+        versions = self.inner.history(self._id(object_id))
         return [attrs.evolve(v, document=self._strip(v.document)) for v in versions]
 
     def get_as_of(self, object_id: str, tx_id: int) -> Document | None:
-        return self._out(self.inner.get_as_of(self.namespace + object_id, tx_id))
+        return self._out(self.inner.get_as_of(self._id(object_id), tx_id))
 
     def get_many_as_of(self, object_ids: Iterable[str], tx_id: int) -> dict[str, Document]:
-        return self._docs(
-            self.inner.get_many_as_of((self.namespace + i for i in object_ids), tx_id)
-        )
+        return self._docs(self.inner.get_many_as_of((self._id(i) for i in object_ids), tx_id))
 
     def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
         entries = self.inner.session_log(self.namespace + session_id, after_seq)
         return [self._strip(doc) for doc in entries]
 
     def ids_of_type(self, doc_type: str) -> list[str]:
-        ns = self.namespace
-        return [i.removeprefix(ns) for i in self.inner.ids_of_type(doc_type) if i.startswith(ns)]
+        found = self.inner.ids_of_type(doc_type)
+        return sorted(self._id_out(i) for i in found if self._mine(i))
 
     def latest_tx(self) -> Receipt | None:
         return self.inner.latest_tx()
 
     def changes(self, after_tx_id: int | None = None, limit: int = 500) -> list[Change]:
-        ns = self.namespace
         if after_tx_id is None:
             after_tx_id = self._origin
         return [
@@ -331,11 +344,20 @@ class WrappedStore(ObjectStore):
                 documents=tuple(
                     self._strip(doc)
                     for doc in change.documents
-                    if str(doc.get("xt/id", "")).startswith(ns)
+                    if self._mine(str(doc.get("xt/id", "")))
                 ),
             )
             for change in self.inner.changes(after_tx_id, limit)
         ]
+
+    def file_versions(self, after_tx_id: int | None) -> FileVersions:
+        found = self.inner.file_versions(after_tx_id)
+        mine = tuple(
+            (tx, self._id_out(object_id), object_hash)
+            for tx, object_id, object_hash in found.versions
+            if self._mine(object_id)
+        )
+        return attrs.evolve(found, versions=mine)
 
     def close(self) -> None:
         self.inner.close()

@@ -113,3 +113,35 @@ def test_the_mark_survives_the_store(make_service: MakeService, ns: str) -> None
     reloaded.resume_session(b)
     reloaded.discover(b, ["/app/x.py"])
     assert file(reloaded, b, object_id).reported_by == a
+
+
+def test_search_marks_another_sessions_report_as_activation_does(
+    make_service: MakeService, files: FakeFileReader, ns: str
+) -> None:
+    service = make_service(default_filesystem_id=f"{ns}container")
+    a, b = two_sessions(service, ns)
+    object_id = service.index_file(a, "/app/main.py", "print('A saw this')\n").object_id
+    service.discover(b, ["/app/main.py"])
+    (hit,) = service.search("A saw this", session_id=b, kind="file")
+    assert hit.object_id == object_id and hit.reported_by == a
+    assert hit.reported_elsewhere(b) and not hit.reported_elsewhere(a)
+    found = handle_context_tool(service, b, "search", {"query": "A saw this"})
+    assert REPORTED_NOTE in found.message
+    own = handle_context_tool(service, a, "search", {"query": "A saw this"})
+    assert own.ok and "A saw this" in own.message and REPORTED_NOTE not in own.message
+
+
+def test_a_report_read_back_from_the_source_is_no_longer_marked_in_search(
+    service: ContextService, files: FakeFileReader, ns: str
+) -> None:
+    a, b = two_sessions(service, ns)
+    files.write("/p/conf.py", "TRUTH = 1\n")
+    claimed = "TRUTH = 666  # said to be on disk\n"
+    object_id = service.index_file(a, "/p/conf.py", claimed).object_id
+    service.discover(b, ["/p/conf.py"])
+    assert service.search("666", session_id=b)[0].reported_elsewhere(b)
+    files.write("/p/conf.py", claimed)  # now it is on disk, byte for byte
+    assert service.activate(b, object_id).ok  # read from the source: the same bytes
+    assert file(service, b, object_id).reported_by is None
+    (hit,) = service.search("666", session_id=b)
+    assert hit.reported_by is None and not hit.reported_elsewhere(b)

@@ -16,7 +16,7 @@ import pytest
 from selfctx.application.persistence import entry_events
 from selfctx.application.ports.files import SourceMissing, SourceUnreachable
 from selfctx.application.ports.store import ConflictError, StoreUnavailable
-from selfctx.application.runner import MAX_ATTEMPTS, SessionRunner
+from selfctx.application.runner import MAX_ATTEMPTS, MAX_CONTENDED_ATTEMPTS, SessionRunner
 from selfctx.application.service import ContextService
 from selfctx.application.settings import Settings
 from selfctx.domain.chat import AssistantMessage, ToolCallRequest, ToolResult, UserMessage
@@ -936,10 +936,11 @@ def test_endless_conflicts_give_up_after_bounded_retries_and_change_nothing(
         store.on_commit = interfere
 
     store.on_commit = interfere
-    with pytest.raises(ConflictError):
+    with pytest.raises(ConflictError) as caught:
         service.record_user_message(sid, "never lands")
     store.on_commit = None
     assert attempts == MAX_ATTEMPTS
+    assert any(i.startswith("log:") for i in caught.value.object_ids)  # what did change
     # A caught up with B's commits while retrying; its own command left no trace.
     runner = SessionRunner(store, CountingClock(), CountingIds())
     assert service.state(sid) == runner.load(sid).state != state
@@ -947,6 +948,39 @@ def test_endless_conflicts_give_up_after_bounded_retries_and_change_nothing(
     texts = chat_texts(second.state(sid))
     assert "never lands" not in texts
     assert texts[-MAX_ATTEMPTS:] == [f"B {n}" for n in range(1, MAX_ATTEMPTS + 1)]
+
+
+def test_a_shared_file_other_clients_keep_changing_is_retried_longer_and_named(
+    make_service: MakeService, service: ContextService, sid: str, store: WrappedStore, ns: str
+) -> None:
+    """One writer per session: conflicts on a file other clients write versions of (their
+    trackers, their agents) are contention, not a second writer of the session. They are
+    retried longer, with random waits, and if they never end the error names the file."""
+    other = make_service()
+    other.start_session(f"{ns}other")
+    changes = 0
+
+    def another_version(limit: int) -> None:
+        nonlocal changes
+        if changes < limit:
+            changes += 1
+            other.index_file(f"{ns}other", "/p/shared.py", f"version {changes}")
+            store.on_commit = lambda: another_version(limit)
+
+    store.on_commit = lambda: another_version(MAX_ATTEMPTS + 3)
+    result = service.index_file(sid, "/p/shared.py", "mine")
+    store.on_commit = None
+    assert changes == MAX_ATTEMPTS + 3 and result.outcome is Outcome.UPDATED
+    assert history_contents(service, result.object_id)[-1] == "mine"
+
+    changes = 0
+    store.on_commit = lambda: another_version(10**6)
+    with pytest.raises(ConflictError) as caught:
+        service.index_file(sid, "/p/shared.py", "mine again")
+    store.on_commit = None
+    assert caught.value.object_ids == (result.object_id,)
+    assert changes == MAX_CONTENDED_ATTEMPTS
+    assert "log:" not in str(caught.value)
 
 
 def test_a_failing_commit_leaves_state_and_store_unchanged(

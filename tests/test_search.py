@@ -175,8 +175,12 @@ def test_an_index_on_disk_catches_up_and_is_rebuilt_for_another_store(
     service = make_service()
     _session(service)
     service.record_user_message("s1", "persisted words: quokka")
+    Path(path).write_bytes(b"")
+    Path(path).chmod(0o644)  # an index written before files were kept private
     index = SqliteSearchIndex(path)
     assert SearchHistory(store, index)(SearchQuery("quokka"))[0].turn == 1
+    for written in (path, path + "-wal", path + "-shm"):  # the owner's alone
+        assert Path(written).stat().st_mode & 0o777 == 0o600, written
     index.close()
     service.record_user_message("s1", "more quokka")
     reopened = SqliteSearchIndex(path)
@@ -212,6 +216,12 @@ def test_bad_queries_are_refused_by_name(
 def test_an_overlong_query_and_an_unknown_session_are_refused(service: ContextService) -> None:
     with pytest.raises(InvalidInput):
         service.search("x" * 1001)
+    _session(service)
+    service.record_user_message("s1", "hello world")
+    for query in ("hel\x00lo", "\x00", "hello\x00"):  # SQLite would cut the query at NUL
+        with pytest.raises(InvalidInput, match="NUL") as caught:
+            service.search(query, session_id="s1")
+        assert caught.value.kind == "invalid_input"
     with pytest.raises(SessionNotFound):
         service.search("x", session_id="nobody")
     with pytest.raises(InvalidInput):

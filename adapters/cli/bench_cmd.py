@@ -492,6 +492,69 @@ def _register_proxy(benches: Any) -> None:
     proxy.set_defaults(handler=_proxy)
 
 
+def _scale(args: argparse.Namespace) -> int:
+    from selfctx.adapters.bench.scale import print_scale, run_scale
+
+    def ints(text: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in text.split(",") if x)
+
+    result = run_scale(
+        checkpoints=ints(args.turns),
+        window=args.window,
+        stores=tuple(args.stores.split(",")),
+        modes=tuple(args.modes.split(",")),
+        resume_objects=args.resume_objects,
+        agent_counts=ints(args.agents),
+        agent_turns=args.agent_turns,
+        cluster=args.cluster,
+        parts=tuple(args.only.split(",")),
+        server_env={"PYTHONPATH": args.server_path} if args.server_path else None,
+        progress=_progress(args.json),
+    )
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_scale(result)
+    return 0
+
+
+def _register_scale(benches: Any) -> None:
+    scale = benches.add_parser(
+        "scale",
+        help="cost per turn in long sessions, N agents on one store (and a cluster), resume; "
+        "every figure beside parsing and hashing the same lists",
+    )
+    scale.add_argument("--json", action="store_true", help="print one JSON object")
+    scale.add_argument(
+        "--turns", default="100,1000,1700", help="turns the per-turn figures are taken at"
+    )
+    scale.add_argument("--window", type=int, default=20, help="turns each figure is a median of")
+    scale.add_argument("--stores", default="memory,xtdb", help="memory, xtdb (a RocksDB node)")
+    scale.add_argument("--modes", default="list,append", help="list (whole list), append")
+    scale.add_argument("--agents", default="1,4,16,32", help="numbers of agents")
+    scale.add_argument(
+        "--agent-turns", type=int, default=192, help="turns measured per agent count, in all"
+    )
+    scale.add_argument(
+        "--cluster",
+        action="store_true",
+        help="the agents on two nodes over one PostgreSQL too, and the tx-log options' commits",
+    )
+    scale.add_argument(
+        "--resume-objects", type=int, default=10_000, help="objects of the resumed session"
+    )
+    scale.add_argument(
+        "--only", default="per_turn,agents,resume", help="parts to run: per_turn,agents,resume"
+    )
+    scale.add_argument(
+        "--server-path",
+        metavar="DIR",
+        help="run the servers from another copy of the package (a folder holding selfctx/), "
+        "to measure another build in the same run",
+    )
+    scale.set_defaults(handler=_scale)
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("bench", help="run a benchmark and print its figures")
     benches = parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
@@ -532,6 +595,7 @@ def register(subparsers: Any) -> None:
     _register_store(benches)
     _register_large(benches)
     _register_proxy(benches)
+    _register_scale(benches)
     read = benches.add_parser(
         "read", help="confined reads (canonical + read) against realpath-then-open, files/s"
     )

@@ -39,8 +39,15 @@ def search_service(store_spec: str | None, index: str | None) -> ContextService:
     spec = persistent_store(
         store_spec, "search a persistent store (--store auto or xtdb://HOST:PORT)"
     )
-    path = Path(setting("search.index", index) or default_index_path(spec))
-    path.parent.mkdir(parents=True, exist_ok=True)
+    chosen = setting("search.index", index)
+    path = Path(chosen or default_index_path(spec))
+    if chosen is None:  # the folders of the default place are ours: the owner's alone
+        for folder in (path.parent.parent, path.parent):
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if folder.stat().st_uid == os.geteuid():
+                folder.chmod(0o700)
+    else:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     return build_service(
         store=open_store(spec), default_filesystem_id="selfctx-search", search_path=str(path)
     )
@@ -62,6 +69,9 @@ def _print_hits(hits: list[dict[str, Any]], query: str, session: str | None) -> 
         else:
             latest = "latest" if hit["latest"] else "not the latest"
             head = f"file     {hit['title']} version {hit['version']} ({latest}) {hit['object_id']}"
+            reporter = hit.get("reported_by")
+            if reporter is not None and reporter != session:  # decision 0031
+                head += f" [reported by session {reporter}'s harness; not read from the file]"
         print(f"{n:>3}. {head}")
         print(f"       {hit['snippet']}")
 

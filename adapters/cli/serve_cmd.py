@@ -27,7 +27,11 @@ def _serve(args: argparse.Namespace, protocol: IO[bytes]) -> None:
         # A server lives as long as its agents: it watches the files they read
         # (docs/specification.md §3, Tracking).
         service = build_service(
-            store=store, workspace=workspace, roots=roots, track=not args.no_track
+            store=store,
+            workspace=workspace,
+            roots=roots,
+            track=not args.no_track,
+            store_name=args.store,
         )
         server = StdioServer(service, cwd=workspace, roots=roots)
         logging.getLogger("selfctx.serve").info(
@@ -51,6 +55,10 @@ def _run(args: argparse.Namespace) -> int:
         level=args.log_level.upper(),
         format="selfctx serve: %(levelname)s %(message)s",
     )
+    if args.log_level != "debug":
+        # One line per store request (every turn of every session) is debugging, not news.
+        for noisy in ("httpx", "httpcore"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     stdout = sys.stdout
     sys.stdout = sys.stderr  # only the server writes to the real stdout
     try:

@@ -49,6 +49,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
+from selfctx.adapters.filesystem.claims import WatchClaims
 from selfctx.adapters.filesystem.coalesce import Coalescer
 from selfctx.application.ports.tracking import (
     ChangeHandler,
@@ -108,6 +109,11 @@ def _absent(path: str) -> bool:
     return False
 
 
+def _key(source: Source) -> str:
+    """What a claim is on: the source binding (filesystem and path)."""
+    return f"{source.filesystem_id}\x00{source.path}"
+
+
 def _under(path: str, directory: str) -> bool:
     return path.startswith(directory.rstrip("/") + "/")
 
@@ -154,8 +160,17 @@ class WatchdogTracker(SourceTracker):
         max_delay: float = 0.5,
         on_error: Callable[[TrackerFailure], None] | None = None,
         observer: BaseObserver | None = None,
+        claims: WatchClaims | None = None,
+        claim_retry: float = 2.0,
     ) -> None:
         self.host_filesystem_id = host_filesystem_id
+        self._claims = claims
+        """With claims, a file is watched here only if no other process of the store does."""
+        self._claim_retry = claim_retry
+        self._waiting: dict[str, Source] = {}
+        """Files another process watches, tried again every ``claim_retry`` seconds."""
+        self._stop = threading.Event()
+        self._retrier: threading.Thread | None = None
         self._on_error = on_error
         self._on_changes: ChangeHandler | None = None
         self._lock = threading.Lock()
@@ -188,8 +203,27 @@ class WatchdogTracker(SourceTracker):
         self._on_changes = on_changes
 
     def watch(self, source: Source) -> bool:
+        """Watch ``source``, or leave it to the process of the store that claimed it first
+        (then its versions are learned from the store; decision 0066). True if it is watched,
+        here or there."""
         if source.filesystem_id != self.host_filesystem_id:
             return False  # a container's file: never watched, never touched on the host
+        if self._claims is not None and not self._claims.claim(_key(source)):
+            with self._lock:
+                if self._closed:
+                    return False
+                if source.path not in self._sources:
+                    self._waiting[source.path] = source
+            self._start_retrier()
+            return True
+        with self._lock:
+            self._waiting.pop(source.path, None)
+        watched = self._watch_here(source)
+        if not watched and self._claims is not None:
+            self._claims.release(_key(source))
+        return watched
+
+    def _watch_here(self, source: Source) -> bool:
         path = source.path
         directory = os.path.dirname(path)
         with self._schedule_lock:
@@ -220,9 +254,44 @@ class WatchdogTracker(SourceTracker):
         self._coalescer.note(path, _Note())
         return True
 
+    def _start_retrier(self) -> None:
+        with self._lock:
+            if self._retrier is not None or self._closed:
+                return
+            self._retrier = threading.Thread(
+                target=self._retry_claims, name="selfctx-claims", daemon=True
+            )
+        self._retrier.start()
+
+    def _retry_claims(self) -> None:
+        """Claim what another process watched, once it no longer does (it exited)."""
+        while not self._stop.wait(self._claim_retry):
+            with self._lock:
+                waiting = list(self._waiting.values())
+            for source in waiting:
+                try:
+                    if self._claims is not None and self._claims.claim(_key(source)):
+                        with self._lock:
+                            self._waiting.pop(source.path, None)
+                        if not self._watch_here(source):
+                            self._claims.release(_key(source))
+                except Exception as exc:  # recorded, never swallowed
+                    _log.exception("claiming %s failed", source.path)
+                    self._record(TrackerFailure((source.path,), exc))
+
+    def waiting(self) -> frozenset[Source]:
+        """Files another process of the store watches (this one learns their versions from the
+        store)."""
+        with self._lock:
+            return frozenset(self._waiting.values())
+
     def unwatch(self, source: Source) -> None:
         path = source.path
         directory = os.path.dirname(path)
+        with self._lock:
+            self._waiting.pop(path, None)
+        if self._claims is not None:
+            self._claims.release(_key(source))
         with self._schedule_lock:
             with self._lock:
                 if self._sources.pop(path, None) is None:
@@ -255,6 +324,12 @@ class WatchdogTracker(SourceTracker):
             if self._closed:
                 return
             self._closed = True
+            retrier = self._retrier
+        self._stop.set()
+        if retrier is not None and threading.current_thread() is not retrier:
+            retrier.join(timeout=5)
+        if self._claims is not None:
+            self._claims.close()  # what this process watched may be claimed by another now
         logging.getLogger(_OVERFLOW_LOGGER).removeHandler(self._overflow)
         self._observer.stop()
         if threading.current_thread() is not self._observer:

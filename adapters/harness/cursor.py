@@ -1,19 +1,27 @@
-"""The ingestion cursor: which messages of a harness's whole list are new (decision 0007), with
-every tool call mapped to its object id (decision 0030).
+"""The ingestion cursor: which messages of a harness's list are new (decision 0007), with every
+tool call mapped to its object id (decision 0030).
 
-The cursor remembers the harness's list as it last saw it (its *view*, as fingerprints, and for
-each position the object ids it stands for) and every message recorded (a multiset of
-fingerprints). A list that extends the view is new from the view's end; a list that is a prefix of
-it is nothing new; a list that diverges (compaction, an edited message) is reconciled message by
-message. A tool result is known by the call it answers — the latest call with its id before it in
-the list, or the latest recorded one — so that a harness reusing ids (``call_0`` on every turn)
-gets a new tool call for each new assistant message, whether the list grew or diverged.
+The cursor remembers the harness's chat as it last saw it (its *view*, the list without its
+leading system messages, which are the prompt: for each position the
+message's fingerprint, the object ids it stands for and the harness's ids it carries) and every
+message recorded (a multiset of fingerprints). A list that extends the view is new from the view's
+end; a list that is a prefix of it is nothing new; a list that diverges (compaction, an edited
+message) is reconciled message by message. A tool result is known by the call it answers — the
+latest call with its id before it in the list, or the latest recorded one — so that a harness
+reusing ids (``call_0`` on every turn) gets a new tool call for each new assistant message,
+whether the list grew or diverged.
+
+A list is planned from a position on (:meth:`Cursor.plan`, ``start``): what comes before is the
+view's, unchanged, and is neither parsed nor fingerprinted again, so a turn costs what is new in
+it. Each position of the view also has a digest of the list up to it (:meth:`Cursor.digest`), by
+which a harness names the list it appends to (the append form of ``ingest``).
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Sequence
+import hashlib
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 
 import attrs
 
@@ -33,7 +41,25 @@ from selfctx.domain.chat import (
     UserMessage,
 )
 
-__all__ = ["SYSTEM_MARK", "Cursor", "Plan", "Planned"]
+__all__ = ["SYSTEM_MARK", "Cursor", "Plan", "Planned", "digest_position"]
+
+_CHAIN_ROOT = hashlib.blake2b(b"selfctx message list", digest_size=16).digest()
+
+Unique = tuple[str, ...] | str | None
+"""What the uniqueness rule needs of a position: an assistant message's call ids as the harness
+sent them, a tool result's call id, or None."""
+
+
+def _chain(previous: bytes, fingerprint: str) -> bytes:
+    return hashlib.blake2b(previous + fingerprint.encode("ascii"), digest_size=16).digest()
+
+
+def digest_position(digest: str) -> int | None:
+    """The number of messages a digest (:meth:`Cursor.digest`) covers, or None if malformed."""
+    head, dot, tail = digest.partition(".")
+    if not dot or not head.isascii() or not head.isdigit() or len(head) > 12 or len(tail) != 32:
+        return None
+    return int(head)
 
 
 @attrs.frozen
@@ -56,10 +82,24 @@ class Plan:
 
     new: tuple[Planned, ...]
     diverged: bool
+    start: int
+    """The position the planned part of the list begins at (what precedes is the view's)."""
     fingerprints: tuple[str, ...]
+    """For each position from ``start`` on: its fingerprint."""
     objects: tuple[tuple[str, ...], ...]
-    """For each position of the list: the object ids of an assistant message's calls, or of the
-    call a tool result answers."""
+    """For each position from ``start`` on: the object ids of an assistant message's calls, or
+    of the call a tool result answers."""
+    calls: tuple[tuple[str, ...], ...]
+    """For each position from ``start`` on: an assistant message's calls, by the harness's ids."""
+    unique: tuple[Unique, ...]
+    """For each position from ``start`` on: what the uniqueness rule needs of it."""
+    answered: Mapping[str, bool]
+    """The uniqueness rule's state at the end of the list (call id → answered)."""
+
+    @property
+    def end(self) -> int:
+        """The length of the list."""
+        return self.start + len(self.fingerprints)
 
 
 class Cursor:
@@ -71,6 +111,11 @@ class Cursor:
         self.max_output_bytes = max_output_bytes
         self.view: list[str] = []
         self.view_objects: list[tuple[str, ...]] = []
+        self.view_calls: list[tuple[str, ...]] = []
+        """For each position: an assistant message's calls by the harness's (canonical) ids."""
+        self.view_unique: list[Unique] = []
+        self.chain: list[bytes] = [_CHAIN_ROOT]
+        """``chain[n]``: the digest of the view's first ``n`` messages."""
         self.recorded: collections.Counter[str] = collections.Counter()
         self.recorded_calls: dict[str, list[tuple[str, ...]]] = {}
         """Fingerprint of an assistant message → its calls' object ids, for each recorded copy."""
@@ -78,20 +123,24 @@ class Cursor:
         """The harness's ids of an assistant message's calls → their object ids, per message."""
         self.total = 0
         """Messages recorded over the session's life."""
-        self._keys: dict[int, tuple[Message, str]] = {}
-        """The fingerprints of the last list's messages, by identity (messages are immutable, and
-        a message's ids map to the same ids for the session's life): a harness that keeps its
-        parsed messages, as the proxy does, pays for the new ones only."""
+        self._answered: dict[str, bool] = {}
+        self._answered_at = 0
+        """The uniqueness rule's state at the end of the last list planned, and that list's
+        length."""
 
-    def restore(self, turns: Iterable[Turn], system_prompt: str) -> None:
+    def restore(self, turns: Iterable[Turn]) -> None:
         """Rebuild everything from the stored chat (after a resume: nothing is re-recorded when
-        the harness sends the same list again)."""
+        the harness sends the same list again, and its digest is the one the harness holds)."""
         view: list[str] = []
         objects: list[tuple[str, ...]] = []
+        harness: list[tuple[str, ...]] = []
+        unique: list[Unique] = []
         for turn in turns:
             for message in turn.messages:
                 calls: tuple[ToolCallRequest, ...] = ()
                 held: tuple[str, ...] = ()
+                named: tuple[str, ...] = ()
+                seen: Unique = None
                 if isinstance(message, UserMessage):
                     fp = message_fingerprint("user", message.text)
                 elif isinstance(message, AssistantMessage):
@@ -99,19 +148,46 @@ class Cursor:
                     self.ids.add_all(calls)
                     fp = self._assistant_fingerprint(message.text, calls)
                     held = tuple(c.id for c in calls)
+                    named = tuple(self.ids.provider_id(c.id) for c in calls)
+                    seen = named
                 elif isinstance(message, ToolResult):
-                    fp = tool_fingerprint(self.ids.provider_id(message.toolcall_id))
+                    provider = self.ids.provider_id(message.toolcall_id)
+                    fp = tool_fingerprint(provider)
                     held = (message.toolcall_id,)
+                    seen = provider
                     self.ids.answered.add(message.toolcall_id)
                 else:
                     continue  # the context manager's own notes are not the harness's messages
                 view.append(fp)
                 objects.append(held)
+                harness.append(named)
+                unique.append(seen)
                 self._count(fp, calls)
-        if view:  # only a session with recorded messages has its prompt in the view
-            view.insert(0, message_fingerprint("system", system_prompt))
-            objects.insert(0, ())
         self.view, self.view_objects = view, objects
+        self.view_calls, self.view_unique = harness, unique
+        self.chain = [_CHAIN_ROOT]
+        self._extend_chain(0)
+        self._answered, self._answered_at = {}, 0
+
+    def _extend_chain(self, start: int) -> None:
+        """Recompute the digests of the view from position ``start`` on."""
+        del self.chain[start + 1 :]
+        chain = self.chain
+        for fp in self.view[start:]:
+            chain.append(_chain(chain[-1], fp))
+
+    def digest(self, length: int | None = None) -> str:
+        """The digest of the view's first ``length`` messages (all of them by default): what a
+        harness names to append to that list."""
+        n = len(self.view) if length is None else length
+        return f"{n}.{self.chain[n].hex()}"
+
+    def position_of(self, digest: str) -> int | None:
+        """The length of the list ``digest`` names, if it is the view or a prefix of it."""
+        n = digest_position(digest)
+        if n is None or n > len(self.view) or self.digest(n) != digest:
+            return None
+        return n
 
     def key(self, message: Message) -> str:
         """The fingerprint of a message of the harness's list (an id of ours that came back in
@@ -141,26 +217,46 @@ class Cursor:
 
     # -- planning --------------------------------------------------------------------------
 
-    def plan(self, messages: Sequence[Message], lead: int) -> Plan:
-        """What is new in ``messages`` (its first ``lead`` messages are the system prompt, never
-        new), with every call mapped; raises :class:`MalformedMessage` (nothing recorded) when a
-        result answers no call, answers a call a second time, or is too large."""
-        kept, used = self._keys, {}
-        for message in messages:  # a message met in the last list keeps its fingerprint
-            hit = kept.get(id(message))
-            if hit is None or hit[0] is not message:
-                hit = (message, self.key(message))
-            used[id(message)] = hit
-        self._keys = used
-        fps = tuple(used[id(m)][1] for m in messages)
-        prefix = 0
-        for seen, fp in zip(self.view, fps, strict=False):
-            if seen != fp:
-                break
+    def plan(self, messages: Sequence[Message], start: int = 0) -> Plan:
+        """What is new in a chat whose first ``start`` messages are the view's first ``start``
+        (not given again) and whose others are ``messages`` (the list's leading system messages,
+        its prompt, are not the chat: the ingestor takes them apart). Every call is mapped.
+        Raises :class:`MalformedMessage` (nothing recorded) when a call id is used twice in one
+        message, when a result answers no call or answers a call a second time, or when it is
+        too large."""
+        if not 0 <= start <= len(self.view):
+            raise ValueError(f"start {start} is beyond the view ({len(self.view)} messages)")
+        answered = self._check_unique(messages, start)
+        fps = [self.key(m) for m in messages]
+        view = self.view
+        prefix = start
+        end = start + len(fps)
+        while prefix < end and prefix < len(view) and view[prefix] == fps[prefix - start]:
             prefix += 1
-        if prefix == len(fps):  # nothing beyond what was seen (a retry or a truncation)
-            return Plan((), False, fps, tuple(self.view_objects[:prefix]))
-        return _Planner(self, messages, fps, prefix, lead).run()
+        if prefix == end:  # nothing beyond what was seen (a retry or a truncation)
+            return Plan(
+                (),
+                False,
+                start,
+                tuple(fps),
+                tuple(self.view_objects[start:end]),
+                tuple(self.view_calls[start:end]),
+                tuple(self.view_unique[start:end]),
+                answered,
+            )
+        return _Planner(self, messages, start, fps, prefix, answered).run()
+
+    def _check_unique(self, messages: Sequence[Message], start: int) -> Mapping[str, bool]:
+        """The uniqueness rule (:func:`_check_unique`) over the list, from the state at
+        ``start``: kept from the last list when it ended there, else rebuilt from the view."""
+        if start == self._answered_at:
+            base = self._answered
+        else:
+            base = {}
+            _replay_unique(self.view_unique[:start], base)
+        answered: collections.ChainMap[str, bool] = collections.ChainMap({}, base)
+        _check_unique(messages, answered)
+        return answered
 
     def recorded_one(self, item: Planned) -> None:
         """``item`` is now recorded."""
@@ -173,14 +269,69 @@ class Cursor:
     def settle(self, plan: Plan, consumed: int) -> None:
         """Move the view on after ``consumed`` of the plan's new messages were recorded."""
         if consumed == len(plan.new):
-            if plan.diverged or len(plan.fingerprints) > len(self.view):
-                self.view = list(plan.fingerprints)  # a prefix keeps the longer view
-                self.view_objects = list(plan.objects)
+            if plan.diverged or plan.end > len(self.view):
+                self._replace(plan, plan.end)  # a prefix keeps the longer view
+            self._remember_unique(plan, plan.end)
         elif not plan.diverged and consumed:
             # Part of an append was recorded: the view is the list up to the last of it.
-            end = plan.new[consumed - 1].position + 1
-            self.view = list(plan.fingerprints[:end])
-            self.view_objects = list(plan.objects[:end])
+            self._replace(plan, plan.new[consumed - 1].position + 1)
+            self._answered, self._answered_at = {}, 0
+        else:
+            self._answered, self._answered_at = {}, 0
+
+    def _replace(self, plan: Plan, end: int) -> None:
+        """The view from the plan's start on becomes the plan's positions up to ``end``."""
+        start, n = plan.start, end - plan.start
+        first = start
+        view = self.view
+        while first < end and first < len(view) and view[first] == plan.fingerprints[first - start]:
+            first += 1
+        view[start:] = plan.fingerprints[:n]
+        self.view_objects[start:] = plan.objects[:n]
+        self.view_calls[start:] = plan.calls[:n]
+        self.view_unique[start:] = plan.unique[:n]
+        self._extend_chain(first)
+
+    def _remember_unique(self, plan: Plan, end: int) -> None:
+        answered = plan.answered
+        if isinstance(answered, collections.ChainMap):
+            base, own = answered.maps[1], answered.maps[0]
+            if base is self._answered:
+                base.update(own)  # the list went on from where the last one ended
+                self._answered, self._answered_at = base, end
+                return
+        self._answered, self._answered_at = dict(answered), end
+
+
+def _replay_unique(positions: Iterable[Unique], answered: MutableMapping[str, bool]) -> None:
+    """The uniqueness rule's state after the positions of a list already checked."""
+    for seen in positions:
+        if isinstance(seen, tuple):
+            answered.update(dict.fromkeys(seen, False))
+        elif seen is not None:
+            answered[seen] = True
+
+
+def _check_unique(messages: Sequence[Message], answered: MutableMapping[str, bool]) -> None:
+    """In one list, the calls of one assistant message have distinct ids, and a call id is
+    answered at most once between two assistant messages that request it (a harness may give a
+    new call an id it used before: a result answers the latest call with its id). ``answered``
+    (call id → answered since the latest call with it) is the state before ``messages``; it is
+    updated. Raises :class:`MalformedMessage` for the first message that breaks the rule."""
+    for message in messages:
+        if message.tool_calls:
+            ids = [call.id for call in message.tool_calls]
+            if len(set(ids)) != len(ids):
+                reused = next(i for i in ids if ids.count(i) > 1)
+                raise MalformedMessage(
+                    message.index, f"tool call id {reused!r} is used twice in one message"
+                )
+            answered.update(dict.fromkeys(ids, False))
+        elif message.role == "tool":
+            call_id = message.tool_call_id or ""
+            if answered.get(call_id):
+                raise MalformedMessage(message.index, f"a second result for tool call {call_id!r}")
+            answered[call_id] = True
 
 
 class _Planner:
@@ -190,18 +341,22 @@ class _Planner:
         self,
         cursor: Cursor,
         messages: Sequence[Message],
-        fps: tuple[str, ...],
+        start: int,
+        fps: list[str],
         prefix: int,
-        lead: int,
+        answered: Mapping[str, bool],
     ) -> None:
         self.cursor = cursor
         self.messages = messages
+        self.start = start
         self.fps = fps
         self.prefix = prefix
-        self.lead = lead
+        self.answered = answered
         self.ids = cursor.ids.copy()
         self.diverged = prefix < len(cursor.view)
-        self.objects: list[tuple[str, ...]] = list(cursor.view_objects[:prefix])
+        self.objects: list[tuple[str, ...]] = list(cursor.view_objects[start:prefix])
+        self.calls: list[tuple[str, ...]] = list(cursor.view_calls[start:prefix])
+        self.unique: list[Unique] = list(cursor.view_unique[start:prefix])
         self.current: dict[str, str] = {}
         """Harness id → the object id a result naming it answers, as of this point in the list."""
         self.claimed: set[str] = set()
@@ -210,44 +365,65 @@ class _Planner:
         """Per fingerprint: how many messages after the prefix are recorded copies."""
         self.matched: collections.Counter[str] = collections.Counter()
         if self.diverged:
-            for message, held in zip(messages[:prefix], self.objects, strict=True):
-                self._point(message, held)
+            # The prefix's calls, from what the view holds of it (its messages are not given).
+            for named, held in zip(
+                cursor.view_calls[:prefix], cursor.view_objects[:prefix], strict=True
+            ):
+                self._point(named, held)
             self.available = collections.Counter(cursor.recorded)
-            self.available.subtract(fps[:prefix])
-            tail = collections.Counter(fps[prefix:])
+            self.available.subtract(cursor.view[:prefix])
+            tail = collections.Counter(fps[prefix - start :])
             self.matches = collections.Counter(
                 {fp: min(n, max(0, self.available[fp])) for fp, n in tail.items()}
             )
 
     def run(self) -> Plan:
         new: list[Planned] = []
-        for index in range(self.prefix, len(self.messages)):
-            message, fp = self.messages[index], self.fps[index]
-            if index < self.lead:  # a leading system message: the prompt, not the chat
-                self.objects.append(())
+        start = self.start
+        for index in range(self.prefix, start + len(self.messages)):
+            message, fp = self.messages[index - start], self.fps[index - start]
+            named = tuple(self.ids.canonical(c.id) for c in message.tool_calls)
+            self.calls.append(named)
+            if message.tool_calls:
+                self.unique.append(tuple(c.id for c in message.tool_calls))
             elif message.role == "tool":
+                self.unique.append(message.tool_call_id or "")
+            else:
+                self.unique.append(None)
+            if message.role == "tool":
                 self._result(message, index, fp, new)
             elif self.diverged and self.available[fp] > 0:
-                self._known(message, fp)
+                self._known(named, fp)
             elif self.diverged and (edited := self._edited(message)) is not None:
                 self.objects.append(edited)  # an assistant message the harness edited
-                self._point(message, edited)
+                self._point(named, edited)
             elif message.role == "assistant":
                 calls = tuple(self.ids.request(call) for call in message.tool_calls)
                 new.append(Planned(message, index, fp, calls=calls))
                 held = tuple(c.id for c in calls)
+                named = tuple(self.ids.canonical(c.id) for c in message.tool_calls)
+                self.calls[-1] = named
                 self.objects.append(held)
-                self._point(message, held)
+                self._point(named, held)
             else:
                 new.append(Planned(message, index, fp))
                 self.objects.append(())
-        return Plan(tuple(new), self.diverged, self.fps, tuple(self.objects))
+        return Plan(
+            tuple(new),
+            self.diverged,
+            start,
+            tuple(self.fps),
+            tuple(self.objects),
+            tuple(self.calls),
+            tuple(self.unique),
+            self.answered,
+        )
 
-    def _point(self, message: Message, held: Sequence[str]) -> None:
-        if message.role == "assistant":
-            for call, object_id in zip(message.tool_calls, held, strict=False):
-                self.current[self.ids.canonical(call.id)] = object_id
-                self.claimed.add(object_id)
+    def _point(self, named: Sequence[str], held: Sequence[str]) -> None:
+        """An assistant message's calls (by the harness's ids) stand for these objects."""
+        for call_id, object_id in zip(named, held, strict=False):
+            self.current[call_id] = object_id
+            self.claimed.add(object_id)
 
     def _result(self, message: Message, index: int, fp: str, new: list[Planned]) -> None:
         call_id = self.ids.canonical(message.tool_call_id or "")
@@ -270,7 +446,7 @@ class _Planner:
         self.ids.answered.add(target)
         new.append(Planned(message, index, fp, answers=target))
 
-    def _known(self, message: Message, fp: str) -> None:
+    def _known(self, named: Sequence[str], fp: str) -> None:
         """A message recorded before: its calls are those of a recorded copy (the list is taken
         to hold the latest copies of identical messages, as a compaction keeps the recent ones:
         the j-th match after the prefix is copy ``len(copies) - matches + j``)."""
@@ -280,7 +456,7 @@ class _Planner:
         self.matched[fp] += 1
         held = copies[max(0, len(copies) - self.matches[fp] + j)] if copies else ()
         self.objects.append(held)
-        self._point(message, held)
+        self._point(named, held)
 
     def _edited(self, message: Message) -> tuple[str, ...] | None:
         """The calls of the recorded assistant message that ``message`` (not recorded as it

@@ -43,25 +43,47 @@ class CallIds:
     """One session's tool calls: the harness's id of each, its object id, and which have a
     recorded result. :meth:`copy` gives a scratch map to plan a list on before recording it."""
 
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, parent: CallIds | None = None) -> None:
         self.session_id = session_id
+        self._parent = parent
+        """The map a scratch copy reads through (None: this map holds everything)."""
         self._by_provider: dict[str, tuple[str, ...]] = {}
         """Harness id → the object ids of its calls, oldest first."""
         self._calls: dict[str, ToolCallRequest] = {}
         """Object id → the call as recorded (object id, harness id in ``provider_id``)."""
         self._aliases: dict[str, str] = {}
         """Emitted id → object id, for stored ids that are sent under an alias."""
-        self.answered: set[str] = set()
+        self.answered: _Answered = _Answered(parent.answered if parent is not None else None)
         """Object ids of the calls whose result is recorded."""
 
     def copy(self) -> CallIds:
-        """An independent map with the same contents."""
-        other = CallIds(self.session_id)
-        other._by_provider = dict(self._by_provider)  # its values are tuples: shared
-        other._calls = dict(self._calls)
-        other._aliases = dict(self._aliases)
-        other.answered = set(self.answered)
-        return other
+        """A scratch map with the same contents: it reads through this one and keeps what is
+        added to it apart, so that making it costs nothing however many calls the session has
+        (this map must not change while the copy is in use)."""
+        return CallIds(self.session_id, self)
+
+    def _provider_ids(self, provider_id: str) -> tuple[str, ...]:
+        found = self._by_provider.get(provider_id)
+        if found is None and self._parent is not None:
+            return self._parent._provider_ids(provider_id)
+        return found or ()
+
+    def _known_provider(self, provider_id: str) -> bool:
+        if provider_id in self._by_provider:
+            return True
+        return self._parent is not None and self._parent._known_provider(provider_id)
+
+    def _call(self, object_id: str) -> ToolCallRequest | None:
+        found = self._calls.get(object_id)
+        if found is None and self._parent is not None:
+            return self._parent._call(object_id)
+        return found
+
+    def _alias(self, ref: str) -> str | None:
+        found = self._aliases.get(ref)
+        if found is None and self._parent is not None:
+            return self._parent._alias(ref)
+        return found
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -69,7 +91,7 @@ class CallIds:
         """A call of a new assistant message, as the harness named it: the same call under its
         object id (a new one, also when the harness used the id before), now known to the map."""
         provider_id = call.id
-        occurrence = len(self._by_provider.get(provider_id, ())) + 1
+        occurrence = len(self._provider_ids(provider_id)) + 1
         object_id = toolcall_object_id(self.session_id, provider_id, occurrence)
         mapped = ToolCallRequest(object_id, call.name, call.arguments, provider_id=provider_id)
         self.add(mapped)
@@ -79,7 +101,7 @@ class CallIds:
         """A call as the stored chat holds it (``provider_id`` None: stored under the harness's
         own id, before decision 0030)."""
         provider_id = call.provider_id if call.provider_id is not None else call.id
-        self._by_provider[provider_id] = (*self._by_provider.get(provider_id, ()), call.id)
+        self._by_provider[provider_id] = (*self._provider_ids(provider_id), call.id)
         self._calls[call.id] = call
         alias = emitted_id(call.id)
         if alias != call.id:
@@ -91,22 +113,27 @@ class CallIds:
 
     def call(self, object_id: str) -> ToolCallRequest | None:
         """The recorded call with this object id."""
-        return self._calls.get(object_id)
+        return self._call(object_id)
 
     def calls_of(self, provider_id: str) -> list[ToolCallRequest]:
         """The calls the harness gave this id, oldest first."""
-        return [self._calls[i] for i in self._by_provider.get(provider_id, ())]
+        out = []
+        for object_id in self._provider_ids(provider_id):
+            call = self._call(object_id)
+            assert call is not None
+            out.append(call)
+        return out
 
     def known(self, object_id: str) -> bool:
-        return object_id in self._calls
+        return self._call(object_id) is not None
 
     def occurrences(self, provider_id: str) -> int:
         """How many calls the harness has given this id."""
-        return len(self._by_provider.get(provider_id, ()))
+        return len(self._provider_ids(provider_id))
 
     def provider_id(self, object_id: str) -> str:
         """The harness's id of a call (the object id itself for an unknown one)."""
-        call = self._calls.get(object_id)
+        call = self._call(object_id)
         if call is None or call.provider_id is None:
             return object_id
         return call.provider_id
@@ -116,7 +143,7 @@ class CallIds:
     def answer(self, provider_id: str) -> str | None:
         """The object id of the call a tool result naming ``provider_id`` answers: the latest
         call the harness gave that id, or the call whose emitted id it is; None if none."""
-        latest = self._by_provider.get(provider_id)
+        latest = self._provider_ids(provider_id)
         if latest:
             return latest[-1]
         return self._emitted(provider_id)
@@ -124,7 +151,7 @@ class CallIds:
     def canonical(self, provider_id: str) -> str:
         """The harness's own id for an id that came back in (an emitted id becomes the harness's
         id of its call), so that a message is known by one form whichever id it carries."""
-        if provider_id in self._by_provider:
+        if self._known_provider(provider_id):
             return provider_id
         object_id = self._emitted(provider_id)
         return provider_id if object_id is None else self.provider_id(object_id)
@@ -138,10 +165,26 @@ class CallIds:
         object_id = self._emitted(ref)
         if object_id is not None:
             return object_id
-        latest = self._by_provider.get(ref)
+        latest = self._provider_ids(ref)
         return latest[-1] if latest else ref
 
     def _emitted(self, ref: str) -> str | None:
-        if ref in self._calls:
+        if self._call(ref) is not None:
             return ref
-        return self._aliases.get(ref)
+        return self._alias(ref)
+
+
+class _Answered:
+    """A set of object ids, read through to a parent set (a scratch copy's answered calls)."""
+
+    def __init__(self, parent: _Answered | None = None) -> None:
+        self._parent = parent
+        self._own: set[str] = set()
+
+    def __contains__(self, object_id: object) -> bool:
+        if object_id in self._own:
+            return True
+        return self._parent is not None and object_id in self._parent
+
+    def add(self, object_id: str) -> None:
+        self._own.add(object_id)

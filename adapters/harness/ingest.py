@@ -11,6 +11,7 @@ part-way through recording it.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import posixpath
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ import attrs
 
 from selfctx.adapters.harness.cursor import SYSTEM_MARK, Cursor, Planned
 from selfctx.adapters.harness.ids import CallIds
-from selfctx.adapters.harness.messages import MalformedMessage, Message
+from selfctx.adapters.harness.messages import Message
 from selfctx.adapters.harness.recognise import (
     Effect,
     FileEdit,
@@ -51,6 +52,9 @@ class IngestResult:
     """The list did not extend the previous one; it was reconciled."""
     total: int
     """Messages recorded over the session's life."""
+    digest: str = attrs.field(default="", eq=False)
+    """The digest of the list as given: what the next call names to append to it (not part of
+    equality: it names a list, not what was recorded)."""
 
 
 _AFTER_CALL = frozenset({"Discover", "IndexFile", "Resume"})
@@ -75,20 +79,37 @@ class Ingestor:
         self.cursor = self._new_cursor()
         self._resync = False
         """Set when recording failed in the store: what landed is unknown until caught up."""
-        self._unique = _UniqueIds()
+        self._last: list[Message] = []
+        """The last whole list :meth:`ingest` was given (its messages, by identity)."""
+        self._lead = 0
+        """How many system messages led the last list given whole."""
         self.inline = service.state(session_id).policy.inline_layout
         self._finish_interrupted()
 
     def _new_cursor(self) -> Cursor:
         cursor = Cursor(self.session_id, self.service.settings.max_output_bytes)
-        state = self.service.state(self.session_id)
-        cursor.restore(state.turns, self.service.system_prompt(self.session_id))
+        cursor.restore(self.service.state(self.session_id).turns)
         return cursor
 
     @property
     def ids(self) -> CallIds:
         """The session's tool calls: the harness's ids and the object ids they are stored as."""
         return self.cursor.ids
+
+    @property
+    def lead(self) -> int:
+        """How many system messages led the last list given from its start (its prompt)."""
+        return self._lead
+
+    def needs_whole(self, start: int, tail: Sequence[Message]) -> bool:
+        """Whether a list whose first ``start`` messages are unchanged must still be given from
+        its start: its leading system messages (the prompt, whose text is all of them) changed or
+        grew."""
+        if start == 0:
+            return False
+        return start < self._lead or (
+            start == self._lead and bool(tail) and tail[0].role == "system"
+        )
 
     @property
     def total(self) -> int:
@@ -107,23 +128,69 @@ class Ingestor:
     def ingest(self, messages: Sequence[Message]) -> IngestResult:
         """Record what is new in ``messages`` (the harness's whole list, parsed).
 
-        The whole list is checked before anything is recorded. If recording fails in the store,
+        A list that begins with the very message objects of the last one (a harness that keeps
+        its parsed messages, as the proxy does) is planned from where they end: only its new
+        messages are looked at. See :meth:`ingest_from`."""
+        last = self._last
+        start = 0
+        n = len(last)
+        if n and len(messages) >= n and all(map(operator.is_, messages, last)):
+            start = n
+        elif n:
+            start = sum(1 for _ in itertools.takewhile(bool, map(operator.is_, messages, last)))
+        if self.needs_whole(start, messages[start:]):
+            start = 0
+        self._last = []
+        result = self.ingest_from(start, messages[start:])
+        self._last = list(messages)
+        return result
+
+    def ingest_from(self, start: int, messages: Sequence[Message]) -> IngestResult:
+        """Record what is new in a list whose first ``start`` messages are those of the list
+        last given (not given again: the harness sent them unchanged) and whose others are
+        ``messages``. The list's leading system messages are its system prompt; the rest is the
+        chat, which the cursor compares with what it last saw.
+
+        The list is checked before anything is recorded. If recording fails in the store,
         the error is raised and the next call first catches up with the store and rebuilds what
         it knows from the stored chat: a commit whose answer was lost is then known, and nothing
-        is recorded twice."""
+        is recorded twice (the next call must then give the whole list: ``start`` 0)."""
+        lead = 0
+        if start == 0:
+            while lead < len(messages) and messages[lead].role == "system":
+                lead += 1
+            chat_start, chat = 0, messages[lead:]
+        else:
+            chat_start, chat = start - self._lead, messages
+        return self.ingest_chat(chat_start, chat, prompt=messages[:lead] if start == 0 else None)
+
+    def ingest_chat(
+        self,
+        start: int,
+        messages: Sequence[Message],
+        *,
+        prompt: Sequence[Message] | None = None,
+    ) -> IngestResult:
+        """Record what is new in a chat (a list without its leading system messages) whose
+        first ``start`` messages are the cursor's (the append form names them by their digest)
+        and whose others are ``messages``; ``prompt``, the list's leading system messages, when
+        the list was given from its start (their text becomes the system prompt)."""
         if self._resync:
             self.service.refresh(self.session_id)
             self.cursor = self._new_cursor()
             self._resync = False
-        lead = 0
-        while lead < len(messages) and messages[lead].role == "system":
-            lead += 1
-        self._unique.check(messages)
-        plan = self.cursor.plan(messages, lead)
+            self._last = []
+        if not 0 <= start <= len(self.cursor.view):
+            raise InvalidInput(
+                "start", start, f"the chat last seen has {len(self.cursor.view)} messages"
+            )
+        plan = self.cursor.plan(messages, start)
         self._refuse_taken_ids([c for item in plan.new for c in item.calls])
-        if lead:
-            prompt = "\n\n".join(m.text for m in messages[:lead])
-            self.service.set_system_prompt(self.session_id, prompt)
+        if prompt is not None:
+            self._lead = len(prompt)
+            if prompt:
+                text = "\n\n".join(m.text for m in prompt)
+                self.service.set_system_prompt(self.session_id, text)
         consumed = 0
         try:
             for item in plan.new:
@@ -135,7 +202,16 @@ class Ingestor:
             raise
         finally:
             self.cursor.settle(plan, consumed)
-        return IngestResult(consumed=consumed, diverged=plan.diverged, total=self.total)
+        return IngestResult(
+            consumed=consumed,
+            diverged=plan.diverged,
+            total=self.total,
+            digest=self.cursor.digest(plan.end),
+        )
+
+    def digest(self) -> str:
+        """The digest of the chat the cursor holds (what an append names: ``Cursor.digest``)."""
+        return self.cursor.digest()
 
     def _record(self, item: Planned) -> None:
         sid = self.session_id
@@ -309,49 +385,6 @@ class Ingestor:
         ):
             return obj.content.replace(edit.old, edit.new, 1)
         return None
-
-
-class _UniqueIds:
-    """In one list, the calls of one assistant message have distinct ids, and a call id is
-    answered at most once between two assistant messages that request it (a harness may give a
-    new call an id it used before: a result answers the latest call with its id).
-
-    The last list that passed and the state at its end are kept: a list that begins with the
-    same message objects (a harness that keeps its parsed messages, as the proxy does) is checked
-    from there on."""
-
-    def __init__(self) -> None:
-        self._last: list[Message] = []
-        self._answered: dict[str, bool] = {}
-
-    def check(self, messages: Sequence[Message]) -> None:
-        """Raises :class:`MalformedMessage` for the first message that breaks the rule."""
-        n = len(self._last)
-        if n and len(messages) >= n and all(map(operator.is_, messages, self._last)):
-            start, answered = n, dict(self._answered)
-        else:
-            start, answered = 0, {}
-        _check_unique(messages[start:], answered)
-        self._last, self._answered = list(messages), answered
-
-
-def _check_unique(messages: Sequence[Message], answered: dict[str, bool]) -> None:
-    """The rule of :class:`_UniqueIds` over ``messages``, from the state ``answered`` (call id →
-    answered since the latest call with it), which it updates."""
-    for message in messages:
-        if message.tool_calls:
-            ids = [call.id for call in message.tool_calls]
-            if len(set(ids)) != len(ids):
-                reused = next(i for i in ids if ids.count(i) > 1)
-                raise MalformedMessage(
-                    message.index, f"tool call id {reused!r} is used twice in one message"
-                )
-            answered.update(dict.fromkeys(ids, False))
-        elif message.role == "tool":
-            call_id = message.tool_call_id or ""
-            if answered.get(call_id):
-                raise MalformedMessage(message.index, f"a second result for tool call {call_id!r}")
-            answered[call_id] = True
 
 
 def _failed(output: str) -> bool:

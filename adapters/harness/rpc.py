@@ -34,8 +34,10 @@ __all__ = [
     "Check",
     "LineServer",
     "Method",
+    "RawJson",
     "RpcError",
     "method",
+    "too_deep_params",
 ]
 
 log = logging.getLogger("selfctx.serve")
@@ -77,7 +79,7 @@ class RpcError(Exception):
 
 _DETAILS = (
     "index", "session_id", "object_id", "object_ids", "what", "reason", "where",
-    "operation", "url", "status", "label",
+    "operation", "url", "status", "label", "digest", "length",
 )  # fmt: skip
 
 
@@ -94,6 +96,16 @@ def project_error(exc: SelfContextError) -> RpcError:
     if isinstance(path, str):
         details["path"] = path
     return RpcError(SERVER_ERROR, exc.kind, str(exc)[:2000], **details)
+
+
+class RawJson:
+    """A method's result already encoded as compact ASCII JSON (so that a large result whose
+    parts did not change is not encoded again: ``assemble``)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
 
 
 # -- parameters ---------------------------------------------------------------------------
@@ -123,6 +135,9 @@ class Method:
     """Called with the server and the checked parameters."""
     required: Mapping[str, Check]
     optional: Mapping[str, Check]
+    checks_nesting: bool = False
+    """The method bounds the nesting of its parameters itself, walking only what it has not
+    seen before (``ingest``: a list resent every turn); the server's walk is skipped."""
 
     def params(self, raw: Any) -> dict[str, Any]:
         """The call's parameters, checked: named, none missing, none unknown, each well typed.
@@ -155,11 +170,13 @@ def method(
     name: str,
     required: Mapping[str, Check],
     optional: Mapping[str, Check] | None = None,
+    *,
+    checks_nesting: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register the decorated function in ``table`` as the method ``name``."""
 
     def register(run: Callable[..., Any]) -> Callable[..., Any]:
-        table[name] = Method(run, required, optional or {})
+        table[name] = Method(run, required, optional or {}, checks_nesting)
         return run
 
     return register
@@ -242,18 +259,17 @@ class LineServer:
         name = request["method"]
         notification = "id" not in request
         try:
-            if _deeper_than(request.get("params"), MAX_NESTING):
-                raise RpcError(
-                    INVALID_PARAMS,
-                    "invalid_params",
-                    f"params: nested more than {MAX_NESTING} levels deep",
-                    param="params",
-                )
+            spec = self.methods.get(name)
+            if (spec is None or not spec.checks_nesting) and _deeper_than(
+                request.get("params"), MAX_NESTING
+            ):
+                raise too_deep_params()
             result = self.call(name, request.get("params"))
             if notification:
                 return None
             response = {"jsonrpc": "2.0", "id": request_id, "result": result}
-            _dump(response)  # a result that cannot be encoded is an internal error, below
+            if not isinstance(result, RawJson):
+                _dump(response)  # a result that cannot be encoded is an internal error, below
             return response
         except RpcError as exc:
             failure = exc
@@ -282,6 +298,16 @@ class LineServer:
                 method=name,
             )
         return spec.run(self, spec.params(params))
+
+
+def too_deep_params() -> RpcError:
+    """The error for parameters nested deeper than :data:`MAX_NESTING`."""
+    return RpcError(
+        INVALID_PARAMS,
+        "invalid_params",
+        f"params: nested more than {MAX_NESTING} levels deep",
+        param="params",
+    )
 
 
 def _too_deep(what: str) -> RpcError:
@@ -326,4 +352,14 @@ def _error(request_id: Any, error: RpcError) -> dict[str, Any]:
 
 def _dump(value: Any) -> str:
     # ASCII output: newlines inside strings are escaped, and lone surrogates cannot break it.
+    if isinstance(value, list):
+        return "[" + ",".join(_dump(item) for item in value) + "]"
+    if isinstance(value, dict) and isinstance(value.get("result"), RawJson):
+        head = json.dumps(
+            {k: v for k, v in value.items() if k != "result"},
+            ensure_ascii=True,
+            separators=(",", ":"),
+        )
+        raw: RawJson = value["result"]
+        return head[:-1] + ',"result":' + raw.text + "}"
     return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False)

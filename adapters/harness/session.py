@@ -6,9 +6,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from selfctx.adapters.harness.ids import CallIds
+from selfctx.adapters.harness.incremental import (
+    ListDigests,
+    item_digest,
+    parse_items,
+    parse_system,
+)
 from selfctx.adapters.harness.ingest import Ingestor, IngestResult
-from selfctx.adapters.harness.messages import FORMATS, parse_messages
-from selfctx.adapters.harness.render import render
+from selfctx.adapters.harness.messages import (
+    FORMATS,
+    MalformedMessage,
+    parse_messages,
+)
+from selfctx.adapters.harness.request import Encoded, RequestCache
 from selfctx.adapters.harness.tools import (
     ToolAnswer,
     check_prefix,
@@ -19,13 +29,37 @@ from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.session.state import PolicyConfig
 
-__all__ = ["HarnessSession"]
+__all__ = ["MAX_NESTING", "DigestMismatch", "HarnessSession"]
+
+MAX_NESTING = 98
+"""Deepest nesting of arrays and objects in a message (the JSON-RPC server allows 100 levels in
+its parameters, two of which are the parameters and the list)."""
+
+
+class DigestMismatch(InvalidInput):
+    """An append names a chat the session does not hold: nothing was recorded; send the whole
+    list (``ingest`` with every message), which the cursor reconciles."""
+
+    kind = "digest_mismatch"
+
+    def __init__(self, given: str, digest: str, length: int) -> None:
+        self.given = given
+        self.digest = digest
+        """The digest of the list the session holds."""
+        self.length = length
+        """How many messages that chat has (the list without its leading system messages)."""
+        why = (
+            f"no part of the chat the session holds ({length} messages, digest {digest!r}) "
+            "has this digest"
+        )
+        super().__init__("extends", given, f"{why}; send the whole list instead")
 
 
 class HarnessSession:
     """One agent session seen from a harness, in one provider format.
 
-    ``ingest`` takes the harness's whole message list every time; ``request`` returns what to
+    ``ingest`` takes the harness's whole message list every time (or ``append`` its new
+    messages with the digest of the list they extend); ``request`` returns what to
     send to the provider instead; ``tools`` and ``handle`` give the model its context tools,
     named with ``tool_prefix`` (``context_`` makes ``context_activate``, ...: a harness with a
     tool of its own called ``activate`` keeps it).
@@ -52,21 +86,107 @@ class HarnessSession:
         self.resumed = service.open_session(session_id, system_prompt, policy=policy)
         """What reconciliation found if the session was resumed; None if it was started."""
         self.ingestor = Ingestor(service, session_id, cwd=cwd, roots=roots)
+        self._digests = ListDigests(fmt)
+        """What is remembered of the last whole list (digests of its items, no text)."""
+        self._requests = RequestCache(fmt, tool_prefix=self.tool_prefix)
+        """The last request's rendering, which the next one renders on from where it changed."""
 
     @property
     def ids(self) -> CallIds:
         """The session's tool calls: the harness's ids and the object ids they are stored as."""
         return self.ingestor.ids
 
-    def ingest(self, messages: Sequence[Mapping[str, Any]], system: Any = None) -> IngestResult:
-        """Record what is new in the harness's list (Anthropic's ``system`` goes separately)."""
-        return self.ingestor.ingest(parse_messages(messages, self.format, system))
+    def ingest(
+        self, messages: Sequence[Any], system: Any = None, fmt: str | None = None
+    ) -> IngestResult:
+        """Record what is new in the harness's whole list (Anthropic's ``system`` goes
+        separately). Only the messages that differ from the list given last time are parsed and
+        looked at (``selfctx.adapters.harness.incremental``)."""
+        fmt = self._format(fmt)
+        if self._digests.fmt != fmt:
+            self._digests = ListDigests(fmt)
+        if not isinstance(messages, list):  # a Responses input given as a string, or a mistake
+            self._digests.forget()
+            return self.ingestor.ingest_from(0, parse_messages(messages, fmt, system))
+        split = self._digests.split(messages, system, MAX_NESTING)
+        if self.ingestor.needs_whole(split.start, split.tail):  # the leading system messages
+            self._digests.forget()
+            split = self._digests.split(messages, system, MAX_NESTING)
+        try:
+            result = self.ingestor.ingest_from(split.start, split.tail)
+        except BaseException:
+            self._digests.forget()
+            raise
+        self._digests.accept(split)
+        return result
+
+    def append(
+        self,
+        messages: Sequence[Any],
+        extends: str,
+        system: Any = None,
+        fmt: str | None = None,
+    ) -> IngestResult:
+        """Record ``messages``, the harness's new messages after the chat whose digest is
+        ``extends`` (a ``digest`` an earlier call returned): the append form, whose cost does
+        not depend on how long the session is. ``system``, when given, is the system prompt
+        (written only if it changed). Raises :class:`DigestMismatch` (nothing recorded) when
+        the session holds no such chat; the harness then sends its whole list."""
+        fmt = self._format(fmt)
+        cursor = self.ingestor.cursor
+        start = cursor.position_of(extends) if isinstance(extends, str) else None
+        if start is None:
+            raise DigestMismatch(extends, cursor.digest(), len(cursor.view))
+        if not isinstance(messages, list):
+            raise MalformedMessage(-1, "the new messages must be a list")
+        digests = [item_digest(item, MAX_NESTING) for item in messages]
+        prompt = None
+        if system is not None:
+            item_digest(system, MAX_NESTING)
+            prompt = parse_system(fmt, system)
+        tail, ends, counts = parse_items(fmt, messages)
+        if start == 0:  # the list from its start: its leading system messages are the prompt
+            whole = [*(prompt or ()), *tail]
+            lead = 0
+            while lead < len(whole) and whole[lead].role == "system":
+                lead += 1
+            prompt, tail = whole[:lead], whole[lead:]
+        known = (
+            system is None
+            and self._digests.fmt == fmt
+            and self._digests.messages == self.ingestor.lead + start
+            and (start == 0 or bool(self._digests.items))
+        )
+        try:
+            result = self.ingestor.ingest_chat(start, tail, prompt=prompt)
+        except BaseException:
+            self._digests.forget()
+            raise
+        if known:
+            self._digests.append(messages, digests, ends, counts)
+        else:
+            self._digests.forget()
+        return result
+
+    def digest(self) -> str:
+        """The digest of the list the session holds (what an append names)."""
+        return self.ingestor.digest()
+
+    def _format(self, fmt: str | None) -> str:
+        fmt = self.format if fmt is None else fmt
+        if fmt not in FORMATS:
+            raise InvalidInput("format", fmt, f"use one of {list(FORMATS)}")
+        return fmt
 
     def request(self) -> dict[str, Any]:
         """The provider request body parts (``messages``, and ``system`` for Anthropic; ``input``
-        for Responses)."""
-        context = self.service.assemble(self.session_id)
-        return render(context, self.format, tool_prefix=self.tool_prefix)
+        for Responses). Values are shared with later requests: do not change them in place."""
+        return self.encoded_request().body
+
+    def encoded_request(self) -> Encoded:
+        """:meth:`request`, with its JSON text and figures; only what changed in the chat since
+        the last request is rendered and encoded again."""
+        return self._requests.render(self.service.assemble(self.session_id))
 
     def tools(self) -> list[dict[str, Any]]:
         """Schemas of the context tools, to add to the harness's own tools."""

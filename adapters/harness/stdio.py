@@ -19,8 +19,10 @@ from typing import Any, ClassVar
 
 import attrs
 
-from selfctx.adapters.harness.messages import FORMATS, parse_messages
-from selfctx.adapters.harness.render import render
+from selfctx.adapters.harness.encode import ascii_dumps
+from selfctx.adapters.harness.incremental import TooDeep
+from selfctx.adapters.harness.messages import FORMATS
+from selfctx.adapters.harness.request import RequestCache
 from selfctx.adapters.harness.rpc import (
     ARRAY,
     INTERNAL_ERROR,
@@ -35,9 +37,11 @@ from selfctx.adapters.harness.rpc import (
     Check,
     LineServer,
     Method,
+    RawJson,
     RpcError,
     method,
     project_error,
+    too_deep_params,
 )
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tools import hit_to_json, is_prefix, tool_schemas
@@ -79,10 +83,11 @@ _TEXT = Check("a string or an array of content blocks", lambda v: isinstance(v, 
 
 @attrs.define
 class _Open:
-    """A session open on this server."""
+    """A session open on this server, with what its answers reuse from one turn to the next."""
 
     harness: HarnessSession
     policy: str
+    kinds: _KindCounts = attrs.field(factory=lambda: _KindCounts())
 
 
 class StdioServer(LineServer):
@@ -224,6 +229,7 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
         "format": harness.format,
         "policy": policy,
         "recorded": harness.ingestor.total,
+        "digest": harness.digest(),
     }
     if warnings:
         out["warnings"] = warnings
@@ -243,48 +249,60 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     METHODS,
     "ingest",
     {"session_id": STR, "messages": ARRAY},
-    {"format": _FORMAT, "system": _TEXT},
+    {"format": _FORMAT, "system": _TEXT, "extends": STR},
+    checks_nesting=True,
 )
 def _ingest(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
+    """The harness's whole list, or (with ``extends``) only its new messages after the list
+    whose digest ``extends`` names. Either way only what the server has not seen is parsed."""
     harness = server.session(p["session_id"]).harness
-    fmt = p.get("format", harness.format)
-    messages = parse_messages(p["messages"], fmt, p.get("system"))
     before = harness.ingestor.total
     try:
-        result = harness.ingestor.ingest(messages)
+        if "extends" in p:
+            result = harness.append(p["messages"], p["extends"], p.get("system"), p.get("format"))
+        else:
+            result = harness.ingest(p["messages"], p.get("system"), p.get("format"))
+    except TooDeep:
+        raise too_deep_params() from None
     except SelfContextError as exc:
         # Validation refuses a bad list before recording anything; a failure while recording
         # (the store, a tool-call id another session owns) says how far it got.
         failure = project_error(exc)
         failure.details["consumed"] = harness.ingestor.total - before
         raise failure from exc
-    return {"consumed": result.consumed, "diverged": result.diverged, "total": result.total}
+    return {
+        "consumed": result.consumed,
+        "diverged": result.diverged,
+        "total": result.total,
+        "digest": result.digest,
+    }
 
 
 @method(METHODS, "assemble", {"session_id": STR}, {"format": _FORMAT})
-def _assemble(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
+def _assemble(server: StdioServer, p: dict[str, Any]) -> RawJson:
     harness = server.session(p["session_id"]).harness
     fmt = p.get("format", harness.format)
     if fmt == harness.format:
-        request = harness.request()
+        request = harness.encoded_request()
     else:
         context = server.service.assemble(harness.session_id)
-        request = render(context, fmt, tool_prefix=harness.tool_prefix)
+        request = RequestCache(fmt, tool_prefix=harness.tool_prefix).render(context)
     state = server.service.state(harness.session_id)
-    request["stats"] = {
+    files, toolcalls = server.session(p["session_id"]).kinds.count(state)
+    stats = {
         "index": len(state.index),
         "pool": len(state.pool),
         "active": len(state.active),
         "pinned": len(state.pinned),
         "collapsed": len(state.pool) - len(state.active),
-        "files": sum(1 for kind in state.kinds.values() if kind == "file"),
-        "toolcalls": sum(1 for kind in state.kinds.values() if kind == "toolcall"),
+        "files": files,
+        "toolcalls": toolcalls,
         "turns": len(state.turns),
-        "messages": len(request["input" if fmt == "responses" else "messages"]),
-        "chars": _text_chars(request),
+        "messages": request.messages,
+        "chars": request.chars,
         "log_position": server.service.log_position(harness.session_id),
     }
-    return request
+    return RawJson(request.text[:-1] + ',"stats":' + ascii_dumps(stats) + "}")
 
 
 def _context_method(name: str) -> None:
@@ -405,19 +423,32 @@ def _session_close(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     return {"closed": True}
 
 
-def _text_chars(request: Mapping[str, Any]) -> int:
-    """Characters of text the model reads in a request (message and block texts)."""
+class _KindCounts:
+    """How many files and tool calls a session's index holds, counted as the index grows (an
+    index only grows, but for a rollback, after which it is counted again)."""
 
-    def count(value: Any, key: str = "") -> int:
-        if isinstance(value, str):
-            return len(value) if key in ("content", "text", "output") else 0
-        if isinstance(value, Mapping):
-            return sum(count(v, k) for k, v in value.items())
-        if isinstance(value, list):
-            return sum(count(v, key) for v in value)
-        return 0
+    def __init__(self) -> None:
+        self._index: Any = None
+        self._counted = 0
+        self._files = 0
+        self._toolcalls = 0
 
-    return count(request.get("system", [])) + count(request.get("messages", request.get("input")))
+    def count(self, state: Any) -> tuple[int, int]:
+        index, kinds = state.index, state.kinds
+        n = len(index)
+        previous = self._index
+        if (
+            previous is None
+            or n < self._counted
+            or (self._counted and index[self._counted - 1] != previous[self._counted - 1])
+        ):
+            self._counted = self._files = self._toolcalls = 0
+        for object_id in index[self._counted :]:
+            kind = kinds.get(object_id)
+            self._files += kind == "file"
+            self._toolcalls += kind == "toolcall"
+        self._index, self._counted = index, n
+        return self._files, self._toolcalls
 
 
 def checkpoint_to_json(checkpoint: CheckpointInfo) -> dict[str, Any]:

@@ -267,6 +267,8 @@ def _hit_line(service: ContextService, session_id: str, hit: SearchHit) -> str:
     if isinstance(obj, FileObject):
         path = service.mounts.display_path(obj.source)
     version = "" if hit.latest else f" (an earlier version, {hit.version}; it has changed since)"
+    if hit.reported_elsewhere(session_id):  # decision 0031, as on activation
+        version += f" {REPORTED_NOTE}"
     return f"- {name} file {path}{version}: {hit.snippet}"
 
 
@@ -285,6 +287,7 @@ def hit_to_json(hit: SearchHit) -> dict[str, Any]:
         "latest": hit.latest,
         "seq": hit.seq,
         "turn": hit.turn,
+        "reported_by": hit.reported_by,
     }
 
 

@@ -19,6 +19,7 @@ from selfctx.application.ports.store import (
     ConflictError,
     Document,
     Expect,
+    FileVersions,
     ObjectStore,
     Receipt,
     Version,
@@ -58,6 +59,8 @@ class MemoryStore(ObjectStore):
         self._tx: list[tuple[int, str]] = []
         self._tx_docs: list[tuple[str, ...]] = []
         """The JSON text of each transaction's documents (the same strings ``_versions`` holds)."""
+        self._files: list[tuple[int, str, str]] = []
+        """``(tx_id, id, object_hash)`` of every file version, oldest first."""
         self.bytes_received = 0
         """JSON bytes of every document committed so far."""
 
@@ -122,6 +125,14 @@ class MemoryStore(ObjectStore):
 
     # -- writes ----------------------------------------------------------------------------
 
+    def file_versions(self, after_tx_id: int | None) -> FileVersions:
+        with self._lock:
+            position = self._tx[-1][0] if self._tx else None
+            if after_tx_id is None:
+                return FileVersions(position, False)
+            start = bisect.bisect_right(self._files, after_tx_id, key=lambda entry: entry[0])
+            return FileVersions(position, True, tuple(self._files[start:]))
+
     def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
         encoded = [(_encode(doc), doc) for doc in puts]
         ids = [doc["xt/id"] for _, doc in encoded]
@@ -143,6 +154,8 @@ class MemoryStore(ObjectStore):
                 self._types[object_id] = str(doc.get("type"))
                 if doc.get("type") == _LOG_TYPE:
                     self._index_log_entry(doc)
+                elif doc.get("type") == "file":
+                    self._files.append((tx_id, object_id, str(doc.get("object_hash"))))
                 self.bytes_received += len(text.encode("utf-8", "surrogatepass"))
             self._tx.append((tx_id, tx_time))
             self._tx_docs.append(tuple(text for text, _ in encoded))

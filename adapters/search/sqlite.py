@@ -21,6 +21,7 @@ keeps the index in this process.
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 import threading
@@ -42,7 +43,7 @@ from selfctx.application.ports.search import (
 
 __all__ = ["RANK_WINDOW", "SCHEMA_VERSION", "SqliteSearchIndex", "fts5_available"]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 RANK_WINDOW: Final = 5_000
 """A query matching more rows than this is ranked among its most recent matches only."""
 _TITLE_WEIGHT: Final = 4.0
@@ -64,7 +65,8 @@ CREATE TABLE IF NOT EXISTS entries(
     turn INTEGER,
     version INTEGER NOT NULL,
     content_hash TEXT,
-    scope TEXT NOT NULL
+    scope TEXT NOT NULL,
+    reported_by TEXT
 );
 CREATE INDEX IF NOT EXISTS entries_by_session ON entries(session_id, kind);
 CREATE INDEX IF NOT EXISTS entries_by_object ON entries(object_id);
@@ -145,12 +147,31 @@ def snippet(body: str, title: str, terms: Sequence[str]) -> str:
     return ("…" if begin else "") + passage + ("…" if end < len(text) else "")
 
 
+def private_file(path: str, *, create: bool = True) -> None:
+    """Make ``path`` its owner's alone (0600), creating it empty if it is absent and ``create``:
+    the index holds every session's text, which no other local user may read (decision 0027's
+    rule for every file the project writes). A file another user owns is left alone; SQLite
+    then fails to open it or reads it, as the owner allows."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | (os.O_CREAT if create else 0), 0o600)
+    except FileNotFoundError:
+        return
+    try:
+        info = os.fstat(fd)
+        if info.st_uid == os.geteuid() and info.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 class SqliteSearchIndex(SearchIndex):
     """:class:`SearchIndex` in a SQLite database (a file, or ``:memory:``); thread-safe."""
 
     def __init__(self, path: str = ":memory:") -> None:
         self.path = path
         self._lock = threading.Lock()
+        if path != ":memory:":
+            private_file(path)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         if not fts5_available(self._db):
             self._db.close()
@@ -160,8 +181,11 @@ class SqliteSearchIndex(SearchIndex):
             )
         if path != ":memory:":
             # A cache: a crash may lose the last batches, which the next catch-up reads again.
+            # SQLite gives the -wal and -shm files the database file's mode (0600).
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
+            for suffix in ("-wal", "-shm"):
+                private_file(path + suffix, create=False)
         self._db.execute("PRAGMA busy_timeout=10000")
         with self._lock:
             self._open_schema()
@@ -263,8 +287,16 @@ class SqliteSearchIndex(SearchIndex):
                 "INSERT OR REPLACE INTO files VALUES (?, ?, ?)",
                 (entry.object_id, version, entry.content_hash),
             )
-            if entry.body is None or (previous is not None and previous == entry.content_hash):
-                return  # nothing to search, or the same text as the version before
+            if previous is not None and previous == entry.content_hash:
+                if entry.reported_by is None:  # the same text, now read from the source
+                    db.execute(
+                        "UPDATE entries SET reported_by = NULL"
+                        " WHERE object_id = ? AND content_hash = ?",
+                        (entry.object_id, entry.content_hash),
+                    )
+                return  # the same text as the version before
+            if entry.body is None:
+                return  # nothing to search
             sessions = [
                 r[0]
                 for r in db.execute(
@@ -279,7 +311,8 @@ class SqliteSearchIndex(SearchIndex):
         scope = " ".join(self._code(n) for n in [*names, *(f"s:{s}" for s in sessions)])
         cursor = db.execute(
             "INSERT INTO entries(kind, object_id, session_id, role, title, body, tx_id, seq,"
-            " turn, version, content_hash, scope) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " turn, version, content_hash, scope, reported_by)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 entry.kind,
                 entry.object_id,
@@ -293,6 +326,7 @@ class SqliteSearchIndex(SearchIndex):
                 version,
                 entry.content_hash,
                 scope,
+                entry.reported_by,
             ),
         )
         db.execute(
@@ -423,7 +457,7 @@ class SqliteSearchIndex(SearchIndex):
         marks = ",".join("?" * len(ranked))
         rows = self._db.execute(
             "SELECT e.id, e.kind, e.object_id, e.session_id, e.role, e.title, e.body, e.tx_id,"
-            " e.seq, e.turn, e.version, e.content_hash, f.content_hash"
+            " e.seq, e.turn, e.version, e.content_hash, f.content_hash, e.reported_by"
             " FROM entries e LEFT JOIN files f ON f.object_id = e.object_id"
             f" WHERE e.id IN ({marks})",
             [row_id for row_id, _ in ranked],
@@ -432,7 +466,7 @@ class SqliteSearchIndex(SearchIndex):
         hits = []
         for row_id, score in ranked:
             (_, kind, object_id, session_id, role, title, body, tx_id, seq, turn, version,
-             content_hash, latest_hash) = by_id[row_id]  # fmt: skip
+             content_hash, latest_hash, reported_by) = by_id[row_id]  # fmt: skip
             hits.append(
                 SearchHit(
                     kind=kind,
@@ -447,6 +481,7 @@ class SqliteSearchIndex(SearchIndex):
                     latest=kind != "file" or content_hash == latest_hash,
                     seq=seq,
                     turn=turn,
+                    reported_by=reported_by,
                 )
             )
         return hits

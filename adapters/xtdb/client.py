@@ -308,6 +308,29 @@ class XtdbClient:
             raise self._shape_error("tx-log", answer)
         return entries if limit is None else entries[:limit]
 
+    def versions(self, after_tx_id: int | None, *, timeout: float) -> dict[str, Any] | None:
+        """``GET /_xtdb/selfctx/versions`` (our node only, decision 0066): the file versions
+        written after ``after_tx_id``; None from a node without it (upstream's server)."""
+        params = {} if after_tx_id is None else {"after-tx-id": after_tx_id}
+        answer = self._call(
+            "GET",
+            "/_xtdb/selfctx/versions",
+            "versions",
+            timeout=timeout,
+            params=params,
+            missing_ok=True,
+        )
+        if answer is None:
+            return None
+        versions = answer.get("versions") if isinstance(answer, dict) else None
+        if not (
+            isinstance(versions, list)
+            and isinstance(answer.get("complete"), bool)
+            and all(isinstance(v, list) and len(v) == 3 and isinstance(v[0], int) for v in versions)
+        ):
+            raise self._shape_error("versions", answer)
+        return dict(answer)
+
     def sync(self, *, wait: float, timeout: float) -> None:
         """Block until the node has indexed everything submitted to its tx-log so far."""
         params = {"timeout": max(1, int(wait * 1000))}

@@ -44,6 +44,11 @@ def dumps(value: Any) -> str:
     raise TypeError(f"no EDN literal for {type(value).__name__}")
 
 
+def keyword(key: str) -> str:
+    """``key`` as an EDN keyword literal (``:name``); raises ValueError if it cannot be one."""
+    return ":" + _keyword(key)
+
+
 def _keyword(key: object) -> str:
     text = str(key)
     # A keyword literal cannot hold whitespace, brackets, quotes or commas.

@@ -69,6 +69,13 @@ class PostgresTarget:
     """The role XTDB connects as."""
     password: str
     """That role's password (written only into the node's 0600 config file)."""
+    tx_log: Literal["selfctx", "xtdb"] = "selfctx"
+    """``selfctx``: XTDB's JDBC tx-log woken by submits (``selfctx.jdbc``, decision 0067);
+    ``xtdb``: XTDB's own, which polls every 100 ms when idle (to compare)."""
+    poll_ms: int = 100
+    """With ``selfctx``: the longest wait between two polls of the log."""
+    notify: bool = True
+    """With ``selfctx``: every submit wakes every node (PostgreSQL NOTIFY/LISTEN)."""
 
 
 @attrs.frozen
@@ -153,6 +160,14 @@ def render_config(
             "pg_user": _edn_string(postgres.user),
             "pg_password": _edn_string(postgres.password),
         }
+        if postgres.tx_log == "xtdb":
+            values |= {"tx_log_module": "xtdb.jdbc/->tx-log", "tx_log_args": ""}
+        else:
+            notify = "true" if postgres.notify else "false"
+            values |= {
+                "tx_log_module": "selfctx.jdbc/->tx-log",
+                "tx_log_args": f":poll-ms {int(postgres.poll_ms)} :notify? {notify}",
+            }
     return template.substitute(values)
 
 

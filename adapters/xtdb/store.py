@@ -39,6 +39,7 @@ from selfctx.application.ports.store import (
     ConflictError,
     Document,
     Expect,
+    FileVersions,
     Landing,
     ObjectStore,
     Receipt,
@@ -55,10 +56,13 @@ _VALID_TIME = "9999-12-31T00:00:00Z"
 
 _PULL_BY_ID = "{:find [(pull ?e [*])] :in [[?id ...]] :where [[?e :xt/id ?id]]}"
 _SESSION_LOG = (
-    "{:find [(pull ?e [*]) ?seq] :in [?sid ?after]"
-    ' :where [[?e :type "session_log"] [?e :session_id ?sid] [?e :seq ?seq] [(> ?seq ?after)]]'
-    " :order-by [[?seq :asc]]}"
+    "{:find [(pull ?e [*]) ?id] :in [?low ?high]"
+    " :where [[?e :xt/id ?id] [(> ?id ?low)] [(< ?id ?high)]] :order-by [[?id :asc]]}"
 )
+"""A session's log entries are ``log:{session}:{seq, 9 digits}``: the ids after a position are
+one range of the id index, which the node scans from there. A query by ``session_id`` and ``seq``
+visited every entry of the session first (6 s for a tail of 100 among 12,000 entries, against
+0.12 s by range, on a 2-core machine)."""
 _IDS_OF_TYPE = "{:find [?e] :in [?type] :where [[?e :type ?type]]}"
 
 
@@ -127,6 +131,8 @@ class XtdbStore(ObjectStore):
         self.blobs = False
         """Send long strings as raw UTF-8 after a JSON head (decision 0015): only our node reads
         that, so :func:`open_store` turns it on when the node's status says it does."""
+        self.feed = False
+        """The node keeps the file versions feed (decision 0066; our node's status says so)."""
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -159,6 +165,21 @@ class XtdbStore(ObjectStore):
     def get_many(self, object_ids: Iterable[str]) -> dict[str, Document]:
         return self._pull(object_ids, None, "get-many")
 
+    def get_many_fields(
+        self, object_ids: Iterable[str], fields: Sequence[str]
+    ) -> dict[str, Document]:
+        # A pull of named attributes: the node reads the documents but sends only these.
+        names = " ".join(edn.keyword(f) for f in dict.fromkeys(["xt/id", *fields]))
+        query = _PULL_BY_ID.replace("(pull ?e [*])", f"(pull ?e [{names}])")
+        wanted = list(dict.fromkeys(text.encode_str(i) for i in object_ids))
+        if not wanted:
+            return {}
+        body = f"{{:query {query} :in-args [{edn.dumps(wanted)}]}}"
+        rows = self.client.query(
+            body, operation="get-many-fields", valid_time=_VALID_TIME, timeout=self.timeout
+        )
+        return {row[0]["xt/id"]: row[0] for row in rows if row and isinstance(row[0], dict)}
+
     def get_as_of(self, object_id: str, tx_id: int) -> Document | None:
         # A query, not /entity: upstream's /entity ignores tx-id, /query honours it.
         return self._pull([object_id], tx_id, "get-as-of").get(object_id)
@@ -178,12 +199,25 @@ class XtdbStore(ObjectStore):
         return sorted(versions, key=lambda v: v.tx_id)
 
     def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
-        sid = edn.dumps(text.encode_str(session_id))
-        body = f"{{:query {_SESSION_LOG} :in-args [{sid} {int(after_seq)}]}}"
+        after = max(0, int(after_seq))
+        sid = text.encode_str(session_id)
+        low, high = edn.dumps(f"log:{sid}:{after:09d}"), edn.dumps(f"log:{sid}:~")
+        body = f"{{:query {_SESSION_LOG} :in-args [{low} {high}]}}"
         rows = self.client.query(
             body, operation="session-log", valid_time=_VALID_TIME, timeout=self.timeout
         )
-        entries = {row[0]["xt/id"]: row[0] for row in rows if row and isinstance(row[0], dict)}
+        # The range may hold other documents (a session whose id begins with this one's and a
+        # colon): each entry is checked for what a session's log entry is.
+        entries = {
+            row[0]["xt/id"]: row[0]
+            for row in rows
+            if row
+            and isinstance(row[0], dict)
+            and row[0].get("type") == "session_log"
+            and row[0].get("session_id") == session_id
+            and isinstance(row[0].get("seq"), int)
+            and row[0]["seq"] > after_seq
+        }
         return sorted(entries.values(), key=lambda d: (d["seq"], d["xt/id"]))
 
     def ids_of_type(self, doc_type: str) -> list[str]:
@@ -234,6 +268,15 @@ class XtdbStore(ObjectStore):
             )
             for entry in entries
         ]
+
+    def file_versions(self, after_tx_id: int | None) -> FileVersions:
+        answer = self.client.versions(after_tx_id, timeout=self.timeout) if self.feed else None
+        if answer is None:  # a node without the feed
+            return super().file_versions(after_tx_id)
+        position = answer.get("position")
+        position = position if isinstance(position, int) and position >= 0 else None
+        versions = tuple((int(v[0]), str(v[1]), str(v[2])) for v in answer["versions"])
+        return FileVersions(position, answer["complete"], versions)
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -374,6 +417,7 @@ def open_store(url: str, *, timeout: float = 10.0, key: str | None = None) -> Xt
     try:
         status = store.client.status(timeout=timeout)
         store.blobs = status.get("selfctxBlobs") == 1
+        store.feed = status.get("selfctxVersions") == 1
         store.client.sync(wait=max(0.001, timeout - 0.25), timeout=timeout)
     except BaseException:
         http.close()

@@ -72,6 +72,9 @@ class SearchQuery:
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise InvalidInput("query", self.text, "must be text")
+        if "\x00" in self.text:
+            # SQLite ends a string at NUL: the query would be cut short, or fail.
+            raise InvalidInput("query", self.text[:40], "must not contain NUL characters")
         if len(self.text) > MAX_QUERY_CHARS:
             raise InvalidInput(
                 "query", self.text[:40] + "…", f"is longer than {MAX_QUERY_CHARS} characters"
@@ -108,6 +111,9 @@ class SearchEntry:
     """For messages and tool outputs: the turn it belongs to."""
     content_hash: str | None = None
     """For a file version: a version whose content equals the one before is not indexed again."""
+    reported_by: str | None = None
+    """For a file version: the session whose harness reported its content (decision 0031),
+    which is not known to be the file's; None when it was read from the source."""
 
 
 @attrs.frozen
@@ -159,6 +165,14 @@ class SearchHit:
     """For a file: whether that version is still the latest (``activate`` brings the latest)."""
     seq: int | None = None
     turn: int | None = None
+    reported_by: str | None = None
+    """For a file: the session whose harness reported this version's content without it being
+    read from the file (decision 0031). Every other session is shown it as such, as it is on
+    activation (``selfctx.domain.rendering.REPORTED_NOTE``)."""
+
+    def reported_elsewhere(self, session_id: str | None) -> bool:
+        """True if the content is another session's report, not known to be the file's."""
+        return self.reported_by is not None and self.reported_by != session_id
 
 
 class SearchIndex(abc.ABC):

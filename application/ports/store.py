@@ -59,6 +59,21 @@ class Change:
 
 
 @attrs.frozen
+class FileVersions:
+    """The file versions transactions after a point wrote (``ObjectStore.file_versions``)."""
+
+    position: int | None
+    """The last transaction this answer covers (None: the store holds none)."""
+    complete: bool
+    """``versions`` lists every file version written after the point asked for, up to
+    ``position``; False when the store cannot tell (the caller compares all its files)."""
+    versions: tuple[tuple[int, str, str], ...] = ()
+    """``(tx_id, object id, object_hash)`` of each version, oldest first."""
+    supported: bool = True
+    """False for a store that keeps no such feed: nothing is to be learned from it this way."""
+
+
+@attrs.frozen
 class Version:
     """One version of a document, as the store recorded it."""
 
@@ -235,7 +250,9 @@ class ObjectStore(abc.ABC):
         """Every session-log entry of ``session_id`` with ``seq > after_seq``, in ``seq`` order.
 
         Session-log entries are the documents with ``type == "session_log"``, a string
-        ``session_id`` and an integer ``seq`` (see ``selfctx.application.persistence``).
+        ``session_id`` and an integer ``seq``, whose id is ``log:{session_id}:{seq}`` with the
+        seq zero-padded to 9 digits (``selfctx.application.persistence.log_entry_id``): a store
+        may find a session's entries by that range of ids.
         """
 
     @abc.abstractmethod
@@ -253,6 +270,26 @@ class ObjectStore(abc.ABC):
         wrote nothing and are not listed. The default raises :class:`StoreError`: a store that
         cannot list its transactions cannot feed a projection."""
         raise StoreError(f"{type(self).__name__} cannot list its transactions", operation="changes")
+
+    def get_many_fields(
+        self, object_ids: Iterable[str], fields: Sequence[str]
+    ) -> dict[str, Document]:
+        """:meth:`get_many` with only these top-level ``fields`` of each document (and
+        ``xt/id``): what a client reads of objects whose content it does not keep. The default
+        reads whole documents and leaves the rest out."""
+        wanted = {"xt/id", *fields}
+        return {
+            object_id: {k: v for k, v in doc.items() if k in wanted}
+            for object_id, doc in self.get_many(object_ids).items()
+        }
+
+    def file_versions(self, after_tx_id: int | None) -> FileVersions:
+        """Which file versions the transactions after ``after_tx_id`` wrote (None: from where
+        the store can say; the answer is then not ``complete`` but gives a ``position`` to ask
+        from next time). Clients learn from it the versions other clients wrote of the files
+        their sessions hold (decision 0066). The default keeps no feed (``supported`` False)."""
+        latest = self.latest_tx()
+        return FileVersions(latest.tx_id if latest else None, False, (), supported=False)
 
     def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing
         """Release connections or other resources. The default does nothing."""

@@ -86,9 +86,12 @@ class AssembleContext:
         state = session.state
         display = self._deps.mounts.display_path
         prompt = session.system_prompt.content
+        # The renderers read the content of what they show in full, the active objects, and
+        # only the metadata of the rest: what is not in memory is not read again for it.
+        objects = session.objects.showing(state.active)
         if state.policy.inline_layout:
-            return render_inline(state, session.objects, prompt, display, session.inline_cache)
-        return render_context(state, session.objects, prompt, display, session.render_cache)
+            return render_inline(state, objects, prompt, display, session.inline_cache)
+        return render_context(state, objects, prompt, display, session.render_cache)
 
     def budget(self, session: OpenSession) -> TokenBudget:
         """The token-budget report of the context the model sees now."""
@@ -121,8 +124,9 @@ class AssembleContext:
         if trigger is not None and total > trigger:
             spared = _newest_toolcalls(session, policy.keep_recent)
             plan = plan_collapse(
-                session.state, session.objects, self._deps.mounts.display_path, count, spared
-            )
+                session.state, session.working_objects(), self._deps.mounts.display_path, count,
+                spared,
+            )  # fmt: skip
             goal = max(policy.clear_at_least, total - trigger)
             if self._collapse(session, count, goal, plan, spared):
                 context = self.render(session)
@@ -158,7 +162,8 @@ class AssembleContext:
         if not any(times >= seen for times in window.values()):
             return False
         spared = _newest_toolcalls(session, state.policy.keep_recent)
-        plan = plan_collapse(state, session.objects, self._deps.mounts.display_path, count, spared)
+        objects = session.working_objects()  # what is not in memory is not read again for it
+        plan = plan_collapse(state, objects, self._deps.mounts.display_path, count, spared)
         chosen = [
             i
             for i, times in window.items()

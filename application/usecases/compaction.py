@@ -56,12 +56,14 @@ def turn_tokens(session: OpenSession, turn: Turn, count: Callable[[str], int]) -
             total += count(message.text)
             for call in message.tool_calls:
                 total += count(call.name) + count(json.dumps(thaw(call.arguments)))
-        else:
+        elif message.toolcall_id in state.active:
             obj = session.objects.get(message.toolcall_id)
-            if not isinstance(obj, ToolcallObject):
-                continue
-            shown = obj.content if message.toolcall_id in state.active else toolcall_ref(obj)
-            total += count(shown or "")
+            if isinstance(obj, ToolcallObject):
+                total += count(obj.content or "")
+        else:  # its one-line reference: no content needed (not read again from the store)
+            obj = session.objects.meta(message.toolcall_id)
+            if isinstance(obj, ToolcallObject):
+                total += count(toolcall_ref(obj))
     return total
 
 
@@ -69,6 +71,10 @@ def excerpts(session: OpenSession, turns: list[Turn]) -> tuple[list[Excerpt], di
     """The transcript of ``turns`` as a summarizer reads it, and the turn of each message."""
     out: list[Excerpt] = []
     turn_of: dict[int, int] = {}
+    # The outputs' heads are read: what the session does not hold is read back in one batch.
+    session.objects.load(
+        m.toolcall_id for turn in turns for m in turn.messages if isinstance(m, ToolResult)
+    )
     for turn in turns:
         for message in turn.messages:
             number = len(out)

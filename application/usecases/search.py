@@ -39,6 +39,10 @@ PAGE: Final = 200
 _MAX_TITLE: Final = 300
 
 
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _session_of_chat(chat_ref: object) -> str | None:
     if isinstance(chat_ref, str) and chat_ref.startswith("chat:"):
         return chat_ref[len("chat:") :]
@@ -171,6 +175,7 @@ def batch_of(changes: Iterable[Change], index: SearchIndex, after: int | None) -
                         content if isinstance(content, str) else None,
                         change.tx_id,
                         content_hash=doc.get("content_hash"),
+                        reported_by=_text_or_none(doc.get("reported_by")),
                     )
                 )
     if last is None:

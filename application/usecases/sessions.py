@@ -67,9 +67,10 @@ class StartSession:
             state=INITIAL,
             seq=0,
             system_prompt=prompt,
-            objects={},
+            objects=runner.new_objects(),
             snapshot_bytes=0,
             log_bytes_since_snapshot=0,
+            versions_at=runner.feed_position(),
         )
         command = c.StartSession(
             session_id=session_id,
@@ -114,7 +115,7 @@ class ResumeSession:
             unchanged = 0
             files = [
                 obj
-                for obj in (session.objects[i] for i in state.index)
+                for obj in (session.objects.meta(i) for i in state.index)
                 if isinstance(obj, FileObject) and not obj.is_stub
             ]
             stored = reads.stored_files(files)

@@ -25,9 +25,9 @@ import attrs
 from selfctx.application.ports.files import SourceMissing, SourceUnavailable
 from selfctx.application.ports.store import ConflictError
 from selfctx.application.ports.tracking import SourceChange, SourceTracker
-from selfctx.application.runner import MAX_ATTEMPTS, OpenSession, Reads
+from selfctx.application.runner import Contention, OpenSession, Reads
 from selfctx.application.usecases.base import Deps, observe_source
-from selfctx.domain.documents import to_document
+from selfctx.domain.documents import from_document, to_document
 from selfctx.domain.indexing import Outcome, decide_deletion, decide_full_index
 from selfctx.domain.objects import FileObject, Source
 
@@ -87,7 +87,7 @@ class TrackSources:
             return
         ids = list(session.state.index) if object_ids is None else list(object_ids)
         for object_id in ids:
-            obj = session.objects.get(object_id)
+            obj = session.objects.meta(object_id)
             if not isinstance(obj, FileObject) or obj.is_stub:
                 continue
             # Asked every time (cheap, idempotent): a watch may have ended since, e.g. when its
@@ -129,7 +129,7 @@ class TrackSources:
         with session.lock:
             files = [
                 obj
-                for obj in (session.objects.get(i) for i in session.state.index)
+                for obj in (session.objects.meta(i) for i in session.state.index)
                 if isinstance(obj, FileObject) and not obj.is_stub
             ]
         report = self.refresh([SourceChange(f.source) for f in files])
@@ -175,7 +175,8 @@ class TrackSources:
     def _persist(self, observed: dict[str, FileObject | str]) -> tuple[dict[str, FileObject], int]:
         """Write what changed in one commit, on top of the versions read; retry on conflict."""
         store = self._deps.runner.store
-        for _attempt in range(MAX_ATTEMPTS):
+        contention = Contention()
+        while True:
             reads = Reads(store)
             stored = reads.stored_many(observed)
             puts = []
@@ -204,11 +205,55 @@ class TrackSources:
             if puts:
                 try:
                     store.commit(puts, expect)
-                except ConflictError:
-                    continue  # another client wrote first: decide again on what it wrote
+                except ConflictError as exc:
+                    # another client wrote first: decide again on what it wrote
+                    contention.failed(exc, sessions_log=False)
+                    continue
             self._adopt(latest)
             return written, unchanged
-        raise ConflictError(sorted(observed), operation="tracking commit (retried)")
+
+    def learn(self, session: OpenSession) -> tuple[str, ...]:
+        """Adopt the versions other clients wrote of the files ``session`` holds since it last
+        looked (a file is watched by one process of a store; the others learn its versions
+        from the store, decision 0066): one question to the store, and one batch read of the
+        versions that are new to the session. Returns the ids adopted. The caller holds the
+        session's lock."""
+        store = self._deps.runner.store
+        feed = store.file_versions(session.versions_at)
+        if not feed.supported:
+            return ()
+        objects = session.objects
+        if feed.complete:
+            latest = {object_id: object_hash for _, object_id, object_hash in feed.versions}
+            wanted = [
+                object_id
+                for object_id, object_hash in latest.items()
+                if (known := objects.meta(object_id)) is not None
+                and isinstance(known, FileObject)
+                and known.object_hash != object_hash
+            ]
+        elif session.versions_at is None:
+            wanted = []  # first contact: the session was read just now
+        else:  # the store cannot say what changed: compare every file of the session
+            wanted = [
+                object_id
+                for object_id in session.state.index
+                if isinstance(objects.meta(object_id), FileObject)
+            ]
+        adopted = []
+        if wanted:
+            for doc in store.get_many(wanted).values():
+                version = from_document(doc)
+                known = objects.meta(version.id)
+                if (
+                    isinstance(version, FileObject)
+                    and known is not None
+                    and known.object_hash != version.object_hash
+                ):
+                    session.remember(version)
+                    adopted.append(version.id)
+        session.versions_at = feed.position
+        return tuple(adopted)
 
     def _adopt(self, latest: dict[str, FileObject]) -> None:
         """Every open session holding one of these objects learns its latest version."""
@@ -217,6 +262,6 @@ class TrackSources:
         for session in self._sessions():
             with session.lock:
                 for object_id, version in latest.items():
-                    known = session.objects.get(object_id)
+                    known = session.objects.meta(object_id)
                     if known is not None and known.object_hash != version.object_hash:
                         session.remember(version)

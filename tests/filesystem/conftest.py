@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import pytest
 
 from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.filesystem.claims import WatchClaims
 from selfctx.adapters.filesystem.tracker import WatchdogTracker
 from selfctx.application.policies import policy_by_name
 from selfctx.application.ports.store import ObjectStore
@@ -43,6 +44,7 @@ class MakeFsService(Protocol):
         store: ObjectStore | None = ...,
         expect_failures: bool = ...,
         quiet: float = ...,
+        claims: Path | None = ...,
         **kwargs: Any,
     ) -> ContextService: ...
 
@@ -56,7 +58,8 @@ def make_fs_service(
     the production delay) keeps a loaded machine from splitting one write into two looks; a test
     whose steps must land in one burst gives itself a longer one.
 
-    Services made without ``store`` share one store (two clients of one database).
+    Services made without ``store`` share one store (two clients of one database). With
+    ``claims`` (a lock file) their trackers watch each file in one of them only (decision 0066).
     """
     shared: list[ObjectStore] = []
     made: list[tuple[ContextService, bool]] = []
@@ -67,6 +70,7 @@ def make_fs_service(
         store: ObjectStore | None = None,
         expect_failures: bool = False,
         quiet: float = 0.25,
+        claims: Path | None = None,
         **kwargs: Any,
     ) -> ContextService:
         if store is None:
@@ -75,7 +79,15 @@ def make_fs_service(
             store = shared[0]
         kwargs.setdefault("workspace", str(workspace))
         tracker = (
-            WatchdogTracker(host_id, delay=quiet, max_delay=max(quiet * 10, 0.5)) if track else None
+            WatchdogTracker(
+                host_id,
+                delay=quiet,
+                max_delay=max(quiet * 10, 0.5),
+                claims=WatchClaims(claims) if claims is not None else None,
+                claim_retry=0.1,
+            )
+            if track
+            else None
         )
         # Tracking is what these tests are about; they read the ssot layout's metadata lines.
         kwargs.setdefault("settings", Settings(policy=policy_by_name("ssot")))

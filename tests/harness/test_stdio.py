@@ -233,6 +233,7 @@ def test_a_session_from_open_to_close(fmt: str, server: Server, workspace: Path)
     opened = server.call(
         "session.open", session_id=sid, system_prompt="You fix bugs.", policy="ssot", format=fmt
     )
+    assert opened.pop("digest").startswith("0.")  # the empty list, for an append
     assert opened == {
         "session_id": sid, "resumed": False, "format": fmt, "policy": "ssot", "recorded": 0
     }  # fmt: skip
@@ -241,6 +242,7 @@ def test_a_session_from_open_to_close(fmt: str, server: Server, workspace: Path)
     chat.user("add() subtracts. Fix it.")
     chat.bash("call_cat", "cat calc.py")
     answer = server.call("ingest", session_id=sid, **chat.ingest_params())
+    assert answer.pop("digest").startswith("3.")  # the chat: the system prompt is apart
     assert answer == {"consumed": 3, "diverged": False, "total": 3}
 
     request = server.call("assemble", session_id=sid, format=fmt)
@@ -267,6 +269,7 @@ def test_a_session_from_open_to_close(fmt: str, server: Server, workspace: Path)
     for n in range(6):
         chat.bash(f"call_echo{n}", f"echo step {n}")
     answer = server.call("ingest", session_id=sid, **chat.ingest_params())
+    assert answer.pop("digest")
     assert answer == {"consumed": 16, "diverged": False, "total": 19}
     assert server.call("ingest", session_id=sid, **chat.ingest_params())["consumed"] == 0
 
@@ -562,6 +565,28 @@ def test_an_unreachable_store_stops_the_server_before_it_serves(workspace: Path)
     assert code == 2
     assert running.lines.get(timeout=TIMEOUT) == b""
     assert "selfctx: error:" in running.log()
+
+
+@pytest.mark.xtdb
+def test_the_default_log_level_does_not_log_every_store_request(
+    workspace: Path, xtdb_node: Any
+) -> None:
+    url = "xtdb://" + xtdb_node.url.removeprefix("http://")
+    for level, quiet in (("info", True), ("debug", False)):
+        running = Server(workspace, "--store", url, "--no-track", "--log-level", level)
+        try:
+            sid = f"log-{level}-{os.getpid()}"
+            running.call("session.open", session_id=sid, policy="ssot")
+            chat = Conversation("openai", workspace, "You fix bugs.")
+            for n in range(3):
+                chat.bash(f"call_{n}", "cat calc.py")
+                running.call("ingest", session_id=sid, **chat.ingest_params())
+                running.call("assemble", session_id=sid)
+            assert running.finish() == 0
+        finally:
+            running.kill()
+        requests = running.log().count("HTTP Request")
+        assert (requests == 0) if quiet else (requests > 10), (level, running.log()[-2000:])
 
 
 # -- in-process: store failures and internal errors -------------------------------------------

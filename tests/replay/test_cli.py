@@ -171,7 +171,10 @@ def test_sessions_show_and_history_on_xtdb(
 
 @pytest.mark.xtdb
 def test_search_on_xtdb(
-    capsys: pytest.CaptureFixture[str], xtdb_node: XtdbNode, tmp_path: Path
+    capsys: pytest.CaptureFixture[str],
+    xtdb_node: XtdbNode,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``selfctx search``: a replayed session's tool outputs, messages and files are found,
     ranked; the index file is kept between runs and only catches up."""
@@ -200,6 +203,23 @@ def test_search_on_xtdb(
     assert code == 0 and "nothing in session" in out
     code, _, err = _run(capsys, *base, "x", "--limit", "0")
     assert code == 2 and "limit" in err
+    code, _, err = _run(capsys, *base, "a\x00b")
+    assert code == 2 and "NUL" in err
+
+    # The index holds every session's text: its files, and the folders of its default place,
+    # are the owner's alone.
+    written = [Path(index + suffix) for suffix in ("", "-wal", "-shm")]
+    assert [oct(p.stat().st_mode & 0o777) for p in written if p.exists()][:1] == ["0o600"]
+    assert all(p.stat().st_mode & 0o077 == 0 for p in written if p.exists())
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    code, _, err = _run(capsys, "search", "--store", store, "--session", session, "lexer")
+    assert code == 0, err
+    folder = tmp_path / "cache" / "self-context-manager" / "search"
+    assert oct(folder.stat().st_mode & 0o777) == oct(folder.parent.stat().st_mode & 0o777)
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert [f.stat().st_mode & 0o777 for f in folder.iterdir()] == [0o600] * len(
+        list(folder.iterdir())
+    )
 
 
 @pytest.mark.xtdb

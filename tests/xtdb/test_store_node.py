@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from selfctx.adapters.xtdb import XtdbClient, XtdbNode, XtdbStore, open_store, secret
-from selfctx.application.persistence import decode_events, encode_events, entry_events, log_entry
+from selfctx.application.persistence import decode_events, entry_events, log_entry
 from selfctx.application.ports.store import ConflictError, Expect
 from selfctx.domain.session import events as ev
 
@@ -111,7 +111,7 @@ def test_batch_reads_are_one_request_each(xtdb_node: XtdbNode, ns: str) -> None:
         {"xt/id": f"{ns}{i:04d}", "type": ns + "batch", "n": i} for i in range(500)
     ]
     logs = [
-        {"xt/id": f"{ns}log{i}", "type": "session_log", "session_id": ns, "seq": i}
+        {"xt/id": f"log:{ns}:{i:09d}", "type": "session_log", "session_id": ns, "seq": i}
         for i in range(1, 301)
     ]
     receipt = store.commit(docs + logs)
@@ -302,22 +302,24 @@ def _query(store: XtdbStore, query: str, *args: Any) -> list[list[Any]]:
     )
 
 
-def test_the_node_indexes_a_log_entrys_events_as_one_value(store: XtdbStore, ns: str) -> None:
-    # XTDB indexes each element of a top-level list; a session-log entry's events are wrapped
-    # so that they cost the node one indexed value, not one per event (decision 0017).
+def test_a_log_entrys_events_are_one_value_and_no_index_key(store: XtdbStore, ns: str) -> None:
+    # A session-log entry's events are wrapped into one value (decision 0017), and no query
+    # names them, so the node does not index them at all (decision 0068): read whole by id.
     events = [ev.ObjectActivated(f"{ns}file:{n}", auto=False) for n in range(5)]
     entry = log_entry(ns + "s", 1, command="Activate", command_id="c", at="t", events=events)
     store.commit([entry])
     query = "{:find [?v] :in [?id] :where [[?e :xt/id ?id] [?e :events ?v]]}"
-    assert _query(store, query, entry["xt/id"]) == [[{"list": encode_events(events)}]]
+    assert _query(store, query, entry["xt/id"]) == []
     assert decode_events(entry_events(store.get(entry["xt/id"]) or {})) == events
+    assert [e["xt/id"] for e in store.session_log(ns + "s")] == [entry["xt/id"]]
 
 
-def test_content_is_in_every_version_but_not_an_index_key(store: XtdbStore, ns: str) -> None:
-    # The node leaves `content` out of its attribute indices (decision 0018): reads, history,
-    # as-of and match go by documents, which keep it; only a Datalog clause on it finds nothing.
+def test_only_the_attributes_queries_name_are_index_keys(store: XtdbStore, ns: str) -> None:
+    # The node's attribute indices hold `type`, `session_id` and `seq` only (decisions 0018 and
+    # 0068): reads, history, as-of and match go by documents, which keep everything; a Datalog
+    # clause on any other attribute finds nothing.
     old = {"xt/id": ns + "f", "type": "probe", "content": "a" * 300 + ns, "content_hash": "h1"}
-    new = dict(old, content="b" * 300 + ns, content_hash="h2")
+    new = dict(old, content="b" * 300 + ns, content_hash="h2", session_id=ns + "s", seq=7)
     first = store.commit([old])
     store.commit([new], [Expect(ns + "f", old)])
     with pytest.raises(ConflictError):
@@ -326,12 +328,12 @@ def test_content_is_in_every_version_but_not_an_index_key(store: XtdbStore, ns: 
     assert store.get(ns + "f") == new
     assert store.get_as_of(ns + "f", first.tx_id) == old
     assert [v.document for v in store.history(ns + "f")] == [old, new]
-    by_content = "{:find [?e] :in [?c] :where [[?e :content ?c]]}"
-    assert _query(store, by_content, new["content"]) == []
-    by_hash = "{:find [?e] :in [?h] :where [[?e :content_hash ?h]]}"
-    assert _query(store, by_hash, "h2") == [[ns + "f"]]
-    # Short and long, the same: no value of `content` is a key.
+    for attribute, value in (("content", new["content"]), ("content_hash", "h2")):
+        clause = f"{{:find [?e] :in [?v] :where [[?e :{attribute} ?v]]}}"
+        assert _query(store, clause, value) == [], attribute
+    indexed = '{:find [?e] :in [?s] :where [[?e :session_id ?s] [?e :seq 7] [?e :type "probe"]]}'
+    assert _query(store, indexed, ns + "s") == [[ns + "f"]]
     short = {"xt/id": ns + "s", "type": "probe", "content": "x" + ns}
     store.commit([short])
-    assert _query(store, by_content, short["content"]) == []
+    assert _query(store, "{:find [?e] :in [?c] :where [[?e :content ?c]]}", short["content"]) == []
     assert store.get(ns + "s") == short

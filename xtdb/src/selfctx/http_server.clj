@@ -20,6 +20,8 @@
     JSON head (see `blob-body`); `/_xtdb/status` says so with \"selfctxBlobs\": 1.
   - `tx-log` takes `limit=N` (at most N transactions); with `with-ops=true` the ops are
     `txOps: [[\"put\", doc], ...]`.
+  - `GET /_xtdb/selfctx/versions?after-tx-id=N` (ours): the file versions written after N, from
+    the feed the node keeps (`selfctx.versions`); `/status` counts the requests answered.
   - Only JSON responses; the server binds to the given host (default 127.0.0.1) only.
   - Only its owner gets in (decision 0027, `selfctx.guard`): every request carries the secret
     read from `:secret-file` at start (401 otherwise); requests a web page could make get 403, a
@@ -32,6 +34,7 @@
             [clojure.string :as str]
             [clojure.tools.logging :as log]
             [selfctx.guard :as guard]
+            [selfctx.versions :as versions]
             [xtdb.api :as xt]
             [xtdb.codec :as c]
             [xtdb.system :as sys])
@@ -41,6 +44,7 @@
            [java.nio.charset StandardCharsets]
            [java.time Duration]
            [java.util.concurrent ExecutorService Executors TimeoutException]
+           [java.util.concurrent.atomic AtomicLong]
            [xtdb.api NodeOutOfSyncException]))
 
 ;; ---- JSON ----------------------------------------------------------------------------------
@@ -281,9 +285,24 @@
 (defn- sync-node [node _ params]
   [200 {"txTime" (xt/sync node (->duration params :timeout))}])
 
+(def ^:private requests
+  "Requests answered since the node started (the benchmarks count requests per turn)."
+  (AtomicLong.))
+
 (defn- status [node _ _]
-  ;; "selfctxBlobs" tells our adapter that this node reads bodies with blobs (decision 0015).
-  [200 (assoc (camel-keys (xt/status node)) "selfctxBlobs" 1)])
+  ;; "selfctxBlobs" tells our adapter that this node reads bodies with blobs (decision 0015),
+  ;; "selfctxVersions" that it answers /_xtdb/selfctx/versions (decision 0066).
+  [200 (assoc (camel-keys (xt/status node))
+              "selfctxBlobs" 1
+              "selfctxVersions" 1
+              "selfctxRequests" (.get ^AtomicLong requests))])
+
+(defn- versions-route
+  "Our extension (decision 0066): the file versions written after `after-tx-id`, from the feed
+  the node keeps (`selfctx.versions`)."
+  [feed]
+  (fn [_ _ params]
+    [200 (versions/versions-after feed (->long params :after-tx-id))]))
 
 (defn- entity [node _ params]
   (let [eid (eid-of params)
@@ -352,7 +371,8 @@
   {"error" (or (ex-message e) (.getName (class e)))
    "class" (.getName (class e))})
 
-(defn- handle [node ^bytes expected ^HttpExchange ex]
+(defn- handle [node routes ^bytes expected ^HttpExchange ex]
+  (.incrementAndGet ^AtomicLong requests)
   (try
     (let [path (.getPath (.getRequestURI ex))
           handler (get routes [(.getRequestMethod ex) path])
@@ -387,11 +407,12 @@
 
 ;; ---- the module ----------------------------------------------------------------------------
 
-(defrecord SelfctxHttpServer [^HttpServer server ^ExecutorService pool]
+(defrecord SelfctxHttpServer [^HttpServer server ^ExecutorService pool ^Closeable feed]
   Closeable
   (close [_]
     (.stop server 0)
-    (.shutdownNow pool)))
+    (.shutdownNow pool)
+    (.close feed)))
 
 (defn ->server
   "XTDB module: `{:selfctx.http-server/server {:port 3000 :host \"127.0.0.1\" :secret-file
@@ -400,19 +421,25 @@
    ::sys/args {:port {:spec ::sys/nat-int :doc "Port to listen on" :default 3000}
                :host {:spec ::sys/string :doc "Address to bind" :default "127.0.0.1"}
                :threads {:spec ::sys/pos-int :doc "Request threads" :default 32}
+               :versions {:spec ::sys/pos-int
+                          :doc "File versions the versions feed keeps (decision 0066)"
+                          :default 100000}
                :secret-file {:spec ::sys/string
                              :doc "File holding the secret every request must carry"}}}
-  [{:keys [xtdb-node port host threads secret-file]}]
+  [{:keys [xtdb-node port host threads secret-file] :as opts}]
   ;; Headers and body go out in separate writes: without TCP_NODELAY each answer waits ~40 ms
   ;; for the client's delayed ACK. Read once, when the JDK's server classes first load.
   (when-not (System/getProperty "sun.net.httpserver.nodelay")
     (System/setProperty "sun.net.httpserver.nodelay" "true"))
   ;; Awaits block a thread each, so the pool is larger than the core count.
   (let [expected (guard/read-secret secret-file)
+        feed (versions/->feed xtdb-node (:versions opts))
+        routes (assoc routes ["GET" "/_xtdb/selfctx/versions"] (versions-route feed))
         pool (Executors/newFixedThreadPool (int threads))
         server (HttpServer/create (InetSocketAddress. ^String host (int port)) 128)]
-    (.createContext server "/" (reify HttpHandler (handle [_ ex] (handle xtdb-node expected ex))))
+    (.createContext server "/" (reify HttpHandler
+                                 (handle [_ ex] (handle xtdb-node routes expected ex))))
     (.setExecutor server pool)
     (.start server)
     (log/info "HTTP server started on port: " (.getPort (.getAddress server)) "host:" host)
-    (->SelfctxHttpServer server pool)))
+    (->SelfctxHttpServer server pool feed)))

@@ -31,3 +31,24 @@
                                            (.setAtomicFlush true)
                                            ;; What xtdb.rocksdb sets when it makes the options.
                                            (.setMaxBackgroundJobs background-jobs))))))
+
+(defn ->durable-kv-store
+  "`xtdb.rocksdb/->kv-store` for the document store, the bulk of the record: every write fsynced
+  as before, and its memtables flushed into compressed tables once they hold `:write-buffer-mb`
+  together, so that what is on disk is mostly compressed tables, not an
+  uncompressed write-ahead log that a small session never outgrows (RocksDB's default memtable is
+  64 MB per column family). Takes the same dependencies and arguments, less `:db-options`. See
+  docs/decisions/0068-a-node-keeps-what-it-is-asked.md."
+  {::sys/deps (::sys/deps (meta #'rocks/->kv-store))
+   ::sys/args (assoc (dissoc (::sys/args (meta #'rocks/->kv-store)) :db-options)
+                     :write-buffer-mb {:doc "Memtables of all column families, in MB, before a flush"
+                                       :default 8
+                                       :spec ::sys/pos-int})}
+  [{:keys [write-buffer-mb] :as opts}]
+  (let [background-jobs (max 2 (dec (.availableProcessors (Runtime/getRuntime))))]
+    (rocks/->kv-store (assoc (dissoc opts :write-buffer-mb)
+                             :db-options (doto (DBOptions.)
+                                           (.setDbWriteBufferSize
+                                            (* 1024 1024 (long write-buffer-mb)))
+                                           ;; What xtdb.rocksdb sets when it makes the options.
+                                           (.setMaxBackgroundJobs background-jobs))))))

@@ -1,0 +1,377 @@
+"""A session's provider requests, rendered and encoded again only from the first chat message
+that changed.
+
+:func:`selfctx.adapters.harness.render.render` turns a whole assembled context into a request each
+time. A long session's chat is mostly what it was at the previous turn: the domain's render caches
+hand back the very same message objects while they do not change. :class:`RequestCache` keeps,
+for the chat as it was last rendered, the provider items it became, their JSON text and their
+characters, up to the last *closed* point of the chat (every tool call before it answered before
+it, every result before it answering a call before it: there, what follows cannot change what
+precedes, since providers pair each call with its result). A new context is rendered from the
+last closed point within the part of its chat that is unchanged (found by identity, in C); the
+head (system prompt, metadata section) and the tail (active content, the last message's cache
+mark) are made each time. The request is exactly ``render``'s (``tests/harness/test_request.py``
+holds it to that), so a turn costs what is new in the chat, not the chat's length.
+"""
+
+from __future__ import annotations
+
+import bisect
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from selfctx.adapters.harness.encode import ascii_dumps
+from selfctx.adapters.harness.ids import emitted_id
+from selfctx.adapters.harness.render import (
+    _NO_RESULT,
+    _SESSION_START,
+    _active_images,
+    _active_text,
+    _blocks,
+    _image_anthropic,
+    _image_openai,
+    _image_responses,
+    _metadata_text,
+    _openai_message,
+    _openai_parts,
+    _responses_items,
+    _responses_message,
+    _system_prompt,
+)
+from selfctx.domain.errors import InvalidInput
+from selfctx.domain.rendering import AssembledContext, RenderedMessage
+
+__all__ = ["Encoded", "RequestCache", "text_chars"]
+
+
+def text_chars(value: Any, key: str = "") -> int:
+    """Characters of text the model reads in a message, item or block (the texts of
+    ``content``, ``text`` and ``output``)."""
+    if isinstance(value, str):
+        return len(value) if key in ("content", "text", "output") else 0
+    if isinstance(value, Mapping):
+        return sum(text_chars(v, k) for k, v in value.items())
+    if isinstance(value, list):
+        return sum(text_chars(v, key) for v in value)
+    return 0
+
+
+@attrs.frozen
+class Encoded:
+    """A request: as JSON-ready values, as compact ASCII JSON text, and its figures."""
+
+    body: dict[str, Any]
+    text: str
+    """``body`` as compact ASCII JSON (``json.dumps(body, ensure_ascii=True,
+    separators=(",", ":"))``)."""
+    chars: int
+    """Characters of text the model reads (message, block and output texts)."""
+    messages: int
+    """Items of its conversation list."""
+
+
+@attrs.frozen
+class _Item:
+    """One final item of the chat's rendering, with its text and characters."""
+
+    value: dict[str, Any]
+    text: str
+    chars: int
+
+
+def _item(value: dict[str, Any]) -> _Item:
+    return _Item(value, ascii_dumps(value), text_chars(value))
+
+
+class _Items:
+    """The final items of the chat's rendering so far, as parallel lists (so that a request
+    joins them without a loop in Python)."""
+
+    def __init__(self) -> None:
+        self.values: list[dict[str, Any]] = []
+        self.texts: list[str] = []
+        self.chars = [0]
+        """``chars[n]``: the characters of the first ``n`` items."""
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def append(self, item: _Item) -> None:
+        self.values.append(item.value)
+        self.texts.append(item.text)
+        self.chars.append(self.chars[-1] + item.chars)
+
+    def __iadd__(self, items: list[_Item]) -> _Items:
+        for item in items:
+            self.append(item)
+        return self
+
+    def truncate(self, n: int) -> None:
+        del self.values[n:]
+        del self.texts[n:]
+        del self.chars[n + 1 :]
+
+
+@attrs.define
+class _Cut:
+    """A closed point of the chat: chat position, and how far the rendering had got there."""
+
+    chat: int
+    items: int
+    pending: tuple[str, list[dict[str, Any]]] | None = None
+    """Anthropic: the last message (role, blocks), which what follows may still join."""
+
+
+class RequestCache:
+    """The requests of one session in one format (``openai``, ``anthropic``, ``responses``),
+    each rendered from where the last one's chat changed. Not thread-safe: a session's
+    requests are made in turn. The values handed out are shared with later requests and must
+    not be changed in place."""
+
+    def __init__(self, fmt: str, *, tool_prefix: str = "", cache_control: bool = True) -> None:
+        if fmt not in ("openai", "anthropic", "responses"):
+            raise InvalidInput("format", fmt, "use 'openai', 'anthropic' or 'responses'")
+        self.fmt = fmt
+        self.tool_prefix = tool_prefix
+        self.cache_control = cache_control
+        self._chat: tuple[RenderedMessage, ...] = ()
+        self._items = _Items()
+        self._cuts: list[_Cut] = [_Cut(0, 0)]
+        self._cut_at: list[int] = [0]
+        """The chat position of each cut (for bisection)."""
+        self._rendered: dict[int, tuple[RenderedMessage, Any]] = {}
+        """Each chat message's rendering, by identity, for the chat as last rendered."""
+
+    # -- the chat -------------------------------------------------------------------------
+
+    def _same(self, chat: tuple[RenderedMessage, ...]) -> int:
+        """How many leading messages of ``chat`` are the very objects last rendered."""
+        old = self._chat
+        n = min(len(old), len(chat))
+        if all(map(operator.is_, chat[:n], old[:n])):
+            return n
+        low, high = 0, n  # the first difference lies in [low, high)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if all(map(operator.is_, chat[low:middle], old[low:middle])):
+                low = middle
+            else:
+                high = middle
+        return low if chat[low] is not old[low] else high
+
+    def _make(self, message: RenderedMessage, make: Callable[[RenderedMessage], Any]) -> Any:
+        hit = self._rendered.get(id(message))
+        if hit is None or hit[0] is not message:
+            hit = (message, make(message))
+            self._rendered[id(message)] = hit
+        return hit[1]
+
+    def _chat_items(self, chat: tuple[RenderedMessage, ...]) -> tuple[_Items, Any]:
+        """The final items of the rendering of ``chat``, and what is still open at its end
+        (Anthropic's last message; OpenAI's images waiting for their message)."""
+        same = self._same(chat)
+        k = bisect.bisect_right(self._cut_at, same) - 1
+        cut = self._cuts[k]
+        del self._cuts[k + 1 :]
+        del self._cut_at[k + 1 :]
+        self._items.truncate(cut.items)
+        if self._rendered and len(self._rendered) > 2 * len(chat) + 64:
+            keep = {id(m) for m in chat}
+            self._rendered = {i: hit for i, hit in self._rendered.items() if i in keep}
+        self._chat = chat
+        pending = cut.pending
+        if pending is not None:
+            pending = (pending[0], list(pending[1]))
+        return self._render_from(chat, cut.chat, pending)
+
+    def _render_from(
+        self, chat: tuple[RenderedMessage, ...], start: int, pending: Any
+    ) -> tuple[_Items, Any]:
+        fmt = self.fmt
+        items = self._items
+        results = {m.toolcall_id: m for m in chat[start:] if m.role == "tool"}
+        open_calls: set[str | None] = set()
+        orphans: set[str | None] = set()
+        shown: list[dict[str, Any]] = []
+        for position in range(start, len(chat)):
+            message = chat[position]
+            if message.role == "tool":
+                if message.toolcall_id in open_calls:
+                    open_calls.discard(message.toolcall_id)
+                else:
+                    orphans.add(message.toolcall_id)
+                continue
+            paired = [message]
+            for call in message.tool_calls:
+                result = results.pop(call.id, None)
+                open_calls.add(call.id)  # until its result comes, or for good if it never does
+                if result is None:
+                    result = RenderedMessage(
+                        "tool", f"toolcall_ref id={call.id} ({_NO_RESULT})", toolcall_id=call.id
+                    )
+                orphans.discard(call.id)
+                paired.append(result)
+            if fmt == "openai":
+                for each in paired:
+                    if shown and each.role != "tool":
+                        items.append(_item({"role": "user", "content": shown}))
+                        shown = []
+                    items.append(self._make(each, _final_openai))
+                    if each.role == "tool" and each.images:
+                        call_id = emitted_id(each.toolcall_id or "")
+                        shown.append({"type": "text", "text": f"[images of tool call {call_id}]"})
+                        shown += [_image_openai(image) for image in each.images]
+            elif fmt == "anthropic":
+                for each in paired:
+                    blocks = self._make(each, _blocks)
+                    role = "assistant" if each.role == "assistant" else "user"
+                    if not blocks:
+                        continue
+                    if pending is not None and pending[0] == role:
+                        merged = pending[1] + blocks
+                        merged.sort(key=lambda b: 0 if b["type"] == "tool_result" else 1)
+                        pending = (role, merged)
+                    else:
+                        if pending is not None:
+                            items.append(_item({"role": pending[0], "content": pending[1]}))
+                        pending = (role, list(blocks))
+            else:
+                for each in paired:
+                    items += self._make(each, _final_responses)
+            if not open_calls and not orphans:
+                # Closed: what follows cannot change what precedes (OpenAI's images waiting
+                # for their message go out now, as anything that follows would send them).
+                if shown:
+                    items.append(_item({"role": "user", "content": shown}))
+                    shown = []
+                kept = None if pending is None else (pending[0], list(pending[1]))
+                self._cuts.append(_Cut(position + 1, len(items), kept))
+                self._cut_at.append(position + 1)
+        open_end: Any = shown if fmt == "openai" else pending
+        if fmt == "anthropic" and pending is not None:
+            open_end = (pending[0], list(pending[1]))
+        return items, open_end
+
+    # -- the request ----------------------------------------------------------------------
+
+    def render(self, context: AssembledContext) -> Encoded:
+        """The request for ``context``: ``render(context, fmt, tool_prefix=...)``, encoded."""
+        items, open_end = self._chat_items(tuple(context.chat))
+        if self.fmt == "openai":
+            return self._openai(context, items, open_end)
+        if self.fmt == "anthropic":
+            return self._anthropic(context, items, open_end)
+        return self._responses(context, items)
+
+    def _openai(
+        self, context: AssembledContext, items: _Items, shown: list[dict[str, Any]]
+    ) -> Encoded:
+        prompt = _system_prompt(context, self.tool_prefix)
+        head: list[dict[str, Any]] = []
+        if prompt.strip():
+            head.append({"role": "system", "content": prompt})
+        if context.metadata:
+            head.append({"role": "system", "content": _metadata_text(context, self.tool_prefix)})
+        tail: list[dict[str, Any]] = []
+        if shown:
+            tail.append({"role": "user", "content": shown})
+        if context.active:
+            content = _openai_parts(_active_text(context), _active_images(context))
+            tail.append({"role": "user", "content": content})
+        if not head and not items and not tail:
+            tail.append({"role": "user", "content": _SESSION_START})
+        return _finish("messages", head, items, tail, {})
+
+    def _anthropic(
+        self,
+        context: AssembledContext,
+        items: _Items,
+        pending: tuple[str, list[dict[str, Any]]] | None,
+    ) -> Encoded:
+        system: list[dict[str, Any]] = []
+        if context.system_prompt.strip():
+            system.append({"type": "text", "text": _system_prompt(context, self.tool_prefix)})
+        if context.metadata:
+            system.append({"type": "text", "text": _metadata_text(context, self.tool_prefix)})
+        head: list[dict[str, Any]] = []
+        first_role = items.values[0]["role"] if items else (pending[0] if pending else None)
+        if first_role != "user":
+            opening: list[dict[str, Any]] = [{"type": "text", "text": _SESSION_START}]
+            if pending is None and not items:
+                pending = ("user", opening)
+            else:
+                head.append({"role": "user", "content": opening})
+        last: dict[str, Any]
+        shared = len(items)
+        if pending is not None:
+            last = {"role": pending[0], "content": list(pending[1])}
+        else:  # the last message is final in the cache: change a copy of it
+            final = items.values[-1]
+            last = {"role": final["role"], "content": list(final["content"])}
+            shared -= 1
+        blocks = last["content"]
+        if last["role"] == "assistant" and not context.active and blocks[-1]["type"] == "text":
+            # A final assistant message is a prefill, which may not end with whitespace.
+            blocks[-1] = {**blocks[-1], "text": blocks[-1]["text"].rstrip()}
+        if self.cache_control:
+            if system:
+                system[-1] = {**system[-1], "cache_control": {"type": "ephemeral"}}
+            blocks[-1] = {**blocks[-1], "cache_control": {"type": "ephemeral"}}
+        tail = [last]
+        if context.active:
+            active = [{"type": "text", "text": _active_text(context)}]
+            active += [_image_anthropic(image) for image in _active_images(context)]
+            if last["role"] == "user":
+                last["content"] = blocks + active
+            else:
+                tail.append({"role": "user", "content": active})
+        extra = {"system": system} if system else {}
+        return _finish("messages", head, items, tail, extra, shared)
+
+    def _responses(self, context: AssembledContext, items: _Items) -> Encoded:
+        prompt = _system_prompt(context, self.tool_prefix)
+        head: list[dict[str, Any]] = []
+        if prompt.strip():
+            head.append(_responses_message("developer", prompt))
+        if context.metadata:
+            head.append(_responses_message("developer", _metadata_text(context, self.tool_prefix)))
+        tail: list[dict[str, Any]] = []
+        if context.active:
+            active = _responses_message("user", _active_text(context))
+            active["content"] += [_image_responses(image) for image in _active_images(context)]
+            tail.append(active)
+        return _finish("input", head, items, tail, {})
+
+
+def _final_openai(message: RenderedMessage) -> _Item:
+    return _item(_openai_message(message))
+
+
+def _final_responses(message: RenderedMessage) -> list[_Item]:
+    return [_item(value) for value in _responses_items(message)]
+
+
+def _finish(
+    key: str,
+    head: Sequence[dict[str, Any]],
+    items: _Items,
+    tail: Sequence[dict[str, Any]],
+    extra: dict[str, Any],
+    shared: int | None = None,
+) -> Encoded:
+    """The request: ``head``, the first ``shared`` items (all by default), ``tail``."""
+    n = len(items) if shared is None else shared
+    values = items.values if n == len(items) else items.values[:n]
+    texts = items.texts if n == len(items) else items.texts[:n]
+    conversation = [*head, *values, *tail]
+    body: dict[str, Any] = {key: conversation, **extra}
+    chars = items.chars[n] + sum(text_chars(v) for v in (*head, *tail))
+    joined = ",".join([*(ascii_dumps(v) for v in head), *texts, *(ascii_dumps(v) for v in tail)])
+    parts = [f'"{key}":[{joined}]']
+    for name, value in extra.items():
+        parts.append(f"{ascii_dumps(name)}:{ascii_dumps(value)}")
+        chars += text_chars(value)
+    return Encoded(body, "{" + ",".join(parts) + "}", chars, len(conversation))

@@ -1,0 +1,179 @@
+"""The objects an open session holds: every one's metadata, and content up to a budget.
+
+A long session meets thousands of tool outputs and file versions. Their content lives in the
+store; what a client keeps in memory is every object's metadata (ids, hashes, sizes, paths, the
+call's arguments) and the content of the objects used last, up to :data:`CONTENT_BUDGET`
+characters. An object whose content was dropped (*hollow*) is read again from the store, in one
+batch, the next time its content is asked for, so a session's memory does not grow with the
+bytes it has seen (decision 0065).
+
+``ObjectCache[id]`` and ``get`` always give the whole object. :meth:`ObjectCache.meta` gives
+what is in memory, hollow or not, for what needs no content (hashes, sources, sizes:
+``char_count``); :meth:`ObjectCache.showing` gives a view whose objects are whole only for the
+ids it is told will be shown in full (what a renderer reads the content of).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, MutableMapping
+from typing import Final
+
+import attrs
+
+from selfctx.domain.documents import from_document
+from selfctx.domain.objects import ContentObject, FileObject, ToolcallObject
+
+__all__ = ["CONTENT_BUDGET", "Loader", "ObjectCache"]
+
+CONTENT_BUDGET: Final = 4_000_000
+"""Characters of content a session keeps in memory (about 4 MB of text): its active objects and
+the ones used last. Chosen as several times what a 200,000-token context can show in full."""
+
+Loader = Callable[[list[str]], Mapping[str, object]]
+"""Reads the latest stored documents of some ids (``ObjectStore.get_many``)."""
+
+
+def _size(obj: ContentObject) -> int:
+    return len(obj.content) if obj.content is not None else 0
+
+
+class ObjectCache(MutableMapping[str, ContentObject]):
+    """The latest known version of every object of one session's index (not thread-safe: the
+    session's lock serialises its users)."""
+
+    def __init__(self, loader: Loader | None = None, budget: int = CONTENT_BUDGET) -> None:
+        self._loader = loader
+        self.budget = budget
+        self._objects: dict[str, ContentObject] = {}
+        """Every object, hollow or whole."""
+        self._whole: collections.OrderedDict[str, int] = collections.OrderedDict()
+        """Ids whose content is in memory, least recently used first, with its size."""
+        self._hollow: set[str] = set()
+        self.chars = 0
+        """Characters of content in memory."""
+        self.loads = 0
+        """Objects read again from the store because their content had been dropped."""
+
+    # -- the mapping -------------------------------------------------------------------------
+
+    def __getitem__(self, object_id: str) -> ContentObject:
+        obj = self._objects[object_id]
+        if object_id in self._hollow:
+            self.load([object_id])
+            return self._objects[object_id]
+        if object_id in self._whole:
+            self._whole.move_to_end(object_id)
+        return obj
+
+    def __setitem__(self, object_id: str, obj: ContentObject) -> None:
+        self._drop(object_id)
+        self._objects[object_id] = obj
+        size = _size(obj)
+        if size:
+            self._whole[object_id] = size
+            self.chars += size
+            self._evict()
+
+    def __delitem__(self, object_id: str) -> None:
+        self._drop(object_id)
+        del self._objects[object_id]
+
+    def __contains__(self, object_id: object) -> bool:
+        return object_id in self._objects
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._objects)
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    # -- beyond it ---------------------------------------------------------------------------
+
+    def hold_hollow(self, obj: ContentObject) -> None:
+        """Hold ``obj`` without its content (read without it: ``obj.content`` is None); it is
+        read from the store when asked for whole."""
+        self._drop(obj.id)
+        self._objects[obj.id] = obj
+        self._hollow.add(obj.id)
+
+    def meta(self, object_id: str) -> ContentObject | None:
+        """The object as held in memory (hollow: ``content`` None although it has content;
+        its hashes, source and ``char_count`` are right), without reading the store."""
+        return self._objects.get(object_id)
+
+    def hollow(self, object_id: str) -> bool:
+        """Whether the object's content is not in memory (it is in the store)."""
+        return object_id in self._hollow
+
+    def load(self, object_ids: Iterable[str]) -> None:
+        """Read the content of these hollow objects again, in one batch."""
+        wanted = [i for i in dict.fromkeys(object_ids) if i in self._hollow]
+        if not wanted:
+            return
+        if self._loader is None:
+            raise LookupError(f"no store to read {wanted[:3]} from")
+        docs = self._loader(wanted)
+        for object_id in wanted:
+            doc = docs.get(object_id)
+            if doc is None:
+                raise LookupError(f"{object_id!r} is in the session but not in the store")
+            obj = from_document(doc)  # type: ignore[arg-type]
+            assert isinstance(obj, FileObject | ToolcallObject)
+            # The latest version: the one held, or a newer one another client wrote since,
+            # which the session would learn of on its next read anyway.
+            self.loads += 1
+            self[object_id] = obj
+
+    def showing(self, shown: Collection[str]) -> Mapping[str, ContentObject]:
+        """A view in which the objects ``shown`` are whole (read again in one batch if need
+        be) and the others as held (hollow or not): what a renderer needs, which reads the
+        content of the objects it shows in full and only the metadata of the rest."""
+        self.load(i for i in shown if i in self._hollow)
+        for object_id in shown:
+            if object_id in self._whole:
+                self._whole.move_to_end(object_id)
+        return _Showing(self, shown)
+
+    def _drop(self, object_id: str) -> None:
+        size = self._whole.pop(object_id, None)
+        if size is not None:
+            self.chars -= size
+        self._hollow.discard(object_id)
+
+    def _evict(self) -> None:
+        """Drop the content of the least recently used objects beyond the budget."""
+        while self.chars > self.budget and len(self._whole) > 1:
+            object_id, size = self._whole.popitem(last=False)
+            self.chars -= size
+            obj = self._objects[object_id]
+            self._objects[object_id] = _hollowed(obj)
+            self._hollow.add(object_id)
+
+
+def _hollowed(obj: ContentObject) -> ContentObject:
+    """``obj`` without its content; everything else, its size included, as it was."""
+    return attrs.evolve(obj, content=None)
+
+
+@attrs.frozen
+class _Showing(Mapping[str, ContentObject]):
+    cache: ObjectCache
+    shown: Collection[str]
+
+    def __getitem__(self, object_id: str) -> ContentObject:
+        if object_id in self.shown:
+            return self.cache[object_id]
+        obj = self.cache.meta(object_id)
+        if obj is None:
+            raise KeyError(object_id)
+        return obj
+
+    def __contains__(self, object_id: object) -> bool:
+        return object_id in self.cache
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.cache)
+
+    def __len__(self) -> int:
+        return len(self.cache)

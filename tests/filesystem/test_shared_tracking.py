@@ -1,0 +1,143 @@
+"""A file held by sessions of several clients of one store is watched by one of them; the others
+learn its versions from the store before they assemble (decision 0066)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from selfctx.adapters.filesystem.claims import WatchClaims
+from selfctx.adapters.filesystem.tracker import WatchdogTracker
+from selfctx.application.ports.tracking import SourceChange
+from selfctx.application.service import ContextService
+from tests.filesystem.conftest import MakeFsService
+from tests.filesystem.helpers import eventually, history, write
+
+
+def test_claims_one_holder_per_file_until_it_lets_go(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "watch" / "store.lock"
+    one, two = WatchClaims(path), WatchClaims(path)  # two opens: as two processes
+    try:
+        assert one.claim("host\x00/w/a.py")
+        assert one.claim("host\x00/w/a.py")  # already ours
+        assert not two.claim("host\x00/w/a.py")
+        assert two.claim("host\x00/w/b.py")
+        one.release("host\x00/w/a.py")
+        assert two.claim("host\x00/w/a.py")
+        two.close()
+        assert one.claim("host\x00/w/a.py") and one.claim("host\x00/w/b.py")
+        assert path.stat().st_mode & 0o777 == 0o600
+        assert path.parent.stat().st_mode & 0o777 == 0o700
+    finally:
+        one.close()
+        two.close()
+
+
+def _counting(service: ContextService) -> list[Sequence[SourceChange]]:
+    """Every batch of changes the service's tracker hands over (wrapping its handler)."""
+    tracker = service.tracker
+    assert isinstance(tracker, WatchdogTracker)
+    seen: list[Sequence[SourceChange]] = []
+    handler = tracker._on_changes
+    assert handler is not None
+
+    def counted(changes: Sequence[SourceChange]) -> None:
+        seen.append(changes)
+        handler(changes)
+
+    tracker._on_changes = counted
+    return seen
+
+
+def _line(service: ContextService, sid: str, object_id: str) -> str:
+    return next(ln for ln in service.assemble(sid).metadata if ln.startswith(f"id={object_id} "))
+
+
+@pytest.fixture
+def lock(tmp_path: Path) -> Path:
+    return tmp_path / "claims" / "store.lock"
+
+
+def test_one_client_watches_a_shared_file_and_the_other_learns_from_the_store(
+    make_fs_service: MakeFsService, workspace: Path, ns: str, lock: Path
+) -> None:
+    path = workspace / "shared.py"
+    write(path, "shared\n")
+    first = make_fs_service(claims=lock)
+    second = make_fs_service(claims=lock)
+    first.start_session(f"{ns}one")
+    second.start_session(f"{ns}two")
+    oid = first.index_file(f"{ns}one", str(path)).object_id
+    second.index_file(f"{ns}two", str(path))
+    trackers = [s.tracker for s in (first, second)]
+    assert all(isinstance(t, WatchdogTracker) for t in trackers)
+    watchers = [t for t in trackers if isinstance(t, WatchdogTracker) and t.watching()]
+    assert len(watchers) == 1  # the other waits: the file is watched once for the store
+    waiting = [t for t in trackers if isinstance(t, WatchdogTracker) and t.waiting()]
+    assert len(waiting) == 1 and waiting[0] is not watchers[0]
+    for tracker in trackers:
+        assert isinstance(tracker, WatchdogTracker)
+        eventually(tracker.idle, "the first look to settle")
+    batches = {id(s): _counting(s) for s in (first, second)}
+
+    write(path, "shared and edited\n")
+
+    for service, sid in ((first, f"{ns}one"), (second, f"{ns}two")):
+
+        def sees_the_edit(service: ContextService = service, sid: str = sid) -> bool:
+            return _line(service, sid, oid).endswith("char_count=18")
+
+        eventually(sees_the_edit, f"{sid} to see the edit")
+    assert history(first, oid) == [("shared\n", None), ("shared and edited\n", None)]
+    # One watcher event, one look: the client that does not watch the file read nothing.
+    looked = [len(b) for b in batches.values() if b]
+    assert len(looked) == 1
+
+
+def test_when_the_watching_client_stops_another_takes_the_file_over(
+    make_fs_service: MakeFsService, workspace: Path, ns: str, lock: Path
+) -> None:
+    path = workspace / "handed.py"
+    write(path, "v1\n")
+    first = make_fs_service(claims=lock)
+    first.start_session(f"{ns}one")
+    oid = first.index_file(f"{ns}one", str(path)).object_id
+    second = make_fs_service(claims=lock)
+    second.start_session(f"{ns}two")
+    second.index_file(f"{ns}two", str(path))
+    tracker = second.tracker
+    assert isinstance(tracker, WatchdogTracker)
+    assert tracker.waiting() and not tracker.watching()
+    first.close()  # its process ends: its claims go with it
+
+    eventually(tracker.watching, "the second client to watch the file")
+    eventually(tracker.idle, "its first look")
+    write(path, "v2, seen by the second\n")
+
+    def sees_it() -> bool:
+        return _line(second, f"{ns}two", oid).endswith("char_count=23")
+
+    eventually(sees_it, "the second client's own watcher to write the version")
+    assert history(second, oid)[-1] == ("v2, seen by the second\n", None)
+
+
+def test_a_session_learns_versions_other_clients_wrote_before_it_assembles(
+    make_fs_service: MakeFsService, workspace: Path, ns: str
+) -> None:
+    """Without any watcher: another client's agent rewrote the file (and indexed it)."""
+    path = workspace / "other.py"
+    write(path, "mine\n")
+    first = make_fs_service(track=False)
+    second = make_fs_service(track=False)
+    first.start_session(f"{ns}one")
+    second.start_session(f"{ns}two")
+    oid = first.index_file(f"{ns}one", str(path)).object_id
+    second.index_file(f"{ns}two", str(path))
+    write(path, "theirs now\n")
+    second.index_file(f"{ns}two", str(path), wrote=True)
+    assert _line(first, f"{ns}one", oid).endswith("char_count=11")
+    assert first.object(f"{ns}one", oid).content == "theirs now\n"
+    os.remove(path)

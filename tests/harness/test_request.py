@@ -1,0 +1,124 @@
+"""``RequestCache``: each request rendered from where the chat changed is exactly the request
+``render`` makes of the whole context, and only the changed part is rendered again."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from selfctx.adapters.harness import request as request_module
+from selfctx.adapters.harness.render import render
+from selfctx.adapters.harness.request import RequestCache, text_chars
+from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage
+
+FORMATS = ("openai", "anthropic", "responses")
+IMAGE = {"type": "image", "url": "data:image/png;base64,AAAA"}
+
+
+def _expected(context: AssembledContext, fmt: str) -> tuple[dict[str, Any], str, int]:
+    body = render(context, fmt)
+    text = json.dumps(body, ensure_ascii=True, separators=(",", ":"))
+    conversation = body["input" if fmt == "responses" else "messages"]
+    return body, text, text_chars(body.get("system", [])) + text_chars(conversation)
+
+
+@st.composite
+def messages(draw: Any, n: int) -> RenderedMessage:
+    kind = draw(st.sampled_from(["user", "assistant", "assistant", "tool", "tool"]))
+    text = draw(st.sampled_from(["", " ", "text", "more text\n"]))
+    if kind == "user":
+        images = (IMAGE,) if draw(st.booleans()) and draw(st.booleans()) else ()
+        return RenderedMessage("user", text, images=images)
+    if kind == "assistant":
+        count = draw(st.integers(0, 2))
+        calls = tuple(
+            ToolCallRequest(f"c{draw(st.integers(0, 6))}", "bash", {"command": f"ls {n}"})
+            for _ in range(count)
+        )
+        if len({c.id for c in calls}) != len(calls):
+            calls = calls[:1]
+        reasoning = (
+            ({"type": "thinking", "thinking": "hm", "signature": "s"},)
+            if draw(st.booleans()) and draw(st.booleans())
+            else ()
+        )
+        return RenderedMessage("assistant", text, calls, reasoning=reasoning)
+    images = (IMAGE,) if draw(st.booleans()) and draw(st.booleans()) else ()
+    call = f"c{draw(st.integers(0, 6))}"
+    return RenderedMessage("tool", text or "out", toolcall_id=call, images=images)
+
+
+@st.composite
+def histories(draw: Any) -> list[tuple[tuple[RenderedMessage, ...], bool, bool]]:
+    """Successive chats (with whether there is metadata and active content), each made from
+    the one before: grown, with a message replaced by a new object, or cut short."""
+    chat: list[RenderedMessage] = []
+    out = []
+    for step in range(draw(st.integers(1, 8))):
+        op = draw(st.sampled_from(["grow", "grow", "grow", "replace", "cut", "same"]))
+        if op == "grow":
+            chat += [draw(messages(step * 10 + i)) for i in range(draw(st.integers(1, 5)))]
+        elif op == "replace" and chat:
+            at = draw(st.integers(0, len(chat) - 1))
+            chat[at] = draw(messages(step * 10 + 9))
+        elif op == "cut" and chat:
+            del chat[draw(st.integers(0, len(chat) - 1)) :]
+        out.append((tuple(chat), draw(st.booleans()), draw(st.booleans())))
+    return out
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@settings(max_examples=150, deadline=None)
+@given(history=histories(), prompt=st.sampled_from(["", "You fix bugs."]))
+def test_every_request_is_the_whole_rendering(
+    fmt: str, history: list[tuple[tuple[RenderedMessage, ...], bool, bool]], prompt: str
+) -> None:
+    cache = RequestCache(fmt)
+    for chat, metadata, active in history:
+        context = AssembledContext(
+            system_prompt=prompt,
+            metadata=("#1 file a.py",) if metadata else (),
+            chat=chat,
+            active=(ActiveBlock("f1", "content", ()),) if active else (),
+        )
+        got = cache.render(context)
+        body, text, chars = _expected(context, fmt)
+        assert got.body == body
+        assert got.text == text
+        assert got.chars == chars
+        assert got.messages == len(body["input" if fmt == "responses" else "messages"])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_grown_chat_renders_only_its_new_messages(
+    fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[RenderedMessage] = []
+    for name in ("_openai_message", "_blocks", "_responses_items"):
+        inner = getattr(request_module, name)
+
+        def counted(message: RenderedMessage, inner: Any = inner) -> Any:
+            made.append(message)
+            return inner(message)
+
+        monkeypatch.setattr(request_module, name, counted)
+    cache = RequestCache(fmt)
+    chat: list[RenderedMessage] = [RenderedMessage("user", "go")]
+    for n in range(200):
+        call = ToolCallRequest(f"c{n}", "bash", {"command": f"ls {n}"})
+        chat += [
+            RenderedMessage("assistant", f"step {n}", (call,)),
+            RenderedMessage("tool", f"output {n}", toolcall_id=f"c{n}"),
+        ]
+        made.clear()
+        context = AssembledContext("You fix bugs.", (), tuple(chat), ())
+        got = cache.render(context)
+        assert got.body == render(context, fmt)
+        # The new assistant message and its result; Anthropic also the user message that the
+        # result joins (kept open, since what follows may still join it).
+        assert len(made) <= (3 if n == 0 else 2), (n, made)

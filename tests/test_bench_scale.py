@@ -1,0 +1,40 @@
+"""``selfctx bench scale`` runs end to end at a small size and reports every figure (what they
+measure is for docs/benchmarks.md, not for a test: nothing here looks at a duration)."""
+
+from __future__ import annotations
+
+import pytest
+
+from selfctx.adapters.bench.scale import print_scale, run_scale
+
+
+def test_the_per_turn_figures_on_the_in_memory_store(capsys: pytest.CaptureFixture[str]) -> None:
+    result = run_scale(
+        checkpoints=(4, 8), window=2, stores=("memory",), modes=("list", "append"),
+        parts=("per_turn",),
+    )  # fmt: skip
+    for key in ("memory/list", "memory/append"):
+        figures = result["per_turn"][key]
+        assert "unsupported" not in figures
+        assert set(figures["checkpoints"]) == {"4", "8"}
+        for f in figures["checkpoints"].values():
+            assert f["cpu_ms"] > 0 and f["reference_ms"] > 0 and f["ratio"] is not None
+        assert figures["memory"]["messages_mb_per_100_turns"] > 0
+    print_scale(result)
+    assert "memory/append" in capsys.readouterr().out
+
+
+@pytest.mark.xtdb
+def test_agents_and_resume_on_a_node(xtdb_jars: object) -> None:
+    result = run_scale(
+        stores=("xtdb",), modes=("append",), checkpoints=(3,), window=1,
+        agent_counts=(2,), agent_turns=6, resume_objects=40,
+        parts=("per_turn", "agents", "resume"),
+    )  # fmt: skip
+    assert result["per_turn"]["xtdb/append"]["disk"]["ratio"] > 0
+    rows = result["agents"]["one_node"]
+    assert [r["agents"] for r in rows] == [2]
+    assert all("failures" not in r and r["requests_per_turn"] > 0 for r in rows)
+    resume = result["resume"]
+    assert resume["digest_kept"] is True
+    assert resume["resent_list"] == {"diverged": False, "consumed": 0}

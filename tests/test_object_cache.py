@@ -1,0 +1,101 @@
+"""A session keeps every object's metadata but content only up to a budget; what it dropped is
+read again from the store, and nothing it shows changes (decision 0065). On both stores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from selfctx.adapters.harness import HarnessSession
+from selfctx.application.objects import ObjectCache
+from selfctx.application.policies import policy_by_name
+from selfctx.application.settings import Settings
+from selfctx.domain.documents import to_document
+from selfctx.domain.objects import ToolcallObject
+from tests.conftest import MakeService
+
+
+def _call(n: int, size: int) -> ToolcallObject:
+    return ToolcallObject.build(
+        f"tc-{n}", tool="bash", args={"n": n}, output=f"{n}:" + "x" * size, status="ok",
+        chat_ref="chat:s",
+    )  # fmt: skip
+
+
+def test_the_cache_keeps_content_within_its_budget_and_reads_the_rest_again() -> None:
+    stored: dict[str, Any] = {}
+    batches: list[list[str]] = []
+
+    def loader(ids: list[str]) -> dict[str, Any]:
+        batches.append(ids)
+        return {i: stored[i] for i in ids}
+
+    cache = ObjectCache(loader, budget=1_000)
+    objects = [_call(n, 300) for n in range(10)]
+    for obj in objects:
+        stored[obj.id] = to_document(obj)
+        cache[obj.id] = obj
+    assert cache.chars <= 1_000
+    assert len(cache) == 10
+    hollow = [o.id for o in objects if cache.hollow(o.id)]
+    assert hollow == [o.id for o in objects[:7]]  # the least recently used
+    held = cache.meta("tc-0")
+    assert isinstance(held, ToolcallObject)
+    assert held.content is None and held.content_length == 302
+    assert held.object_hash == objects[0].object_hash and not batches
+    assert cache["tc-0"] == objects[0]  # whole again, read from the store
+    assert batches == [["tc-0"]] and cache.loads == 1
+    view = cache.showing({"tc-1", "tc-2", "tc-9"})
+    assert sorted(batches[-1]) == ["tc-1", "tc-2"]  # one batch for what is shown in full
+    assert view["tc-1"] == objects[1] and view["tc-9"] == objects[9]
+    assert view["tc-4"].content is None  # the rest as held: metadata
+    assert cache.chars <= 1_000
+
+
+def _conversation(h: HarnessSession, turns: int) -> list[dict[str, Any]]:
+    requests = []
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for n in range(turns):
+        function = {"name": "bash", "arguments": f'{{"command": "ls {n}"}}'}
+        call = {"id": f"c{n}", "type": "function", "function": function}
+        messages.append({"role": "assistant", "content": f"step {n}", "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"c{n}", "content": f"{n} " * 200})
+        h.ingest(list(messages))
+        requests.append(h.request())
+    return requests
+
+
+@pytest.mark.parametrize("policy", ["inline", "relevance", "ssot"])
+def test_a_session_with_a_small_budget_shows_exactly_what_a_large_one_does(
+    make_service: MakeService, policy: str
+) -> None:
+    small = make_service(settings=Settings(content_budget=2_000))  # on the test's store
+    large = make_service(settings=Settings(content_budget=10**9), store=None)  # in memory
+    a = HarnessSession(small, "s1", policy=policy_by_name(policy))
+    b = HarnessSession(large, "s1", policy=policy_by_name(policy))
+    assert _conversation(a, 25) == _conversation(b, 25)
+    cache = small._open("s1").objects
+    assert cache.chars <= 2_000 + 1_000  # the budget, and the one object used last
+    assert any(cache.hollow(i) for i in cache)
+    # What was dropped comes back whole when asked for.
+    for object_id in list(cache):
+        assert small.object("s1", object_id) == large.object("s1", object_id)
+
+
+def test_a_resumed_session_reads_its_tool_calls_without_content_and_shows_the_same(
+    make_service: MakeService,
+) -> None:
+    first = make_service()
+    a = HarnessSession(first, "s1", policy=policy_by_name("relevance"))
+    before = _conversation(a, 25)[-1]
+    first.close_session("s1")
+    again = make_service()
+    b = HarnessSession(again, "s1")
+    cache = again._open("s1").objects
+    calls = [i for i in cache if again.state("s1").kinds.get(i) == "toolcall"]
+    assert calls and all(cache.hollow(i) for i in calls)  # read without their content
+    assert b.request() == before
+    shown = again.state("s1").active
+    assert all(not cache.hollow(i) for i in shown)
+    assert any(cache.hollow(i) for i in calls if i not in shown)
