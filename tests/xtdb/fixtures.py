@@ -24,8 +24,11 @@ def xtdb_jars() -> Path:
 
 @pytest.fixture(scope="session")
 def xtdb_node(xtdb_jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[XtdbNode]:
-    """One in-memory node for the whole run (tests keep apart by prefixing their ids)."""
-    node = XtdbNode("memory", run_dir=tmp_path_factory.mktemp("xtdb-memory"))
+    """One node for the whole run (tests keep apart by prefixing their ids). A RocksDB node, in a
+    temporary folder: everything the suite writes (tens of thousands of transactions) stays on
+    disk, where an in-memory node keeps it all in its 1 GB heap until the heap is full and the
+    node stops answering."""
+    node = XtdbNode("rocksdb", tmp_path_factory.mktemp("xtdb-shared") / "data")
     with node:
         yield node
 
