@@ -89,6 +89,9 @@ class OpenSession:
     """Token counts of texts this session's prompts contained."""
     context_counter: Any = None
     """Counts successive contexts incrementally (``selfctx.application.tokens.ContextCounter``)."""
+    collapses: dict[str, Any] = attrs.field(factory=dict)
+    """Why assembly collapsed each output it collapsed, in this process (``CollapseRecord`` of
+    ``selfctx.application.usecases.collapse_order``): a diagnosis, never stored."""
 
     def remember(self, obj: ContentObject) -> None:
         """Record a newer version of one of the session's objects."""

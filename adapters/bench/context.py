@@ -24,12 +24,13 @@ for byte, with what the tool returned.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from selfctx.adapters.bench.losses import LossCollector, summarize
 from selfctx.adapters.harness.recall import Recall, used_lines, visible_lines
 from selfctx.adapters.harness.replay import replay, replay_filesystem_id
 from selfctx.adapters.harness.tokens import PromptCounter, request_texts
@@ -146,15 +147,19 @@ def run_context_bench(
     tokenizer: Tokenizer,
     policies: Mapping[str, PolicyConfig],
     progress: Callable[[str], None] = lambda _: None,
+    losses: Collection[str] = (),
 ) -> dict[str, Any]:
     """Replay every trajectory under naive and each policy; returns the JSON of
-    ``selfctx bench context --json`` (without ``default_policy``) and per-call sizes."""
+    ``selfctx bench context --json`` (without ``default_policy``) and per-call sizes. For the
+    policies named in ``losses``, also every hidden used line and a summary by cause
+    (``selfctx.adapters.bench.losses``)."""
     counter = PromptCounter(tokenizer)
     count = counter.text
     names = ["naive", *policies]
     total = {name: Contender() for name in names}
     rows = []
     per_call: dict[str, dict[str, list[int]]] = {}
+    hidden: dict[str, list[dict[str, Any]]] = {name: [] for name in losses if name in policies}
     for trajectory in trajectories:
         progress(f"{trajectory.name}: {len(trajectory.calls)} calls")
         figures = {name: Contender() for name in names}
@@ -166,11 +171,20 @@ def run_context_bench(
         for name, policy in policies.items():
             service = make_service(trajectory)
             contender = figures[name]
+            collector = (
+                LossCollector(name, trajectory, trajectory.observation_positions())
+                if name in hidden
+                else None
+            )
 
             def observe(n: int, call: Any, session: Any, request: Mapping[str, Any]) -> None:
                 contender.add(list(request_texts(request)), count)  # noqa: B023 - used at once
+                if collector is not None:  # noqa: B023
+                    collector.observe(n, session, request, used[n - 1])  # noqa: B023
 
             report = replay(trajectory, service, counter, observe=observe, policy=policy)
+            if collector is not None:
+                hidden[name] += collector.entries
             contender.recall = report.recall
             _check_retrievable(service, report.session_id, trajectory, contender)
         row: dict[str, Any] = {
@@ -191,12 +205,18 @@ def run_context_bench(
             row["naive"]["recorded_prompt_tokens"] = trajectory.recorded_prompt_tokens
         rows.append(row)
         per_call[trajectory.name] = {name: figures[name].per_call for name in names}
-    return {
+    result: dict[str, Any] = {
         "tokenizer": tokenizer.name,
         "trajectories": rows,
         "total": {name: total[name].figures() for name in names},
         "per_call": per_call,
     }
+    if hidden:
+        result["losses"] = {
+            name: {"summary": summarize(entries), "lines": entries}
+            for name, entries in hidden.items()
+        }
+    return result
 
 
 def replay_service_factory(

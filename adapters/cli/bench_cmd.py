@@ -242,7 +242,7 @@ def _context(args: argparse.Namespace) -> int:
         trajectories_in,
     )
     from selfctx.adapters.tokenizer import default_tokenizer
-    from selfctx.application.policies import POLICIES
+    from selfctx.application.policies import DEFAULT_POLICY, POLICIES
 
     paths = args.paths or [p for p in [default_directory()] if p is not None]
     if not paths:
@@ -251,23 +251,32 @@ def _context(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    policies = dict(POLICIES)
+    unknown = [n for n in args.policy or () if n not in POLICIES]
+    if unknown:
+        print(f"selfctx: unknown policy {unknown[0]!r}; known: {list(POLICIES)}", file=sys.stderr)
+        return 2
+    policies = {n: p for n, p in POLICIES.items() if not args.policy or n in args.policy}
+    variants = []
     for variant in args.variant or ():
         name, policy = parse_variant(variant)
         policies[name] = policy
+        variants.append(name)
     tokenizer = default_tokenizer()
     trajectories = trajectories_in(paths)
     if args.long_session:
         return _long_session(args, trajectories, tokenizer)
+    named = [n for n in POLICIES if n in policies]
+    diagnosed = [*(args.policy or [DEFAULT_POLICY]), *variants] if args.losses else []
     result = run_context_bench(
         trajectories,
         replay_service_factory(build_service, tokenizer),
         tokenizer,
         policies,
         _progress(args.json),
+        losses=diagnosed,
     )
     per_call = result.pop("per_call")
-    result["default_policy"] = choose_default(result["total"], list(POLICIES))
+    result["default_policy"] = choose_default(result["total"], named or list(policies))
     if args.chart:
         from selfctx.adapters.bench.chart import sweep_chart
 
@@ -278,7 +287,29 @@ def _context(args: argparse.Namespace) -> int:
         print(json.dumps(result))
         return 0
     _context_table(result)
+    for name, found in result.get("losses", {}).items():
+        _losses_table(name, found)
     return 0
+
+
+def _losses_table(name: str, found: dict[str, Any]) -> None:
+    """Every hidden used line of one contender, then the counts by cause."""
+    print()
+    print(f"hidden used lines of {name}: {found['summary']['hidden']}")
+    print(f"{'trajectory':28} {'call':>4} {'back':>4} {'cause':18} {'output':7} {'view':7} command")
+    for e in found["lines"]:
+        cause = f"{e.get('cause')}/{e.get('tier', '-')}"
+        if e.get("working_set") is not None:
+            cause += "/ws" if e["working_set"] else ""
+        print(
+            f"{e['trajectory'][:28]:28} {e['call']:>4} {e.get('calls_back', '?'):>4} "
+            f"{cause[:18]:18} {e.get('output', '?'):7} {e.get('view', '-'):7} "
+            f"{str(e.get('command', ''))[:70]}"
+        )
+        print(f"{'':38}line: {e['line'][:90]}")
+    for key, counts in found["summary"].items():
+        if isinstance(counts, dict) and key != "by_trajectory":
+            print(f"{key.replace('_', ' ')}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
 
 
 def _long_session(args: argparse.Namespace, trajectories: Any, tokenizer: Any) -> int:
@@ -512,6 +543,17 @@ def register(subparsers: Any) -> None:
         action="append",
         help="also measure POLICY:KEY=VALUE,... (say relevance:keep_tokens=2000), or inline "
         "with TRIGGER,CLEAR,KEEP (repeatable)",
+    )
+    context.add_argument(
+        "--policy",
+        action="append",
+        help="measure only this named policy (repeatable; default: every named policy)",
+    )
+    context.add_argument(
+        "--losses",
+        action="store_true",
+        help="list every used line the default policy (or each --policy) and each --variant "
+        "hid, and why, with a summary by cause",
     )
     context.set_defaults(handler=_context)
     _register_watch(benches)

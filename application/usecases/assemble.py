@@ -28,7 +28,12 @@ from selfctx.application.ports.tokenizer import Tokenizer
 from selfctx.application.runner import OpenSession
 from selfctx.application.tokens import ContextCounter, context_tokens
 from selfctx.application.usecases.base import Deps
-from selfctx.application.usecases.collapse_order import NO_PLAN, CollapsePlan, plan_collapse
+from selfctx.application.usecases.collapse_order import (
+    NO_PLAN,
+    CollapsePlan,
+    CollapseRecord,
+    plan_collapse,
+)
 from selfctx.application.usecases.compaction import CompactChat
 from selfctx.application.usecases.shedding import files_to_shed, shedding_note
 from selfctx.domain.chat import AssistantMessage, ToolResult
@@ -133,6 +138,7 @@ class AssembleContext:
             if chosen:
                 note = shedding_note(session, chosen, cleared, total, limit)
                 command = c.CollapseToFit(tuple(chosen), note)
+                _record(session, chosen, "shed", NO_PLAN)
                 self._deps.runner.execute(session, lambda reads, st: command)
                 context = self.render(session)
                 total = self.tokens(session, context)
@@ -171,6 +177,7 @@ class AssembleContext:
             return False
         newer = tuple((i, plan.superseded[i]) for i in chosen if i in plan.superseded)
         command = c.CollapseToFit(tuple(state.ordered(frozenset(chosen))), "", newer)
+        _record(session, chosen, "seen", plan)
         self._deps.runner.execute(session, lambda reads, st: command)
         return True
 
@@ -242,8 +249,17 @@ class AssembleContext:
             )
             note += "."
         command = c.CollapseToFit(tuple(chosen), note, newer)
+        _record(session, chosen, "batch" if batch else "budget", plan)
         self._deps.runner.execute(session, lambda reads, st: command)
         return True
+
+
+def _record(session: OpenSession, chosen: list[str], rule: str, plan: CollapsePlan) -> None:
+    """Remember why each of ``chosen`` is collapsed (``selfctx bench context --losses``)."""
+    for object_id in chosen:
+        session.collapses[object_id] = CollapseRecord(
+            rule, plan.tier_name(object_id), object_id in plan.working, session.seq
+        )
 
 
 SUPERSEDED_NEAR_END = 4

@@ -17,7 +17,7 @@ from selfctx.domain.objects import ContentObject, Source, ToolcallObject
 from selfctx.domain.relevance import KEEP, SUPERSEDED, UNUSED, Relevance, relevance
 from selfctx.domain.session.state import SessionState
 
-__all__ = ["NO_PLAN", "CollapsePlan", "plan_collapse"]
+__all__ = ["NO_PLAN", "CollapsePlan", "CollapseRecord", "plan_collapse"]
 
 OVER_KEEP = (UNUSED + KEEP) / 2
 """Tier of a working-set output beyond ``keep_tokens``: after the unused ones."""
@@ -31,6 +31,16 @@ class CollapsePlan:
     """Tier of each active tool output (lower goes first; :data:`KEEP` is never taken)."""
     superseded: Mapping[str, str]
     """Outputs a later output shows again, with that later output."""
+    working: frozenset[str] = frozenset()
+    """Active outputs that show a file of the working set."""
+
+    def tier_name(self, object_id: str) -> str:
+        """The tier of an output, as a word (``superseded``, ``unused``, ``kept``,
+        ``over-keep``; ``any`` for a policy without tiers)."""
+        if not self.tiers:
+            return "any"
+        tier = self.tiers.get(object_id, UNUSED)
+        return _TIER_NAMES.get(tier, "unused")
 
     def key(self, object_id: str) -> float:
         return self.tiers.get(object_id, UNUSED)
@@ -42,6 +52,8 @@ class CollapsePlan:
     def kept(self, object_id: str) -> bool:
         return self.tiers.get(object_id) == KEEP
 
+
+_TIER_NAMES = {SUPERSEDED: "superseded", UNUSED: "unused", OVER_KEEP: "over-keep", KEEP: "kept"}
 
 NO_PLAN = CollapsePlan({}, {})
 """``inline``: every output is alike; least recently used first."""
@@ -77,4 +89,21 @@ def plan_collapse(
             tiers[object_id] = OVER_KEEP
         elif room is not None:
             room -= size
-    return CollapsePlan(tiers, found.superseded)
+    working = frozenset(i for i in tiers if _weight(found, objects[i]) > 0)
+    return CollapsePlan(tiers, found.superseded, working)
+
+
+@attrs.frozen
+class CollapseRecord:
+    """Why assembly collapsed an output: what ``selfctx bench context --losses`` reports for a
+    line the model later used. Kept in memory with the open session, never stored."""
+
+    rule: str
+    """``seen`` (answered, showing nothing the agent works on), ``batch`` (the prompt passed
+    the trigger), ``budget`` (the hard budget), ``shed`` (the input limit)."""
+    tier: str
+    """The output's tier then (:meth:`CollapsePlan.tier_name`)."""
+    working_set: bool
+    """Whether it showed a file of the working set then."""
+    seq: int
+    """The session's log position right before the collapse."""

@@ -86,6 +86,10 @@ class Trajectory:
             return sum(t for t in per_call if t is not None)
         return self.recorded_total_prompt_tokens
 
+    def observation_positions(self) -> list[int]:
+        """Positions of the messages that carry what tools printed: the tool messages."""
+        return [n for n, m in enumerate(self.messages) if m.get("role") == "tool"]
+
     def tool_outputs(self) -> dict[str, str]:
         """Each answered tool call's id and the exact text of its result."""
         return {
