@@ -99,6 +99,8 @@ def covers(later: FileView, earlier: FileView) -> bool:
         return False
     if later.kind == "read":
         return True
+    if not earlier.ranges or not later.ranges:  # lines not known: only a whole read shows them
+        return False
     return earlier.kind == "lines" and _lines_cover(later.ranges, earlier.ranges)
 
 

@@ -168,7 +168,7 @@ class Ingestor:
                 read_ids += ids
                 views += [FileView(i, "read") for i in ids]
             elif isinstance(effect, FileLines) and self._allowed(effect.path):
-                views += [FileView(i, "lines", effect.ranges) for i in self._ids([effect.path])]
+                views += [v for i in self._ids([effect.path]) if (v := _view(i, effect.ranges))]
             elif isinstance(effect, FileWrite | FileEdit) and self._allowed(effect.path):
                 views += [FileView(i, "change") for i in self._ids([effect.path])]
             elif isinstance(effect, Listing):
@@ -352,6 +352,15 @@ def _check_unique(messages: Sequence[Message], answered: dict[str, bool]) -> Non
             if answered.get(call_id):
                 raise MalformedMessage(message.index, f"a second result for tool call {call_id!r}")
             answered[call_id] = True
+
+
+def _view(file_id: str, ranges: tuple[tuple[int, int], ...]) -> FileView | None:
+    """A lines view, or None for ranges that are not line numbers: recognition names views or
+    nothing, and never stops a message list from being recorded."""
+    try:
+        return FileView(file_id, "lines", ranges)
+    except InvalidInput:
+        return None
 
 
 def _failed(output: str) -> bool:
