@@ -40,7 +40,6 @@ from selfctx.domain.chat import AssistantMessage, ToolResult
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.inline import handle, render_inline
 from selfctx.domain.objects import ToolcallObject
-from selfctx.domain.relevance import UNUSED
 from selfctx.domain.rendering import AssembledContext, RenderedMessage, render_context
 from selfctx.domain.session import commands as c
 from selfctx.domain.session.state import SessionState
@@ -126,7 +125,12 @@ class AssembleContext:
         if trigger is not None and total > trigger:
             spared = _newest_toolcalls(session, policy.keep_recent)
             plan = plan_collapse(
-                session.state, session.objects, self._deps.mounts.display_path, count, spared
+                session.state,
+                session.objects,
+                self._deps.mounts.display_path,
+                count,
+                spared,
+                session.relevance_memo,
             )
             goal = max(policy.clear_at_least, total - trigger)
             if self._collapse(session, count, goal, plan, spared):
@@ -164,14 +168,21 @@ class AssembleContext:
         if not any(times >= seen for times in window.values()):
             return False
         spared = _newest_toolcalls(session, state.policy.keep_recent)
-        plan = plan_collapse(state, session.objects, self._deps.mounts.display_path, count, spared)
+        plan = plan_collapse(
+            state,
+            session.objects,
+            self._deps.mounts.display_path,
+            count,
+            spared,
+            session.relevance_memo,
+        )
         chosen = [
             i
             for i, times in window.items()
             if i in state.active
             and i not in state.pinned
             and i not in spared
-            and (plan.always(i) or (times == seen and plan.key(i) <= UNUSED))
+            and (plan.always(i) or (times == seen and not plan.kept(i)))
         ]
         if not chosen:
             return False

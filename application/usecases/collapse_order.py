@@ -14,7 +14,14 @@ from collections.abc import Callable, Iterable, Mapping
 import attrs
 
 from selfctx.domain.objects import ContentObject, Source, ToolcallObject
-from selfctx.domain.relevance import KEEP, SUPERSEDED, UNUSED, Relevance, relevance
+from selfctx.domain.relevance import (
+    KEEP,
+    SUPERSEDED,
+    UNUSED,
+    Relevance,
+    RelevanceMemo,
+    relevance,
+)
 from selfctx.domain.session.state import SessionState
 
 __all__ = ["NO_PLAN", "CollapsePlan", "CollapseRecord", "plan_collapse"]
@@ -71,19 +78,24 @@ def plan_collapse(
     display_path: Callable[[Source], str],
     count: Callable[[str], int],
     spared: Iterable[str],
+    memo: RelevanceMemo | None = None,
 ) -> CollapsePlan:
-    """The plan for ``state``'s policy (``spared``: the newest outputs, which no batch takes)."""
+    """The plan for ``state``'s policy (``spared``: the newest outputs, which no batch takes;
+    ``memo``: what earlier turns learnt, so that this one looks only at what is new)."""
     policy = state.policy
     if policy.name != "relevance":
         return NO_PLAN
-    found = relevance(state, objects, display_path, policy.recent_messages)
+    found = relevance(state, objects, display_path, policy.recent_messages, memo)
     tiers: dict[str, float] = dict(found.tiers)
     exempt = set(spared)
     kept = [i for i, tier in tiers.items() if tier == KEEP and i not in exempt]
     kept.sort(key=lambda i: (-_weight(found, objects[i]), -state.positions[i]))
     room = policy.keep_tokens
-    for object_id in kept:
+    for n, object_id in enumerate(kept):
         size = count(objects[object_id].content or "")
+        if n == 0 and room is not None:  # the heaviest file's view stays, whatever its size
+            room = max(0, room - size)
+            continue
         if room is not None and size > room:
             room = 0  # strictly by rank: nothing after the first that does not fit
             tiers[object_id] = OVER_KEEP

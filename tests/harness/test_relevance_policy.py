@@ -207,3 +207,72 @@ def test_a_partial_view_of_a_host_file_indexes_the_whole_file(tmp_path: Path) ->
         assert [v.to_json() for v in call.file_views or ()] == [
             {"file": a_id, "kind": "lines", "ranges": [[1, 4]]}
         ]
+
+
+def test_a_view_of_a_file_changed_since_goes_once_answered() -> None:
+    h = session()
+    messages: list[dict[str, Any]] = [
+        o_user("fix a.py"),
+        o_assistant("Reading a.py.", bash("c1", "sed -n 1,40p a.py")),
+        o_tool("c1", mini(A_PY[:1200])),
+        o_assistant("Fixing a.py.", bash("c2", "sed -i s/argument/value/ a.py")),
+        o_tool("c2", mini("")),
+    ]
+    h.ingest(messages)
+    # a.py changed after the view: what it showed may no longer be so (decision 0021)
+    assert "collapsed" in shown(h)["c1"]
+    control = session()
+    control.ingest([*messages[:3], o_assistant("a.py looks fine.", bash("c2", "ls")), messages[4]])
+    assert A_PY[:1200] in shown(control)["c1"]  # the same view, no change: kept
+
+
+def test_the_heaviest_files_view_stays_whatever_its_size() -> None:
+    # a budget smaller than the one view of the one file the agent works on keeps it all the same
+    h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10)
+    messages: list[dict[str, Any]] = [
+        o_user("fix a.py"),
+        o_assistant("Reading a.py.", bash("c1", "cat a.py")),
+        o_tool("c1", mini(A_PY)),
+    ]
+    for n in range(2, 5):
+        messages += [o_assistant("a.py again", bash(f"c{n}", "true")), o_tool(f"c{n}", mini(""))]
+    h.ingest(messages)
+    assert A_PY in shown(h)["c1"]
+
+
+class _Counting(dict[str, Any]):
+    """The session's objects, counting lookups."""
+
+    lookups = 0
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        _Counting.lookups += 1
+        return super().get(key, default)
+
+
+def _lookups_for_one_more_call(calls: int) -> int:
+    h = session()
+    messages: list[dict[str, Any]] = [o_user("fix a.py")]
+    for n in range(calls):  # views of a.py among outputs that collapse once answered
+        command = f"sed -n {n + 1},{n + 3}p a.py" if n % 5 == 0 else f"pip install p{n}"
+        messages += [
+            o_assistant("on a.py", bash(f"c{n}", command)),
+            o_tool(f"c{n}", mini(A_PY[n * 10 : n * 10 + 1500])),
+        ]
+    h.ingest(messages)
+    h.service.assemble("s1")
+    open_session = h.service._open("s1")  # the test counts what a turn reads
+    open_session.objects = _Counting(open_session.objects)
+    _Counting.lookups = 0
+    messages += [o_assistant("a.py", bash("last", "sed -n 2,4p a.py")), o_tool("last", mini("x"))]
+    h.ingest(messages)
+    h.service.assemble("s1")
+    return _Counting.lookups
+
+
+def test_a_turn_looks_at_what_is_new_not_at_the_whole_session() -> None:
+    # what the policy learnt about earlier outputs is kept between turns (RelevanceMemo): the
+    # objects a turn reads follow what the prompt shows and what is new, not the session's length
+    # (without the memo: 141 and 423 lookups, three times as many for four times the calls)
+    short, long = _lookups_for_one_more_call(30), _lookups_for_one_more_call(120)
+    assert long < 2 * short, (short, long)
