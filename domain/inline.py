@@ -25,6 +25,7 @@ from selfctx.domain.chat import (
 )
 from selfctx.domain.compaction import summary_text
 from selfctx.domain.objects import ContentObject, FileObject, Source, ToolcallObject
+from selfctx.domain.relevance import superseded_by
 from selfctx.domain.rendering import AssembledContext, RenderedMessage, field
 from selfctx.domain.session.state import SessionState
 
@@ -145,9 +146,13 @@ def _collapsed(
         line += f"; files {shown}" + (f" and {more} more" if more > 0 else "")
     later = state.superseded.get(obj.id)
     if later is not None and later in state.positions:
-        newer = _changed_between(state, obj, later, objects)
-        shows = "shows its lines in a newer version" if newer else "shows its lines again"
-        line += f"; superseded: {handle(state, later)} {shows}"
+        other = objects.get(later)
+        if isinstance(other, ToolcallObject) and superseded_by(obj, [other]) is None:
+            line += f"; stale: {handle(state, later)} changed its file since"
+        else:
+            newer = _changed_between(state, obj, later, objects)
+            shows = "shows its lines in a newer version" if newer else "shows its lines again"
+            line += f"; superseded: {handle(state, later)} {shows}"
     return line + "]"
 
 

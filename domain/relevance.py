@@ -75,9 +75,10 @@ class Relevance:
     """For each active tool output: :data:`SUPERSEDED`, :data:`UNUSED` or :data:`KEEP`."""
     superseded: Mapping[str, str]
     """Superseded active outputs, each with the earliest later output that shows its lines."""
-    stale: frozenset[str] = frozenset()
+    stale: Mapping[str, str] = attrs.field(factory=dict)
     """Active outputs every file of which a later call changed (and no later output shows their
-    lines again): what they show may no longer be so; tiered :data:`UNUSED`."""
+    lines again), each with the call that changed the last of them: what they show may no longer
+    be so; tiered :data:`UNUSED`."""
 
 
 def _lines_cover(outer: tuple[tuple[int, int], ...], inner: tuple[tuple[int, int], ...]) -> bool:
@@ -207,8 +208,9 @@ class RelevanceMemo:
     """Output id → length of the session index when the outputs after it were last looked at."""
     covered: dict[str, str] = attrs.field(factory=dict)
     """Output id → the first later output that shows every line it showed."""
-    changed: dict[str, set[str]] = attrs.field(factory=dict)
-    """Output id → the files it shows that a later call changed (only outputs with views)."""
+    changed: dict[str, dict[str, str]] = attrs.field(factory=dict)
+    """Output id → the files it shows that a later call changed, each with the first such call
+    (only outputs with views)."""
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop what is known of outputs other than ``keep`` (those no longer active)."""
@@ -245,7 +247,7 @@ def relevance(
                 working[file_id] = working.get(file_id, 0.0) + DECAY**age
     superseded: dict[str, str] = {}
     tiers: dict[str, int] = {}
-    stale: set[str] = set()
+    stale: dict[str, str] = {}
     for output in active:
         views = [v for v in output.file_views or () if v.kind != "change"]
         if views:
@@ -254,15 +256,18 @@ def relevance(
         if later is not None:
             superseded[output.id] = later
             tiers[output.id] = SUPERSEDED
-        elif views and memo.changed.get(output.id, set()) >= {v.file for v in views}:
-            stale.add(output.id)  # every file it shows changed since: its lines may not be
+        elif views and (changes := memo.changed.get(output.id, {})).keys() >= {
+            v.file for v in views
+        }:
+            # every file it shows changed since: its lines may no longer be what they were
+            stale[output.id] = max(changes.values(), key=state.positions.__getitem__)
             tiers[output.id] = UNUSED
         elif any(v.file in working for v in views):
             tiers[output.id] = KEEP
         else:
             tiers[output.id] = UNUSED
     memo.forget(o.id for o in active)
-    return Relevance(working, tiers, superseded, frozenset(stale))
+    return Relevance(working, tiers, superseded, stale)
 
 
 def _look_after(
@@ -288,5 +293,5 @@ def _look_after(
             break
         for view in later.file_views:
             if view.kind == "change" and view.file in files:
-                memo.changed.setdefault(output.id, set()).add(view.file)
+                memo.changed.setdefault(output.id, {}).setdefault(view.file, later.id)
     memo.checked[output.id] = end

@@ -186,8 +186,7 @@ class AssembleContext:
         ]
         if not chosen:
             return False
-        newer = tuple((i, plan.superseded[i]) for i in chosen if i in plan.superseded)
-        command = c.CollapseToFit(tuple(state.ordered(frozenset(chosen))), "", newer)
+        command = c.CollapseToFit(tuple(state.ordered(frozenset(chosen))), "", plan.newer(chosen))
         _record(session, chosen, "seen", plan)
         self._deps.runner.execute(session, lambda reads, st: command)
         return True
@@ -263,7 +262,7 @@ class AssembleContext:
                 f"{handle(state, i)} by {handle(state, by)}" for i, by in newer
             )
             note += "."
-        command = c.CollapseToFit(tuple(chosen), note, newer)
+        command = c.CollapseToFit(tuple(chosen), note, plan.newer(chosen))
         _record(session, chosen, "batch" if batch else "budget", plan)
         self._deps.runner.execute(session, lambda reads, st: command)
         return True

@@ -40,6 +40,17 @@ class CollapsePlan:
     """Outputs a later output shows again, with that later output."""
     working: frozenset[str] = frozenset()
     """Active outputs that show a file of the working set."""
+    stale: Mapping[str, str] = attrs.field(factory=dict)
+    """Outputs every file of which a later call changed, with that call."""
+
+    def newer(self, chosen: Iterable[str]) -> tuple[tuple[str, str], ...]:
+        """``(output, later call)`` for the chosen outputs a later output shows again or a later
+        call made stale: what their collapsed lines say (decision 0021)."""
+        return tuple(
+            (i, later)
+            for i in chosen
+            if (later := self.superseded.get(i) or self.stale.get(i)) is not None
+        )
 
     def tier_name(self, object_id: str) -> str:
         """The tier of an output, as a word (``superseded``, ``unused``, ``kept``,
@@ -102,7 +113,7 @@ def plan_collapse(
         elif room is not None:
             room -= size
     working = frozenset(i for i in tiers if _weight(found, objects[i]) > 0)
-    return CollapsePlan(tiers, found.superseded, working)
+    return CollapsePlan(tiers, found.superseded, working, found.stale)
 
 
 @attrs.frozen
