@@ -26,7 +26,7 @@ from selfctx.domain.chat import (
 from selfctx.domain.compaction import summary_text
 from selfctx.domain.objects import ContentObject, FileObject, Source, ToolcallObject
 from selfctx.domain.relevance import superseded_by
-from selfctx.domain.rendering import AssembledContext, RenderedMessage, field
+from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage, field
 from selfctx.domain.session.state import SessionState
 
 __all__ = ["INLINE_GUIDE", "InlineCache", "compact_call", "handle", "render_inline"]
@@ -85,6 +85,10 @@ class InlineCache:
     """The first position whose rendering may have changed (None: none)."""
     compacted: dict[str, ToolCallRequest] = attrs.field(factory=dict)
     """Shortened requests of collapsed calls, by call id."""
+    viewed: set[str] = attrs.field(factory=set)
+    """Files some tool output of the session shows (a read or lines view): those show there."""
+    scanned: int = 0
+    """How much of the session index ``viewed`` has looked at."""
     registered: dict[int, list[tuple[str, str]]] = attrs.field(factory=dict)
     """For each message position, the ``shown`` and ``positions`` keys it added, so that
     :meth:`truncate` forgets them in the time of what it removes, not of the session's size."""
@@ -278,5 +282,29 @@ def render_inline(
     cache.active = state.active
     prompt = f"{system_prompt}\n\n{INLINE_GUIDE}" if system_prompt else INLINE_GUIDE
     return AssembledContext(
-        system_prompt=prompt, metadata=(), chat=tuple(cache.messages), active=()
+        system_prompt=prompt,
+        metadata=(),
+        chat=tuple(cache.messages),
+        active=_files_shown_by_no_output(state, objects, cache),
+    )
+
+
+def _files_shown_by_no_output(
+    state: SessionState, objects: Mapping[str, ContentObject], cache: InlineCache
+) -> tuple[ActiveBlock, ...]:
+    """Active files that no tool output of the session shows (a harness or an application read
+    or activated them through the service): after the chat, as the SSOT layout shows active
+    content. A file a tool output read shows in that output, collapsed or not."""
+    index = state.index
+    for object_id in index[cache.scanned :]:
+        obj = objects.get(object_id)
+        if isinstance(obj, ToolcallObject):
+            cache.viewed.update(v.file for v in obj.file_views or () if v.kind != "change")
+    cache.scanned = len(index)
+    kinds = state.kinds
+    files = [i for i in state.active if kinds.get(i) == "file" and i not in cache.viewed]
+    return tuple(
+        ActiveBlock(i, obj.content)
+        for i in sorted(files, key=state.positions.__getitem__)
+        if isinstance(obj := objects.get(i), FileObject)
     )

@@ -177,6 +177,16 @@ class Ingestor:
                 views += [FileView(i, "change") for i in self._ids([effect.path])]
             elif isinstance(effect, Listing):
                 listings.append([p for p in effect.paths if self._allowed(p)])
+        context = called_context_tool(call.name, args, self.tool_prefix)
+        # Under the inline layouts the answer of activate is where the object shows (decision
+        # 0008); under the SSOT's the object itself is active, and its answer says so.
+        activated = (
+            self.inline and context is not None and context[0] == "activate" and status == "ok"
+        )
+        shown = self._activated_file(context[1]) if activated and context is not None else None
+        if shown is not None:  # the answer of activate(file) shows the whole file
+            views.append(FileView(shown, "read"))
+            read_ids.append(shown)
         # The files a call read, viewed or listed are its file_refs, so that a collapsed output
         # still names them; viewed and listed files are discovered after the call, in
         # first-encounter order.
@@ -197,8 +207,7 @@ class Ingestor:
             images=message.images,
             file_views=views or None,
         )
-        context = called_context_tool(call.name, args, self.tool_prefix)
-        if context is not None and context[0] == "activate" and status == "ok":
+        if activated:
             # The answer shows what the model asked for: it stays until the model deactivates
             # it or a budget forces it out, as an object the model activated does.
             self.service.activate(sid, call.id)
@@ -271,6 +280,16 @@ class Ingestor:
             return
         effects = recognise(call.name, dict(call.arguments), toolcall.content, self.cwd)
         self._after_call(effects, done)
+
+    def _activated_file(self, ref: object) -> str | None:
+        """The file an ``activate`` call named (an id or a ``#n`` handle), or None."""
+        if not isinstance(ref, str):
+            return None
+        try:
+            obj = self.service.object(self.session_id, self.ids.resolve(ref))
+        except SelfContextError:
+            return None
+        return obj.id if isinstance(obj, FileObject) else None
 
     def _ids(self, paths: Sequence[str]) -> list[str]:
         """Object ids of the paths that resolve (discovery refuses the others)."""

@@ -226,8 +226,9 @@ class AssembleContext:
                 size = count(obj.content or "")
                 if inline:  # its long arguments are shortened too
                     size += count(json.dumps(thaw(obj.args), ensure_ascii=False)) // 2
-            elif inline:
-                continue  # inline shows files through the tool messages that read them
+            elif inline and (batch or object_id in session.inline_cache.viewed):
+                continue  # inline shows files through the tool messages that read them; one
+                # that none shows is shown after the chat, and only a budget takes it
             else:
                 size = count(obj.content or "")
             sizes[object_id] = size

@@ -5,6 +5,7 @@ byte-identical."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -352,3 +353,25 @@ def test_an_output_activated_through_the_service_stays() -> None:
         messages += [o_assistant("Working.", bash(f"c{n}", "true")), o_tool(f"c{n}", mini(""))]
         h.ingest(messages)
         assert NOISE in shown(h)["c1"], n
+
+
+def test_a_file_the_model_activated_shows_once_in_the_answer(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(A_PY)
+    service = build_service(
+        store=MemoryStore(),
+        workspace=str(tmp_path),
+        settings=Settings(policy=policy_by_name("relevance")),
+    )
+    h = HarnessSession(service, "live", "openai", cwd=str(tmp_path), roots=[str(tmp_path)])
+    messages: list[dict[str, Any]] = [
+        o_user("look"),
+        o_assistant("", bash("c1", "ls")),
+        o_tool("c1", mini("a.py\n")),
+    ]
+    h.ingest(messages)
+    handle = (
+        f"#{service.state('live').positions[service.object_id_for(str(tmp_path / 'a.py'))] + 1}"
+    )
+    _activate(h, messages, "a1", handle)
+    text = json.dumps(h.request()["messages"])
+    assert text.count(json.dumps(A_PY)[1:-1]) == 1  # in the answer, not after the chat too
