@@ -93,3 +93,22 @@ def test_only_a_budget_takes_a_file_shown_after_the_chat(
     context = service.assemble("s")
     assert big not in [b.object_id for b in context.active]  # the budget forced it out
     assert CONTENT in context.to_text()  # what fits stays
+
+
+@pytest.mark.parametrize("name", ["inline", "relevance"])
+def test_a_file_a_tool_call_wrote_is_not_shown_after_the_chat(
+    make_service: MakeService, files: FakeFileReader, name: str
+) -> None:
+    service = _service(make_service, files, policy_by_name(name))
+    command = "cat > a.py <<'EOF'\n" + CONTENT + "EOF"
+    service.record_assistant_message("s", "Writing it.", [ToolCallRequest("c1", "bash", {})])
+    file_id = service.index_file("s", "/w/a.py", CONTENT, wrote=True).object_id
+    service.record_tool_call(
+        "s",
+        "c1",
+        tool="bash",
+        args={"command": command},
+        output="",
+        file_views=[FileView(file_id, "change")],
+    )
+    assert service.assemble("s").active == ()  # the agent wrote it: its command shows it

@@ -31,6 +31,7 @@ from typing import Any
 import attrs
 
 from selfctx.adapters.bench.losses import LossCollector, summarize
+from selfctx.adapters.bench.peers import Peer
 from selfctx.adapters.harness.recall import Recall, used_lines, visible_lines
 from selfctx.adapters.harness.replay import replay, replay_filesystem_id
 from selfctx.adapters.harness.tokens import PromptCounter, request_texts
@@ -148,14 +149,20 @@ def run_context_bench(
     policies: Mapping[str, PolicyConfig],
     progress: Callable[[str], None] = lambda _: None,
     losses: Collection[str] = (),
+    peers: Sequence[Peer] = (),
 ) -> dict[str, Any]:
     """Replay every trajectory under naive and each policy; returns the JSON of
     ``selfctx bench context --json`` (without ``default_policy``) and per-call sizes. For the
     policies named in ``losses``, also every hidden used line and a summary by cause
-    (``selfctx.adapters.bench.losses``)."""
+    (``selfctx.adapters.bench.losses``). ``peers``: the policies users would otherwise pick
+    (``selfctx.adapters.bench.peers``), measured on the harness's own lists as naive is."""
     counter = PromptCounter(tokenizer)
     count = counter.text
-    names = ["naive", *policies]
+
+    def count_list(messages: Sequence[Mapping[str, Any]]) -> int:
+        return sum(count(t) for t in request_texts(messages))
+
+    names = ["naive", *policies, *(p.name for p in peers)]
     total = {name: Contender() for name in names}
     rows = []
     per_call: dict[str, dict[str, list[int]]] = {}
@@ -164,10 +171,21 @@ def run_context_bench(
         progress(f"{trajectory.name}: {len(trajectory.calls)} calls")
         figures = {name: Contender() for name in names}
         used = used_lines(trajectory.messages, [c.position for c in trajectory.calls])
+        observations = frozenset(
+            p
+            for p in trajectory.observation_positions()
+            if trajectory.messages[p]["role"] != "tool"
+        )
+        for peer in peers:
+            peer.start()
         for call, lines in zip(trajectory.calls, used, strict=True):
             prompt = trajectory.messages[: call.position]
             figures["naive"].add(list(request_texts(prompt)), count)
             figures["naive"].recall.add(len(lines), visible_lines(prompt, lines))
+            for peer in peers:
+                sent = peer.prompt(prompt, observations, count_list)
+                figures[peer.name].add(list(request_texts(sent)), count)
+                figures[peer.name].recall.add(len(lines), visible_lines(sent, lines))
         for name, policy in policies.items():
             service = make_service(trajectory)
             contender = figures[name]

@@ -241,6 +241,7 @@ def _context(args: argparse.Namespace) -> int:
         run_context_bench,
         trajectories_in,
     )
+    from selfctx.adapters.bench.peers import default_peers
     from selfctx.adapters.tokenizer import default_tokenizer
     from selfctx.application.policies import DEFAULT_POLICY, POLICIES
 
@@ -274,6 +275,7 @@ def _context(args: argparse.Namespace) -> int:
         policies,
         _progress(args.json),
         losses=diagnosed,
+        peers=[] if args.no_peers else default_peers(),
     )
     per_call = result.pop("per_call")
     result["default_policy"] = choose_default(result["total"], named or list(policies))
@@ -548,6 +550,12 @@ def register(subparsers: Any) -> None:
         "--policy",
         action="append",
         help="measure only this named policy (repeatable; default: every named policy)",
+    )
+    context.add_argument(
+        "--no-peers",
+        action="store_true",
+        help="leave out the peers (observation masking, Anthropic's tool result clearing, "
+        "OpenHands' amortized forgetting)",
     )
     context.add_argument(
         "--losses",
