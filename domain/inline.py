@@ -86,8 +86,8 @@ class InlineCache:
     compacted: dict[str, ToolCallRequest] = attrs.field(factory=dict)
     """Shortened requests of collapsed calls, by call id."""
     viewed: set[str] = attrs.field(factory=set)
-    """Files some tool call of the session read, viewed or changed: its output or its arguments
-    are where they show."""
+    """Files some tool call of the session read, viewed, changed or named: its output or its
+    arguments are where they show."""
     scanned: int = 0
     """How much of the session index ``viewed`` has looked at."""
     registered: dict[int, list[tuple[str, str]]] = attrs.field(factory=dict)
@@ -293,15 +293,16 @@ def render_inline(
 def _files_shown_by_no_output(
     state: SessionState, objects: Mapping[str, ContentObject], cache: InlineCache
 ) -> tuple[ActiveBlock, ...]:
-    """Active files that no tool call of the session read, viewed or changed (a harness or an
-    application read or activated them through the service): after the chat, as the SSOT layout
-    shows active content. A file a tool call read shows in its output, collapsed or not; one it
-    wrote, in its arguments or nowhere, as the agent saw it."""
+    """Active files that no tool call of the session read, viewed, changed or named (a harness or
+    an application read or activated them through the service): after the chat, as the SSOT
+    layout shows active content. A file a tool call read shows in its output, collapsed or not;
+    one it wrote, in its arguments or nowhere, as the agent saw it."""
     index = state.index
     for object_id in index[cache.scanned :]:
         obj = objects.get(object_id)
         if isinstance(obj, ToolcallObject):
             cache.viewed.update(v.file for v in obj.file_views or ())
+            cache.viewed.update(obj.file_refs or ())
     cache.scanned = len(index)
     kinds = state.kinds
     files = [i for i in state.active if kinds.get(i) == "file" and i not in cache.viewed]

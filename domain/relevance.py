@@ -211,6 +211,9 @@ class RelevanceMemo:
     changed: dict[str, dict[str, str]] = attrs.field(factory=dict)
     """Output id → the files it shows that a later call changed, each with the first such call
     (only outputs with views)."""
+    answered: set[str] = attrs.field(factory=set)
+    """Outputs the collapse of answered outputs has looked at once already: it looks at each
+    once, at the first request after the agent answered it."""
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop what is known of outputs other than ``keep`` (those no longer active)."""
@@ -218,6 +221,7 @@ class RelevanceMemo:
         for table in (self.checked, self.covered, self.changed):
             for key in [k for k in table if k not in kept]:
                 del table[key]
+        self.answered &= kept
 
 
 def relevance(

@@ -63,6 +63,9 @@ class Contender:
     per_call: list[int] = attrs.field(factory=list)
     retrievable: int = 0
     collapsed: int = 0
+    limit: int | None = None
+    """The model's input limit, when the run has one: calls over it are counted."""
+    over_limit: int = 0
     recall: Recall = attrs.field(factory=Recall)
     _previous: list[str] = attrs.field(factory=list)
 
@@ -74,10 +77,14 @@ class Contender:
         self.cost += CACHE_READ * shared + CACHE_WRITE * (size - shared)
         self.per_call.append(size)
         self._previous = texts
+        if self.limit is not None and size > self.limit:
+            self.over_limit += 1
 
     def figures(self) -> dict[str, Any]:
         out: dict[str, Any] = {"tokens": self.tokens, "peak": self.peak, "cost": round(self.cost)}
         out.update(self.recall.figures())
+        if self.limit is not None:
+            out["over_limit"] = self.over_limit
         if self.collapsed or self.retrievable:
             out["collapsed_outputs"] = self.collapsed
             out["retrievable"] = self.retrievable
@@ -150,12 +157,14 @@ def run_context_bench(
     progress: Callable[[str], None] = lambda _: None,
     losses: Collection[str] = (),
     peers: Sequence[Peer] = (),
+    limit: int | None = None,
 ) -> dict[str, Any]:
     """Replay every trajectory under naive and each policy; returns the JSON of
     ``selfctx bench context --json`` (without ``default_policy``) and per-call sizes. For the
     policies named in ``losses``, also every hidden used line and a summary by cause
     (``selfctx.adapters.bench.losses``). ``peers``: the policies users would otherwise pick
-    (``selfctx.adapters.bench.peers``), measured on the harness's own lists as naive is."""
+    (``selfctx.adapters.bench.peers``), measured on the harness's own lists as naive is.
+    ``limit``: the model's input limit; each contender's figures count the calls over it."""
     counter = PromptCounter(tokenizer)
     count = counter.text
 
@@ -163,14 +172,18 @@ def run_context_bench(
         return sum(count(t) for t in request_texts(messages))
 
     names = ["naive", *policies, *(p.name for p in peers)]
-    total = {name: Contender() for name in names}
+    total = {name: Contender(limit=limit) for name in names}
     rows = []
     per_call: dict[str, dict[str, list[int]]] = {}
     hidden: dict[str, list[dict[str, Any]]] = {name: [] for name in losses if name in policies}
     for trajectory in trajectories:
         progress(f"{trajectory.name}: {len(trajectory.calls)} calls")
-        figures = {name: Contender() for name in names}
-        used = used_lines(trajectory.messages, [c.position for c in trajectory.calls])
+        figures = {name: Contender(limit=limit) for name in names}
+        used = used_lines(
+            trajectory.messages,
+            [c.position for c in trajectory.calls],
+            trajectory.observation_positions(),
+        )
         observations = frozenset(
             p
             for p in trajectory.observation_positions()
@@ -218,6 +231,7 @@ def run_context_bench(
             agg.cost += figures[name].cost
             agg.collapsed += figures[name].collapsed
             agg.retrievable += figures[name].retrievable
+            agg.over_limit += figures[name].over_limit
             agg.recall.add(figures[name].recall.used, figures[name].recall.visible)
         if trajectory.recorded_prompt_tokens is not None:
             row["naive"]["recorded_prompt_tokens"] = trajectory.recorded_prompt_tokens

@@ -332,10 +332,9 @@ def _long_session(args: argparse.Namespace, trajectories: Any, tokenizer: Any) -
         f"{result['messages']} messages; input limit {result['budget']:,} tokens"
     )
     _context_table(result)
-    over = {n: t["peak"] > result["budget"] for n, t in result["total"].items()}
     print(
-        "peak over the input limit: "
-        + ", ".join(f"{n} {'yes' if o else 'no'}" for n, o in over.items())
+        f"requests over the input limit of {result['budget']:,} tokens: "
+        + ", ".join(f"{n} {t['over_limit']}" for n, t in result["total"].items())
     )
     return 0
 

@@ -687,6 +687,18 @@ def _read_lines(path: str, args: Mapping[str, Any]) -> Iterator[Effect]:
     yield FileLines(path, ((start, end),))
 
 
+_SWE_WINDOW = re.compile(r"\A\[File: ([^\n]+?) \([0-9]{1,18} lines total\)\]\r?\n")
+"""SWE-agent 0.x's file viewer (``open``, ``goto``, ``scroll_down``, ``edit``...): a header
+naming the file, then its lines numbered ``N:``."""
+_WINDOW_LINE = re.compile(r"^([0-9]{1,18}):", re.M)
+
+
+def _numbered_window(path: str, body: str, cwd: str) -> FileLines | None:
+    numbers = [int(m.group(1)) for m in _WINDOW_LINE.finditer(body)]
+    ranges = runs(numbers)
+    return FileLines(_resolve(cwd, path.strip()), ranges) if ranges else None
+
+
 def recognise(tool: str, args: Mapping[str, Any], output: str, cwd: str) -> list[Effect]:
     """File effects of one finished tool call. ``output`` is the text the model saw."""
     text, code = unwrap_output(output)
@@ -701,6 +713,10 @@ def recognise(tool: str, args: Mapping[str, Any], output: str, cwd: str) -> list
     if name in ("bash", "execute_bash", "shell", "run", "terminal") and isinstance(
         args.get("command"), str
     ):
+        window = _SWE_WINDOW.match(text)
+        if window is not None:  # SWE-agent 0.x's file viewer: numbered lines of one file
+            found = _numbered_window(window.group(1), text[window.end() :], cwd)
+            return [found] if found is not None else []
         if _MINI_CUT.match(output) or _OPENHANDS_CUT in output:
             # A cut output: never a whole file nor a complete listing, but its head and tail
             # are the first and last lines of what the command showed.

@@ -182,13 +182,21 @@ def replay(
         service, session_id, "openai", cwd=trajectory.cwd, roots=[trajectory.workspace], **options
     )
     feed = _Feed(session, trajectory.messages)
-    used = used_lines(trajectory.messages, [c.position for c in trajectory.calls])
+    used = used_lines(
+        trajectory.messages,
+        [c.position for c in trajectory.calls],
+        trajectory.observation_positions(),
+    )
     figures = []
     total = len(trajectory.calls)
     for number, call in enumerate(trajectory.calls, 1):
         feed.advance(call.position)
         context = service.assemble(session_id)
-        request = to_openai(context) if request_format == "openai" else to_anthropic(context)
+        request = (
+            session.shaped(to_openai(context))
+            if request_format == "openai"
+            else to_anthropic(context)
+        )
         state = service.state(session_id)
         unread = sum(1 for i in state.pool - state.active if _is_stub(service, session_id, i))
         figures.append(

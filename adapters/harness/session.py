@@ -9,6 +9,7 @@ from selfctx.adapters.harness.ids import CallIds
 from selfctx.adapters.harness.ingest import Ingestor, IngestResult
 from selfctx.adapters.harness.messages import FORMATS, parse_messages
 from selfctx.adapters.harness.render import render
+from selfctx.adapters.harness.text_actions import TextActions, to_text, to_tool_calls
 from selfctx.adapters.harness.tools import (
     ToolAnswer,
     check_prefix,
@@ -51,6 +52,8 @@ class HarnessSession:
         self.format = fmt
         self.resumed = service.open_session(session_id, system_prompt, policy=policy)
         """What reconciliation found if the session was resumed; None if it was started."""
+        self.text_actions = TextActions()
+        """The calls made for observations that arrived as user messages."""
         self.ingestor = Ingestor(
             service, session_id, cwd=cwd, roots=roots, tool_prefix=self.tool_prefix
         )
@@ -61,14 +64,27 @@ class HarnessSession:
         return self.ingestor.ids
 
     def ingest(self, messages: Sequence[Mapping[str, Any]], system: Any = None) -> IngestResult:
-        """Record what is new in the harness's list (Anthropic's ``system`` goes separately)."""
+        """Record what is new in the harness's list (Anthropic's ``system`` goes separately).
+        In the OpenAI format, observations that arrive as user messages (text-action harnesses:
+        mini-swe-agent's text mode, SWE-agent 0.x, aider's ``/run``) are recorded as tool
+        outputs (``harness.text_actions``)."""
+        if self.format == "openai":
+            messages, _ = to_tool_calls(messages, self.text_actions)
         return self.ingestor.ingest(parse_messages(messages, self.format, system))
 
     def request(self) -> dict[str, Any]:
         """The provider request body parts (``messages``, and ``system`` for Anthropic; ``input``
-        for Responses)."""
+        for Responses), in the harness's own message shapes."""
         context = self.service.assemble(self.session_id)
-        return render(context, self.format, tool_prefix=self.tool_prefix)
+        return self.shaped(render(context, self.format, tool_prefix=self.tool_prefix))
+
+    def shaped(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A rendered request with text actions given back their harness's shapes: the
+        assistant's command stays in its text, the output is a user message again."""
+        if self.format != "openai" or not self.text_actions:
+            return request
+        messages = to_text(request["messages"], self.text_actions, self.ids.provider_id)
+        return {**request, "messages": messages}
 
     def tools(self) -> list[dict[str, Any]]:
         """Schemas of the context tools, to add to the harness's own tools."""

@@ -40,7 +40,12 @@ from selfctx.domain.chat import AssistantMessage, ToolResult
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.inline import handle, render_inline
 from selfctx.domain.objects import ToolcallObject
-from selfctx.domain.rendering import AssembledContext, RenderedMessage, render_context
+from selfctx.domain.rendering import (
+    ActiveBlock,
+    AssembledContext,
+    RenderedMessage,
+    render_context,
+)
 from selfctx.domain.session import commands as c
 from selfctx.domain.session.state import SessionState
 
@@ -155,6 +160,18 @@ class AssembleContext:
                 if not policy.emergency_truncation:
                     raise BudgetExceeded(session.session_id, budget, total)
                 context = _truncate(context, count, budget)
+                total = self.tokens(session, context)
+        if limit is not None and total > limit:
+            # The model refuses a request over its input limit: whatever shedding left, what a
+            # budget may take goes, and then, in this request only, the oldest messages.
+            newest = _newest_toolcalls(session, max(policy.keep_recent, 1))
+            if self._collapse(
+                session, count, total - limit, NO_PLAN, None, never=newest, why="input limit"
+            ):
+                context = self.render(session)
+                total = self.tokens(session, context)
+            if total > limit:  # the newest output is shortened, rather than collapsed unseen
+                context = _truncate(context, count, limit, "the model's input limit")
         return context
 
     def _collapse_seen(self, session: OpenSession, count: Callable[[str], int]) -> bool:
@@ -168,22 +185,22 @@ class AssembleContext:
         if not any(times >= seen for times in window.values()):
             return False
         spared = _newest_toolcalls(session, state.policy.keep_recent)
+        memo = session.relevance_memo
         plan = plan_collapse(
-            state,
-            session.objects,
-            self._deps.mounts.display_path,
-            count,
-            spared,
-            session.relevance_memo,
+            state, session.objects, self._deps.mounts.display_path, count, spared, memo
         )
+        # each output once, at the first request after the agent answered it (exactly then
+        # when requests follow answers one for one; later when a list came in at once)
+        first = [i for i, times in window.items() if times >= seen and i not in memo.answered]
         chosen = [
             i
             for i, times in window.items()
             if i in state.auto_active  # not one the agent activated: that stays
             and i not in state.pinned
             and i not in spared
-            and (plan.always(i) or (times == seen and not plan.kept(i)))
+            and (plan.always(i) or (i in first and not plan.kept(i)))
         ]
+        memo.answered.update(i for i in first if i not in spared)
         if not chosen:
             return False
         command = c.CollapseToFit(tuple(state.ordered(frozenset(chosen))), "", plan.newer(chosen))
@@ -198,6 +215,8 @@ class AssembleContext:
         goal: int,
         plan: CollapsePlan,
         spared: set[str] | None,
+        never: set[str] | None = None,
+        why: str = "",
     ) -> bool:
         """Collapse unpinned active objects until ``goal`` tokens are cleared, in the plan's
         order: for ``inline`` least recently used first, then (for a budget) largest first. A
@@ -214,6 +233,8 @@ class AssembleContext:
         for object_id in state.active:
             obj = session.objects[object_id]
             if object_id in state.pinned or (batch and object_id in (spared or ())):
+                continue
+            if never and object_id in never:
                 continue
             explicit = state.kinds.get(object_id) == "toolcall" and object_id not in auto
             if batch and (explicit or plan.kept(object_id)):
@@ -251,7 +272,7 @@ class AssembleContext:
         if not chosen or (batch and cleared < policy.clear_at_least):
             return False
         names = ", ".join(handle(state, i) if inline else i for i in chosen)
-        why = "the context grew" if batch else "of the token budget"
+        why = "the context grew" if batch else f"of the {why or 'token budget'}"
         note = (
             f"collapsed {len(chosen)} older outputs (about {cleared} tokens) because {why}: "
             f"{names}. activate(id) shows any of them again."
@@ -309,23 +330,70 @@ def _newest_toolcalls(session: OpenSession, keep: int) -> set[str]:
 
 
 def _truncate(
-    context: AssembledContext, count: Callable[[str], int], budget: int
+    context: AssembledContext,
+    count: Callable[[str], int],
+    budget: int,
+    why: str = "the budget",
 ) -> AssembledContext:
-    """Leave the oldest whole turns out of the prompt until it fits (cut only before a user
-    message, so no tool result loses its call)."""
+    """Leave the oldest messages out of the prompt (never out of the store) until it fits, and
+    say so in its first chat line. Whole turns go first (the cut before a user message); should
+    the latest turn alone be too long, its oldest exchanges go (the cut before an assistant
+    message, with its tool results), the latest staying. Should that not be enough (one output
+    larger than the limit), the longest texts left are shortened, each saying how much of it
+    was left out."""
     chat = list(context.chat)
     fixed = context_tokens(attrs.evolve(context, chat=()), count)
     alone = attrs.evolve(context, system_prompt="", metadata=(), active=())
     sizes = [context_tokens(attrs.evolve(alone, chat=(m,)), count) for m in chat]
-    total = fixed + sum(sizes)
+    # the latest exchange: the last assistant message and its tool results (else the last
+    # user message)
+    last = max((n for n, m in enumerate(chat) if m.role == "assistant"), default=-1)
+    if last < 0:
+        last = max((n for n, m in enumerate(chat) if m.role == "user"), default=0)
+    note_size = count(_truncation_note(len(chat), budget, why))
+    total = fixed + sum(sizes) + note_size
     start = 0
-    while total > budget and start < len(chat):
-        nxt = start + 1
-        while nxt < len(chat) and chat[nxt].role != "user":
-            nxt += 1
-        total -= sum(sizes[start:nxt])
-        start = nxt
-    note = RenderedMessage(
-        "user", f"[context] {start} earlier messages left out to fit the budget of {budget} tokens"
-    )
-    return attrs.evolve(context, chat=(note, *chat[start:]))
+    for cut in (("user",), ("user", "assistant")):  # whole turns first, then exchanges
+        while total > budget and start < last:
+            nxt = start + 1
+            while nxt < last and chat[nxt].role not in cut:
+                nxt += 1
+            if cut == ("user",) and chat[nxt].role != "user":
+                break  # no later turn: the latest one stays whole, unless it must not
+            total -= sum(sizes[start:nxt])
+            start = nxt
+    kept: list[RenderedMessage | ActiveBlock] = [*chat[start:], *context.active]
+    sizes = sizes[start:] + [count(b.text) for b in context.active]
+    while total > budget:
+        longest = max(range(len(kept)), key=sizes.__getitem__, default=None)
+        if longest is None or sizes[longest] <= _SHORTEST:
+            break  # what is left is the system prompt, not the chat
+        item = kept[longest]
+        body = item.text if isinstance(item, RenderedMessage) else item.content or ""
+        keep_chars = len(body) * max(0, sizes[longest] - (total - budget)) // sizes[longest]
+        keep_chars = min(keep_chars, len(body) // 2)
+        shortened = (
+            f"{body[:keep_chars]}\n[... {len(body) - keep_chars} characters left out to fit {why}]"
+        )
+        if isinstance(item, RenderedMessage):
+            message = attrs.evolve(item, text=shortened)
+            kept[longest] = message
+            size = context_tokens(attrs.evolve(alone, chat=(message,)), count)
+        else:
+            block = attrs.evolve(item, content=shortened)
+            kept[longest] = block
+            size = count(block.text)
+        total -= sizes[longest] - size
+        sizes[longest] = size
+    messages = [m for m in kept if isinstance(m, RenderedMessage)]
+    blocks = tuple(b for b in kept if isinstance(b, ActiveBlock))
+    note = RenderedMessage("user", _truncation_note(start, budget, why))
+    return attrs.evolve(context, chat=(note, *messages), active=blocks)
+
+
+_SHORTEST = 50
+"""Messages of this many tokens or fewer are never shortened."""
+
+
+def _truncation_note(left_out: int, budget: int, why: str) -> str:
+    return f"[context] {left_out} earlier messages left out to fit {why} of {budget} tokens"

@@ -40,6 +40,7 @@ def test_the_long_session_bench_reports_both_contenders() -> None:
     assert result["budget"] == BUDGET and result["calls"] == 2 * len(sample.calls)
     for figures in result["total"].values():
         assert figures["tokens"] > 0 and figures["peak"] > 0
+        assert figures["over_limit"] == 0  # the sample session is far below 32k
 
 
 if DEV_FILES:  # the development set extends the suite when present
@@ -57,4 +58,5 @@ if DEV_FILES:  # the development set extends the suite when present
         default = result["default_policy"]
         assert total[default]["peak"] > BUDGET  # the chat alone outgrows the limit ...
         assert total[f"{default}+compaction"]["peak"] <= BUDGET  # ... unless it is compacted
+        assert total[f"{default}+compaction"]["over_limit"] == 0
         assert total[f"{default}+compaction"]["cost"] < total[default]["cost"]
