@@ -294,7 +294,7 @@ def _files_shown_by_no_output(
     state: SessionState, objects: Mapping[str, ContentObject], cache: InlineCache
 ) -> tuple[ActiveBlock, ...]:
     """Active files that no tool call of the session read, viewed, changed or named (a harness or
-    an application read or activated them through the service): after the chat, as the SSOT
+    an application read or activated them through the service): after the chat, as the ssot
     layout shows active content. A file a tool call read shows in its output, collapsed or not;
     one it wrote, in its arguments or nowhere, as the agent saw it."""
     index = state.index

@@ -1,7 +1,7 @@
 """Embedding: a file the application reads or activates through the service is what the model
-sees, under every policy, where that policy's layout shows it (the SSOT's active section; after
-the chat under the inline layouts, which otherwise show files through the tool outputs that read
-them)."""
+sees, under every policy, where that policy's layout shows it (the ssot layout's active
+section; after the chat under the inline layouts, which otherwise show files through the tool
+outputs that read them)."""
 
 from __future__ import annotations
 

@@ -152,7 +152,7 @@ def _store(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"XTDB node: {args.node}; both stores with the SSOT layout policy")
+    print(f"XTDB node: {args.node}; both stores with the ssot layout policy")
     print(
         f"{'objects':>8} {'memory ms':>10} {'p95':>8} {'xtdb ms':>9} {'p95':>8} {'bytes/turn':>11}"
     )

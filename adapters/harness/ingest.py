@@ -179,7 +179,7 @@ class Ingestor:
                 listings.append([p for p in effect.paths if self._allowed(p)])
         context = called_context_tool(call.name, args, self.tool_prefix)
         # Under the inline layouts the answer of activate is where the object shows (decision
-        # 0008); under the SSOT's the object itself is active, and its answer says so.
+        # 0008); under the ssot policy's layout the object itself is active, and its answer says so.
         activated = (
             self.inline and context is not None and context[0] == "activate" and status == "ok"
         )
