@@ -53,6 +53,7 @@ from selfctx.domain.infrastructure import (
 )
 from selfctx.domain.inline import InlineCache
 from selfctx.domain.objects import ContentObject, FileObject, SystemPromptObject, ToolcallObject
+from selfctx.domain.relevance import RelevanceMemo
 from selfctx.domain.rendering import RenderCache
 from selfctx.domain.session import events as e
 from selfctx.domain.session.commands import Command
@@ -145,6 +146,11 @@ class OpenSession:
     """Token counts of texts this session's prompts contained."""
     context_counter: Any = None
     """Counts successive contexts incrementally (``selfctx.application.tokens.ContextCounter``)."""
+    relevance_memo: RelevanceMemo = attrs.field(factory=RelevanceMemo)
+    """What the relevance policy learnt about the outputs between turns (decision 0021)."""
+    collapses: dict[str, Any] = attrs.field(factory=dict)
+    """Why assembly collapsed each output it collapsed, in this process (``CollapseRecord`` of
+    ``selfctx.application.usecases.collapse_order``): a diagnosis, never stored."""
 
     def working_objects(self) -> Mapping[str, ContentObject]:
         """The objects as the policy's decisions read them: whole where content is read (the
@@ -176,6 +182,7 @@ class OpenSession:
         self.render_cache = RenderCache()
         self.inline_cache = InlineCache()
         self.context_counter = None
+        self.relevance_memo = RelevanceMemo()
 
 
 class Reads:

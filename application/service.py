@@ -39,6 +39,7 @@ from selfctx.application.usecases.checkpoints import (
     RollbackReport,
     RollbackSession,
 )
+from selfctx.application.usecases.collapse_order import CollapseRecord
 from selfctx.application.usecases.compaction import CompactChat, CompactionReport
 from selfctx.application.usecases.context import ActionResult, Activate, Deactivate, Pin, Unpin
 from selfctx.application.usecases.files import (
@@ -460,6 +461,12 @@ class ContextService:
     def state(self, session_id: str) -> SessionState:
         """The session's current state (immutable)."""
         return self._open(session_id).state
+
+    def why_collapsed(self, session_id: str, object_id: str) -> CollapseRecord | None:
+        """Why assembly collapsed an output, when this process did (None: it did not, or the
+        agent did): the rule, the output's tier and whether it showed the working set then."""
+        session = self._open(session_id)
+        return session.collapses.get(self._resolve(session, object_id))
 
     def log_position(self, session_id: str) -> int:
         """How many commands the session has recorded."""

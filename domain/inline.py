@@ -25,7 +25,8 @@ from selfctx.domain.chat import (
 )
 from selfctx.domain.compaction import summary_text
 from selfctx.domain.objects import ContentObject, FileObject, Source, ToolcallObject
-from selfctx.domain.rendering import AssembledContext, RenderedMessage, field
+from selfctx.domain.relevance import superseded_by
+from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage, field
 from selfctx.domain.session.state import SessionState
 
 __all__ = ["INLINE_GUIDE", "InlineCache", "compact_call", "handle", "inline_guide", "render_inline"]
@@ -93,6 +94,11 @@ class InlineCache:
     """The first position whose rendering may have changed (None: none)."""
     compacted: dict[str, ToolCallRequest] = attrs.field(factory=dict)
     """Shortened requests of collapsed calls, by call id."""
+    viewed: set[str] = attrs.field(factory=set)
+    """Files some tool call of the session read, viewed, changed or named: its output or its
+    arguments are where they show."""
+    scanned: int = 0
+    """How much of the session index ``viewed`` has looked at."""
     registered: dict[int, list[tuple[str, str]]] = attrs.field(factory=dict)
     """For each message position, the ``shown`` and ``positions`` keys it added, so that
     :meth:`truncate` forgets them in the time of what it removes, not of the session's size."""
@@ -154,9 +160,13 @@ def _collapsed(
         line += f"; files {shown}" + (f" and {more} more" if more > 0 else "")
     later = state.superseded.get(obj.id)
     if later is not None and later in state.positions:
-        newer = _changed_between(state, obj, later, objects)
-        shows = "shows its lines in a newer version" if newer else "shows its lines again"
-        line += f"; superseded: {handle(state, later)} {shows}"
+        other = objects.get(later)
+        if isinstance(other, ToolcallObject) and superseded_by(obj, [other]) is None:
+            line += f"; stale: {handle(state, later)} changed its file since"
+        else:
+            newer = _changed_between(state, obj, later, objects)
+            shows = "shows its lines in a newer version" if newer else "shows its lines again"
+            line += f"; superseded: {handle(state, later)} {shows}"
     return line + "]"
 
 
@@ -282,5 +292,31 @@ def render_inline(
     cache.active = state.active
     prompt = f"{system_prompt}\n\n{INLINE_GUIDE}" if system_prompt else INLINE_GUIDE
     return AssembledContext(
-        system_prompt=prompt, metadata=(), chat=tuple(cache.messages), active=()
+        system_prompt=prompt,
+        metadata=(),
+        chat=tuple(cache.messages),
+        active=_files_shown_by_no_output(state, objects, cache),
+    )
+
+
+def _files_shown_by_no_output(
+    state: SessionState, objects: Mapping[str, ContentObject], cache: InlineCache
+) -> tuple[ActiveBlock, ...]:
+    """Active files that no tool call of the session read, viewed, changed or named (a harness or
+    an application read or activated them through the service): after the chat, as the ssot
+    layout shows active content. A file a tool call read shows in its output, collapsed or not;
+    one it wrote, in its arguments or nowhere, as the agent saw it."""
+    index = state.index
+    for object_id in index[cache.scanned :]:
+        obj = objects.get(object_id)
+        if isinstance(obj, ToolcallObject):
+            cache.viewed.update(v.file for v in obj.file_views or ())
+            cache.viewed.update(obj.file_refs or ())
+    cache.scanned = len(index)
+    kinds = state.kinds
+    files = [i for i in state.active if kinds.get(i) == "file" and i not in cache.viewed]
+    return tuple(
+        ActiveBlock(i, obj.content)
+        for i in sorted(files, key=state.positions.__getitem__)
+        if isinstance(obj := objects.get(i), FileObject)
     )

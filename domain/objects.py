@@ -76,12 +76,13 @@ class FileView:
     ``change``: the call wrote or edited it."""
     ranges: tuple[tuple[int, int], ...] = attrs.field(default=(), converter=_ranges)
     """For ``lines``: 1-based inclusive ranges; a negative number counts from the end (-1 is the
-    last line, so ``tail -n 5`` is ``(-5, -1)`` and ``sed -n '40,$p'`` is ``(40, -1)``)."""
+    last line, so ``tail -n 5`` is ``(-5, -1)`` and ``sed -n '40,$p'`` is ``(40, -1)``). Empty:
+    some lines, which ones unknown (a ``grep`` without ``-n``)."""
 
     def __attrs_post_init__(self) -> None:
         if self.kind not in ("read", "lines", "change"):
             raise InvalidInput("view kind", self.kind, "must be 'read', 'lines' or 'change'")
-        if (self.kind == "lines") != bool(self.ranges):
+        if self.kind != "lines" and self.ranges:
             raise InvalidInput("view", self.kind, "line ranges belong to a 'lines' view only")
 
     def to_json(self) -> dict[str, Any]:

@@ -34,6 +34,7 @@ __all__ = [
     "SUPERSEDED",
     "UNUSED",
     "Relevance",
+    "RelevanceMemo",
     "covers",
     "json_strings",
     "named_files",
@@ -74,6 +75,10 @@ class Relevance:
     """For each active tool output: :data:`SUPERSEDED`, :data:`UNUSED` or :data:`KEEP`."""
     superseded: Mapping[str, str]
     """Superseded active outputs, each with the earliest later output that shows its lines."""
+    stale: Mapping[str, str] = attrs.field(factory=dict)
+    """Active outputs every file of which a later call changed (and no later output shows their
+    lines again), each with the call that changed the last of them: what they show may no longer
+    be so; tiered :data:`UNUSED`."""
 
 
 def _lines_cover(outer: tuple[tuple[int, int], ...], inner: tuple[tuple[int, int], ...]) -> bool:
@@ -99,6 +104,8 @@ def covers(later: FileView, earlier: FileView) -> bool:
         return False
     if later.kind == "read":
         return True
+    if not earlier.ranges or not later.ranges:  # lines not known: only a whole read shows them
+        return False
     return earlier.kind == "lines" and _lines_cover(later.ranges, earlier.ranges)
 
 
@@ -190,16 +197,46 @@ def named_files(
     return frozenset(found)
 
 
+@attrs.define(eq=False)
+class RelevanceMemo:
+    """What :func:`relevance` learnt about a session's outputs, kept between turns so that each
+    turn looks only at the outputs recorded since the last (the session index only grows; a
+    rollback starts a new memo). Facts, not guesses: whether a later output shows all of an
+    output's lines, whether later calls changed every file it shows."""
+
+    checked: dict[str, int] = attrs.field(factory=dict)
+    """Output id → length of the session index when the outputs after it were last looked at."""
+    covered: dict[str, str] = attrs.field(factory=dict)
+    """Output id → the first later output that shows every line it showed."""
+    changed: dict[str, dict[str, str]] = attrs.field(factory=dict)
+    """Output id → the files it shows that a later call changed, each with the first such call
+    (only outputs with views)."""
+    answered: set[str] = attrs.field(factory=set)
+    """Outputs the collapse of answered outputs has looked at once already: it looks at each
+    once, at the first request after the agent answered it."""
+
+    def forget(self, keep: Iterable[str]) -> None:
+        """Drop what is known of outputs other than ``keep`` (those no longer active)."""
+        kept = set(keep)
+        for table in (self.checked, self.covered, self.changed):
+            for key in [k for k in table if k not in kept]:
+                del table[key]
+        self.answered &= kept
+
+
 def relevance(
     state: SessionState,
     objects: Mapping[str, ContentObject],
     display_path: Callable[[Source], str],
     recent_messages: int,
+    memo: RelevanceMemo | None = None,
 ) -> Relevance:
     """Tiers of the active tool outputs, the working set, and which outputs are superseded.
 
-    Only active outputs and the files they show are looked at (plus, for supersession, the
-    outputs after them), so the work follows what the prompt shows, not the session's size."""
+    Only active outputs and the files they show are looked at (plus, for supersession and
+    staleness, the outputs recorded after them since the last call with the same ``memo``), so
+    the work follows what the prompt shows and what is new, not the session's size."""
+    memo = memo if memo is not None else RelevanceMemo()
     active = [
         o for i in state.ordered(state.active) if isinstance(o := objects.get(i), ToolcallObject)
     ]
@@ -214,25 +251,51 @@ def relevance(
                 working[file_id] = working.get(file_id, 0.0) + DECAY**age
     superseded: dict[str, str] = {}
     tiers: dict[str, int] = {}
+    stale: dict[str, str] = {}
     for output in active:
         views = [v for v in output.file_views or () if v.kind != "change"]
-        later = _later_cover(state, objects, output) if views else None
+        if views:
+            _look_after(state, objects, output, views, memo)
+        later = memo.covered.get(output.id)
         if later is not None:
-            superseded[output.id] = later.id
+            superseded[output.id] = later
             tiers[output.id] = SUPERSEDED
+        elif views and (changes := memo.changed.get(output.id, {})).keys() >= {
+            v.file for v in views
+        }:
+            # every file it shows changed since: its lines may no longer be what they were
+            stale[output.id] = max(changes.values(), key=state.positions.__getitem__)
+            tiers[output.id] = UNUSED
         elif any(v.file in working for v in views):
             tiers[output.id] = KEEP
         else:
             tiers[output.id] = UNUSED
-    return Relevance(working, tiers, superseded)
+    memo.forget(o.id for o in active)
+    return Relevance(working, tiers, superseded, stale)
 
 
-def _later_cover(
-    state: SessionState, objects: Mapping[str, ContentObject], output: ToolcallObject
-) -> ToolcallObject | None:
-    later = (
-        o
-        for i in state.index[state.positions[output.id] + 1 :]
-        if isinstance(o := objects.get(i), ToolcallObject) and o.file_views
-    )
-    return superseded_by(output, later)
+def _look_after(
+    state: SessionState,
+    objects: Mapping[str, ContentObject],
+    output: ToolcallObject,
+    views: list[FileView],
+    memo: RelevanceMemo,
+) -> None:
+    """Look at the outputs recorded after ``output`` that ``memo`` has not seen: the first one
+    showing all its lines, and the calls changing its files."""
+    if output.id in memo.covered:
+        return
+    end = len(state.index)
+    start = memo.checked.get(output.id, state.positions[output.id] + 1)
+    files = {v.file for v in views}
+    for object_id in state.index[start:end]:
+        later = objects.get(object_id)
+        if not isinstance(later, ToolcallObject) or not later.file_views:
+            continue
+        if superseded_by(output, [later]) is later:
+            memo.covered[output.id] = later.id
+            break
+        for view in later.file_views:
+            if view.kind == "change" and view.file in files:
+                memo.changed.setdefault(output.id, {}).setdefault(view.file, later.id)
+    memo.checked[output.id] = end

@@ -111,3 +111,27 @@ def test_emergency_truncation_keeps_whole_turns_and_says_so(make_service: MakeSe
     validate_anthropic(to_anthropic(context))
     # Nothing left the store: the whole chat is still there.
     assert sum(len(t.messages) for t in service.state("s").turns) > len(context.chat)
+
+
+@pytest.mark.parametrize("name", ["ssot", "inline", "relevance"])
+def test_a_request_is_never_over_the_input_limit(make_service: MakeService, name: str) -> None:
+    # Shedding, then collapsing, then leaving the oldest messages out of the request: whatever
+    # the session, the model is never sent more than its input limit.
+    from selfctx.application.policies import policy_by_name
+
+    policy = policy_by_name(name, max_input_tokens=1000)
+    service = _open(make_service, policy)
+    for n in range(30):
+        service.record_user_message("s", f"turn {n} " + "y" * 400) if n % 10 == 0 else None
+        _call(service, f"c{n}", 600, text="working " + "z" * 300)
+        context = service.assemble("s")
+        assert service.prompt_tokens("s", context) <= 1000, n
+        validate_openai(to_openai(context))
+        validate_anthropic(to_anthropic(context))
+    # one output larger than the limit on its own: shortened in the request, whole in the store
+    _call(service, "huge", 20_000)
+    context = service.assemble("s")
+    assert service.prompt_tokens("s", context) <= 1000
+    assert "characters left out to fit the model's input limit" in context.to_text()
+    assert len(service.object("s", "huge").content or "") == 20_000
+    validate_openai(to_openai(context))

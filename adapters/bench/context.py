@@ -24,12 +24,14 @@ for byte, with what the tool returned.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from selfctx.adapters.bench.losses import LossCollector, summarize
+from selfctx.adapters.bench.peers import Peer
 from selfctx.adapters.harness.recall import Recall, used_lines, visible_lines
 from selfctx.adapters.harness.replay import replay, replay_filesystem_id
 from selfctx.adapters.harness.tokens import PromptCounter, request_texts
@@ -61,6 +63,9 @@ class Contender:
     per_call: list[int] = attrs.field(factory=list)
     retrievable: int = 0
     collapsed: int = 0
+    limit: int | None = None
+    """The model's input limit, when the run has one: calls over it are counted."""
+    over_limit: int = 0
     recall: Recall = attrs.field(factory=Recall)
     _previous: list[str] = attrs.field(factory=list)
 
@@ -72,10 +77,14 @@ class Contender:
         self.cost += CACHE_READ * shared + CACHE_WRITE * (size - shared)
         self.per_call.append(size)
         self._previous = texts
+        if self.limit is not None and size > self.limit:
+            self.over_limit += 1
 
     def figures(self) -> dict[str, Any]:
         out: dict[str, Any] = {"tokens": self.tokens, "peak": self.peak, "cost": round(self.cost)}
         out.update(self.recall.figures())
+        if self.limit is not None:
+            out["over_limit"] = self.over_limit
         if self.collapsed or self.retrievable:
             out["collapsed_outputs"] = self.collapsed
             out["retrievable"] = self.retrievable
@@ -146,31 +155,67 @@ def run_context_bench(
     tokenizer: Tokenizer,
     policies: Mapping[str, PolicyConfig],
     progress: Callable[[str], None] = lambda _: None,
+    losses: Collection[str] = (),
+    peers: Sequence[Peer] = (),
+    limit: int | None = None,
 ) -> dict[str, Any]:
     """Replay every trajectory under naive and each policy; returns the JSON of
-    ``selfctx bench context --json`` (without ``default_policy``) and per-call sizes."""
+    ``selfctx bench context --json`` (without ``default_policy``) and per-call sizes. For the
+    policies named in ``losses``, also every hidden used line and a summary by cause
+    (``selfctx.adapters.bench.losses``). ``peers``: the policies users would otherwise pick
+    (``selfctx.adapters.bench.peers``), measured on the harness's own lists as naive is.
+    ``limit``: the model's input limit; each contender's figures count the calls over it."""
     counter = PromptCounter(tokenizer)
     count = counter.text
-    names = ["naive", *policies]
-    total = {name: Contender() for name in names}
+
+    def count_list(messages: Sequence[Mapping[str, Any]]) -> int:
+        return sum(count(t) for t in request_texts(messages))
+
+    names = ["naive", *policies, *(p.name for p in peers)]
+    total = {name: Contender(limit=limit) for name in names}
     rows = []
     per_call: dict[str, dict[str, list[int]]] = {}
+    hidden: dict[str, list[dict[str, Any]]] = {name: [] for name in losses if name in policies}
     for trajectory in trajectories:
         progress(f"{trajectory.name}: {len(trajectory.calls)} calls")
-        figures = {name: Contender() for name in names}
-        used = used_lines(trajectory.messages, [c.position for c in trajectory.calls])
+        figures = {name: Contender(limit=limit) for name in names}
+        used = used_lines(
+            trajectory.messages,
+            [c.position for c in trajectory.calls],
+            trajectory.observation_positions(),
+        )
+        observations = frozenset(
+            p
+            for p in trajectory.observation_positions()
+            if trajectory.messages[p]["role"] != "tool"
+        )
+        for peer in peers:
+            peer.start()
         for call, lines in zip(trajectory.calls, used, strict=True):
             prompt = trajectory.messages[: call.position]
             figures["naive"].add(list(request_texts(prompt)), count)
             figures["naive"].recall.add(len(lines), visible_lines(prompt, lines))
+            for peer in peers:
+                sent = peer.prompt(prompt, observations, count_list)
+                figures[peer.name].add(list(request_texts(sent)), count)
+                figures[peer.name].recall.add(len(lines), visible_lines(sent, lines))
         for name, policy in policies.items():
             service = make_service(trajectory)
             contender = figures[name]
+            collector = (
+                LossCollector(name, trajectory, trajectory.observation_positions())
+                if name in hidden
+                else None
+            )
 
             def observe(n: int, call: Any, session: Any, request: Mapping[str, Any]) -> None:
                 contender.add(list(request_texts(request)), count)  # noqa: B023 - used at once
+                if collector is not None:  # noqa: B023
+                    collector.observe(n, session, request, used[n - 1])  # noqa: B023
 
             report = replay(trajectory, service, counter, observe=observe, policy=policy)
+            if collector is not None:
+                hidden[name] += collector.entries
             contender.recall = report.recall
             _check_retrievable(service, report.session_id, trajectory, contender)
         row: dict[str, Any] = {
@@ -186,17 +231,24 @@ def run_context_bench(
             agg.cost += figures[name].cost
             agg.collapsed += figures[name].collapsed
             agg.retrievable += figures[name].retrievable
+            agg.over_limit += figures[name].over_limit
             agg.recall.add(figures[name].recall.used, figures[name].recall.visible)
         if trajectory.recorded_prompt_tokens is not None:
             row["naive"]["recorded_prompt_tokens"] = trajectory.recorded_prompt_tokens
         rows.append(row)
         per_call[trajectory.name] = {name: figures[name].per_call for name in names}
-    return {
+    result: dict[str, Any] = {
         "tokenizer": tokenizer.name,
         "trajectories": rows,
         "total": {name: total[name].figures() for name in names},
         "per_call": per_call,
     }
+    if hidden:
+        result["losses"] = {
+            name: {"summary": summarize(entries), "lines": entries}
+            for name, entries in hidden.items()
+        }
+    return result
 
 
 def replay_service_factory(

@@ -80,7 +80,7 @@ def run_long_session(
         DEFAULT_POLICY: default,
         f"{DEFAULT_POLICY}+compaction": attrs.evolve(default, **COMPACTION),
     }
-    result = run_context_bench([session], make_service, tokenizer, policies, progress)
+    result = run_context_bench([session], make_service, tokenizer, policies, progress, limit=BUDGET)
     result.pop("per_call", None)
     result["default_policy"] = DEFAULT_POLICY
     result["budget"] = BUDGET

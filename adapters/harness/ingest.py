@@ -31,6 +31,7 @@ from selfctx.adapters.harness.recognise import (
     recognise,
     unwrap_output,
 )
+from selfctx.adapters.harness.tools import called_context_tool
 from selfctx.application.persistence import entry_events
 from selfctx.application.ports.files import SourceUnavailable
 from selfctx.application.ports.store import StoreError
@@ -71,8 +72,11 @@ class Ingestor:
         *,
         cwd: str = "/",
         roots: Sequence[str] = ("/",),
+        tool_prefix: str = "",
     ) -> None:
         self.service = service
+        self.tool_prefix = tool_prefix
+        """The context tools' prefix: an ``activate`` answer is what the model asked to see."""
         self.session_id = session_id
         self.cwd = posixpath.normpath(cwd)
         self.roots = tuple(posixpath.normpath(r) for r in roots)
@@ -244,11 +248,21 @@ class Ingestor:
                 read_ids += ids
                 views += [FileView(i, "read") for i in ids]
             elif isinstance(effect, FileLines) and self._allowed(effect.path):
-                views += [FileView(i, "lines", effect.ranges) for i in self._ids([effect.path])]
+                views += [v for i in self._ids([effect.path]) if (v := _view(i, effect.ranges))]
             elif isinstance(effect, FileWrite | FileEdit) and self._allowed(effect.path):
                 views += [FileView(i, "change") for i in self._ids([effect.path])]
             elif isinstance(effect, Listing):
                 listings.append([p for p in effect.paths if self._allowed(p)])
+        context = called_context_tool(call.name, args, self.tool_prefix)
+        # Under the inline layouts the answer of activate is where the object shows (decision
+        # 0008); under the ssot policy's layout the object itself is active, and its answer says so.
+        activated = (
+            self.inline and context is not None and context[0] == "activate" and status == "ok"
+        )
+        shown = self._activated_file(context[1]) if activated and context is not None else None
+        if shown is not None:  # the answer of activate(file) shows the whole file
+            views.append(FileView(shown, "read"))
+            read_ids.append(shown)
         # The files a call read, viewed or listed are its file_refs, so that a collapsed output
         # still names them; viewed and listed files are discovered after the call, in
         # first-encounter order.
@@ -269,6 +283,10 @@ class Ingestor:
             images=message.images,
             file_views=views or None,
         )
+        if activated:
+            # The answer shows what the model asked for: it stays until the model deactivates
+            # it or a budget forces it out, as an object the model activated does.
+            self.service.activate(sid, call.id)
         self._after_call(effects)
 
     def _after_call(self, effects: Sequence[Effect], done: frozenset[str] = frozenset()) -> None:
@@ -339,6 +357,16 @@ class Ingestor:
         effects = recognise(call.name, dict(call.arguments), toolcall.content, self.cwd)
         self._after_call(effects, done)
 
+    def _activated_file(self, ref: object) -> str | None:
+        """The file an ``activate`` call named (an id or a ``#n`` handle), or None."""
+        if not isinstance(ref, str):
+            return None
+        try:
+            obj = self.service.object(self.session_id, self.ids.resolve(ref))
+        except SelfContextError:
+            return None
+        return obj.id if isinstance(obj, FileObject) else None
+
     def _ids(self, paths: Sequence[str]) -> list[str]:
         """Object ids of the paths that resolve (discovery refuses the others)."""
         out = []
@@ -384,6 +412,15 @@ class Ingestor:
             and obj.content.count(edit.old) == 1
         ):
             return obj.content.replace(edit.old, edit.new, 1)
+        return None
+
+
+def _view(file_id: str, ranges: tuple[tuple[int, int], ...]) -> FileView | None:
+    """A lines view, or None for ranges that are not line numbers: recognition names views or
+    nothing, and never stops a message list from being recorded."""
+    try:
+        return FileView(file_id, "lines", ranges)
+    except InvalidInput:
         return None
 
 

@@ -96,17 +96,27 @@ def _lines(texts: Iterable[str]) -> set[str]:
 
 
 def used_lines(
-    messages: Sequence[Mapping[str, Any]], positions: Sequence[int]
+    messages: Sequence[Mapping[str, Any]],
+    positions: Sequence[int],
+    outputs: Iterable[int] | None = None,
 ) -> list[tuple[str, ...]]:
     """The used lines of each model call, the calls given by the positions of the assistant
-    messages they produced (in stream order), each call's lines sorted."""
+    messages they produced (in stream order), each call's lines sorted. ``outputs``: the
+    positions of the messages that are tool outputs (default: the ``tool`` messages; a
+    text-action harness's observations are user messages)."""
+    is_output = (
+        set(outputs)
+        if outputs is not None
+        else {n for n, m in enumerate(messages) if m.get("role") == "tool"}
+    )
     from_tools: set[str] = set()
     from_model: set[str] = set()
     done = 0
     out: list[tuple[str, ...]] = []
     for position in positions:
-        for message in messages[done:position]:
-            if message.get("role") == "tool":
+        for index in range(done, position):
+            message = messages[index]
+            if index in is_output:
                 from_tools |= _lines(message_strings(message))
             elif message.get("role") == "assistant":
                 from_model |= _lines(message_strings(message))

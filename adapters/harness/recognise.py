@@ -20,6 +20,15 @@ from typing import Any
 
 import attrs
 
+from selfctx.adapters.harness.views import (
+    Cut,
+    chain_views,
+    cut_parts,
+    diff_views,
+    python_read,
+    runs,
+)
+
 __all__ = [
     "Effect",
     "FileEdit",
@@ -61,7 +70,8 @@ class FileEdit:
 @attrs.frozen
 class FileLines:
     """The output shows these lines of ``path`` (1-based, inclusive; a negative number counts
-    from the end, -1 being the last line), but not all of the file."""
+    from the end, -1 being the last line), but not all of the file. No ranges: some of its
+    lines, which ones unknown."""
 
     path: str
     ranges: tuple[tuple[int, int], ...]
@@ -192,6 +202,56 @@ def _cat_n_content(text: str, *, editor: bool = False) -> str | None:
 
 
 def _shell_effects(command: str, output: str, code: int | None, cwd: str) -> Iterator[Effect]:
+    effects = list(_plain_shell_effects(command, output, code, cwd))
+    if any(isinstance(e, FileRead | FileLines | FileWrite) for e in effects):
+        yield from effects
+        return
+    yield from effects
+    if code not in (None, 0):
+        return
+    # Any other view: a pipeline, a chain of views, awk, python, a diff (adapters.harness.views).
+    yield from _views(command, output, cwd, None)
+
+
+def _views(command: str, output: str, cwd: str, cut: Cut | None) -> Iterator[Effect]:
+    command, cwd = _split_cd(command, cwd)
+    if "<<" in command.split("\n", 1)[0]:
+        return  # a here-document writes: its body is data
+    words = command.split()
+    if not words or (output or (cut.head if cut else "")).startswith(
+        f"{posixpath.basename(words[0])}: "
+    ):
+        return  # the program's own error message (no exit code: SWE-agent), not content
+    if (
+        cut is None
+        and len(words) >= 2
+        and posixpath.basename(words[0]) == "git"
+        and words[1]
+        in (
+            "diff",
+            "show",
+        )
+    ):
+        for shown in diff_views(output, cwd):
+            yield FileLines(shown.path, shown.ranges)
+        return
+    if cut is None:
+        tokens = _tokens(command)
+        python = (
+            python_read(tokens[1:])
+            if tokens and posixpath.basename(tokens[0]) in ("python", "python3")
+            else None
+        )
+        if python is not None:  # print(open(f).read()): the file and print's newline
+            path, newline = python
+            if not newline or output.endswith("\n"):
+                yield FileRead(_resolve(cwd, path), output[:-1] if newline else output)
+            return
+    for shown in chain_views(command, output if cut is None else None, cwd, cut):
+        yield FileLines(shown.path, shown.ranges)
+
+
+def _plain_shell_effects(command: str, output: str, code: int | None, cwd: str) -> Iterator[Effect]:
     command, cwd = _split_cd(command, cwd)
     first_line = command.split("\n", 1)[0]
     if "<<" in first_line:
@@ -238,8 +298,6 @@ def _shell_effects(command: str, output: str, code: int | None, cwd: str) -> Ite
         for target in re.findall(r">\s*([^\s;&|>]+)", command):
             if not target.startswith(("&", "/dev/")):
                 yield FileWrite(_resolve(cwd, target.strip("\"'")))
-    elif program in ("nl", "cat") and not simple:
-        yield from _numbered_pipeline(tokens, output, cwd)
     elif program in ("find", "ls", "grep", "rg", "tree", "git"):
         lister = _lister(tokens)
         if lister is None:
@@ -247,8 +305,8 @@ def _shell_effects(command: str, output: str, code: int | None, cwd: str) -> Ite
         paths = tuple(_listing(*lister, output, cwd))
         if paths:
             yield Listing(paths)
-        if lister[0] in ("grep", "rg"):
-            yield from _grep_hits(lister[1], output, cwd)
+        if lister[0] in ("grep", "rg", "xargs-grep"):
+            yield from _grep_hits(lister[1], output, cwd, lister[0] == "xargs-grep")
 
 
 _LINE_FILTERS = {"head", "tail", "sort", "uniq"}
@@ -346,82 +404,50 @@ def _tail(tokens: list[str], cwd: str) -> Iterator[Effect]:
 
 
 _NUMBERED = re.compile(r"\A *([0-9]{1,18})\t")
-_FILTERS = {"sed", "head", "tail", "grep"}
 
 
-def _numbered_pipeline(tokens: list[str], output: str, cwd: str) -> Iterator[Effect]:
-    """``nl -ba FILE | sed -n 'A,Bp'``, ``cat -n FILE | head``...: every line of the output
-    carries its number in the file, so the numbers say which lines were seen. ``nl`` without
-    ``-ba`` numbers only non-empty lines, which are not the file's line numbers."""
-    if any(t in _CHAINS or t.startswith((">", "<")) for t in tokens):
-        return
-    stages: list[list[str]] = [[]]
-    for token in tokens:
-        if token == "|":
-            stages.append([])
-        else:
-            stages[-1].append(token)
-    first, rest = stages[0], stages[1:]
-    if not rest or any(not s or posixpath.basename(s[0]) not in _FILTERS for s in rest):
-        return
-    program = posixpath.basename(first[0])
-    args = " ".join(first[1:])
-    flags = {"cat": r"-n", "nl": r"-ba|-b a|--body-numbering=a"}[program]
-    match = re.fullmatch(rf"(?:{flags}) (\S+)|(\S+) (?:{flags})", args)
-    if match is None or (match.group(1) or match.group(2)).startswith("-"):
-        return
-    files = [match.group(1) or match.group(2)]
-    numbers = []
-    for line in output.split("\n"):
-        if not line:
-            continue
-        match = _NUMBERED.match(line)
-        if match is None:
-            return  # not the numbered lines this command prints: an error, say
-        numbers.append(int(match.group(1)))
-    ranges = _runs(numbers)
-    if ranges:
-        yield FileLines(_resolve(cwd, files[0]), ranges)
-
-
-def _runs(numbers: list[int]) -> tuple[tuple[int, int], ...]:
-    """Line numbers as ranges of consecutive numbers, in order, at most 64."""
-    out: list[list[int]] = []
-    for n in numbers:
-        if n < 1:
-            continue
-        if out and out[-1][0] <= n <= out[-1][1] + 1:
-            out[-1][1] = max(out[-1][1], n)
-        else:
-            out.append([n, n])
-    return tuple((a, b) for a, b in out[:64])
-
-
-def _grep_hits(tokens: list[str], output: str, cwd: str) -> Iterator[Effect]:
-    """The lines a ``grep -n`` showed of each file (``N:text`` for one file, ``PATH:N:text``
-    for several; context lines ``-A/-B/-C`` use ``-`` and count too for one file)."""
-    if not any(
+def _grep_hits(tokens: list[str], output: str, cwd: str, named: bool = False) -> Iterator[Effect]:
+    """The lines a ``grep`` showed of each file: with ``-n``, their numbers (``N:text`` for one
+    file, ``PATH:N:text`` for several; context lines ``-A/-B/-C`` use ``-``); without, some
+    lines of each file named in a hit, which ones unknown."""
+    numbered = any(
         t == "--line-number" or (re.fullmatch(r"-[A-Za-z]+", t) and "n" in t[1:])
         for t in _flags(tokens)
-    ):
+    )
+    names_only = any(
+        t in ("-l", "-L", "-c", "--count", "--files-with-matches")
+        or re.fullmatch(r"-\w*[lLc]\w*", t)
+        for t in _flags(tokens)
+    )
+    if names_only:
         return
-    named = tokens[0] == "xargs-grep" or _grep_names_lines(tokens)
+    named = named or _grep_names_lines(tokens)
     if named:
-        pattern = re.compile(r"\A(.+?):([0-9]{1,18}):")
         files: dict[str, list[int]] = {}
+        hit = re.compile(r"\A(.+?):([0-9]{1,18}):") if numbered else re.compile(r"\A([^:]+):")
         for line in output.split("\n"):
-            match = pattern.match(line)
+            match = hit.match(line)
             if match and _plausible_file(match.group(1)):
-                files.setdefault(match.group(1), []).append(int(match.group(2)))
+                numbers = files.setdefault(match.group(1), [])
+                if numbered:
+                    numbers.append(int(match.group(2)))
+        if numbered:  # context lines: PATH-N-text, for a path that has hits
+            context = re.compile(r"\A(.+?)-([0-9]{1,18})-")
+            for line in output.split("\n"):
+                match = context.match(line)
+                if match and match.group(1) in files:
+                    files[match.group(1)].append(int(match.group(2)))
         for path, numbers in list(files.items())[:_MAX_GREP_FILES]:
-            yield FileLines(_resolve(cwd, path), _runs(numbers))
+            yield FileLines(_resolve(cwd, path), runs(sorted(numbers)))
         return
+    if not numbered:
+        return  # one file without numbers: the views of a pipeline say which (some) lines
     operands = [t for t in tokens[1:] if not t.startswith("-")]
     if len(operands) != 2 or not _plausible_file(operands[1]):
         return  # the pattern and one file, nothing else (a -e pattern: not worth the guess)
     numbers = [int(m.group(1)) for m in re.finditer(r"^([0-9]{1,18})[:-]", output, re.M)]
     if numbers:
-        yield FileLines(_resolve(cwd, operands[1]), _runs(numbers))
+        yield FileLines(_resolve(cwd, operands[1]), runs(numbers))
 
 
 _MAX_GREP_FILES = 20
@@ -622,7 +648,7 @@ def _editor_lines(path: str, view_range: Any, body: str) -> Iterator[Effect]:
         if match is None:
             break  # the end of the numbered lines (a note, a clipped marker)
         numbers.append(int(match.group(1)))
-    ranges = _runs(numbers)
+    ranges = runs(numbers)
     if not ranges and isinstance(view_range, list) and len(view_range) == 2:
         start, end = view_range
         if isinstance(start, int) and isinstance(end, int) and start >= 1:
@@ -661,6 +687,18 @@ def _read_lines(path: str, args: Mapping[str, Any]) -> Iterator[Effect]:
     yield FileLines(path, ((start, end),))
 
 
+_SWE_WINDOW = re.compile(r"\A\[File: ([^\n]+?) \([0-9]{1,18} lines total\)\]\r?\n")
+"""SWE-agent 0.x's file viewer (``open``, ``goto``, ``scroll_down``, ``edit``...): a header
+naming the file, then its lines numbered ``N:``."""
+_WINDOW_LINE = re.compile(r"^([0-9]{1,18}):", re.M)
+
+
+def _numbered_window(path: str, body: str, cwd: str) -> FileLines | None:
+    numbers = [int(m.group(1)) for m in _WINDOW_LINE.finditer(body)]
+    ranges = runs(numbers)
+    return FileLines(_resolve(cwd, path.strip()), ranges) if ranges else None
+
+
 def recognise(tool: str, args: Mapping[str, Any], output: str, cwd: str) -> list[Effect]:
     """File effects of one finished tool call. ``output`` is the text the model saw."""
     text, code = unwrap_output(output)
@@ -675,8 +713,15 @@ def recognise(tool: str, args: Mapping[str, Any], output: str, cwd: str) -> list
     if name in ("bash", "execute_bash", "shell", "run", "terminal") and isinstance(
         args.get("command"), str
     ):
+        window = _SWE_WINDOW.match(text)
+        if window is not None:  # SWE-agent 0.x's file viewer: numbered lines of one file
+            found = _numbered_window(window.group(1), text[window.end() :], cwd)
+            return [found] if found is not None else []
         if _MINI_CUT.match(output) or _OPENHANDS_CUT in output:
-            return []  # a cut output: neither a whole file nor a complete listing
+            # A cut output: never a whole file nor a complete listing, but its head and tail
+            # are the first and last lines of what the command showed.
+            cut = cut_parts(text)
+            return list(_views(args["command"], "", cwd, cut)) if cut is not None else []
         return list(_shell_effects(args["command"], text, code, cwd))
     if name in ("str_replace_editor", "edit_file", "text_editor"):
         return list(_editor_effects(args, text))

@@ -19,12 +19,11 @@ from typing import Any
 
 import attrs
 
-from selfctx.adapters.harness.minisweagent import context_command
 from selfctx.adapters.harness.recall import Recall, used_lines, visible_lines
 from selfctx.adapters.harness.render import to_anthropic, to_openai
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tokens import PromptCounter
-from selfctx.adapters.harness.tools import is_context_tool
+from selfctx.adapters.harness.tools import SHELL_TOOLS, context_command, is_context_tool
 from selfctx.adapters.harness.trajectories import ModelCall, Trajectory
 from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput
@@ -183,13 +182,21 @@ def replay(
         service, session_id, "openai", cwd=trajectory.cwd, roots=[trajectory.workspace], **options
     )
     feed = _Feed(session, trajectory.messages)
-    used = used_lines(trajectory.messages, [c.position for c in trajectory.calls])
+    used = used_lines(
+        trajectory.messages,
+        [c.position for c in trajectory.calls],
+        trajectory.observation_positions(),
+    )
     figures = []
     total = len(trajectory.calls)
     for number, call in enumerate(trajectory.calls, 1):
         feed.advance(call.position)
         context = service.assemble(session_id)
-        request = to_openai(context) if request_format == "openai" else to_anthropic(context)
+        request = (
+            session.shaped(to_openai(context))
+            if request_format == "openai"
+            else to_anthropic(context)
+        )
         state = service.state(session_id)
         unread = sum(1 for i in state.pool - state.active if _is_stub(service, session_id, i))
         figures.append(
@@ -237,9 +244,6 @@ def context_call(call: Mapping[str, Any]) -> tuple[str, dict[str, Any], bool] | 
     if parsed is None or parsed[1] is None:
         return None  # not a context tool, or one the environment answered with its usage
     return parsed[0], {"id": parsed[1]}, True
-
-
-SHELL_TOOLS = frozenset({"bash", "execute_bash", "shell"})
 
 
 class _Feed:

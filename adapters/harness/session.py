@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from selfctx.adapters.harness.encode import ascii_dumps
 from selfctx.adapters.harness.ids import CallIds
 from selfctx.adapters.harness.incremental import (
     ListDigests,
@@ -18,7 +19,8 @@ from selfctx.adapters.harness.messages import (
     MalformedMessage,
     parse_messages,
 )
-from selfctx.adapters.harness.request import Encoded, RequestCache
+from selfctx.adapters.harness.request import Encoded, RequestCache, text_chars
+from selfctx.adapters.harness.text_actions import TextActions, to_text, to_tool_calls
 from selfctx.adapters.harness.tools import (
     ToolAnswer,
     check_prefix,
@@ -85,7 +87,11 @@ class HarnessSession:
         self.format = fmt
         self.resumed = service.open_session(session_id, system_prompt, policy=policy)
         """What reconciliation found if the session was resumed; None if it was started."""
-        self.ingestor = Ingestor(service, session_id, cwd=cwd, roots=roots)
+        self.text_actions = TextActions()
+        """The calls made for observations that arrived as user messages."""
+        self.ingestor = Ingestor(
+            service, session_id, cwd=cwd, roots=roots, tool_prefix=self.tool_prefix
+        )
         self._digests = ListDigests(fmt)
         """What is remembered of the last whole list (digests of its items, no text)."""
         self._requests = RequestCache(fmt, tool_prefix=self.tool_prefix)
@@ -103,6 +109,10 @@ class HarnessSession:
         separately). Only the messages that differ from the list given last time are parsed and
         looked at (``selfctx.adapters.harness.incremental``)."""
         fmt = self._format(fmt)
+        if fmt == "openai" and isinstance(messages, list):
+            # observations that arrive as user messages (text-action harnesses: mini-swe-agent's
+            # text mode, SWE-agent 0.x, aider's /run) are tool outputs (harness.text_actions)
+            messages, _ = to_tool_calls(messages, self.text_actions)
         if self._digests.fmt != fmt:
             self._digests = ListDigests(fmt)
         if not isinstance(messages, list):  # a Responses input given as a string, or a mistake
@@ -139,6 +149,8 @@ class HarnessSession:
             raise DigestMismatch(extends, cursor.digest(), len(cursor.view))
         if not isinstance(messages, list):
             raise MalformedMessage(-1, "the new messages must be a list")
+        if fmt == "openai":  # an action and its observation arrive in one append
+            messages, _ = to_tool_calls(messages, self.text_actions, start=start)
         digests = [item_digest(item, MAX_NESTING) for item in messages]
         prompt = None
         if system is not None:
@@ -180,13 +192,27 @@ class HarnessSession:
 
     def request(self) -> dict[str, Any]:
         """The provider request body parts (``messages``, and ``system`` for Anthropic; ``input``
-        for Responses). Values are shared with later requests: do not change them in place."""
+        for Responses), in the harness's own message shapes. Values are shared with later
+        requests: do not change them in place."""
         return self.encoded_request().body
 
     def encoded_request(self) -> Encoded:
         """:meth:`request`, with its JSON text and figures; only what changed in the chat since
-        the last request is rendered and encoded again."""
-        return self._requests.render(self.service.assemble(self.session_id))
+        the last request is rendered and encoded again (a text-action harness's request is given
+        back its shapes, and encoded, whole)."""
+        encoded = self._requests.render(self.service.assemble(self.session_id))
+        if self.format != "openai" or not self.text_actions:
+            return encoded
+        body = self.shaped(encoded.body)
+        return Encoded(body, ascii_dumps(body), text_chars(body), len(body["messages"]))
+
+    def shaped(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A rendered request with text actions given back their harness's shapes: the
+        assistant's command stays in its text, the output is a user message again."""
+        if self.format != "openai" or not self.text_actions:
+            return request
+        messages = to_text(request["messages"], self.text_actions, self.ids.provider_id)
+        return {**request, "messages": messages}
 
     def tools(self) -> list[dict[str, Any]]:
         """Schemas of the context tools, to add to the harness's own tools."""

@@ -28,15 +28,24 @@ from selfctx.application.ports.tokenizer import Tokenizer
 from selfctx.application.runner import OpenSession
 from selfctx.application.tokens import ContextCounter, context_tokens
 from selfctx.application.usecases.base import Deps
-from selfctx.application.usecases.collapse_order import NO_PLAN, CollapsePlan, plan_collapse
+from selfctx.application.usecases.collapse_order import (
+    NO_PLAN,
+    CollapsePlan,
+    CollapseRecord,
+    plan_collapse,
+)
 from selfctx.application.usecases.compaction import CompactChat
 from selfctx.application.usecases.shedding import files_to_shed, shedding_note
 from selfctx.domain.chat import AssistantMessage, ToolResult
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.inline import handle, render_inline
 from selfctx.domain.objects import ToolcallObject
-from selfctx.domain.relevance import UNUSED
-from selfctx.domain.rendering import AssembledContext, RenderedMessage, render_context
+from selfctx.domain.rendering import (
+    ActiveBlock,
+    AssembledContext,
+    RenderedMessage,
+    render_context,
+)
 from selfctx.domain.session import commands as c
 from selfctx.domain.session.state import SessionState
 
@@ -124,9 +133,13 @@ class AssembleContext:
         if trigger is not None and total > trigger:
             spared = _newest_toolcalls(session, policy.keep_recent)
             plan = plan_collapse(
-                session.state, session.working_objects(), self._deps.mounts.display_path, count,
+                session.state,
+                session.working_objects(),
+                self._deps.mounts.display_path,
+                count,
                 spared,
-            )  # fmt: skip
+                session.relevance_memo,
+            )
             goal = max(policy.clear_at_least, total - trigger)
             if self._collapse(session, count, goal, plan, spared):
                 context = self.render(session)
@@ -137,6 +150,7 @@ class AssembleContext:
             if chosen:
                 note = shedding_note(session, chosen, cleared, total, limit)
                 command = c.CollapseToFit(tuple(chosen), note)
+                _record(session, chosen, "shed", NO_PLAN)
                 self._deps.runner.execute(session, lambda reads, st: command)
                 context = self.render(session)
                 total = self.tokens(session, context)
@@ -149,6 +163,18 @@ class AssembleContext:
                 if not policy.emergency_truncation:
                     raise BudgetExceeded(session.session_id, budget, total)
                 context = _truncate(context, count, budget)
+                total = self.tokens(session, context)
+        if limit is not None and total > limit:
+            # The model refuses a request over its input limit: whatever shedding left, what a
+            # budget may take goes, and then, in this request only, the oldest messages.
+            newest = _newest_toolcalls(session, max(policy.keep_recent, 1))
+            if self._collapse(
+                session, count, total - limit, NO_PLAN, None, never=newest, why="input limit"
+            ):
+                context = self.render(session)
+                total = self.tokens(session, context)
+            if total > limit:  # the newest output is shortened, rather than collapsed unseen
+                context = _truncate(context, count, limit, "the model's input limit")
         return context
 
     def _collapse_seen(self, session: OpenSession, count: Callable[[str], int]) -> bool:
@@ -162,20 +188,25 @@ class AssembleContext:
         if not any(times >= seen for times in window.values()):
             return False
         spared = _newest_toolcalls(session, state.policy.keep_recent)
+        memo = session.relevance_memo
         objects = session.working_objects()  # what is not in memory is not read again for it
-        plan = plan_collapse(state, objects, self._deps.mounts.display_path, count, spared)
+        plan = plan_collapse(state, objects, self._deps.mounts.display_path, count, spared, memo)
+        # each output once, at the first request after the agent answered it (exactly then
+        # when requests follow answers one for one; later when a list came in at once)
+        first = [i for i, times in window.items() if times >= seen and i not in memo.answered]
         chosen = [
             i
             for i, times in window.items()
-            if i in state.active
+            if i in state.auto_active  # not one the agent activated: that stays
             and i not in state.pinned
             and i not in spared
-            and (plan.always(i) or (times == seen and plan.key(i) <= UNUSED))
+            and (plan.always(i) or (i in first and not plan.kept(i)))
         ]
+        memo.answered.update(i for i in first if i not in spared)
         if not chosen:
             return False
-        newer = tuple((i, plan.superseded[i]) for i in chosen if i in plan.superseded)
-        command = c.CollapseToFit(tuple(state.ordered(frozenset(chosen))), "", newer)
+        command = c.CollapseToFit(tuple(state.ordered(frozenset(chosen))), "", plan.newer(chosen))
+        _record(session, chosen, "seen", plan)
         self._deps.runner.execute(session, lambda reads, st: command)
         return True
 
@@ -186,6 +217,8 @@ class AssembleContext:
         goal: int,
         plan: CollapsePlan,
         spared: set[str] | None,
+        never: set[str] | None = None,
+        why: str = "",
     ) -> bool:
         """Collapse unpinned active objects until ``goal`` tokens are cleared, in the plan's
         order: for ``inline`` least recently used first, then (for a budget) largest first. A
@@ -197,21 +230,28 @@ class AssembleContext:
         policy = state.policy
         inline = policy.inline_layout
         batch = spared is not None
+        auto = state.auto_active
         sizes: dict[str, int] = {}
         for object_id in state.active:
             obj = session.objects[object_id]
             if object_id in state.pinned or (batch and object_id in (spared or ())):
                 continue
-            if batch and plan.kept(object_id):
-                continue  # it shows a file the agent works on
+            if never and object_id in never:
+                continue
+            explicit = state.kinds.get(object_id) == "toolcall" and object_id not in auto
+            if batch and (explicit or plan.kept(object_id)):
+                # the agent activated it (it stays until the agent deactivates it or a budget
+                # forces it out), or it shows a file the agent works on
+                continue
             if isinstance(obj, ToolcallObject):
                 if any(ref in state.pinned for ref in obj.file_refs or ()):
                     continue  # it shows a pinned file
                 size = count(obj.content or "")
                 if inline:  # its long arguments are shortened too
                     size += count(json.dumps(thaw(obj.args), ensure_ascii=False)) // 2
-            elif inline:
-                continue  # inline shows files through the tool messages that read them
+            elif inline and (batch or object_id in session.inline_cache.viewed):
+                continue  # inline shows files through the tool messages that read them; one
+                # that none shows is shown after the chat, and only a budget takes it
             else:
                 size = count(obj.content or "")
             sizes[object_id] = size
@@ -234,7 +274,7 @@ class AssembleContext:
         if not chosen or (batch and cleared < policy.clear_at_least):
             return False
         names = ", ".join(handle(state, i) if inline else i for i in chosen)
-        why = "the context grew" if batch else "of the token budget"
+        why = "the context grew" if batch else f"of the {why or 'token budget'}"
         note = (
             f"collapsed {len(chosen)} older outputs (about {cleared} tokens) because {why}: "
             f"{names}. activate(id) shows any of them again."
@@ -246,9 +286,18 @@ class AssembleContext:
                 f"{handle(state, i)} by {handle(state, by)}" for i, by in newer
             )
             note += "."
-        command = c.CollapseToFit(tuple(chosen), note, newer)
+        command = c.CollapseToFit(tuple(chosen), note, plan.newer(chosen))
+        _record(session, chosen, "batch" if batch else "budget", plan)
         self._deps.runner.execute(session, lambda reads, st: command)
         return True
+
+
+def _record(session: OpenSession, chosen: list[str], rule: str, plan: CollapsePlan) -> None:
+    """Remember why each of ``chosen`` is collapsed (``selfctx bench context --losses``)."""
+    for object_id in chosen:
+        session.collapses[object_id] = CollapseRecord(
+            rule, plan.tier_name(object_id), object_id in plan.working, session.seq
+        )
 
 
 SUPERSEDED_NEAR_END = 4
@@ -283,23 +332,70 @@ def _newest_toolcalls(session: OpenSession, keep: int) -> set[str]:
 
 
 def _truncate(
-    context: AssembledContext, count: Callable[[str], int], budget: int
+    context: AssembledContext,
+    count: Callable[[str], int],
+    budget: int,
+    why: str = "the budget",
 ) -> AssembledContext:
-    """Leave the oldest whole turns out of the prompt until it fits (cut only before a user
-    message, so no tool result loses its call)."""
+    """Leave the oldest messages out of the prompt (never out of the store) until it fits, and
+    say so in its first chat line. Whole turns go first (the cut before a user message); should
+    the latest turn alone be too long, its oldest exchanges go (the cut before an assistant
+    message, with its tool results), the latest staying. Should that not be enough (one output
+    larger than the limit), the longest texts left are shortened, each saying how much of it
+    was left out."""
     chat = list(context.chat)
     fixed = context_tokens(attrs.evolve(context, chat=()), count)
     alone = attrs.evolve(context, system_prompt="", metadata=(), active=())
     sizes = [context_tokens(attrs.evolve(alone, chat=(m,)), count) for m in chat]
-    total = fixed + sum(sizes)
+    # the latest exchange: the last assistant message and its tool results (else the last
+    # user message)
+    last = max((n for n, m in enumerate(chat) if m.role == "assistant"), default=-1)
+    if last < 0:
+        last = max((n for n, m in enumerate(chat) if m.role == "user"), default=0)
+    note_size = count(_truncation_note(len(chat), budget, why))
+    total = fixed + sum(sizes) + note_size
     start = 0
-    while total > budget and start < len(chat):
-        nxt = start + 1
-        while nxt < len(chat) and chat[nxt].role != "user":
-            nxt += 1
-        total -= sum(sizes[start:nxt])
-        start = nxt
-    note = RenderedMessage(
-        "user", f"[context] {start} earlier messages left out to fit the budget of {budget} tokens"
-    )
-    return attrs.evolve(context, chat=(note, *chat[start:]))
+    for cut in (("user",), ("user", "assistant")):  # whole turns first, then exchanges
+        while total > budget and start < last:
+            nxt = start + 1
+            while nxt < last and chat[nxt].role not in cut:
+                nxt += 1
+            if cut == ("user",) and chat[nxt].role != "user":
+                break  # no later turn: the latest one stays whole, unless it must not
+            total -= sum(sizes[start:nxt])
+            start = nxt
+    kept: list[RenderedMessage | ActiveBlock] = [*chat[start:], *context.active]
+    sizes = sizes[start:] + [count(b.text) for b in context.active]
+    while total > budget:
+        longest = max(range(len(kept)), key=sizes.__getitem__, default=None)
+        if longest is None or sizes[longest] <= _SHORTEST:
+            break  # what is left is the system prompt, not the chat
+        item = kept[longest]
+        body = item.text if isinstance(item, RenderedMessage) else item.content or ""
+        keep_chars = len(body) * max(0, sizes[longest] - (total - budget)) // sizes[longest]
+        keep_chars = min(keep_chars, len(body) // 2)
+        shortened = (
+            f"{body[:keep_chars]}\n[... {len(body) - keep_chars} characters left out to fit {why}]"
+        )
+        if isinstance(item, RenderedMessage):
+            message = attrs.evolve(item, text=shortened)
+            kept[longest] = message
+            size = context_tokens(attrs.evolve(alone, chat=(message,)), count)
+        else:
+            block = attrs.evolve(item, content=shortened)
+            kept[longest] = block
+            size = count(block.text)
+        total -= sizes[longest] - size
+        sizes[longest] = size
+    messages = [m for m in kept if isinstance(m, RenderedMessage)]
+    blocks = tuple(b for b in kept if isinstance(b, ActiveBlock))
+    note = RenderedMessage("user", _truncation_note(start, budget, why))
+    return attrs.evolve(context, chat=(note, *messages), active=blocks)
+
+
+_SHORTEST = 50
+"""Messages of this many tokens or fewer are never shortened."""
+
+
+def _truncation_note(left_out: int, budget: int, why: str) -> str:
+    return f"[context] {left_out} earlier messages left out to fit {why} of {budget} tokens"

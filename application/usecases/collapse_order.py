@@ -14,10 +14,17 @@ from collections.abc import Callable, Iterable, Mapping
 import attrs
 
 from selfctx.domain.objects import ContentObject, Source, ToolcallObject
-from selfctx.domain.relevance import KEEP, SUPERSEDED, UNUSED, Relevance, relevance
+from selfctx.domain.relevance import (
+    KEEP,
+    SUPERSEDED,
+    UNUSED,
+    Relevance,
+    RelevanceMemo,
+    relevance,
+)
 from selfctx.domain.session.state import SessionState
 
-__all__ = ["NO_PLAN", "CollapsePlan", "plan_collapse"]
+__all__ = ["NO_PLAN", "CollapsePlan", "CollapseRecord", "plan_collapse"]
 
 OVER_KEEP = (UNUSED + KEEP) / 2
 """Tier of a working-set output beyond ``keep_tokens``: after the unused ones."""
@@ -31,6 +38,27 @@ class CollapsePlan:
     """Tier of each active tool output (lower goes first; :data:`KEEP` is never taken)."""
     superseded: Mapping[str, str]
     """Outputs a later output shows again, with that later output."""
+    working: frozenset[str] = frozenset()
+    """Active outputs that show a file of the working set."""
+    stale: Mapping[str, str] = attrs.field(factory=dict)
+    """Outputs every file of which a later call changed, with that call."""
+
+    def newer(self, chosen: Iterable[str]) -> tuple[tuple[str, str], ...]:
+        """``(output, later call)`` for the chosen outputs a later output shows again or a later
+        call made stale: what their collapsed lines say (decision 0021)."""
+        return tuple(
+            (i, later)
+            for i in chosen
+            if (later := self.superseded.get(i) or self.stale.get(i)) is not None
+        )
+
+    def tier_name(self, object_id: str) -> str:
+        """The tier of an output, as a word (``superseded``, ``unused``, ``kept``,
+        ``over-keep``; ``any`` for a policy without tiers)."""
+        if not self.tiers:
+            return "any"
+        tier = self.tiers.get(object_id, UNUSED)
+        return _TIER_NAMES.get(tier, "unused")
 
     def key(self, object_id: str) -> float:
         return self.tiers.get(object_id, UNUSED)
@@ -42,6 +70,8 @@ class CollapsePlan:
     def kept(self, object_id: str) -> bool:
         return self.tiers.get(object_id) == KEEP
 
+
+_TIER_NAMES = {SUPERSEDED: "superseded", UNUSED: "unused", OVER_KEEP: "over-keep", KEEP: "kept"}
 
 NO_PLAN = CollapsePlan({}, {})
 """``inline``: every output is alike; least recently used first."""
@@ -59,22 +89,44 @@ def plan_collapse(
     display_path: Callable[[Source], str],
     count: Callable[[str], int],
     spared: Iterable[str],
+    memo: RelevanceMemo | None = None,
 ) -> CollapsePlan:
-    """The plan for ``state``'s policy (``spared``: the newest outputs, which no batch takes)."""
+    """The plan for ``state``'s policy (``spared``: the newest outputs, which no batch takes;
+    ``memo``: what earlier turns learnt, so that this one looks only at what is new)."""
     policy = state.policy
     if policy.name != "relevance":
         return NO_PLAN
-    found = relevance(state, objects, display_path, policy.recent_messages)
+    found = relevance(state, objects, display_path, policy.recent_messages, memo)
     tiers: dict[str, float] = dict(found.tiers)
     exempt = set(spared)
     kept = [i for i, tier in tiers.items() if tier == KEEP and i not in exempt]
     kept.sort(key=lambda i: (-_weight(found, objects[i]), -state.positions[i]))
     room = policy.keep_tokens
-    for object_id in kept:
+    for n, object_id in enumerate(kept):
         size = count(objects[object_id].content or "")
+        if n == 0 and room is not None:  # the heaviest file's view stays, whatever its size
+            room = max(0, room - size)
+            continue
         if room is not None and size > room:
             room = 0  # strictly by rank: nothing after the first that does not fit
             tiers[object_id] = OVER_KEEP
         elif room is not None:
             room -= size
-    return CollapsePlan(tiers, found.superseded)
+    working = frozenset(i for i in tiers if _weight(found, objects[i]) > 0)
+    return CollapsePlan(tiers, found.superseded, working, found.stale)
+
+
+@attrs.frozen
+class CollapseRecord:
+    """Why assembly collapsed an output: what ``selfctx bench context --losses`` reports for a
+    line the model later used. Kept in memory with the open session, never stored."""
+
+    rule: str
+    """``seen`` (answered, showing nothing the agent works on), ``batch`` (the prompt passed
+    the trigger), ``budget`` (the hard budget), ``shed`` (the input limit)."""
+    tier: str
+    """The output's tier then (:meth:`CollapsePlan.tier_name`)."""
+    working_set: bool
+    """Whether it showed a file of the working set then."""
+    seq: int
+    """The session's log position right before the collapse."""

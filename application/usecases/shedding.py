@@ -23,7 +23,7 @@ def files_to_shed(
     """The objects to collapse, largest first, until ``goal`` tokens are cleared (or none is
     left), and the tokens they clear."""
     state = session.state
-    inline = state.policy.name == "inline"
+    inline = state.policy.inline_layout
     sizes: dict[str, int] = {}
     for object_id in state.active:
         if object_id in state.pinned:
@@ -50,7 +50,7 @@ def shedding_note(
 ) -> str:
     """The line the model reads about it."""
     state = session.state
-    inline = state.policy.name == "inline"
+    inline = state.policy.inline_layout
     names = ", ".join(handle(state, i) if inline else i for i in chosen)
     return (
         f"dropped {len(chosen)} file(s) from the context, largest first (about {cleared} tokens), "

@@ -51,9 +51,17 @@ def test_a_change_covers_nothing_and_is_never_covered() -> None:
     assert not covers(FileView("f", "read"), change)
 
 
+def test_lines_not_known_are_covered_by_a_read_only() -> None:
+    unknown = FileView("f", "lines")  # a grep without -n: some lines, which ones unknown
+    assert covers(FileView("f", "read"), unknown)
+    assert not covers(lines((1, -1)), unknown)
+    assert not covers(unknown, lines((3, 4)))
+    assert not covers(unknown, FileView("f", "lines"))
+
+
 @pytest.mark.parametrize(
     ("kind", "ranges"),
-    [("lines", ()), ("read", ((1, 2),)), ("change", ((1, 2),)), ("view", ())],
+    [("read", ((1, 2),)), ("change", ((1, 2),)), ("view", ())],
 )
 def test_views_are_validated(kind: Any, ranges: Any) -> None:
     with pytest.raises(InvalidInput):

@@ -101,7 +101,10 @@ def test_cat_n_is_unnumbered() -> None:
 
 
 def test_cat_n_with_a_gap_in_the_numbers_is_not_a_read() -> None:
-    assert sh("cat -n a.py", mini("     1\tx\n     3\ty\n")) == []
+    # not the whole file: the lines its numbers name
+    assert sh("cat -n a.py", mini("     1\tx\n     3\ty\n")) == [
+        FileLines("/testbed/a.py", ((1, 1), (3, 3)))
+    ]
 
 
 @pytest.mark.parametrize(
@@ -126,11 +129,14 @@ def test_a_failed_cat_is_nothing() -> None:
 
 
 def test_a_truncated_output_is_never_a_read() -> None:
-    # mini-swe-agent cuts long outputs in the middle (pvlib trajectory: `head -300 pvsystem.py`).
+    # mini-swe-agent cuts long outputs in the middle (pvlib trajectory: `head -300 pvsystem.py`):
+    # its head and tail are the first and last lines the command printed (the head's last line
+    # and the tail's first may be cut mid-line: not counted).
     out = mini_long("line 1\nline 2", "line 299\nline 300")
-    assert sh("head -300 pvlib/pvsystem.py", out) == []
-    assert sh("cat pvlib/pvsystem.py", out) == []
-    assert sh("sed -n 1,400p pvlib/pvsystem.py", out) == []
+    path = "/testbed/pvlib/pvsystem.py"
+    assert sh("head -300 pvlib/pvsystem.py", out) == [FileLines(path, ((1, 1), (300, 300)))]
+    assert sh("cat pvlib/pvsystem.py", out) == [FileLines(path, ((1, 1), (-1, -1)))]
+    assert sh("sed -n 1,400p pvlib/pvsystem.py", out) == [FileLines(path, ((1, 1), (400, 400)))]
     assert sh("find . -name '*.py'", mini_long("./a.py", "./b.py")) == []
 
 
@@ -161,8 +167,6 @@ def test_head_under_its_limit_is_a_whole_read(command: str, output: str) -> None
         ("head -c 100 a.py", "1\n"),  # bytes, not lines
         ("head --lines=50 a.py", "1\n"),
         ("head -n x a.py", "1\n"),
-        ("head -n 5 a.py b.py", "==> a.py <==\n1\n"),
-        ("head -n 50 a.py | tail -5", "1\n"),
     ],
 )
 def test_head_that_may_have_cut_is_not_a_read(command: str, output: str) -> None:
@@ -171,6 +175,18 @@ def test_head_that_may_have_cut_is_not_a_read(command: str, output: str) -> None
     # a head that hit its limit showed the file's first lines: a partial view
     limit = {"head -5 a.py": 5, "head -n 3 a.py": 3, "head a.py": 10}.get(command)
     assert effects == ([FileLines("/testbed/a.py", ((1, limit),))] if limit else [])
+
+
+def test_head_of_several_files_and_head_then_tail_are_views() -> None:
+    assert sh("head -n 5 a.py b.py", mini("==> a.py <==\n1\n")) == [
+        FileLines("/testbed/a.py", ((1, 5),)),
+        FileLines("/testbed/b.py", ((1, 5),)),
+    ]
+    assert sh("cat a.py b.py | grep x", mini("x\n")) == [
+        FileLines("/testbed/a.py", ()),  # whose lines are whose: not known
+        FileLines("/testbed/b.py", ()),
+    ]
+    assert sh("head -n 50 a.py | tail -5", mini("1\n")) == [FileLines("/testbed/a.py", ((46, 50),))]
 
 
 def test_sed_n_from_line_one_under_its_limit_is_a_whole_read() -> None:
@@ -227,12 +243,16 @@ def test_partial_views_name_their_lines(
         "sed -n 10,5p a.py",  # an empty range
         "sed -n '/def/,/return/p' a.py",  # addresses that are not line numbers
         "sed -n 5,10p a.py b.py",
-        "tail -f a.py",
-        "tail -n 0 a.py",
-        "tail -c 100 a.py",
     ],
 )
-def test_views_that_say_nothing_exact(command: str) -> None:
+def test_views_whose_lines_are_not_known(command: str) -> None:
+    assert sh(command, mini("x = 1\n")) == [
+        FileLines(f"/testbed/{p}", ()) for p in ("a.py", "b.py") if p in command
+    ]
+
+
+@pytest.mark.parametrize("command", ["tail -f a.py", "tail -n 0 a.py", "tail -c 100 a.py"])
+def test_views_that_say_nothing(command: str) -> None:
     assert sh(command, mini("x = 1\n")) == []
 
 
@@ -265,7 +285,6 @@ def test_numbered_views_read_their_numbers() -> None:
         ("nl -ba a.py b.py | head", "     1\tx\n"),
         ("nl -ba a.py | wc -l", "12\n"),
         ("cat -n a.py | sed -n 1,2p > out.txt", ""),
-        ("cat -n a.py | head -3 && echo done", "     1\tx\n"),
         ("nl -ba a.py | sed -n 10,12p", "nl: a.py: No such file or directory\n"),
     ],
 )
@@ -361,11 +380,21 @@ def test_find_piped_into_xargs_grep_l_lists_names() -> None:
         ("find . -type f | xargs wc -l", "  10 ./a.py\n  20 ./b.py\n  30 total\n"),
         ("find . -name '*.py' | xargs cat", "import os.path\nfrom a.b import c\n"),
         ("find . -name '*.py' | wc -l", "42\n"),
-        ("find . -name '*.py' && cat setup.cfg", "./a.py\nsetup.py = here\n"),
     ],
 )
 def test_find_whose_output_is_transformed_is_not_a_listing(command: str, output: str) -> None:
     assert sh(command, mini(output)) == []
+
+
+def test_a_chain_is_every_view_in_it() -> None:
+    # the output mixes what each command printed: the lines each shows come from its syntax
+    out = mini("./a.py\nsetup.py = here\n")
+    assert sh("find . -name '*.py' && cat setup.cfg", out) == [
+        FileLines("/testbed/setup.cfg", ((1, -1),))
+    ]
+    assert sh("cat -n a.py | head -3 && echo done", mini("     1\tx\n")) == [
+        FileLines("/testbed/a.py", ())
+    ]
 
 
 def test_grep_recursive_n() -> None:
@@ -390,7 +419,10 @@ def test_grep_r_without_n_swe_agent_output() -> None:
     )
     command = 'cd /testbed && grep -r "\\.freq" --include="*.py" pandas/core | head -20'
     assert sh(command, out, cwd="/") == [
-        Listing(("/testbed/pandas/core/dtypes/dtypes.py", "/testbed/pandas/core/dtypes/cast.py"))
+        Listing(("/testbed/pandas/core/dtypes/dtypes.py", "/testbed/pandas/core/dtypes/cast.py")),
+        # each file with a hit shows some of its lines
+        FileLines("/testbed/pandas/core/dtypes/dtypes.py", ()),
+        FileLines("/testbed/pandas/core/dtypes/cast.py", ()),
     ]
 
 
@@ -404,7 +436,11 @@ def test_grep_l_and_files_with_matches() -> None:
 
 def test_grep_of_several_files_names_them() -> None:
     out = mini("a.py:x = 1\nb.py:x = 2\n")
-    assert sh("grep x a.py b.py", out) == [Listing(("/testbed/a.py", "/testbed/b.py"))]
+    assert sh("grep x a.py b.py", out) == [
+        Listing(("/testbed/a.py", "/testbed/b.py")),
+        FileLines("/testbed/a.py", ()),
+        FileLines("/testbed/b.py", ()),
+    ]
     assert sh("grep -n x *.py", mini("a.py:3:x = 1\na.py:4:x = 2\n")) == [
         Listing(("/testbed/a.py", "/testbed/a.py")),  # the ingestor discovers each path once
         FileLines("/testbed/a.py", ((3, 4),)),
@@ -431,8 +467,8 @@ def test_grep_of_one_file_is_not_a_listing(command: str, output: str) -> None:
         assert effects == [FileLines("/testbed/pandas/core/indexes/datetimes.py", ((131, 131),))]
     elif command.startswith("grep -e"):
         assert effects == [FileLines("/testbed/a.py", ((4, 4),))]
-    else:
-        assert effects == []
+    else:  # some lines of the file, which ones unknown
+        assert effects == [FileLines(f"/testbed/{command.split()[-1]}", ())]
 
 
 def test_grep_n_with_context_lines_of_one_file() -> None:
@@ -797,7 +833,9 @@ def test_openhands_cat_is_the_file_without_the_trailer() -> None:
 
 def test_openhands_truncated_observation_is_not_a_read() -> None:
     out = openhands("int x;\n[... Observation truncated due to length ...]\nint z;")
-    assert recognise("execute_bash", {"command": "cat a.c"}, out, "/w") == []
+    assert recognise("execute_bash", {"command": "cat a.c"}, out, "/w") == [
+        FileLines("/w/a.c", ((1, 1), (-1, -1)))
+    ]
 
 
 @pytest.mark.parametrize(
@@ -862,3 +900,138 @@ def test_pi_edits_are_replacements() -> None:
         FileEdit("/w/calc.py", "a - b", "a + b"),
         FileEdit("/w/calc.py", "x", "y"),
     ]
+
+
+# -- a view is a view, however it was produced ---------------------------------------------
+
+THIRTY = "".join(f"line {n}\n" for n in range(1, 31))
+
+
+@pytest.mark.parametrize(
+    ("command", "ranges"),
+    [
+        ("cat a.py | head -200", ((1, 200),)),
+        ("cat a.py | head -n 20", ((1, 20),)),
+        ("cat a.py | sed -n '5,10p'", ((5, 10),)),
+        ("cat /testbed/a.py | tail -5", ((-5, -1),)),
+        ("cat a.py 2>&1 | head -n 5", ((1, 5),)),
+        ("head -100 a.py | tail -20", ((81, 100),)),
+        ("sed -n '1,5p;10,12p' a.py", ((1, 5), (10, 12))),
+        ("awk 'NR>=5 && NR<=9' a.py", ((5, 9),)),
+        ("awk 'NR==5,NR==9' a.py", ((5, 9),)),
+        ("awk 'NR>4 && NR<10 {print}' a.py", ((5, 9),)),
+        ("cat a.py | awk 'NR>=5 && NR<=9'", ((5, 9),)),
+        ("cat a.py | grep foo", ()),  # some lines, which ones unknown
+        ("grep -A 30 'class X' a.py", ()),
+        ("grep -B 5 -A 10 'def f' a.py | grep -B 10 -A 10 return", ()),
+    ],
+)
+def test_pipelines_of_line_filters_are_views(
+    command: str, ranges: tuple[tuple[int, int], ...]
+) -> None:
+    assert sh(command, mini(THIRTY)) == [FileLines("/testbed/a.py", ranges)]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat -n a.py | sed -n '5,7p'",
+        "nl -ba a.py | awk 'NR>=5 && NR<=7'",
+        "cat -n a.py | grep -v zzz",
+    ],
+)
+def test_numbered_outputs_say_their_lines(command: str) -> None:
+    out = mini("     5\tx\n     6\ty\n     7\tz\n")
+    assert sh(command, out) == [FileLines("/testbed/a.py", ((5, 7),))]
+
+
+def test_grep_n_numbers_what_it_is_given() -> None:
+    out = mini("3:class X:\n4-  a\n5-  b\n--\n40:class X2\n")
+    assert sh("cat a.py | grep -n X -A 2", out) == [FileLines("/testbed/a.py", ((3, 5), (40, 40)))]
+    # sed gave it lines 100 to 200: its line 3 is the file's 102
+    assert sh("sed -n '100,200p' a.py | grep -n X", out) == [
+        FileLines("/testbed/a.py", ((102, 104), (139, 139)))
+    ]
+
+
+def test_grep_recursive_with_context_lines() -> None:
+    out = mini("src/a.py:3:foo\nsrc/a.py-4-  bar\nsrc/a.py-5-  baz\n--\nsrc/b-c.py:9:foo\n")
+    assert sh("grep -rn -A2 foo src", out) == [
+        Listing(("/testbed/src/a.py", "/testbed/src/b-c.py")),
+        FileLines("/testbed/src/a.py", ((3, 5),)),
+        FileLines("/testbed/src/b-c.py", ((9, 9),)),
+    ]
+
+
+def test_python_printing_a_file_is_a_read() -> None:
+    command = "python -c \"print(open('a.py').read())\""
+    assert sh(command, mini("x = 1\n\n")) == [FileRead("/testbed/a.py", "x = 1\n")]
+    command = 'python3 -c \'print(open("a.py").read(), end="")\''
+    assert sh(command, mini("x = 1\n")) == [FileRead("/testbed/a.py", "x = 1\n")]
+    # any other program is not a view
+    assert sh("python -c \"print(open('a.py').read().upper())\"", mini("X = 1\n\n")) == []
+
+
+def test_a_diff_shows_the_lines_of_its_hunks() -> None:
+    out = mini(
+        "diff --git a/django/a.py b/django/a.py\nindex 1..2 100644\n--- a/django/a.py\n"
+        "+++ b/django/a.py\n@@ -10,7 +10,8 @@ def f():\n x\n-y\n+z\n+w\n@@ -100 +101,3 @@\n a\n"
+    )
+    assert sh("git diff django/a.py", out) == [
+        FileLines("/testbed/django/a.py", ((10, 17), (101, 103)))
+    ]
+
+
+def test_a_chain_of_views_is_all_of_them() -> None:
+    out = mini(THIRTY)
+    assert sh("sed -n '1,5p' a.py && echo --- && sed -n '10,12p' b.py", out) == [
+        FileLines("/testbed/a.py", ((1, 5),)),
+        FileLines("/testbed/b.py", ((10, 12),)),
+    ]
+    assert sh("cat a.py b.py", out) == [
+        FileLines("/testbed/a.py", ((1, -1),)),
+        FileLines("/testbed/b.py", ((1, -1),)),
+    ]
+    assert sh("cd src; head -3 a.py; cd ..; tail -2 b.py", out) == [
+        FileLines("/testbed/src/a.py", ((1, 3),)),
+        FileLines("/testbed/b.py", ((-2, -1),)),
+    ]
+
+
+def test_a_cut_output_shows_its_first_and_last_lines() -> None:
+    head, tail = "l100\nl101\nl102", "l398\nl399\nl400"
+    assert sh("cat a.py | sed -n '100,400p'", mini_long(head, tail)) == [
+        FileLines("/testbed/a.py", ((100, 101), (399, 400)))
+    ]
+    numbered_head = "   100\tl100\n   101\tl101\n   102\tl"
+    numbered_tail = "99\tl398\n   399\tl399\n   400\tl400"
+    assert sh("nl -ba a.py | sed -n '100,400p'", mini_long(numbered_head, numbered_tail)) == [
+        FileLines("/testbed/a.py", ((100, 102), (399, 400)))
+    ]
+    # a cut grep without numbers: some lines
+    assert sh("grep -A 400 def a.py", mini_long("def f", "x")) == [FileLines("/testbed/a.py", ())]
+
+
+@pytest.mark.parametrize(
+    ("command", "output"),
+    [
+        ("cat a.py | wc -l", "30\n"),
+        ("cat a.py | cut -c1-10", "line 1\n"),
+        ("cat a.py | sed 's/x/y/'", "line 1\n"),
+        ("cat a.py | sort | uniq -c", "  1 line 1\n"),
+        ("awk '{print $1}' a.py", "line\n"),
+        ("python -c 'import a'", ""),
+        ("cat a.py | head -5 > out.txt", ""),
+    ],
+)
+def test_what_transforms_lines_is_not_a_view(command: str, output: str) -> None:
+    assert sh(command, mini(output)) == []
+
+
+def test_a_line_numbered_zero_is_not_a_line() -> None:
+    # "src/a.py:0: x" once made every later request of the session fail
+    assert sh("grep -rn x src", mini("src/a.py:0: x\n")) == [
+        Listing(("/testbed/src/a.py",)),
+        FileLines("/testbed/src/a.py", ()),
+    ]
+    assert sh("grep -n x a.py", mini("0: x\n")) == [FileLines("/testbed/a.py", ())]

@@ -5,6 +5,8 @@ byte-identical."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from tests.harness.conftest import (
     bash,
     mini,
     o_assistant,
+    o_call,
     o_tool,
     o_user,
     tc,
@@ -207,3 +210,183 @@ def test_a_partial_view_of_a_host_file_indexes_the_whole_file(tmp_path: Path) ->
         assert [v.to_json() for v in call.file_views or ()] == [
             {"file": a_id, "kind": "lines", "ranges": [[1, 4]]}
         ]
+
+
+def test_a_view_of_a_file_changed_since_goes_once_answered() -> None:
+    h = session()
+    messages: list[dict[str, Any]] = [
+        o_user("fix a.py"),
+        o_assistant("Reading a.py.", bash("c1", "sed -n 1,40p a.py")),
+        o_tool("c1", mini(A_PY[:1200])),
+        o_assistant("Fixing a.py.", bash("c2", "sed -i s/argument/value/ a.py")),
+        o_tool("c2", mini("")),
+    ]
+    h.ingest(messages)
+    # a.py changed after the view: what it showed may no longer be so (decision 0021)
+    assert shown(h)["c1"].endswith("; stale: #3 changed its file since]")
+    control = session()
+    control.ingest([*messages[:3], o_assistant("a.py looks fine.", bash("c2", "ls")), messages[4]])
+    assert A_PY[:1200] in shown(control)["c1"]  # the same view, no change: kept
+
+
+def test_the_heaviest_files_view_stays_whatever_its_size() -> None:
+    # a budget smaller than the one view of the one file the agent works on keeps it all the same
+    h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10)
+    messages: list[dict[str, Any]] = [
+        o_user("fix a.py"),
+        o_assistant("Reading a.py.", bash("c1", "cat a.py")),
+        o_tool("c1", mini(A_PY)),
+    ]
+    for n in range(2, 5):
+        messages += [o_assistant("a.py again", bash(f"c{n}", "true")), o_tool(f"c{n}", mini(""))]
+    h.ingest(messages)
+    assert A_PY in shown(h)["c1"]
+
+
+class _Counting(Mapping[str, Any]):
+    """The objects as a turn reads them (``ObjectCache.showing``), counting lookups."""
+
+    lookups = 0
+
+    def __init__(self, inner: Mapping[str, Any]) -> None:
+        self.inner = inner
+
+    def __getitem__(self, key: str) -> Any:
+        _Counting.lookups += 1
+        return self.inner[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.inner
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.inner)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+def _lookups_for_one_more_call(calls: int) -> int:
+    h = session()
+    messages: list[dict[str, Any]] = [o_user("fix a.py")]
+    for n in range(calls):  # views of a.py among outputs that collapse once answered
+        command = f"sed -n {n + 1},{n + 3}p a.py" if n % 5 == 0 else f"pip install p{n}"
+        messages += [
+            o_assistant("on a.py", bash(f"c{n}", command)),
+            o_tool(f"c{n}", mini(A_PY[n * 10 : n * 10 + 1500])),
+        ]
+    h.ingest(messages)
+    h.service.assemble("s1")
+    open_session = h.service._open("s1")  # the test counts what a turn reads
+    cache = open_session.objects
+    showing = cache.showing
+    cache.showing = lambda shown: _Counting(showing(shown))  # type: ignore[method-assign]
+    _Counting.lookups = 0
+    messages += [o_assistant("a.py", bash("last", "sed -n 2,4p a.py")), o_tool("last", mini("x"))]
+    h.ingest(messages)
+    h.service.assemble("s1")
+    return _Counting.lookups
+
+
+def test_a_turn_looks_at_what_is_new_not_at_the_whole_session() -> None:
+    # what the policy learnt about earlier outputs is kept between turns (RelevanceMemo): the
+    # objects a turn reads follow what the prompt shows and what is new, not the session's length
+    # (without the memo: 141 and 423 lookups, three times as many for four times the calls)
+    short, long = _lookups_for_one_more_call(30), _lookups_for_one_more_call(120)
+    assert long < 2 * short, (short, long)
+
+
+def _activate(h: HarnessSession, messages: list[dict[str, Any]], call_id: str, ref: str) -> None:
+    """The model calls ``activate`` (a context tool); the harness answers it (decision 0008)."""
+    messages.append(o_assistant("I need that again.", o_call(call_id, "activate", id=ref)))
+    h.ingest(messages)
+    messages.append(o_tool(call_id, h.handle("activate", {"id": ref}).message))
+    h.ingest(messages)
+
+
+def test_what_the_model_activated_stays_until_it_deactivates_it() -> None:
+    h = session(trigger_tokens=1, clear_at_least=1)
+    messages: list[dict[str, Any]] = [
+        o_user("fix the bug"),
+        o_assistant("Installing.", bash("c1", "pip install -r reqs.txt")),
+        o_tool("c1", mini(NOISE)),
+        o_assistant("Next.", bash("c2", "true")),
+        o_tool("c2", mini("")),
+        o_assistant("Next.", bash("c3", "true")),
+        o_tool("c3", mini("")),
+    ]
+    h.ingest(messages)
+    assert "collapsed" in shown(h)["c1"]
+    handle = shown(h)["c1"].split()[0].lstrip("[")
+    _activate(h, messages, "a1", handle)
+    for n in range(4, 10):  # answers, batches and seen collapses go by: it stays
+        messages += [o_assistant("Working.", bash(f"c{n}", "true")), o_tool(f"c{n}", mini(""))]
+        h.ingest(messages)
+        assert NOISE in shown(h)["a1"], n
+    messages.append(o_assistant("Done with it.", o_call("d1", "deactivate", id=handle)))
+    h.ingest(messages)
+    messages.append(o_tool("d1", h.handle("deactivate", {"id": handle}).message))
+    h.ingest(messages)
+    assert NOISE not in shown(h)["a1"]  # the answer that showed it collapses with it
+    assert "collapsed" in shown(h)["a1"]
+
+
+def test_an_activation_through_the_shell_stays_too() -> None:
+    # mini-swe-agent runs context tools as shell commands (`activate #3`)
+    h = session(trigger_tokens=1, clear_at_least=1)
+    messages: list[dict[str, Any]] = [
+        o_user("fix the bug"),
+        o_assistant("Installing.", bash("c1", "pip install -r reqs.txt")),
+        o_tool("c1", mini(NOISE)),
+        o_assistant("Next.", bash("c2", "true")),
+        o_tool("c2", mini("")),
+    ]
+    h.ingest(messages)
+    handle = shown(h)["c1"].split()[0].lstrip("[")
+    messages.append(o_assistant("Again.", bash("a1", f"activate {handle}")))
+    h.ingest(messages)
+    answer = h.handle("activate", {"id": handle}).message
+    messages.append(o_tool("a1", mini(answer)))
+    for n in range(3, 8):
+        messages += [o_assistant("Working.", bash(f"c{n}", "true")), o_tool(f"c{n}", mini(""))]
+        h.ingest(messages)
+        assert NOISE in shown(h)["a1"], n
+
+
+def test_an_output_activated_through_the_service_stays() -> None:
+    h = session(trigger_tokens=1, clear_at_least=1)
+    messages: list[dict[str, Any]] = [
+        o_user("fix the bug"),
+        o_assistant("Installing.", bash("c1", "pip install -r reqs.txt")),
+        o_tool("c1", mini(NOISE)),
+        o_assistant("Next.", bash("c2", "true")),
+        o_tool("c2", mini("")),
+    ]
+    h.ingest(messages)
+    assert "collapsed" in shown(h)["c1"]
+    h.service.activate("s1", tc("c1"))
+    for n in range(3, 8):
+        messages += [o_assistant("Working.", bash(f"c{n}", "true")), o_tool(f"c{n}", mini(""))]
+        h.ingest(messages)
+        assert NOISE in shown(h)["c1"], n
+
+
+def test_a_file_the_model_activated_shows_once_in_the_answer(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(A_PY)
+    service = build_service(
+        store=MemoryStore(),
+        workspace=str(tmp_path),
+        settings=Settings(policy=policy_by_name("relevance")),
+    )
+    h = HarnessSession(service, "live", "openai", cwd=str(tmp_path), roots=[str(tmp_path)])
+    messages: list[dict[str, Any]] = [
+        o_user("look"),
+        o_assistant("", bash("c1", "ls")),
+        o_tool("c1", mini("a.py\n")),
+    ]
+    h.ingest(messages)
+    handle = (
+        f"#{service.state('live').positions[service.object_id_for(str(tmp_path / 'a.py'))] + 1}"
+    )
+    _activate(h, messages, "a1", handle)
+    text = json.dumps(h.request()["messages"])
+    assert text.count(json.dumps(A_PY)[1:-1]) == 1  # in the answer, not after the chat too

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from selfctx.adapters.harness import request as request_module
@@ -69,6 +69,11 @@ def histories(draw: Any) -> list[tuple[tuple[RenderedMessage, ...], bool, bool]]
         elif op == "cut" and chat:
             del chat[draw(st.integers(0, len(chat) - 1)) :]
         out.append((tuple(chat), draw(st.booleans()), draw(st.booleans())))
+    # a rendered chat answers each call once: ingestion refuses a second result for a call and
+    # gives a reused call id an object id of its own (decision 0030)
+    for chat, _, _ in out:
+        answered = [m.toolcall_id for m in chat if m.role == "tool"]
+        assume(len(set(answered)) == len(answered))
     return out
 
 

@@ -120,9 +120,9 @@ def test_the_default_policy_is_clearly_cheaper_and_keeps_what_is_used() -> None:
     assert report.managed_tokens < 0.85 * report.naive_tokens
     assert report.peak_managed < 0.85 * report.peak_naive
     assert report.recall.used >= 3 and report.recall.recall == 1.0
-    # a view shown again after an edit collapsed and says so in its line
+    # a view whose file was edited since collapsed once answered, and says so in its line
     context = service.assemble(report.session_id).to_text()
-    assert "shows its lines in a newer version]" in context
+    assert "changed its file since]" in context
     # everything collapsed is still retrievable byte for byte (checked at every call above),
     # and the file the agent read before editing it is one object with that content
     functions = service.object(

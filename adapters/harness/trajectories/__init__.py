@@ -17,9 +17,11 @@ from typing import Any
 
 from selfctx.adapters.harness.trajectories.formats import (
     OWN_FORMAT,
+    from_message_list,
     from_mini_swe_agent,
     from_openai_messages,
     from_swe_agent,
+    from_swe_agent_0,
 )
 from selfctx.adapters.harness.trajectories.model import ModelCall, Trajectory, TrajectoryError
 from selfctx.adapters.harness.trajectories.openhands import from_openhands
@@ -54,8 +56,10 @@ def convert(data: Any, name: str, source: str = "<data>") -> Trajectory:
 
 
 def _convert(data: Any, name: str, source: str) -> Trajectory:
+    if isinstance(data, list):  # a bare message list (mini-swe-agent's own test trajectories)
+        return from_message_list(data, name, source)
     if not isinstance(data, Mapping):
-        raise TrajectoryError(source, "a trajectory must be a JSON object")
+        raise TrajectoryError(source, "a trajectory must be a JSON object or a message list")
     if data.get("format") == OWN_FORMAT:
         return from_openai_messages(data, name, source)
     if str(data.get("trajectory_format", "")).startswith("mini-swe-agent") or (
@@ -65,7 +69,9 @@ def _convert(data: Any, name: str, source: str) -> Trajectory:
     if isinstance(data.get("history"), list) and data["history"]:
         first = data["history"][0]
         if isinstance(first, Mapping) and "role" in first:
-            return from_swe_agent(data, name, source)
+            if any(isinstance(m, Mapping) and "tool_calls" in m for m in data["history"]):
+                return from_swe_agent(data, name, source)
+            return from_swe_agent_0(data, name, source)
         return from_openhands(data, name, source)
     raise TrajectoryError(
         source, "not a mini-swe-agent, SWE-agent, OpenHands or openai-messages trajectory"

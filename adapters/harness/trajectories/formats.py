@@ -3,6 +3,7 @@ SWE-agent >= 1.0, and the project's own ``openai-messages`` format (the shipped 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -17,7 +18,14 @@ from selfctx.adapters.harness.trajectories.model import (
     tool_message,
 )
 
-__all__ = ["OWN_FORMAT", "from_mini_swe_agent", "from_openai_messages", "from_swe_agent"]
+__all__ = [
+    "OWN_FORMAT",
+    "from_message_list",
+    "from_mini_swe_agent",
+    "from_openai_messages",
+    "from_swe_agent",
+    "from_swe_agent_0",
+]
 
 OWN_FORMAT = "openai-messages"
 """``{"format": "openai-messages", "workspace": .., "cwd": .., "filesystem_id"?: ..,
@@ -99,7 +107,7 @@ def from_swe_agent(data: Mapping[str, Any], name: str, source: str) -> Trajector
     steps = data.get("trajectory") or []
     cwd = None
     if steps and isinstance(steps[0], Mapping):
-        cwd = (steps[0].get("state") or {}).get("working_dir")
+        cwd = _state(steps[0].get("state")).get("working_dir")
     first_user = next((m["content"] for m in messages if m["role"] == "user"), "")
     uploaded = _UPLOADED.search(first_user)
     workspace = uploaded.group(1) if uploaded else (cwd or "/testbed")
@@ -112,6 +120,74 @@ def from_swe_agent(data: Mapping[str, Any], name: str, source: str) -> Trajector
         cwd=str(cwd or workspace),
         recorded_total_prompt_tokens=_int(stats.get("tokens_sent")),
         notes=("dropped: thought, action, agent, message_type, cache_control",),
+    )
+
+
+def _state(state: Any) -> Mapping[str, Any]:
+    """A step's environment state: a mapping, or (SWE-agent 0.x) the JSON text of one."""
+    if isinstance(state, str):
+        try:
+            state = json.loads(state)
+        except json.JSONDecodeError:
+            return {}
+    return state if isinstance(state, Mapping) else {}
+
+
+_CURRENT_DIRECTORY = re.compile(r"\(Current directory: (/[^\n)]*)\)")
+
+
+def _directory_in(messages: tuple[dict[str, Any], ...]) -> str | None:
+    """The working directory a text-action harness states in its observations, if any."""
+    for message in messages:
+        if message["role"] == "user":
+            found = _CURRENT_DIRECTORY.search(str(message.get("content") or "")[-2000:])
+            if found:
+                return found.group(1).strip()
+    return None
+
+
+def from_swe_agent_0(data: Mapping[str, Any], name: str, source: str) -> Trajectory:
+    """SWE-agent 0.x (``.traj``): ``history`` holds the primary agent's messages without tool
+    calls: the command in the assistant's text, its output in the next user message (a text
+    action, ``harness.text_actions``); a sub-agent's messages (``agent`` other than
+    ``primary``) were never sent to this model and are left out."""
+    history = data.get("history")
+    if not isinstance(history, list):
+        raise TrajectoryError(source, "the message list is missing")
+    primary = [
+        m for m in history if isinstance(m, Mapping) and m.get("agent", "primary") == "primary"
+    ]
+    messages = _messages(primary, source)
+    steps = data.get("trajectory") or []
+    state = _state(steps[0].get("state")) if steps and isinstance(steps[0], Mapping) else {}
+    cwd = state.get("working_dir") or _directory_in(messages) or "/"
+    stats = (data.get("info") or {}).get("model_stats") or {}
+    return Trajectory(
+        name=name,
+        format="swe-agent-0",
+        messages=messages,
+        calls=calls_of(messages),
+        workspace=str(cwd),
+        cwd=str(cwd),
+        recorded_total_prompt_tokens=_int(stats.get("tokens_sent")),
+        notes=("dropped: thought, action, agent, is_demo; sub-agents' messages",),
+    )
+
+
+def from_message_list(data: list[Any], name: str, source: str) -> Trajectory:
+    """A bare message list (mini-swe-agent's test trajectories, in text mode or with tool
+    calls): the messages as sent, the model's calls at its assistant messages."""
+    messages = _messages(data, source)
+    text = " ".join(str(m.get("content") or "")[:4000] for m in messages)
+    cwd = _directory_in(messages) or ("/testbed" if "/testbed" in text else "/")
+    return Trajectory(
+        name=name,
+        format="message-list",
+        messages=messages,
+        calls=calls_of(messages),
+        workspace="/",
+        cwd=cwd,
+        notes=("a bare message list: the working directory is a guess",),
     )
 
 

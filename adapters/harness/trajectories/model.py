@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from selfctx.adapters.harness.text_actions import observations
 from selfctx.domain.errors import InvalidInput
 
 __all__ = [
@@ -85,6 +86,12 @@ class Trajectory:
         if per_call and all(t is not None for t in per_call):
             return sum(t for t in per_call if t is not None)
         return self.recorded_total_prompt_tokens
+
+    def observation_positions(self) -> list[int]:
+        """Positions of the messages that carry what tools printed: the tool messages, and the
+        user messages of a text-action harness that are a command's output."""
+        tools = [n for n, m in enumerate(self.messages) if m.get("role") == "tool"]
+        return sorted(tools + [o.position for o in observations(self.messages)])
 
     def tool_outputs(self) -> dict[str, str]:
         """Each answered tool call's id and the exact text of its result."""
