@@ -467,6 +467,63 @@ def _proxy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace) -> int:
+    from selfctx.adapters.bench.cache import run_cache
+
+    options = {}
+    for text in args.policy_option:
+        name, _, value = text.partition("=")
+        if not value.strip().isdigit():
+            raise SystemExit(f"--policy-option {text!r}: use NAME=INTEGER")
+        options[name.strip()] = int(value)
+    result = run_cache(
+        args.recordings, policy=args.policy, options=options, progress=_progress(args.json)
+    )
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"policy {result['policy']}; costs in base-input tokens (1.0 = one uncached token)")
+    head = (
+        f"{'recording':<24} {'rules':<10} {'req':>4} {'client KB':>10} {'upstream KB':>12} "
+        f"{'':>6}{'read':>10} {'write':>10} {'uncached':>9} {'cost':>10} {'ratio':>6}"
+    )
+    print(head)
+    for run in result["runs"]:
+        for api, figures in run["apis"].items():
+            for side in ("direct", "managed"):
+                f = figures[side]
+                first = side == "direct"
+                name = run["recording"].removesuffix(".jsonl.xz") if first else ""
+                kb = run["client_bytes"] if first else run["upstream_bytes"]
+                print(
+                    f"{name:<24} {figures['rules'] if first else '':<10} "
+                    f"{figures['requests'] if first else '':>4} "
+                    f"{kb / 1000 if first else '':>10} {'' if first else kb / 1000:>12} "
+                    f"{side:>6}{f['cache_read']:>10,} {f['cache_write']:>10,} "
+                    f"{f['uncached']:>9,} {f['cost']:>10,} "
+                    f"{'' if first else figures['ratio']:>6}"
+                )
+            del api
+    return 0
+
+
+def _register_cache(benches: Any) -> None:
+    cache = benches.add_parser(
+        "cache",
+        help="prompt-cache reads, writes and cost of recorded client sessions, direct and "
+        "through the proxy",
+    )
+    cache.add_argument(
+        "recordings", nargs="*", help="recording files or directories (default: the shipped ones)"
+    )
+    cache.add_argument("--policy", help="layout policy of the proxy's sessions (default: default)")
+    cache.add_argument(
+        "--policy-option", metavar="NAME=N", action="append", default=[], help="(repeatable)"
+    )
+    cache.add_argument("--json", action="store_true", help="print JSON")
+    cache.set_defaults(handler=_cache)
+
+
 def _register_proxy(benches: Any) -> None:
     proxy = benches.add_parser(
         "proxy",
@@ -518,6 +575,7 @@ def register(subparsers: Any) -> None:
     _register_store(benches)
     _register_large(benches)
     _register_proxy(benches)
+    _register_cache(benches)
     read = benches.add_parser(
         "read", help="confined reads (canonical + read) against realpath-then-open, files/s"
     )

@@ -13,6 +13,7 @@ import asyncio
 import itertools
 import json
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -51,6 +52,10 @@ class Received:
     path: str
     headers: Mapping[str, str]
     body: Mapping[str, Any]
+    size: int = 0
+    """The body's length in bytes, as received."""
+    at: float = 0.0
+    """When it arrived (``time.monotonic()``)."""
 
 
 @attrs.frozen
@@ -125,8 +130,11 @@ class ScriptedModel:
         self, api: str, answer: Callable[[ScriptedModel, Step, Mapping[str, Any]], Any]
     ) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
-            body = json.loads(await request.body())
-            received = Received(api, request.url.path, dict(request.headers), body)
+            raw = await request.body()
+            body = json.loads(raw)
+            received = Received(
+                api, request.url.path, dict(request.headers), body, len(raw), time.monotonic()
+            )
             with self._lock:
                 self.requests.append(received)
             step = self.script(Seen(api, body, assistant_turns(api, body)))
