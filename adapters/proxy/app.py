@@ -24,7 +24,7 @@ import logging
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio.to_thread
@@ -41,18 +41,27 @@ from selfctx.adapters.harness.render import render, to_anthropic
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tokens import PromptCounter
 from selfctx.adapters.harness.tools import check_prefix, is_context_tool, tool_schemas
-from selfctx.adapters.proxy.incremental import ParsedConversation
+from selfctx.adapters.proxy.incremental import (
+    ParsedConversation,
+    assistant_messages,
+    common_prefix,
+)
 from selfctx.adapters.proxy.providers import PROVIDERS, Anthropic, Call, Provider
 from selfctx.adapters.proxy.sessions import (
     SESSION_HEADER,
     OpenSessions,
     ProxySession,
+    answer_marks,
+    continues,
+    credential_digest,
     session_id_for,
 )
 from selfctx.adapters.proxy.sse import Event, iter_events
 from selfctx.application.policies import policy_by_name
 from selfctx.application.service import ContextService
+from selfctx.domain.chat import AssistantMessage
 from selfctx.domain.errors import SelfContextError
+from selfctx.domain.session.state import SessionState
 
 __all__ = ["TOKEN_HEADER", "Proxy", "ProxyConfig"]
 
@@ -235,16 +244,18 @@ class Proxy:
         except MalformedMessage as exc:
             note = f"unmanaged: {exc}"
             return await self._forward(provider, request.method, url, headers, raw, note)
-        session_id = session_id_for(
+        owner = credential_digest(request.headers, request.query_params.multi_items())
+        base = session_id_for(
             provider.name,
             provider.client_key(body, request.headers),
             first_user,
             request.headers.get(SESSION_HEADER),
+            owner,
         )
         try:
-            session = await self._session(provider, session_id)
+            session = await self._session(provider, base, owner, body)
         except SelfContextError as exc:
-            return _error(provider, 400, f"session {session_id!r}: {exc}")
+            return _error(provider, 400, f"session {base!r}: {exc}")
         turn = _Turn(provider, body, headers, url, session)
         await session.lock.acquire()
         released = False
@@ -275,30 +286,66 @@ class Proxy:
             if not released:
                 session.lock.release()
 
-    async def _session(self, provider: Provider, session_id: str) -> ProxySession:
+    async def _session(
+        self, provider: Provider, base: str, owner: str, body: Mapping[str, Any]
+    ) -> ProxySession:
+        """The session a request of ``base`` and ``owner`` joins (see ``sessions``): one whose
+        last request it continues, else a new one (a new conversation, or a branch)."""
+        items, _system = provider.conversation(body)
+        listed: list[Any] = items if isinstance(items, list) else [items]
         async with self._opening:
-            session = self.sessions.get(session_id)
-            if session is None:
-                policy = policy_by_name(self.config.policy, **self.config.policy_options)
+            candidates = self.sessions.of_base(base, owner)
+            chosen = next((s for s in candidates if continues(s, listed)), None)
+            answered = [s for s in candidates if s.answer]
+            if chosen is None and answered:
+                chosen = await anyio.to_thread.run_sync(
+                    lambda: _by_answer(provider.name, listed, answered)
+                )
+            number = 1
+            while chosen is None:
+                session_id = base if number == 1 else f"{base}-{number}"
+                number += 1
+                if session_id in self.sessions.items():
+                    continue
+                chosen = await self._open_session(provider, session_id, base, owner, listed)
+            chosen.claimed = listed
+            self.sessions.get(chosen.session_id)  # the most recently used now
+            return chosen
 
-                def open_session() -> HarnessSession:
-                    return HarnessSession(
-                        self.service,
-                        session_id,
-                        provider.name,
-                        cwd=self.config.cwd,
-                        roots=self.config.roots,
-                        policy=policy,
-                        tool_prefix=self.config.tool_prefix,
-                    )
+    async def _open_session(
+        self, provider: Provider, session_id: str, base: str, owner: str, items: Sequence[Any]
+    ) -> ProxySession | None:
+        """Open ``session_id`` (resumed if the store has it); None if the store's session holds
+        another conversation than ``items`` (the request then gets a session of its own)."""
+        policy = policy_by_name(self.config.policy, **self.config.policy_options)
 
-                harness = await anyio.to_thread.run_sync(open_session)
-                parsed = ParsedConversation(provider.name, self._item_counter(provider))
-                session = ProxySession(harness, parsed)
-                for evicted in self.sessions.add(session_id, session):
-                    sid = evicted.harness.session_id
-                    await anyio.to_thread.run_sync(self.service.close_session, sid)
-            return session
+        def open_session() -> HarnessSession | None:
+            harness = HarnessSession(
+                self.service,
+                session_id,
+                provider.name,
+                cwd=self.config.cwd,
+                roots=self.config.roots,
+                policy=policy,
+                tool_prefix=self.config.tool_prefix,
+            )
+            if harness.resumed is not None:
+                stored = _stored_answer(self.service.state(session_id), harness.tool_prefix)
+                carried = answer_marks(assistant_messages(provider.name, items))
+                if stored and not stored & carried:
+                    self.service.close_session(session_id)
+                    return None
+            return harness
+
+        harness = await anyio.to_thread.run_sync(open_session)
+        if harness is None:
+            return None
+        parsed = ParsedConversation(provider.name, self._item_counter(provider))
+        session = ProxySession(harness, parsed, base=base, owner=owner)
+        for evicted in self.sessions.add(session_id, session):
+            sid = evicted.harness.session_id
+            await anyio.to_thread.run_sync(self.service.close_session, sid)
+        return session
 
     def _item_counter(self, provider: Provider) -> Callable[[Iterable[Any]], int]:
         if provider.name == "responses":
@@ -387,6 +434,7 @@ class Proxy:
                 if outcome.removed:
                     ids = {c.id for c in outcome.removed}
                     response = turn.provider.without(response, ids)
+                self._delivered(turn, response)
                 self._log(turn, upstream.status_code)
                 return JSONResponse(response, upstream.status_code, _returned(upstream.headers))
             nxt = await self._open(turn, await self._managed(turn, last=self._last(turn)))
@@ -432,6 +480,10 @@ class Proxy:
                         texts = [event.raw for event in events]
                     for text in texts:
                         queue.put_nowait(text)
+                    if outcome.removed:
+                        ids = {c.id for c in outcome.removed}
+                        response = turn.provider.without(response, ids)
+                    self._delivered(turn, response)
                     self._log(turn, 200)
                     return
                 nxt = await self._open(turn, await self._managed(turn, last=self._last(turn)))
@@ -503,6 +555,13 @@ class Proxy:
         if own:
             return _Outcome(again=False, removed=tuple(context_calls))
         return _Outcome(again=True)
+
+    @staticmethod
+    def _delivered(turn: _Turn, response: Mapping[str, Any]) -> None:
+        """The client got ``response``: its next request, if it goes on, carries it back."""
+        message = turn.provider.assistant(response)
+        if message is not None:
+            turn.session.answer = answer_marks([message])
 
     def _log(self, turn: _Turn, status: int) -> None:
         state = self.service.state(turn.session_id)
@@ -662,3 +721,33 @@ async def _read_limited(upstream: httpx.Response, limit: int) -> bytes:
             raise ValueError(f"the upstream answer is larger than {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _by_answer(
+    fmt: str, items: Sequence[Any], sessions: Sequence[ProxySession]
+) -> ProxySession | None:
+    """Of ``sessions``, the one whose last answer ``items`` carry (a client sends the model's
+    answers back), the one sharing the longest start with them if several do."""
+    best: tuple[int, ProxySession] | None = None
+    for session in sessions:
+        shared = common_prefix(session.claimed, items)
+        if best is not None and shared <= best[0]:
+            continue
+        if session.answer & answer_marks(assistant_messages(fmt, items, shared)):
+            best = (shared, session)
+    return best[1] if best else None
+
+
+def _stored_answer(state: SessionState, prefix: str) -> frozenset[str]:
+    """:func:`answer_marks` of the last answer a stored session holds from the model to its
+    client (the proxy's own context calls are not one)."""
+    for turn in reversed(state.turns):
+        for message in reversed(turn.messages):
+            if not isinstance(message, AssistantMessage):
+                continue
+            calls = [c for c in message.tool_calls if not is_context_tool(c.name, prefix)]
+            if message.tool_calls and not calls:
+                continue
+            ids = tuple(attrs.evolve(c, id=c.provider_id or c.id) for c in calls)
+            return answer_marks([Message("assistant", message.text, ids)])
+    return frozenset()

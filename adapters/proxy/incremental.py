@@ -16,13 +16,14 @@ from typing import Any
 import attrs
 
 from selfctx.adapters.harness.messages import (
+    MalformedMessage,
     Message,
     parse_anthropic,
     parse_openai,
     parse_responses,
 )
 
-__all__ = ["ParsedConversation"]
+__all__ = ["ParsedConversation", "assistant_messages", "common_prefix"]
 
 _ASSISTANT_ITEMS = frozenset({"function_call", "reasoning"})
 
@@ -100,7 +101,7 @@ class ParsedConversation:
             kept: list[_Chunk] = []
         else:
             system_messages, system_tokens = self.system_messages, self.system_tokens
-            same = _common_prefix(self.items, items)
+            same = common_prefix(self.items, items)
             kept = [c for c in self.chunks if c.end <= same]
             # an assistant's run of items that goes on in the new items is parsed again
             if (
@@ -124,7 +125,26 @@ class ParsedConversation:
         return messages, system_tokens + sum(c.tokens for c in chunks)
 
 
-def _common_prefix(old: Sequence[Any], new: Sequence[Any]) -> int:
+def assistant_messages(fmt: str, items: Sequence[Any], start: int = 0) -> list[Message]:
+    """The assistant messages among ``items[start:]``, parsing only the chunks that hold one;
+    a chunk that does not parse is skipped (this is a look, not an ingest)."""
+    out: list[Message] = []
+    for begin, end in _chunks(fmt, items, start):
+        part = list(items[begin:end])
+        if not any(_assistant_item(i) or _role(i) == "assistant" for i in part):
+            continue
+        try:
+            out += [m for m in _parse(fmt, part, begin) if m.role == "assistant"]
+        except MalformedMessage:
+            continue
+    return out
+
+
+def _role(item: Any) -> Any:
+    return item.get("role") if isinstance(item, dict) else None
+
+
+def common_prefix(old: Sequence[Any], new: Sequence[Any]) -> int:
     if len(new) >= len(old) and new[: len(old)] == old:  # the usual case, compared in C
         return len(old)
     n = 0

@@ -74,13 +74,13 @@ def test_the_bytes_sent_are_the_managed_body_as_json(fmt: str, tmp_path: Path) -
     async def run() -> int:
         nonlocal items
         hits = 0
+        session = await proxy._session(provider, "encode-test", "", _body(fmt, items))
         for n in range(40):
             command = "cat app.py" if n % 7 == 0 else f"echo {n}"
             output = (tmp_path / "app.py").read_text() if n % 7 == 0 else f"{n}\n" * 40
             items = [*items, *_call(fmt, n, command, output)]
             if n % 10 == 9:  # the client edits its history: a compaction of its own
                 items = [*system, first, *items[len(system) + 5 :]]
-            session = await proxy._session(provider, "encode-test")
             turn = _Turn(provider, _body(fmt, items), {}, "http://upstream", session)
             managed = await proxy._prepare(turn)
             assert managed is not None
