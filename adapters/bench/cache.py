@@ -2,8 +2,9 @@
 straight to the provider (*direct*) and through ``selfctx proxy`` (*managed*).
 
 A recording (``selfctx.adapters.bench.recording``) holds every request a real agent sent. Each is
-sent, in order and at its recorded time, through the proxy (in-memory store, the default policy
-unless told) to a scripted model that answers ``ok`` and keeps what it got: the managed requests.
+sent, in order, through the proxy (in-memory store, the default policy unless told) to a scripted
+model that answers what the model answered when it was recorded (as the client sent it back with
+its next request) and keeps what it got: the managed requests.
 Both sequences are billed by the provider's caching rules (``selfctx.domain.prompt_cache``:
 Anthropic's explicit breakpoints for Messages requests, automatic prefix caching for OpenAI's
 APIs), block by block (``selfctx.adapters.harness.prompt_blocks``), with the project's token
@@ -15,22 +16,24 @@ clients playing tests/proxy/tasks.py straight against the scripted model (tests/
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from selfctx.adapters.bench.recording import Recording, read_recording
+from selfctx.adapters.bench.recording import Recorded, Recording, read_recording
 from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.harness.prompt_blocks import cache_request
 from selfctx.adapters.harness.tokens import PromptCounter
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.proxy import Proxy, ProxyConfig
-from selfctx.adapters.proxy.scripted import ScriptedModel, Step
+from selfctx.adapters.proxy.scripted import ScriptedModel, Seen, Step
 from selfctx.adapters.proxy.serving import serve_in_thread
 from selfctx.domain.prompt_cache import Bill, bill, rules_for, total
 
@@ -60,12 +63,88 @@ def _figures(bills: Sequence[Bill]) -> dict[str, Any]:
     }
 
 
+def _unmarked(value: Any) -> Any:
+    """``value`` without cache marks, a content of text blocks as one string (clients re-send
+    the same message in either form)."""
+    if isinstance(value, dict):
+        out = {k: _unmarked(v) for k, v in value.items() if k != "cache_control"}
+        content = out.get("content")
+        if isinstance(content, list) and all(
+            isinstance(b, dict) and set(b) == {"type", "text"} and b["type"] == "text"
+            for b in content
+        ):
+            out["content"] = "".join(b["text"] for b in content)
+        return out
+    if isinstance(value, list):
+        return [_unmarked(v) for v in value]
+    return value
+
+
+def _items(request: Recorded) -> list[Any]:
+    for key in ("messages", "input"):
+        value = request.body.get(key)
+        if isinstance(value, list):
+            return value
+    return []
+
+
+def _is_answer(api: str, item: Any) -> bool:
+    if not isinstance(item, dict):
+        return False
+    if api == "responses":
+        kind = item.get("type", "message")
+        return kind in ("function_call", "reasoning") or (
+            kind == "message" and item.get("role") == "assistant"
+        )
+    return item.get("role") == "assistant"
+
+
+def _answers(recording: Recording) -> list[Any]:
+    """What the model answered to each recorded request, as the client sent it back with its
+    next request of the same conversation (None: not found; the replay then answers ``ok``)."""
+    requests = recording.requests
+    answers: list[Any] = []
+    for n, request in enumerate(requests):
+        items = _items(request)
+        found = None
+        for later in requests[n + 1 :]:
+            after = _items(later)
+            if later.api != request.api or len(after) <= len(items) or not items:
+                continue
+            if after[0] != items[0] or _unmarked(after[: len(items)]) != _unmarked(items):
+                continue
+            tail = list(itertools.takewhile(partial(_is_answer, request.api), after[len(items) :]))
+            if not tail:
+                break
+            if request.api == "anthropic":
+                content = tail[0].get("content")
+                found = (
+                    [{"type": "text", "text": content}]
+                    if isinstance(content, str)
+                    else [{k: v for k, v in b.items() if k != "cache_control"} for b in content]
+                )
+            elif request.api == "openai":
+                found = _unmarked(tail[0])
+            else:
+                found = [{k: v for k, v in i.items() if k not in ("id", "status")} for i in tail]
+            break
+        answers.append(found)
+    return answers
+
+
 def _replay(
     recording: Recording, policy: str | None, options: Mapping[str, int]
 ) -> tuple[list[tuple[int, Mapping[str, Any]]], list[int]]:
-    """Each recorded request sent through a proxy: (bytes, body) of what reached the model for
-    each, and the bytes the client sent."""
-    model = ScriptedModel([Step("ok")])
+    """Each recorded request sent through a proxy, the model answering what it answered when
+    it was recorded: (bytes, body) of what reached the model for each, and the bytes the client
+    sent."""
+    answers = iter(_answers(recording))
+
+    def script(_seen: Seen) -> Step:
+        answer = next(answers, None)
+        return Step("ok") if answer is None else Step(replayed=answer)
+
+    model = ScriptedModel(script)
     client_bytes: list[int] = []
     with tempfile.TemporaryDirectory() as workspace:
         service = build_service(store=MemoryStore(), workspace=workspace)

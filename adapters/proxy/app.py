@@ -18,6 +18,7 @@ time (an ``asyncio.Lock`` per session), so the event loop keeps serving other se
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -47,6 +48,7 @@ from selfctx.adapters.proxy.incremental import (
     common_prefix,
 )
 from selfctx.adapters.proxy.providers import PROVIDERS, Anthropic, Call, Provider
+from selfctx.adapters.proxy.rebuilt import client_texts, shown_once, stored_texts
 from selfctx.adapters.proxy.sessions import (
     SESSION_HEADER,
     OpenSessions,
@@ -113,6 +115,10 @@ class ProxyConfig:
     """Seconds between SSE comments while a streamed answer is being prepared."""
     max_event_chars: int = 64 * 1024 * 1024
     max_sessions: int = 256
+    never_larger: bool = True
+    """Send the client's own request whenever the managed one would be larger (decision 0049).
+    Off only in tests of the context-call rounds, whose tiny conversations never pay for the
+    context tools they are given."""
 
 
 @attrs.define
@@ -131,6 +137,13 @@ class _Turn:
     rounds: int = 0
     naive: int = 0
     managed: int = 0
+    client_bytes: int = 0
+    upstream_bytes: int = 0
+    """Of the first request sent upstream for this one."""
+    as_sent: bool = False
+    """The client's request went upstream unchanged (the managed one would have been larger)."""
+    texts: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
+    """The client's text messages (``rebuilt.client_texts``)."""
     started: float = attrs.field(factory=time.monotonic)
 
     @property
@@ -256,14 +269,14 @@ class Proxy:
             session = await self._session(provider, base, owner, body)
         except SelfContextError as exc:
             return _error(provider, 400, f"session {base!r}: {exc}")
-        turn = _Turn(provider, body, headers, url, session)
+        turn = _Turn(provider, body, headers, url, session, client_bytes=len(raw))
         await session.lock.acquire()
         released = False
         try:
-            managed = await self._prepare(turn)
-            if managed is None:
+            content = await self._prepare(turn, raw)
+            if content is None:
                 return await self._forward(provider, "POST", url, headers, raw, "unmanaged")
-            first = await self._open(turn, managed)
+            first = await self._open(turn, content)
             if isinstance(first, Response):
                 self._log(turn, first.status_code)
                 return first
@@ -342,6 +355,10 @@ class Proxy:
             return None
         parsed = ParsedConversation(provider.name, self._item_counter(provider))
         session = ProxySession(harness, parsed, base=base, owner=owner)
+        if harness.resumed is not None:
+            session.sent = await anyio.to_thread.run_sync(
+                lambda: stored_texts(self.service.state(session_id))
+            )
         for evicted in self.sessions.add(session_id, session):
             sid = evicted.harness.session_id
             await anyio.to_thread.run_sync(self.service.close_session, sid)
@@ -352,29 +369,48 @@ class Proxy:
             return lambda items: self.counter({"input": list(items)})
         return lambda items: self.counter(list(items))
 
-    async def _prepare(self, turn: _Turn) -> dict[str, Any] | None:
+    async def _prepare(self, turn: _Turn, raw: bytes) -> bytes | None:
         """Ingest the client's conversation and build the managed request, in one trip to a
-        worker thread (None: the context manager refused the conversation, which is then sent
-        as it came)."""
-        items, system = turn.provider.conversation(turn.body)
+        worker thread: its bytes, or the client's own (``raw``) when the managed request would be
+        larger (None: the context manager refused the conversation, which is then sent as it
+        came)."""
 
-        def prepare() -> dict[str, Any] | None:
+        def prepare() -> bytes | None:
             try:
-                turn.messages, turn.naive = turn.session.parsed.update(items, system)
-                ingestor = turn.session.harness.ingestor
-                ingestor.ingest(turn.messages)
-                if turn.session.pending:  # context calls made beside the client's last calls
-                    turn.extra, turn.session.pending = turn.session.pending, []
-                    ingestor.ingest([*turn.messages, *turn.extra])
-                return self._build(turn)
+                content = turn.session.encoder.encode(self._ingest(turn))
             except SelfContextError as exc:
                 log.warning("session %s: left unmanaged: %s", turn.session_id, exc)
                 return None
+            if self.config.never_larger and len(content) > len(raw):
+                # Never larger than what the client sent: its own request, unchanged.
+                turn.as_sent = True
+                turn.upstream_bytes = len(raw)
+                return raw
+            turn.upstream_bytes = len(content)
+            return content
 
         return await anyio.to_thread.run_sync(prepare)
 
-    async def _managed(self, turn: _Turn, *, last: bool = False) -> dict[str, Any]:
-        return await anyio.to_thread.run_sync(lambda: self._build(turn, last=last))
+    def _ingest(self, turn: _Turn) -> dict[str, Any]:
+        """Record what is new in the client's conversation; the managed request (in a worker
+        thread; raises ``SelfContextError`` if the context manager refuses the conversation)."""
+        session = turn.session
+        items, system = turn.provider.conversation(turn.body)
+        turn.messages, turn.naive = session.parsed.update(items, system)
+        turn.texts = client_texts(turn.messages)
+        session.sent.update(turn.texts)
+        ingestor = session.harness.ingestor
+        ingestor.ingest(turn.messages)
+        if session.pending:  # context calls made beside the client's last calls
+            turn.extra, session.pending = session.pending, []
+            ingestor.ingest([*turn.messages, *turn.extra])
+        return self._build(turn)
+
+    async def _managed(self, turn: _Turn, *, last: bool = False) -> bytes:
+        """The next round's request, after the proxy answered context calls."""
+        return await anyio.to_thread.run_sync(
+            lambda: turn.session.encoder.encode(self._build(turn, last=last))
+        )
 
     def _build(self, turn: _Turn, *, last: bool = False) -> dict[str, Any]:
         """The managed request (in a worker thread): the session's context in the client's
@@ -382,23 +418,30 @@ class Proxy:
         provider = turn.provider
         harness = turn.session.harness
         context = self.service.assemble(harness.session_id)
+        chat = shown_once(context.chat, turn.texts, turn.session.sent)
+        if chat is not None:
+            context = attrs.evolve(context, chat=chat)
         prefix, memo = harness.tool_prefix, turn.session.memo
-        if isinstance(provider, Anthropic):
-            cache = provider.breakpoints_left(turn.body) >= 2
-            rendered = to_anthropic(context, cache_control=cache, tool_prefix=prefix, memo=memo)
+        tools = tool_schemas(provider.name, prefix)
+        if isinstance(provider, Anthropic):  # the provider places the cache marks
+            rendered = to_anthropic(context, cache_control=False, tool_prefix=prefix, memo=memo)
+            if turn.rounds == 0:
+                turn.session.outputs.saw(context.chat, self.service.state(harness.session_id))
+            mark_last = turn.session.outputs.kept_enough()
+            managed = provider.managed(turn.body, rendered, tools, mark_last=mark_last)
         else:
             rendered = render(context, provider.name, tool_prefix=prefix, memo=memo)
-        managed = provider.managed(turn.body, rendered, tool_schemas(provider.name, prefix))
+            managed = provider.managed(turn.body, rendered, tools)
         if last:
             managed["tool_choice"] = {"type": "none"} if provider.name == "anthropic" else "none"
         turn.managed = self.service.prompt_tokens(harness.session_id, context)
         return managed
 
-    async def _open(self, turn: _Turn, body: Mapping[str, Any]) -> httpx.Response | Response:
-        """Send ``body`` upstream; a response whose status is not 2xx, or an unreachable upstream,
-        becomes the client's answer at once (the former exactly as the provider shaped it)."""
+    async def _open(self, turn: _Turn, content: bytes) -> httpx.Response | Response:
+        """Send ``content`` upstream; a response whose status is not 2xx, or an unreachable
+        upstream, becomes the client's answer at once (the former exactly as the provider shaped
+        it)."""
         client = self.client()
-        content = turn.session.encoder.encode(body)
         request = client.build_request("POST", turn.url, headers=turn.headers, content=content)
         try:
             upstream = await client.send(request, stream=True)
@@ -567,7 +610,7 @@ class Proxy:
         state = self.service.state(turn.session_id)
         log.info(
             "session=%s api=%s status=%d naive_tokens=%d managed_tokens=%d collapsed=%d "
-            "context_rounds=%d ms=%.0f",
+            "context_rounds=%d client_bytes=%d upstream_bytes=%d%s ms=%.0f",
             turn.session_id,
             turn.provider.name,
             status,
@@ -575,6 +618,9 @@ class Proxy:
             turn.managed,
             len(state.pool) - len(state.active),
             turn.rounds,
+            turn.client_bytes,
+            turn.upstream_bytes,
+            " sent_as_is=larger_managed" if turn.as_sent else "",
             (time.monotonic() - turn.started) * 1000,
         )
 

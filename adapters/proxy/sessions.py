@@ -42,6 +42,8 @@ from selfctx.adapters.harness.render import RenderMemo
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.proxy.encode import BodyEncoder
 from selfctx.adapters.proxy.incremental import ParsedConversation, common_prefix
+from selfctx.domain.rendering import RenderedMessage
+from selfctx.domain.session.state import SessionState
 
 __all__ = [
     "SESSION_HEADER",
@@ -114,6 +116,36 @@ def answer_marks(messages: Iterable[Message]) -> frozenset[str]:
     return frozenset(marks)
 
 
+KEEP_PRICE = 0.25 / (0.25 + 0.9)
+"""Above this share of newest outputs still shown in full one request later, a cache mark on the
+last block pays (decision 0047): an output that stays is billed 1.0 uncached and 1.25 written
+without it, 1.25 and 0.1 with it (0.9 saved); one that collapses 1.0 without, 1.25 with (0.25
+lost). Derived from Anthropic's prices, not measured on sessions."""
+
+
+@attrs.define
+class NewestOutputs:
+    """Whether the tool outputs that were newest in a request are still shown in full in the
+    next one: the last few observations of a session."""
+
+    newest: tuple[str, ...] = ()
+    kept: collections.deque[bool] = attrs.field(factory=lambda: collections.deque(maxlen=8))
+
+    def saw(self, chat: Sequence[RenderedMessage], state: SessionState) -> None:
+        """Note what became of the previous request's newest outputs; remember this one's."""
+        self.kept.extend(object_id in state.active for object_id in self.newest)
+        newest: list[str] = []
+        for message in reversed(chat):
+            if message.role != "tool":
+                break
+            if message.toolcall_id:
+                newest.append(message.toolcall_id)
+        self.newest = tuple(newest)
+
+    def kept_enough(self) -> bool:
+        return bool(self.kept) and sum(self.kept) / len(self.kept) > KEEP_PRICE
+
+
 @attrs.define(eq=False)
 class ProxySession:
     """One open session: its harness session, the lock its requests take in turn, the client's
@@ -139,6 +171,7 @@ class ProxySession:
     """The items of the last request that joined the session (set when it joins)."""
     answer: frozenset[str] = frozenset()
     """:func:`answer_marks` of the answer the client got to its last request."""
+    outputs: NewestOutputs = attrs.field(factory=NewestOutputs)
     sent: set[tuple[str, str]] = attrs.field(factory=set)
     """Every text message the client has sent in this session, as (role, text): what the
     session shows of them is what the client's latest request still holds (``shown_once``)."""

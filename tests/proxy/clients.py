@@ -66,7 +66,9 @@ def aider_script(tag: str = "") -> Callable[[Seen], Step]:
     def script(seen: Seen) -> Step:
         messages = seen.body.get("messages") or ()
         last = json.dumps(messages[-1]["content"]) if messages else ""
-        if "What stands out in part" not in seen.text and TASK not in seen.text:
+        if "SEARCH/REPLACE" not in seen.text or (
+            "What stands out in part" not in seen.text and TASK not in seen.text
+        ):
             return Step(f"ok{tag}")  # a summary or another request of aider's own
         if TASK in last:
             return Step(f"Fixing add(){tag}.\n\n" + FIX_EDIT)
@@ -99,8 +101,8 @@ class Client:
     script: Callable[[int], Callable[[Seen], Step]]
     git: bool = False
 
-    def repo(self, root: Path, steps: int) -> Path:
-        repo = make_task_repo(root, steps, git=self.git)
+    def repo(self, root: Path, steps: int, marker: str = "") -> Path:
+        repo = make_task_repo(root, steps, git=self.git, marker=marker)
         if self.git:
             (repo / "notes.md").write_text("# Notes\n")
         return repo
@@ -192,8 +194,17 @@ def _aider(base: str, repo: Path, home: Path, steps: int) -> str:
     return done.stdout
 
 
-def _shell(tool: str, key: str, **extra: Any) -> Callable[[int], Callable[[Seen], Step]]:
-    return lambda steps: tool_script(steps, tool, lambda command: {key: command, **extra})
+def _shell(
+    tool: str, key: str, prefix: str = "context_", **extra: Any
+) -> Callable[[int], Callable[[Seen], Step]]:
+    return lambda steps: tool_script(
+        steps, tool, lambda command: {key: command, **extra}, prefix=prefix
+    )
+
+
+def pi_extension_script(steps: int) -> Callable[[Seen], Step]:
+    """Pi's task with the extension, whose context tools have no prefix."""
+    return _shell("bash", "command", prefix="")(steps)
 
 
 CLIENTS: Mapping[str, Client] = {

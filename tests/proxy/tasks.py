@@ -80,10 +80,14 @@ def log_text(part: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def make_task_repo(root: Path, parts: int, *, git: bool = False) -> Path:
+def make_task_repo(root: Path, parts: int, *, git: bool = False, marker: str = "") -> Path:
     """The calculator project of ``make_repo`` with ``parts`` log files, a git repository when
-    ``git`` (aider wants one)."""
+    ``git`` (aider wants one); ``marker`` is written into calc.py and README.md, which every
+    client reads, so that a test can tell whose text a request holds."""
     repo = make_repo(root)
+    if marker:
+        (repo / "calc.py").write_text(f"# {marker}\n" + (repo / "calc.py").read_text())
+        (repo / "README.md").write_text((repo / "README.md").read_text() + f"\n{marker}\n")
     (repo / "logs").mkdir()
     for part in range(1, parts + 1):
         (repo / "logs" / f"part{part:02d}.txt").write_text(log_text(part))
@@ -115,8 +119,8 @@ def tool_script(
     done: str = "Fixed: add() now adds.",
 ) -> Callable[[Seen], Step]:
     """The task for a client whose shell tool is ``tool`` (its arguments made from a command);
-    the activation step calls ``{prefix}activate`` on the first collapsed output when the
-    request offers it, else reads one more file."""
+    the activation step calls ``{prefix}activate`` on the latest collapsed output (a large log)
+    when the request offers it, else reads one more file."""
     plan = commands(steps)
 
     def script(seen: Seen) -> Step:
@@ -131,7 +135,7 @@ def tool_script(
             if f"{prefix}activate" in names and handles:
                 return Step(
                     "Let me see that output again.",
-                    ((f"{prefix}activate", {"id": handles[0]}),),
+                    ((f"{prefix}activate", {"id": handles[-1]}),),
                 )
             command = "cat logs/part01.txt"
         text = "Reading the logs." if command.startswith("cat logs") else ""

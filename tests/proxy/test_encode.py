@@ -82,14 +82,13 @@ def test_the_bytes_sent_are_the_managed_body_as_json(fmt: str, tmp_path: Path) -
             if n % 10 == 9:  # the client edits its history: a compaction of its own
                 items = [*system, first, *items[len(system) + 5 :]]
             turn = _Turn(provider, _body(fmt, items), {}, "http://upstream", session)
-            managed = await proxy._prepare(turn)
-            assert managed is not None
+            managed = proxy._ingest(turn)
             before = len(encoder._kept)
             sent = encoder.encode(managed)
             assert sent == json.dumps(managed, ensure_ascii=False).encode("utf-8", "surrogatepass")
             hits += before > 0 and any(i in encoder._kept for i in map(id, _items(managed)))
             if n % 5 == 0:  # and the model's own context call, answered by the proxy
-                again = await proxy._managed(turn)
+                again = proxy._build(turn)
                 assert encoder.encode(again) == json.dumps(again, ensure_ascii=False).encode()
         return hits
 

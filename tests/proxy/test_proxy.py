@@ -31,7 +31,8 @@ def proxy_for(
     upstream: str, workspace: Path, store: MemoryStore | None = None, **config: Any
 ) -> Iterator[tuple[Proxy, str]]:
     service = build_service(store=store or MemoryStore(), workspace=str(workspace))
-    settings = {"cwd": str(workspace), "roots": (str(workspace),), **config}
+    # the rounds' mechanics, tested on conversations too small to pay for the context tools
+    settings = {"cwd": str(workspace), "roots": (str(workspace),), "never_larger": False, **config}
     proxy = Proxy(
         service,
         ProxyConfig(upstream_anthropic=upstream, upstream_openai=upstream + "/v1", **settings),
