@@ -9,6 +9,7 @@ goes to stderr. See docs/harness.md ("A model-API proxy").
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -54,7 +55,7 @@ def _banner(base: str, config: Any, store: str, policy: str) -> str:
     return "\n".join(
         [
             f"selfctx proxy listening on {base} (store {store}, policy {policy}, context tools "
-            f"{config.tool_prefix}activate/deactivate/pin/unpin)",
+            f"{config.tool_prefix}activate/deactivate/pin/unpin/search)",
             f"  upstreams: Anthropic {config.upstream_anthropic}, OpenAI {config.upstream_openai}",
             f"  Claude Code:  ANTHROPIC_BASE_URL={root} claude",
             f"  Codex CLI:    codex -c model_provider=selfctx "
@@ -70,6 +71,7 @@ def _banner(base: str, config: Any, store: str, policy: str) -> str:
 def _run(args: argparse.Namespace) -> int:
     # imported here: the ASGI stack loads only for the command that serves
     from selfctx.adapters.proxy import Proxy, ProxyConfig
+    from selfctx.adapters.proxy.guard import LOOPBACK_NAMES
     from selfctx.adapters.proxy.serving import bind, serve
 
     logging.basicConfig(
@@ -95,8 +97,19 @@ def _run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_mb * 1024 * 1024,
         max_rounds=args.max_rounds,
         token=token,
+        # loopback: answer only to this machine's names (no DNS rebinding); beyond it, a token
+        hosts=LOOPBACK_NAMES | {args.host.lower()} if args.host in _LOOPBACK else None,
     )
-    sock = bind(args.host, args.port)  # before the store: a taken port fails fast
+    try:
+        sock = bind(args.host, args.port)  # before the store: a taken port fails fast
+    except OSError as exc:
+        reason = {
+            errno.EADDRINUSE: "is in use (another proxy?): choose another with --port, or 0 "
+            "for any free one",
+            errno.EACCES: "may not be used by this user: choose one above 1023 with --port",
+            errno.EADDRNOTAVAIL: "is not an address of this machine",
+        }.get(exc.errno or 0, f"cannot be listened on: {exc.strerror}")
+        raise InvalidInput("address", f"{args.host}:{args.port}", reason) from None
     store = open_store(args.store)
     service = None
     try:

@@ -22,11 +22,10 @@ import collections
 import contextlib
 import json
 import logging
-import secrets
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio.to_thread
 import attrs
@@ -35,13 +34,19 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from selfctx.adapters.harness.messages import MalformedMessage, Message
 from selfctx.adapters.harness.render import render, to_anthropic
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tokens import PromptCounter
-from selfctx.adapters.harness.tools import check_prefix, is_context_tool, tool_schemas
+from selfctx.adapters.harness.tools import (
+    ToolAnswer,
+    check_prefix,
+    is_context_tool,
+    tool_schemas,
+)
+from selfctx.adapters.proxy.guard import LOOPBACK_NAMES, TOKEN_HEADER, Guard
 from selfctx.adapters.proxy.incremental import (
     ParsedConversation,
     assistant_messages,
@@ -49,6 +54,7 @@ from selfctx.adapters.proxy.incremental import (
 )
 from selfctx.adapters.proxy.providers import PROVIDERS, Anthropic, Call, Provider
 from selfctx.adapters.proxy.rebuilt import client_texts, shown_once, stored_texts
+from selfctx.adapters.proxy.redact import CREDENTIALS, RedactingFilter, redact
 from selfctx.adapters.proxy.sessions import (
     SESSION_HEADER,
     OpenSessions,
@@ -56,20 +62,25 @@ from selfctx.adapters.proxy.sessions import (
     answer_marks,
     continues,
     credential_digest,
+    credential_values,
     session_id_for,
 )
 from selfctx.adapters.proxy.sse import Event, iter_events
 from selfctx.application.policies import policy_by_name
+from selfctx.application.ports.store import StoreError
 from selfctx.application.service import ContextService
-from selfctx.domain.chat import AssistantMessage
+from selfctx.domain.chat import AssistantMessage, ToolCallRequest
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.session.state import SessionState
 
 __all__ = ["TOKEN_HEADER", "Proxy", "ProxyConfig"]
 
+T = TypeVar("T")
 log = logging.getLogger("selfctx.proxy")
+_REDACTING = RedactingFilter()
+for _name in ("selfctx.proxy", "uvicorn.error", "httpx", "httpcore"):
+    logging.getLogger(_name).addFilter(_REDACTING)
 
-TOKEN_HEADER = "x-selfctx-token"
 _HOP = frozenset(
     {
         "host",
@@ -110,6 +121,9 @@ class ProxyConfig:
     """Context-tool rounds per client request; the last one forbids tool calls."""
     token: str | None = None
     """When set, every request must present it (``x-selfctx-token`` or a ``/t/TOKEN`` prefix)."""
+    hosts: frozenset[str] | None = LOOPBACK_NAMES
+    """The host names requests may be addressed to (``Host``); None: any (a proxy served beyond
+    this machine, which has a token)."""
     timeout: float = 600.0
     keepalive: float = 10.0
     """Seconds between SSE comments while a streamed answer is being prepared."""
@@ -144,6 +158,8 @@ class _Turn:
     """The client's request went upstream unchanged (the managed one would have been larger)."""
     texts: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
     """The client's text messages (``rebuilt.client_texts``)."""
+    gone: asyncio.Event = attrs.field(factory=asyncio.Event)
+    """Set when the client has left: no more rounds are asked for it."""
     started: float = attrs.field(factory=time.monotonic)
 
     @property
@@ -155,6 +171,12 @@ class _Turn:
 class _Outcome:
     again: bool
     removed: tuple[Call, ...] = ()
+    exhausted: bool = False
+    """The model called only context tools on the last round allowed: nothing to give back."""
+
+
+class _Gone(Exception):
+    """The client left: the exchange stops asking the model."""
 
 
 class Proxy:
@@ -176,7 +198,10 @@ class Proxy:
         self._client: httpx.AsyncClient | None = None
         self._opening = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
-        routes = [Route("/_selfctx/health", self._health, methods=["GET"])]
+        routes = [
+            Route("/", self._root, methods=["GET"]),
+            Route("/_selfctx/health", self._health, methods=["GET"]),
+        ]
         routes += [
             Route(path, self._endpoint(provider), methods=["POST"])
             for path, provider in PROVIDERS.items()
@@ -184,8 +209,11 @@ class Proxy:
         routes.append(
             Route("/{path:path}", self._passthrough, methods=["GET", "POST", "PUT", "DELETE"])
         )
-        self.app: ASGIApp = _TokenGuard(
-            Starlette(routes=routes, lifespan=self._lifespan), self.config.token
+        self.app: ASGIApp = Guard(
+            Starlette(routes=routes, lifespan=self._lifespan),
+            _error_body,
+            token=self.config.token,
+            hosts=self.config.hosts,
         )
 
     # -- life --------------------------------------------------------------------------------
@@ -224,6 +252,12 @@ class Proxy:
                 await anyio.to_thread.run_sync(self.service.close_session, session_id)
         self.sessions.open.clear()
 
+    async def _root(self, _request: Request) -> Response:
+        """Not a model API path: answered here, never forwarded."""
+        return JSONResponse(
+            {"proxy": "selfctx", "apis": sorted(PROVIDERS), "health": "/_selfctx/health"}
+        )
+
     async def _health(self, _request: Request) -> Response:
         return JSONResponse({"proxy": "selfctx", "sessions": len(self.sessions.items())})
 
@@ -237,6 +271,7 @@ class Proxy:
 
     async def serve(self, provider: Provider, request: Request) -> Response:
         """Answer one request of ``provider``'s API."""
+        CREDENTIALS.set(credential_values(request.headers, request.query_params.multi_items()))
         raw = await _read_body(request, self.config.max_body_bytes)
         if raw is None:
             limit = self.config.max_body_bytes
@@ -245,6 +280,8 @@ class Proxy:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return _error(provider, 400, f"the request body is not JSON: {exc}")
+        except RecursionError:
+            return _error(provider, 400, "the request body is nested too deeply")
         problem = _shape_problem(provider, body)
         if problem:
             return _error(provider, 400, problem)
@@ -272,11 +309,17 @@ class Proxy:
         turn = _Turn(provider, body, headers, url, session, client_bytes=len(raw))
         await session.lock.acquire()
         released = False
+        # until a streamed answer's relay takes over, a client that leaves is noticed here
+        watcher = asyncio.create_task(_watch_disconnect(request, turn.gone))
         try:
             content = await self._prepare(turn, raw)
             if content is None:
                 return await self._forward(provider, "POST", url, headers, raw, "unmanaged")
-            first = await self._open(turn, content)
+            try:
+                first = await self._while_there(turn, self._open(turn, content))
+            except _Gone:
+                self._log(turn, 499)
+                return Response(status_code=499)
             if isinstance(first, Response):
                 self._log(turn, first.status_code)
                 return first
@@ -288,14 +331,16 @@ class Proxy:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
                 released = True
+                watcher.cancel()
                 return StreamingResponse(
-                    self._relay(queue),
+                    self._relay(queue, turn.gone),
                     status_code=first.status_code,
                     headers=_returned(first.headers),
                     media_type="text/event-stream",
                 )
             return await self._complete(turn, first)
         finally:
+            watcher.cancel()
             if not released:
                 session.lock.release()
 
@@ -461,7 +506,12 @@ class Proxy:
         """A non-streamed exchange: rounds until the model answers the client."""
         while True:
             try:
-                payload = await _read_limited(upstream, self.config.max_body_bytes)
+                payload = await self._while_there(
+                    turn, _read_limited(upstream, self.config.max_body_bytes)
+                )
+            except _Gone:
+                self._log(turn, 499)
+                return Response(status_code=499)
             except (httpx.HTTPError, ValueError) as exc:
                 self._log(turn, 502)
                 return _error(turn.provider, 502, f"the upstream answer failed: {exc!r}")
@@ -473,6 +523,9 @@ class Proxy:
                 self._log(turn, upstream.status_code)
                 return Response(payload, upstream.status_code, headers=_returned(upstream.headers))
             outcome = await self._answer(turn, response)
+            if outcome.exhausted:
+                self._log(turn, 502)
+                return _error(turn.provider, 502, self._exhausted_message(turn))
             if not outcome.again:
                 if outcome.removed:
                     ids = {c.id for c in outcome.removed}
@@ -480,24 +533,66 @@ class Proxy:
                 self._delivered(turn, response)
                 self._log(turn, upstream.status_code)
                 return JSONResponse(response, upstream.status_code, _returned(upstream.headers))
-            nxt = await self._open(turn, await self._managed(turn, last=self._last(turn)))
+            try:
+                nxt = await self._next_round(turn)
+            except _Gone:
+                self._log(turn, 499)
+                return Response(status_code=499)
             if isinstance(nxt, Response):
                 self._log(turn, nxt.status_code)
                 return nxt
             upstream = nxt
 
-    async def _relay(self, queue: asyncio.Queue[str | None]) -> AsyncIterator[str]:
+    async def _next_round(self, turn: _Turn) -> httpx.Response | Response:
+        """Ask the model again after the proxy answered its context calls (raises ``_Gone`` if
+        the client left meanwhile: nothing more is asked for it)."""
+        if turn.gone.is_set():
+            raise _Gone
+        content = await self._managed(turn, last=self._last(turn))
+        return await self._while_there(turn, self._open(turn, content))
+
+    async def _while_there(self, turn: _Turn, work: Awaitable[T]) -> T:
+        """``work``, cancelled (and ``_Gone`` raised) if the client leaves before it is done."""
+        task = asyncio.ensure_future(work)
+        gone = asyncio.ensure_future(turn.gone.wait())
+        try:
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            raise _Gone
+        return task.result()
+
+    def _exhausted_message(self, turn: _Turn) -> str:
+        return (
+            f"the model went on calling context tools after {turn.rounds} rounds, the limit "
+            f"(--max-rounds {self.config.max_rounds}); nothing was left to answer"
+        )
+
+    async def _relay(
+        self, queue: asyncio.Queue[str | None], gone: asyncio.Event
+    ) -> AsyncIterator[str]:
         """What the client reads of a streamed exchange: the final events once they are known,
-        and a keep-alive comment whenever nothing came for ``keepalive`` seconds."""
-        while True:
-            try:
-                item = await asyncio.wait_for(queue.get(), timeout=self.config.keepalive)
-            except TimeoutError:
-                yield ": keepalive\n\n"
-                continue
-            if item is None:
-                return
-            yield item
+        and a keep-alive comment whenever nothing came for ``keepalive`` seconds. If the client
+        leaves first, ``gone`` tells the exchange to stop asking the model."""
+        finished = False
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), timeout=self.config.keepalive)
+                except TimeoutError:
+                    yield ": keepalive\n\n"
+                    continue
+                if item is None:
+                    finished = True
+                    return
+                yield item
+        finally:
+            if not finished:
+                gone.set()
 
     async def _pump(
         self, turn: _Turn, upstream: httpx.Response, queue: asyncio.Queue[str | None]
@@ -507,15 +602,19 @@ class Proxy:
         try:
             while True:
                 try:
-                    events = await self._events(upstream)
+                    events = await self._while_there(turn, self._events(upstream))
                 except (httpx.HTTPError, ValueError) as exc:
                     queue.put_nowait(
-                        turn.provider.error_event(f"the upstream stream failed: {exc!r}")
+                        turn.provider.error_event(redact(f"the upstream stream failed: {exc!r}"))
                     )
                     self._log(turn, 502)
                     return
                 response = turn.provider.accumulate(events)
                 outcome = await self._answer(turn, response)
+                if outcome.exhausted:
+                    queue.put_nowait(turn.provider.error_event(self._exhausted_message(turn)))
+                    self._log(turn, 502)
+                    return
                 if not outcome.again:
                     if outcome.removed:
                         texts = turn.provider.filter_events(events, outcome.removed)
@@ -529,20 +628,22 @@ class Proxy:
                     self._delivered(turn, response)
                     self._log(turn, 200)
                     return
-                nxt = await self._open(turn, await self._managed(turn, last=self._last(turn)))
+                nxt = await self._next_round(turn)
                 if isinstance(nxt, Response):
                     detail = bytes(nxt.body).decode("utf-8", "replace")[:2000]
                     queue.put_nowait(
                         turn.provider.error_event(
-                            f"the upstream answered {nxt.status_code}: {detail}"
+                            redact(f"the upstream answered {nxt.status_code}: {detail}")
                         )
                     )
                     self._log(turn, nxt.status_code)
                     return
                 upstream = nxt
+        except _Gone:
+            self._log(turn, 499)  # the client left: nothing more was asked for it
         except Exception as exc:  # a bug or the store: the client is told, the proxy goes on
             log.exception("session %s: the exchange failed", turn.session_id)
-            queue.put_nowait(turn.provider.error_event(f"the proxy failed: {exc!r}"))
+            queue.put_nowait(turn.provider.error_event(redact(f"the proxy failed: {exc!r}")))
         finally:
             queue.put_nowait(None)
             turn.session.lock.release()
@@ -568,6 +669,8 @@ class Proxy:
         context_calls = [c for c in calls if is_context_tool(c.name, prefix)]
         if not context_calls:
             return _Outcome(again=False)
+        if turn.rounds >= self.config.max_rounds and len(context_calls) == len(calls):
+            return _Outcome(again=False, exhausted=True)  # not run: the model cannot see them
         message = provider.assistant(response)
         if message is None:
             log.warning(
@@ -581,8 +684,17 @@ class Proxy:
         asked = Message("assistant", "", mine) if own else attrs.evolve(message, tool_calls=mine)
         harness = turn.session.harness
 
+        def handled(call: ToolCallRequest) -> ToolAnswer:
+            try:
+                return harness.handle(call.name, dict(call.arguments))
+            except StoreError:
+                raise
+            except Exception as exc:  # a bug: the model is told, the exchange goes on
+                log.exception("session %s: %s failed", turn.session_id, call.name)
+                return ToolAnswer(False, f"{call.name} failed: {type(exc).__name__}")
+
         def run() -> None:
-            answers = [(call, harness.handle(call.name, dict(call.arguments))) for call in mine]
+            answers = [(call, handled(call)) for call in mine]
             answered = [asked] + [
                 Message("tool", a.message, tool_call_id=c.id, is_error=not a.ok, images=a.images)
                 for c, a in answers
@@ -640,6 +752,7 @@ class Proxy:
     async def _passthrough(self, request: Request) -> Response:
         """Any other request (``count_tokens``, ``models``, ...) goes to its upstream unchanged:
         to Anthropic's if it carries Anthropic's headers, else to OpenAI's."""
+        CREDENTIALS.set(credential_values(request.headers, request.query_params.multi_items()))
         anthropic = "anthropic-version" in request.headers or "x-api-key" in request.headers
         provider = PROVIDERS["/v1/messages" if anthropic else "/v1/chat/completions"]
         raw = await _read_body(request, self.config.max_body_bytes)
@@ -677,46 +790,19 @@ class Proxy:
         return StreamingResponse(body(), upstream.status_code, headers=_returned(upstream.headers))
 
 
-class _TokenGuard:
-    """Refuses requests without the proxy's token (when it has one): the ``x-selfctx-token``
-    header or a path that starts with ``/t/TOKEN`` (for clients that take only a base URL)."""
-
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
-        self.inner = app
-        self.token = token
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.token is None or scope["type"] != "http":
-            await self.inner(scope, receive, send)
-            return
-        path: str = scope["path"]
-        given = None
-        if path.startswith("/t/"):
-            given, _, rest = path[3:].partition("/")
-            scope = dict(scope, path="/" + rest, raw_path=("/" + rest).encode())
-        else:
-            for name, value in scope.get("headers", ()):
-                if name.decode("latin-1").lower() == TOKEN_HEADER:
-                    given = value.decode("latin-1")
-        if given is None or not secrets.compare_digest(given.encode(), self.token.encode()):
-            response = JSONResponse(
-                {
-                    "error": {
-                        "type": "authentication_error",
-                        "message": "missing or wrong proxy token",
-                    }
-                },
-                401,
-            )
-            await response(scope, receive, send)
-            return
-        await self.inner(scope, receive, send)
-
-
 # -- helpers --------------------------------------------------------------------------------------
 
 
+def _error_body(path: str, status: int, message: str) -> dict[str, Any]:
+    """An error in the shape of the API ``path`` belongs to."""
+    provider = PROVIDERS[
+        "/v1/messages" if path.startswith("/v1/messages") else "/v1/chat/completions"
+    ]
+    return provider.error_body(status, message)
+
+
 def _error(provider: Provider, status: int, message: str) -> JSONResponse:
+    message = redact(message)
     log.warning("%s %d: %s", provider.path, status, message)
     return JSONResponse(provider.error_body(status, message), status)
 
@@ -741,6 +827,16 @@ def _forwarded(headers: Mapping[str, str]) -> dict[str, str]:
 
 def _returned(headers: httpx.Headers | Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _HOP}
+
+
+async def _watch_disconnect(request: Request, gone: asyncio.Event) -> None:
+    """Set ``gone`` when the client closes its connection (its body was read already, so the
+    next message of the connection is its end)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            return
 
 
 async def _read_body(request: Request, limit: int) -> bytes | None:

@@ -259,7 +259,8 @@ class Anthropic(Provider):
         session = headers.get("x-claude-code-session-id")
         if session:
             return session
-        user = (body.get("metadata") or {}).get("user_id") if isinstance(body, dict) else None
+        metadata = body.get("metadata")
+        user = metadata.get("user_id") if isinstance(metadata, dict) else None
         if not isinstance(user, str) or not user:
             return None
         try:  # Claude Code puts a JSON object there, with the session among its fields
@@ -611,7 +612,7 @@ class Responses(Provider):
     def client_key(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> str | None:
         for name in ("session-id", "session_id", "thread-id"):
             if headers.get(name):
-                return headers[name]
+                return str(headers[name])
         metadata = body.get("client_metadata")
         if isinstance(metadata, dict) and isinstance(metadata.get("session_id"), str):
             return str(metadata["session_id"])

@@ -51,6 +51,7 @@ __all__ = [
     "ProxySession",
     "answer_marks",
     "credential_digest",
+    "credential_values",
     "first_user_text",
     "session_id_for",
 ]
@@ -61,6 +62,17 @@ CREDENTIAL_HEADERS = ("x-api-key", "authorization", "api-key", "x-goog-api-key")
 """Headers that carry a model API's credentials."""
 CREDENTIAL_PARAMETERS = frozenset({"key", "api-key", "api_key", "apikey", "access_token", "token"})
 """Query-string parameters that carry one (some gateways take the key there)."""
+
+
+def credential_values(
+    headers: Mapping[str, str], query: Iterable[tuple[str, str]] = ()
+) -> tuple[str, ...]:
+    """The credentials a request carries, as given (to keep them out of what the proxy writes),
+    a bearer token also without its scheme."""
+    values = [headers[name] for name in CREDENTIAL_HEADERS if headers.get(name)]
+    values += [v.split(" ", 1)[1] for v in values if v.lower().startswith("bearer ")]
+    values += [v for k, v in query if k.lower() in CREDENTIAL_PARAMETERS]
+    return tuple(values)
 
 
 def credential_digest(headers: Mapping[str, str], query: Iterable[tuple[str, str]] = ()) -> str:

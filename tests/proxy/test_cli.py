@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -47,5 +48,19 @@ def test_the_banner_with_a_token_hides_it(tmp_path: Path) -> None:
         process.wait(timeout=30)
     text = "".join(banner)
     assert "listening on http://127.0.0.1:" in text
+    assert "context_activate/deactivate/pin/unpin/search" in text  # the five tools
     assert "ANTHROPIC_BASE_URL=http://127.0.0.1:" in text and "/t/<TOKEN>" in text
     assert "a-token-of-thirty-two" not in text
+
+
+def test_a_port_in_use_is_a_clear_error() -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        done = selfctx("proxy", "--port", str(taken.getsockname()[1]))
+    finally:
+        taken.close()
+    assert done.returncode == 2
+    assert "in use" in done.stderr and "--port" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -33,10 +33,8 @@ def proxy_for(
     service = build_service(store=store or MemoryStore(), workspace=str(workspace))
     # the rounds' mechanics, tested on conversations too small to pay for the context tools
     settings = {"cwd": str(workspace), "roots": (str(workspace),), "never_larger": False, **config}
-    proxy = Proxy(
-        service,
-        ProxyConfig(upstream_anthropic=upstream, upstream_openai=upstream + "/v1", **settings),
-    )
+    upstreams = {"upstream_anthropic": upstream, "upstream_openai": upstream + "/v1"}
+    proxy = Proxy(service, ProxyConfig(**{**upstreams, **settings}))
     try:
         with serve_in_thread(proxy.app) as base:
             yield proxy, base
@@ -191,7 +189,9 @@ def test_bad_bodies_limits_and_an_unreachable_upstream(api: str, tmp_path: Path)
         httpx.Client() as client,
     ):
         path = PATHS[api]
-        not_json = client.post(base + path, content=b"{not json")
+        not_json = client.post(
+            base + path, content=b"{not json", headers={"content-type": "application/json"}
+        )
         no_messages = client.post(base + path, json={"model": "m"})
         too_big = client.post(base + path, json={"messages": ["x" * 3000]})
     for answer, status, words in [
