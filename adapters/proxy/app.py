@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 import socket
 import time
@@ -46,6 +45,7 @@ from selfctx.adapters.harness.tools import (
     is_context_tool,
     tool_schemas,
 )
+from selfctx.adapters.proxy.codec import dumps, loads
 from selfctx.adapters.proxy.guard import LOOPBACK_NAMES, TOKEN_HEADER, Guard
 from selfctx.adapters.proxy.incremental import (
     ParsedConversation,
@@ -53,7 +53,7 @@ from selfctx.adapters.proxy.incremental import (
     common_prefix,
 )
 from selfctx.adapters.proxy.providers import PROVIDERS, Anthropic, Call, Provider
-from selfctx.adapters.proxy.rebuilt import client_texts, shown_once, stored_texts
+from selfctx.adapters.proxy.rebuilt import shown_once, stored_texts
 from selfctx.adapters.proxy.redact import CREDENTIALS, RedactingFilter, redact
 from selfctx.adapters.proxy.sessions import (
     SESSION_HEADER,
@@ -277,8 +277,8 @@ class Proxy:
             limit = self.config.max_body_bytes
             return _error(provider, 413, f"the request body is larger than {limit} bytes")
         try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            body = loads(raw)
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
             return _error(provider, 400, f"the request body is not JSON: {exc}")
         except RecursionError:
             return _error(provider, 400, "the request body is nested too deeply")
@@ -354,6 +354,7 @@ class Proxy:
         async with self._opening:
             candidates = self.sessions.of_base(base, owner)
             chosen = next((s for s in candidates if continues(s, listed)), None)
+            extended = chosen is not None
             answered = [s for s in candidates if s.answer]
             if chosen is None and answered:
                 chosen = await anyio.to_thread.run_sync(
@@ -366,6 +367,8 @@ class Proxy:
                 if session_id in self.sessions.items():
                     continue
                 chosen = await self._open_session(provider, session_id, base, owner, listed)
+            if not extended:
+                chosen.same = None
             chosen.claimed = listed
             self.sessions.get(chosen.session_id)  # the most recently used now
             return chosen
@@ -422,7 +425,7 @@ class Proxy:
 
         def prepare() -> bytes | None:
             try:
-                content = turn.session.encoder.encode(self._ingest(turn))
+                content = dumps(self._ingest(turn))
             except SelfContextError as exc:
                 log.warning("session %s: left unmanaged: %s", turn.session_id, exc)
                 return None
@@ -440,10 +443,15 @@ class Proxy:
         """Record what is new in the client's conversation; the managed request (in a worker
         thread; raises ``SelfContextError`` if the context manager refuses the conversation)."""
         session = turn.session
+        parsed = session.parsed
         items, system = turn.provider.conversation(turn.body)
-        turn.messages, turn.naive = session.parsed.update(items, system)
-        turn.texts = client_texts(turn.messages)
-        session.sent.update(turn.texts)
+        turn.messages, turn.naive = parsed.update(items, system, same=session.same)
+        turn.texts = parsed.texts
+        if session.sent and not session.withdrawn and not parsed.added:
+            # a resumed session: what it holds that the client no longer sends
+            session.withdrawn = not session.sent.issubset(parsed.texts)
+        session.sent.update(parsed.added)
+        session.withdrawn = session.withdrawn or parsed.withdrew
         ingestor = session.harness.ingestor
         ingestor.ingest(turn.messages)
         if session.pending:  # context calls made beside the client's last calls
@@ -453,9 +461,7 @@ class Proxy:
 
     async def _managed(self, turn: _Turn, *, last: bool = False) -> bytes:
         """The next round's request, after the proxy answered context calls."""
-        return await anyio.to_thread.run_sync(
-            lambda: turn.session.encoder.encode(self._build(turn, last=last))
-        )
+        return await anyio.to_thread.run_sync(lambda: dumps(self._build(turn, last=last)))
 
     def _build(self, turn: _Turn, *, last: bool = False) -> dict[str, Any]:
         """The managed request (in a worker thread): the session's context in the client's
@@ -463,9 +469,10 @@ class Proxy:
         provider = turn.provider
         harness = turn.session.harness
         context = self.service.assemble(harness.session_id)
-        chat = shown_once(context.chat, turn.texts, turn.session.sent)
-        if chat is not None:
-            context = attrs.evolve(context, chat=chat)
+        if turn.session.withdrawn:  # the client rebuilt or dropped text messages: decision 0049
+            chat = shown_once(context.chat, turn.texts, turn.session.sent)
+            if chat is not None:
+                context = attrs.evolve(context, chat=chat)
         prefix, memo = harness.tool_prefix, turn.session.memo
         tools = tool_schemas(provider.name, prefix)
         if isinstance(provider, Anthropic):  # the provider places the cache marks
@@ -518,8 +525,8 @@ class Proxy:
             finally:
                 await upstream.aclose()
             try:
-                response = json.loads(payload)
-            except json.JSONDecodeError:
+                response = loads(payload)
+            except (ValueError, RecursionError):
                 self._log(turn, upstream.status_code)
                 return Response(payload, upstream.status_code, headers=_returned(upstream.headers))
             outcome = await self._answer(turn, response)

@@ -19,7 +19,7 @@ sent by the client and are kept.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from selfctx.adapters.harness.cursor import SYSTEM_MARK
 from selfctx.adapters.harness.messages import Message
@@ -27,9 +27,10 @@ from selfctx.domain.chat import AssistantMessage, UserMessage
 from selfctx.domain.rendering import RenderedMessage
 from selfctx.domain.session.state import SessionState
 
-__all__ = ["client_texts", "shown_once", "stored_texts"]
+__all__ = ["TextKey", "shown_once", "stored_texts", "text_keys"]
 
-Key = tuple[str, str]
+TextKey = tuple[str, str]
+Key = TextKey
 
 
 def _key(message: Message) -> Key | None:
@@ -44,9 +45,10 @@ def _key(message: Message) -> Key | None:
     return None
 
 
-def client_texts(messages: Iterable[Message]) -> collections.Counter[Key]:
-    """The text messages of a client's request, with how often each occurs."""
-    return collections.Counter(k for k in map(_key, messages) if k is not None)
+def text_keys(messages: Iterable[Message]) -> Iterator[Key]:
+    """The text messages among ``messages``, as (role, text) in the form the session records
+    them."""
+    return (k for k in map(_key, messages) if k is not None)
 
 
 def stored_texts(state: SessionState) -> set[Key]:

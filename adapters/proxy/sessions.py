@@ -40,7 +40,6 @@ import attrs
 from selfctx.adapters.harness.messages import Message
 from selfctx.adapters.harness.render import RenderMemo
 from selfctx.adapters.harness.session import HarnessSession
-from selfctx.adapters.proxy.encode import BodyEncoder
 from selfctx.adapters.proxy.incremental import ParsedConversation, common_prefix
 from selfctx.domain.rendering import RenderedMessage
 from selfctx.domain.session.state import SessionState
@@ -161,8 +160,8 @@ class NewestOutputs:
 @attrs.define(eq=False)
 class ProxySession:
     """One open session: its harness session, the lock its requests take in turn, the client's
-    conversation as last parsed, the renderings of the last managed request and their JSON (so
-    that each request costs what is new in it, not the conversation's length)."""
+    conversation as last parsed and the renderings of the last managed request (so that each
+    request costs what is new in it, not the conversation's length)."""
 
     harness: HarnessSession
     parsed: ParsedConversation
@@ -172,8 +171,6 @@ class ProxySession:
     """The digest of the credentials of the requests it serves."""
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
     memo: RenderMemo = attrs.field(factory=RenderMemo)
-    encoder: BodyEncoder = attrs.field(factory=BodyEncoder)
-    """The JSON of the last managed request's messages, reused for those the next one shares."""
     pending: list[Message] = attrs.field(factory=list)
     """Context calls the model made beside calls of the client's own, with the proxy's answers.
     They are recorded after the client's next messages (its own calls' results), so that in the
@@ -187,6 +184,12 @@ class ProxySession:
     sent: set[tuple[str, str]] = attrs.field(factory=set)
     """Every text message the client has sent in this session, as (role, text): what the
     session shows of them is what the client's latest request still holds (``shown_once``)."""
+    withdrawn: bool = False
+    """The client has stopped sending a text message the session holds (so ``shown_once`` is
+    needed from now on)."""
+    same: tuple[Any, int] | None = None
+    """The previous request's items and how many of them the joining request starts with, as
+    found when it joined (so they are not compared twice)."""
 
     @property
     def session_id(self) -> str:
@@ -198,7 +201,10 @@ def continues(session: ProxySession, items: Sequence[Any]) -> bool:
     shorter list is not taken for the same conversation: a new conversation that opens like an
     old one is a prefix of it."""
     claimed = session.claimed
-    return len(items) >= len(claimed) and common_prefix(claimed, items) == len(claimed)
+    if len(items) < len(claimed) or common_prefix(claimed, items) != len(claimed):
+        return False
+    session.same = (claimed, len(claimed))
+    return True
 
 
 @attrs.define(eq=False)

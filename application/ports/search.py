@@ -196,10 +196,9 @@ class SearchIndex(abc.ABC):
 
 
 def terms_of(text: str) -> list[str]:
-    """The terms of a query: words, and "quoted phrases" kept whole; duplicates once. A NUL
-    separates words (no index can take it inside a term)."""
+    """The terms of a query: words, and "quoted phrases" kept whole; duplicates once."""
     out: list[str] = []
-    for n, part in enumerate(text.replace("\x00", " ").split('"')):
+    for n, part in enumerate(text.split('"')):
         if n % 2:  # inside quotes
             phrase = " ".join(part.split())
             if phrase:
