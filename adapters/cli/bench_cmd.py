@@ -443,27 +443,47 @@ def _read(args: argparse.Namespace) -> int:
 
 
 def _proxy(args: argparse.Namespace) -> int:
-    import logging
-
     from selfctx.adapters.bench.proxy import SIZES as PROXY_SIZES
     from selfctx.adapters.bench.proxy import run_proxy
 
-    logging.getLogger("selfctx.proxy").setLevel(logging.WARNING)  # no line per request here
     sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else PROXY_SIZES
-    result = run_proxy(sizes, args.requests, _progress(args.json))
+    result = run_proxy(
+        sizes,
+        args.requests,
+        _progress(args.json),
+        clients=args.clients,
+        concurrent_size=args.concurrent_objects,
+        concurrent_requests=args.concurrent_requests,
+        workers=args.workers,
+    )
     if args.json:
         print(json.dumps(result))
         return 0
+    print(f"proxy with {result['workers']} worker process(es); one client:")
     print(
         f"{'objects':>8} {'requests':>9} {'added p50 ms':>13} {'added p95 ms':>13} "
-        f"{'direct p50 ms':>14} {'proxy p50 ms':>13}"
+        f"{'pass-through p50':>17} {'proxy p50 ms':>13} {'CPU ms/request':>15}"
     )
     for run in result["runs"]:
+        cpu = run["cpu_ms_per_request"]
         print(
-            f"{run['objects']:>8} {run['requests']:>9} {run['overhead_ms']['p50']:>13.2f} "
-            f"{run['overhead_ms']['p95']:>13.2f} {run['direct_ms']['p50']:>14.2f} "
-            f"{run['proxy_ms']['p50']:>13.2f}"
+            f"{run['objects']:>8} {run['requests']:>9} {run['added_ms']['p50']:>13.2f} "
+            f"{run['added_ms']['p95']:>13.2f} {run['passthrough_ms']['p50']:>17.2f} "
+            f"{run['proxy_ms']['p50']:>13.2f} {cpu['proxy']:>6.1f} vs {cpu['passthrough']:.1f}"
         )
+    together = result["concurrent"]
+    if together:
+        print(
+            f"{together['clients']} clients at once, sessions of {together['objects']} objects, "
+            f"{together['requests']} requests each:"
+        )
+        for side in ("passthrough", "proxy"):
+            figures = together[f"{side}_ms"]
+            print(
+                f"  {side:>12}: p50 {figures['p50']:.1f} ms, p95 {figures['p95']:.1f} ms, "
+                f"{together[f'{side}_per_s']} requests/s"
+            )
+        print(f"  added p95: {together['added_p95_ms']:.1f} ms")
     return 0
 
 
@@ -531,6 +551,14 @@ def _register_proxy(benches: Any) -> None:
     )
     proxy.add_argument("--sizes", help="session sizes in objects, comma-separated (100,1000)")
     proxy.add_argument("--requests", type=int, default=50, help="measured requests per size")
+    proxy.add_argument("--clients", type=int, default=8, help="concurrent clients (1: none)")
+    proxy.add_argument(
+        "--concurrent-objects", type=int, default=1000, help="session size of each such client"
+    )
+    proxy.add_argument(
+        "--concurrent-requests", type=int, default=20, help="requests of each such client"
+    )
+    proxy.add_argument("--workers", type=int, default=1, help="the proxy's worker processes")
     proxy.add_argument("--json", action="store_true", help="print JSON")
     proxy.set_defaults(handler=_proxy)
 

@@ -72,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
     # imported here: the ASGI stack loads only for the command that serves
     from selfctx.adapters.proxy import Proxy, ProxyConfig
     from selfctx.adapters.proxy.guard import LOOPBACK_NAMES
-    from selfctx.adapters.proxy.serving import bind, serve
+    from selfctx.adapters.proxy.serving import bind, serve, tune_collector
 
     logging.basicConfig(
         stream=sys.stderr,
@@ -110,8 +110,17 @@ def _run(args: argparse.Namespace) -> int:
             errno.EADDRNOTAVAIL: "is not an address of this machine",
         }.get(exc.errno or 0, f"cannot be listened on: {exc.strerror}")
         raise InvalidInput("address", f"{args.host}:{args.port}", reason) from None
+    if args.workers < 1:
+        raise InvalidInput("workers", args.workers, "use 1 or more")
+    if args.workers > 1:
+        return _front(args, sock, config)
+    if args.exit_with_stdin:
+        from selfctx.adapters.proxy.spawn import exit_with_stdin
+
+        exit_with_stdin()
     store = open_store(args.store)
     service = None
+    tune_collector()
     try:
         service = build_service(
             store=store, workspace=workspace, roots=list(roots), track=not args.no_track
@@ -126,6 +135,47 @@ def _run(args: argparse.Namespace) -> int:
         if service is not None:
             service.close()
         store.close()
+        sock.close()
+    return 0
+
+
+def _front(args: argparse.Namespace, sock: Any, config: Any) -> int:
+    """``--workers N``: start N workers with the same settings and serve the front."""
+    from selfctx.adapters.proxy.serving import serve
+    from selfctx.adapters.proxy.spawn import start_workers
+    from selfctx.adapters.proxy.workers import Front
+    from selfctx.adapters.xtdb import ensure_local_node
+
+    store = args.store
+    if store == "auto":  # one node for all workers
+        store = "xtdb://" + ensure_local_node().removeprefix("http://")
+    argv = ["--store", store, "--workspace", config.cwd, "--tool-prefix", config.tool_prefix]
+    argv += ["--upstream-anthropic", config.upstream_anthropic]
+    argv += ["--upstream-openai", config.upstream_openai]
+    argv += ["--max-body-mb", str(args.max_body_mb), "--max-rounds", str(args.max_rounds)]
+    argv += ["--log-level", args.log_level]
+    for root in config.roots:
+        argv += ["--root", root]
+    if args.policy:
+        argv += ["--policy", args.policy]
+    for option in args.policy_option:
+        argv += ["--policy-option", option]
+    if args.no_track:
+        argv.append("--no-track")
+    try:
+        secret, workers = start_workers(args.workers, argv)
+    except RuntimeError as exc:
+        raise InvalidInput("workers", args.workers, str(exc)) from None
+    front = Front(workers, secret, token=config.token, hosts=config.hosts)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    base = f"http://{host}:{sock.getsockname()[1]}"
+    policy = args.policy or "default"
+    note = " (each worker keeps its own in-memory store)" if store == "memory" else ""
+    print(_banner(base, config, store + note, policy), flush=True)
+    print(f"  {args.workers} worker processes: {', '.join(workers)}", flush=True)
+    try:
+        serve(front.app, sock, log_level="warning")
+    finally:
         sock.close()
     return 0
 
@@ -195,6 +245,14 @@ def register(subparsers: Any) -> None:
         help="context-tool rounds per request before the model must answer",
     )
     parser.add_argument("--no-track", action="store_true", help="do not watch files read")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes (default 1): more serve more conversations at once, each "
+        "conversation always by the same worker",
+    )
+    parser.add_argument("--exit-with-stdin", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )

@@ -73,7 +73,7 @@ from selfctx.domain.chat import AssistantMessage, ToolCallRequest
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.session.state import SessionState
 
-__all__ = ["TOKEN_HEADER", "Proxy", "ProxyConfig"]
+__all__ = ["TOKEN_HEADER", "Proxy", "ProxyConfig", "error_body", "watch_disconnect"]
 
 T = TypeVar("T")
 log = logging.getLogger("selfctx.proxy")
@@ -211,7 +211,7 @@ class Proxy:
         )
         self.app: ASGIApp = Guard(
             Starlette(routes=routes, lifespan=self._lifespan),
-            _error_body,
+            error_body,
             token=self.config.token,
             hosts=self.config.hosts,
         )
@@ -310,7 +310,7 @@ class Proxy:
         await session.lock.acquire()
         released = False
         # until a streamed answer's relay takes over, a client that leaves is noticed here
-        watcher = asyncio.create_task(_watch_disconnect(request, turn.gone))
+        watcher = asyncio.create_task(watch_disconnect(request, turn.gone))
         try:
             content = await self._prepare(turn, raw)
             if content is None:
@@ -800,7 +800,7 @@ class Proxy:
 # -- helpers --------------------------------------------------------------------------------------
 
 
-def _error_body(path: str, status: int, message: str) -> dict[str, Any]:
+def error_body(path: str, status: int, message: str) -> dict[str, Any]:
     """An error in the shape of the API ``path`` belongs to."""
     provider = PROVIDERS[
         "/v1/messages" if path.startswith("/v1/messages") else "/v1/chat/completions"
@@ -836,7 +836,7 @@ def _returned(headers: httpx.Headers | Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _HOP}
 
 
-async def _watch_disconnect(request: Request, gone: asyncio.Event) -> None:
+async def watch_disconnect(request: Request, gone: asyncio.Event) -> None:
     """Set ``gone`` when the client closes its connection (its body was read already, so the
     next message of the connection is its end)."""
     while True:
