@@ -15,7 +15,7 @@ proxy (``selfctx.adapters.proxy.passthrough``: Starlette, uvicorn and httpx, for
   pass-through p95), and requests per second.
 
 Machines here are shared: the figures that carry are the ratios to the pass-through measured in
-the same run. ``--workers`` runs the proxy with that many worker processes (decision 0051).
+the same run. ``--workers`` runs the proxy with that many worker processes (decision 0058).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A request of a long session is most of a megabyte of JSON, decoded once and encoded again (the
 managed request) on every model call. orjson does both several times faster than the standard
-library (decision 0051 has the figures); it refuses a few things the standard library takes,
+library (decision 0058 has the figures); it refuses a few things the standard library takes,
 which a client may send: lone surrogates (``"\\ud800"``), the standard library's extensions
 ``NaN`` and ``Infinity``, integers beyond 64 bits. For those, the standard library is used, so any
 body the proxy took before it takes still, and reads the same.

@@ -34,7 +34,7 @@ def tune_collector() -> None:
     """The garbage collector for a server whose long-lived state (sessions) grows while each
     request allocates much that dies with it: what was loaded at start is frozen out of the
     scans, and the youngest generation is collected every 10,000 allocations instead of every
-    700 (decision 0051)."""
+    700 (decision 0058)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(10_000, 20, 100)

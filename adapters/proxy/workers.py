@@ -11,7 +11,7 @@ conversation, its renderings, its lock). The front picks a worker by a digest of
 credentials and the conversation hints its headers carry (``x-selfctx-session``, Claude Code's
 and Codex CLI's session headers): every request of one conversation carries the same, so it
 always reaches the same worker; different conversations, and different users, spread over the
-workers. Clients that send no such header (aider) reach one worker per key. Decision 0051 has
+workers. Clients that send no such header (aider) reach one worker per key. Decision 0058 has
 the measurements that chose one process by default.
 """
 
