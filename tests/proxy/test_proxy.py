@@ -318,3 +318,39 @@ def test_the_model_server_is_scripted_by_turn() -> None:
     model = ScriptedModel([Step("one"), Step("two")])
     assert model.script(Seen("openai", {}, 0)).text == "one"
     assert model.script(Seen("openai", {}, 5)).text == "two"
+
+
+@pytest.mark.xfail(
+    reason="an activated output collapses again at the next collapse; keeping it until the "
+    "model deactivates it or a budget forces it out is the policy's (decision 0021) and is not "
+    "implemented yet",
+    strict=False,
+)
+def test_an_activated_output_stays_until_deactivated(tmp_path: Path) -> None:
+    """The model brings an output back; the client's next request (and the one after) still
+    shows it in full, through the proxy."""
+    log = "".join(f"line {n}: a record the agent will want again\n" for n in range(150))
+    steps = [
+        bash("cat a.log"),
+        bash("ls"),
+        bash("pwd"),
+        Step("Back to the log.", (("context_activate", {"id": "#1"}),)),
+        bash("echo one"),
+        bash("echo two"),
+        Step("Done."),
+    ]
+    outputs = {"cat a.log": log, "ls": "a.log\n", "pwd": "/w\n", "echo one": "one\n"}
+    low = {"trigger_tokens": 200, "clear_at_least": 1, "keep_recent": 1}
+    with (
+        scripted(steps) as (model, up),
+        proxy_for(up, tmp_path, policy="inline", policy_options=low) as (_, base),
+    ):
+        agent = Agent("openai", base, run_tool=lambda n, a: outputs.get(a["command"], "two\n"))
+        with httpx.Client() as client:
+            agent.run(client)
+    before = json.dumps(model.requests[3].body)
+    assert "line 149: a record" not in before, "the output never collapsed: nothing to bring back"
+    after = [json.dumps(r.body) for r in model.requests[4:]]
+    assert len(after) == 3
+    for sent in after:
+        assert sent.count("line 149: a record") >= 1, "the activated output collapsed again"
