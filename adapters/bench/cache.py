@@ -161,9 +161,10 @@ def _replay(
                 proxy = Proxy(service, config)
                 with serve_in_thread(proxy.app) as base, httpx.Client(timeout=300) as client:
                     for request in recording.requests:
-                        content = json.dumps(request.body, ensure_ascii=False).encode(
-                            "utf-8", "surrogatepass"
-                        )
+                        # compact, as the clients send it (their own spacing is not recorded)
+                        content = json.dumps(
+                            request.body, ensure_ascii=False, separators=(",", ":")
+                        ).encode("utf-8", "surrogatepass")
                         client_bytes.append(len(content))
                         answer = client.post(
                             base + request.path,
