@@ -21,7 +21,6 @@ import asyncio
 import collections
 import contextlib
 import logging
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -52,6 +51,7 @@ from selfctx.adapters.proxy.incremental import (
     assistant_messages,
     common_prefix,
 )
+from selfctx.adapters.proxy.passthrough import relayed, upstream_client, watch_disconnect
 from selfctx.adapters.proxy.providers import PROVIDERS, Anthropic, Call, Provider
 from selfctx.adapters.proxy.rebuilt import shown_once, stored_texts
 from selfctx.adapters.proxy.redact import CREDENTIALS, RedactingFilter, redact
@@ -73,7 +73,7 @@ from selfctx.domain.chat import AssistantMessage, ToolCallRequest
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.session.state import SessionState
 
-__all__ = ["TOKEN_HEADER", "Proxy", "ProxyConfig", "error_body", "watch_disconnect"]
+__all__ = ["TOKEN_HEADER", "Proxy", "ProxyConfig", "error_body"]
 
 T = TypeVar("T")
 log = logging.getLogger("selfctx.proxy")
@@ -228,16 +228,12 @@ class Proxy:
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
-            transport = self._transport or httpx.AsyncHTTPTransport(
-                # a request is written in two parts (head, body): never wait for an ACK between
-                socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-                limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
-            )
-            self._client = httpx.AsyncClient(
-                transport=transport,
-                timeout=httpx.Timeout(self.config.timeout, connect=10.0),
-                limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
-            )
+            if self._transport is None:
+                self._client = upstream_client(httpx.Timeout(self.config.timeout, connect=10.0))
+            else:
+                self._client = httpx.AsyncClient(
+                    transport=self._transport, timeout=self.config.timeout
+                )
         return self._client
 
     async def aclose(self) -> None:
@@ -786,15 +782,7 @@ class Proxy:
         except httpx.HTTPError as exc:
             return _error(provider, 502, f"the upstream {url} is unreachable: {exc!r}")
         log.info("%s %s status=%d (%s)", method, url.split("?")[0], upstream.status_code, note)
-
-        async def body() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in upstream.aiter_bytes():
-                    yield chunk
-            finally:
-                await upstream.aclose()
-
-        return StreamingResponse(body(), upstream.status_code, headers=_returned(upstream.headers))
+        return relayed(upstream, _HOP, decoded=True)
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -834,16 +822,6 @@ def _forwarded(headers: Mapping[str, str]) -> dict[str, str]:
 
 def _returned(headers: httpx.Headers | Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _HOP}
-
-
-async def watch_disconnect(request: Request, gone: asyncio.Event) -> None:
-    """Set ``gone`` when the client closes its connection (its body was read already, so the
-    next message of the connection is its end)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            gone.set()
-            return
 
 
 async def _read_body(request: Request, limit: int) -> bytes | None:

@@ -17,21 +17,14 @@ the measurements that chose one process by default.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import hashlib
-import socket
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-import httpx
-from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
 
-from selfctx.adapters.proxy.app import error_body, watch_disconnect
+from selfctx.adapters.proxy.app import error_body
 from selfctx.adapters.proxy.guard import LOOPBACK_NAMES, TOKEN_HEADER, Guard
+from selfctx.adapters.proxy.passthrough import PassThrough
 from selfctx.adapters.proxy.sessions import CREDENTIAL_HEADERS, SESSION_HEADER
 
 __all__ = ["ROUTING_HEADERS", "Front", "worker_for"]
@@ -57,9 +50,10 @@ def worker_for(headers: Mapping[str, str], workers: int) -> int:
     return int.from_bytes(digest[:8], "big") % workers
 
 
-class Front:
+class Front(PassThrough):
     """The listening process of a proxy with workers: :attr:`app` forwards each request to its
-    worker (``workers``: their base URLs) with the run's ``secret`` in ``x-selfctx-token``."""
+    worker (``workers``: their base URLs) with the run's ``secret`` in ``x-selfctx-token``,
+    behind the same checks as a proxy (``guard.Guard``)."""
 
     def __init__(
         self,
@@ -69,58 +63,11 @@ class Front:
         token: str | None = None,
         hosts: frozenset[str] | None = LOOPBACK_NAMES,
     ) -> None:
+        super().__init__("")
         self.workers = list(workers)
         self.secret = secret
-        self._client: httpx.AsyncClient | None = None
-        route = Route("/{path:path}", self._forward, methods=["GET", "POST", "PUT", "DELETE"])
-        inner = Starlette(routes=[route], lifespan=self._lifespan)
-        self.app = Guard(inner, error_body, token=token, hosts=hosts)
+        self.app = Guard(self.app, error_body, token=token, hosts=hosts)
 
-    @contextlib.asynccontextmanager
-    async def _lifespan(self, _app: Starlette) -> AsyncIterator[None]:
-        transport = httpx.AsyncHTTPTransport(
-            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-            limits=httpx.Limits(max_connections=400, max_keepalive_connections=100),
-        )
-        self._client = httpx.AsyncClient(transport=transport, timeout=None)
-        try:
-            yield
-        finally:
-            await self._client.aclose()
-
-    async def _forward(self, request: Request) -> Response:
-        assert self._client is not None
-        body = await request.body()
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROPPED}
-        headers[TOKEN_HEADER] = self.secret
+    def _target(self, request: Request, body: bytes) -> tuple[str, dict[str, str]]:
         worker = self.workers[worker_for(request.headers, len(self.workers))]
-        query = request.url.query
-        url = worker + request.url.path + (f"?{query}" if query else "")
-        sent = self._client.build_request(request.method, url, headers=headers, content=body)
-        gone = asyncio.Event()
-        watcher = asyncio.create_task(watch_disconnect(request, gone))
-        answer_task = asyncio.ensure_future(self._client.send(sent, stream=True))
-        left = asyncio.ensure_future(gone.wait())
-        try:
-            await asyncio.wait({answer_task, left}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            left.cancel()
-            watcher.cancel()
-        if not answer_task.done():  # the client left: so does the request to the worker
-            answer_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await answer_task
-            return Response(status_code=499)
-        answer = answer_task.result()
-
-        async def chunks() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in answer.aiter_raw():
-                    yield chunk
-            finally:
-                await answer.aclose()
-
-        returned: dict[str, Any] = {
-            k: v for k, v in answer.headers.items() if k.lower() not in _DROPPED
-        }
-        return StreamingResponse(chunks(), answer.status_code, headers=returned)
+        return worker, {TOKEN_HEADER: self.secret}
