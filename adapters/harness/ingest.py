@@ -30,6 +30,7 @@ from selfctx.adapters.harness.recognise import (
     recognise,
     unwrap_output,
 )
+from selfctx.adapters.harness.tools import called_context_tool
 from selfctx.application.persistence import entry_events
 from selfctx.application.ports.files import SourceUnavailable
 from selfctx.application.ports.store import StoreError
@@ -67,8 +68,11 @@ class Ingestor:
         *,
         cwd: str = "/",
         roots: Sequence[str] = ("/",),
+        tool_prefix: str = "",
     ) -> None:
         self.service = service
+        self.tool_prefix = tool_prefix
+        """The context tools' prefix: an ``activate`` answer is what the model asked to see."""
         self.session_id = session_id
         self.cwd = posixpath.normpath(cwd)
         self.roots = tuple(posixpath.normpath(r) for r in roots)
@@ -193,6 +197,11 @@ class Ingestor:
             images=message.images,
             file_views=views or None,
         )
+        context = called_context_tool(call.name, args, self.tool_prefix)
+        if context is not None and context[0] == "activate" and status == "ok":
+            # The answer shows what the model asked for: it stays until the model deactivates
+            # it or a budget forces it out, as an object the model activated does.
+            self.service.activate(sid, call.id)
         self._after_call(effects)
 
     def _after_call(self, effects: Sequence[Effect], done: frozenset[str] = frozenset()) -> None:

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from selfctx.adapters.harness.ingest import IngestResult
 from selfctx.adapters.harness.session import HarnessSession
+from selfctx.adapters.harness.tools import CONTEXT_COMMAND, context_command
 from selfctx.application.service import ContextService
 
 __all__ = [
@@ -45,12 +44,6 @@ __all__ = [
     "to_text_actions",
 ]
 
-CONTEXT_COMMAND = re.compile(r"\s*(activate|deactivate|pin|unpin)(?=\s|$|['\"])")
-"""A command that is a context tool: it starts with one of their names. Such a command never
-reaches the environment (not even a virtualenv's ``activate``): :func:`context_command` reads
-its one argument, the id, in any form the model is shown (``#12`` handles included, quoted or
-not: an unquoted ``#`` would start a shell comment)."""
-
 SHELL_TOOLS_PROMPT = """\
 ## Context management
 Your context shows every file and tool output you have seen; old tool outputs collapse to one
@@ -60,23 +53,6 @@ context, run one of these as a command on its own (ID is the handle or id as sho
 - `deactivate ID`: collapse an object to its line (it stays retrievable)
 - `pin ID`: keep a tool output from collapsing
 - `unpin ID`: let it collapse again"""
-
-
-def context_command(command: object) -> tuple[str, str | None] | None:
-    """``(tool, id)`` when ``command`` is a context tool (``id`` None when it is not given as
-    exactly one argument), or None for any other command."""
-    if not isinstance(command, str):
-        return None
-    match = CONTEXT_COMMAND.match(command)
-    if match is None:
-        return None
-    try:
-        words = shlex.split(command, comments=False)
-    except ValueError:  # an unbalanced quote
-        return match[1], None
-    if len(words) != 2 or words[0] != match[1]:
-        return match[1], None
-    return match[1], words[1]
 
 
 def _observation(message: Mapping[str, Any], exact: bool) -> Any:

@@ -19,12 +19,11 @@ from typing import Any
 
 import attrs
 
-from selfctx.adapters.harness.minisweagent import context_command
 from selfctx.adapters.harness.recall import Recall, used_lines, visible_lines
 from selfctx.adapters.harness.render import to_anthropic, to_openai
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tokens import PromptCounter
-from selfctx.adapters.harness.tools import is_context_tool
+from selfctx.adapters.harness.tools import SHELL_TOOLS, context_command, is_context_tool
 from selfctx.adapters.harness.trajectories import ModelCall, Trajectory
 from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput
@@ -237,9 +236,6 @@ def context_call(call: Mapping[str, Any]) -> tuple[str, dict[str, Any], bool] | 
     if parsed is None or parsed[1] is None:
         return None  # not a context tool, or one the environment answered with its usage
     return parsed[0], {"id": parsed[1]}, True
-
-
-SHELL_TOOLS = frozenset({"bash", "execute_bash", "shell"})
 
 
 class _Feed:

@@ -51,7 +51,9 @@ class HarnessSession:
         self.format = fmt
         self.resumed = service.open_session(session_id, system_prompt, policy=policy)
         """What reconciliation found if the session was resumed; None if it was started."""
-        self.ingestor = Ingestor(service, session_id, cwd=cwd, roots=roots)
+        self.ingestor = Ingestor(
+            service, session_id, cwd=cwd, roots=roots, tool_prefix=self.tool_prefix
+        )
 
     @property
     def ids(self) -> CallIds:

@@ -7,6 +7,7 @@ finds what the session has seen, ranked, and names each hit so that ``activate``
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -23,10 +24,14 @@ from selfctx.domain.objects import FileObject, ToolcallObject
 from selfctx.domain.rendering import REPORTED_NOTE, toolcall_images
 
 __all__ = [
+    "CONTEXT_COMMAND",
     "CONTEXT_TOOLS",
     "SEARCH_LIMIT",
+    "SHELL_TOOLS",
     "ToolAnswer",
+    "called_context_tool",
     "check_prefix",
+    "context_command",
     "context_tool",
     "handle_context_tool",
     "hit_to_json",
@@ -82,6 +87,30 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
+CONTEXT_COMMAND = re.compile(r"\s*(activate|deactivate|pin|unpin)(?=\s|$|['\"])")
+"""A command that is a context tool: it starts with one of their names. Such a command never
+reaches the environment (not even a virtualenv's ``activate``): :func:`context_command` reads
+its one argument, the id, in any form the model is shown (``#12`` handles included, quoted or
+not: an unquoted ``#`` would start a shell comment)."""
+
+
+def context_command(command: object) -> tuple[str, str | None] | None:
+    """``(tool, id)`` when ``command`` is a context tool (``id`` None when it is not given as
+    exactly one argument), or None for any other command."""
+    if not isinstance(command, str):
+        return None
+    match = CONTEXT_COMMAND.match(command)
+    if match is None:
+        return None
+    try:
+        words = shlex.split(command, comments=False)
+    except ValueError:  # an unbalanced quote
+        return match[1], None
+    if len(words) != 2 or words[0] != match[1]:
+        return match[1], None
+    return match[1], words[1]
+
+
 def context_tool(name: str, prefix: str = "") -> str | None:
     """The context tool (``activate``, ...) that ``name`` calls under ``prefix``, or None: a
     harness's own tool, even one called ``activate`` when the prefix is not empty."""
@@ -94,6 +123,24 @@ def context_tool(name: str, prefix: str = "") -> str | None:
 def is_context_tool(name: str, prefix: str = "") -> bool:
     """``name`` calls a context tool under ``prefix``."""
     return context_tool(name, prefix) is not None
+
+
+SHELL_TOOLS = frozenset({"bash", "execute_bash", "shell"})
+"""Tools whose ``command`` may be a context command (mini-swe-agent runs them in its shell)."""
+
+
+def called_context_tool(
+    name: str, arguments: Mapping[str, Any], prefix: str = ""
+) -> tuple[str, Any] | None:
+    """The context tool a call ran and the id it named: a context tool called by its name under
+    ``prefix``, or a context command given to a shell tool (``activate #12``); None for any other
+    call."""
+    bare = context_tool(name, prefix)
+    if bare is not None:
+        return bare, arguments.get("id") if isinstance(arguments, Mapping) else None
+    if name in SHELL_TOOLS and isinstance(arguments, Mapping):
+        return context_command(arguments.get("command"))
+    return None
 
 
 def tool_schemas(fmt: str, prefix: str = "") -> list[dict[str, Any]]:
@@ -190,26 +237,36 @@ def _inline(
         body = obj.content if obj.content is not None else f"(no content: {status or 'empty'})"
         images = () if isinstance(obj, FileObject) else toolcall_images(state, obj.id)
         return ToolAnswer(True, f"[{label} {what}]\n{body}", tuple(thaw(i) for i in images))
-    if isinstance(obj, FileObject) and name == "deactivate":
+    if name == "deactivate":
+        # What shows it goes too: the answers of the activations that showed it, and for a
+        # file, the outputs that read or viewed it.
         showing = [
             t
             for t in state.ordered(state.active)
-            if isinstance(o := service.object(session_id, t), ToolcallObject)
+            if t != obj.id
+            and isinstance(o := service.object(session_id, t), ToolcallObject)
             and (
-                obj.id in (o.file_refs or ())
-                or (o.tool == prefix + "activate" and _target(service, session_id, o) == obj.id)
+                (isinstance(obj, FileObject) and obj.id in (o.file_refs or ()))
+                or _activated(service, session_id, o, prefix) == obj.id
             )
         ]
         for t in showing:
             service.deactivate(session_id, t)
-        service.deactivate(session_id, obj.id)
-        return ToolAnswer(True, f"{label} is collapsed wherever it was shown")
+        if isinstance(obj, FileObject):
+            service.deactivate(session_id, obj.id)
+            return ToolAnswer(True, f"{label} is collapsed wherever it was shown")
     result = getattr(service, name)(session_id, obj.id)
     return ToolAnswer(result.ok, result.message.replace(obj.id, label))
 
 
-def _target(service: ContextService, session_id: str, call: ToolcallObject) -> str | None:
-    ref = call.args.get("id")
+def _activated(
+    service: ContextService, session_id: str, call: ToolcallObject, prefix: str
+) -> str | None:
+    """The object an ``activate`` call showed (as a tool or a shell command), or None."""
+    called = called_context_tool(call.tool, call.args, prefix)
+    if called is None or called[0] != "activate":
+        return None
+    ref = called[1]
     if not isinstance(ref, str):
         return None
     try:

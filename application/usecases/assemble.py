@@ -162,7 +162,7 @@ class AssembleContext:
         chosen = [
             i
             for i, times in window.items()
-            if i in state.active
+            if i in state.auto_active  # not one the agent activated: that stays
             and i not in state.pinned
             and i not in spared
             and (plan.always(i) or (times == seen and plan.key(i) <= UNUSED))
@@ -192,13 +192,17 @@ class AssembleContext:
         policy = state.policy
         inline = policy.inline_layout
         batch = spared is not None
+        auto = state.auto_active
         sizes: dict[str, int] = {}
         for object_id in state.active:
             obj = session.objects[object_id]
             if object_id in state.pinned or (batch and object_id in (spared or ())):
                 continue
-            if batch and plan.kept(object_id):
-                continue  # it shows a file the agent works on
+            explicit = state.kinds.get(object_id) == "toolcall" and object_id not in auto
+            if batch and (explicit or plan.kept(object_id)):
+                # the agent activated it (it stays until the agent deactivates it or a budget
+                # forces it out), or it shows a file the agent works on
+                continue
             if isinstance(obj, ToolcallObject):
                 if any(ref in state.pinned for ref in obj.file_refs or ()):
                     continue  # it shows a pinned file

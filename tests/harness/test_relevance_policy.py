@@ -21,6 +21,7 @@ from tests.harness.conftest import (
     bash,
     mini,
     o_assistant,
+    o_call,
     o_tool,
     o_user,
     tc,
@@ -207,3 +208,78 @@ def test_a_partial_view_of_a_host_file_indexes_the_whole_file(tmp_path: Path) ->
         assert [v.to_json() for v in call.file_views or ()] == [
             {"file": a_id, "kind": "lines", "ranges": [[1, 4]]}
         ]
+
+
+def _activate(h: HarnessSession, messages: list[dict[str, Any]], call_id: str, ref: str) -> None:
+    """The model calls ``activate`` (a context tool); the harness answers it (decision 0008)."""
+    messages.append(o_assistant("I need that again.", o_call(call_id, "activate", id=ref)))
+    h.ingest(messages)
+    messages.append(o_tool(call_id, h.handle("activate", {"id": ref}).message))
+    h.ingest(messages)
+
+
+def test_what_the_model_activated_stays_until_it_deactivates_it() -> None:
+    h = session(trigger_tokens=1, clear_at_least=1)
+    messages: list[dict[str, Any]] = [
+        o_user("fix the bug"),
+        o_assistant("Installing.", bash("c1", "pip install -r reqs.txt")),
+        o_tool("c1", mini(NOISE)),
+        o_assistant("Next.", bash("c2", "true")),
+        o_tool("c2", mini("")),
+        o_assistant("Next.", bash("c3", "true")),
+        o_tool("c3", mini("")),
+    ]
+    h.ingest(messages)
+    assert "collapsed" in shown(h)["c1"]
+    handle = shown(h)["c1"].split()[0].lstrip("[")
+    _activate(h, messages, "a1", handle)
+    for n in range(4, 10):  # answers, batches and seen collapses go by: it stays
+        messages += [o_assistant("Working.", bash(f"c{n}", "true")), o_tool(f"c{n}", mini(""))]
+        h.ingest(messages)
+        assert NOISE in shown(h)["a1"], n
+    messages.append(o_assistant("Done with it.", o_call("d1", "deactivate", id=handle)))
+    h.ingest(messages)
+    messages.append(o_tool("d1", h.handle("deactivate", {"id": handle}).message))
+    h.ingest(messages)
+    assert NOISE not in shown(h)["a1"]  # the answer that showed it collapses with it
+    assert "collapsed" in shown(h)["a1"]
+
+
+def test_an_activation_through_the_shell_stays_too() -> None:
+    # mini-swe-agent runs context tools as shell commands (`activate #3`)
+    h = session(trigger_tokens=1, clear_at_least=1)
+    messages: list[dict[str, Any]] = [
+        o_user("fix the bug"),
+        o_assistant("Installing.", bash("c1", "pip install -r reqs.txt")),
+        o_tool("c1", mini(NOISE)),
+        o_assistant("Next.", bash("c2", "true")),
+        o_tool("c2", mini("")),
+    ]
+    h.ingest(messages)
+    handle = shown(h)["c1"].split()[0].lstrip("[")
+    messages.append(o_assistant("Again.", bash("a1", f"activate {handle}")))
+    h.ingest(messages)
+    answer = h.handle("activate", {"id": handle}).message
+    messages.append(o_tool("a1", mini(answer)))
+    for n in range(3, 8):
+        messages += [o_assistant("Working.", bash(f"c{n}", "true")), o_tool(f"c{n}", mini(""))]
+        h.ingest(messages)
+        assert NOISE in shown(h)["a1"], n
+
+
+def test_an_output_activated_through_the_service_stays() -> None:
+    h = session(trigger_tokens=1, clear_at_least=1)
+    messages: list[dict[str, Any]] = [
+        o_user("fix the bug"),
+        o_assistant("Installing.", bash("c1", "pip install -r reqs.txt")),
+        o_tool("c1", mini(NOISE)),
+        o_assistant("Next.", bash("c2", "true")),
+        o_tool("c2", mini("")),
+    ]
+    h.ingest(messages)
+    assert "collapsed" in shown(h)["c1"]
+    h.service.activate("s1", tc("c1"))
+    for n in range(3, 8):
+        messages += [o_assistant("Working.", bash(f"c{n}", "true")), o_tool(f"c{n}", mini(""))]
+        h.ingest(messages)
+        assert NOISE in shown(h)["c1"], n
