@@ -320,12 +320,6 @@ def test_the_model_server_is_scripted_by_turn() -> None:
     assert model.script(Seen("openai", {}, 5)).text == "two"
 
 
-@pytest.mark.xfail(
-    reason="an activated output collapses again at the next collapse; keeping it until the "
-    "model deactivates it or a budget forces it out is the policy's (decision 0021) and is not "
-    "implemented yet",
-    strict=False,
-)
 def test_an_activated_output_stays_until_deactivated(tmp_path: Path) -> None:
     """The model brings an output back; the client's next request (and the one after) still
     shows it in full, through the proxy."""
