@@ -356,7 +356,7 @@ def place_breakpoints(body: dict[str, Any], limit: int, *, mark_last: bool = Fal
     tools = list(body.get("tools") or [])
     system = body.get("system") if isinstance(body.get("system"), list) else None
     excess = sum(map(_marked, tools)) + sum(map(_marked, system or ())) + len(wanted) - limit
-    for blocks, key in ((system, "system"), (tools, "tools")):
+    for blocks, key in ((tools, "tools"), (system, "system")):  # in the order they are read
         for n, block in enumerate(blocks or ()):
             if excess <= 0:
                 break
