@@ -63,10 +63,10 @@ def test_replay_show_prints_the_context_at_that_call(capsys: pytest.CaptureFixtu
     call_037 = toolcall_object_id(session_id_for(trajectory), "call_037", 1)  # decision 0030
     activated = context.rsplit(f"tool_call id={call_037} name=bash", 1)[1]
     assert "[#12 output of bash (fail)]" in activated and "KeyError: 'mean'" in activated
-    # once answered, it collapses like any output nothing refers to
+    # what the model activated stays until it deactivates it (decision 0021)
     code, out, _ = _run(capsys, "replay", "--show", "-1")
     last = out.split("context at call 46 of sample_session", 1)[1]
-    assert "KeyError: 'mean'" not in last.rsplit(f"tool_call id={call_037} name=bash", 1)[1]
+    assert "KeyError: 'mean'" in last.rsplit(f"tool_call id={call_037} name=bash", 1)[1]
 
 
 def test_replay_progress_bar_on_request(capsys: pytest.CaptureFixture[str]) -> None:
