@@ -1,51 +1,65 @@
-"""``selfctx bench proxy``: the time the proxy adds to a request.
+"""``selfctx bench proxy``: the time the proxy adds to a request, against a pass-through proxy on
+the same stack measured in the same run.
 
-A session of N objects (tool calls, with outputs of a few hundred characters) is built through the
-proxy; then each measured request appends one more tool call and its output to the conversation
-and is sent twice, in turn: straight to the scripted model, and through the proxy to the same
-model. The overhead of a request is the difference of the two times; the figures are its median
-and 95th percentile. Everything runs on 127.0.0.1, the proxy on the in-memory store.
+Three servers run, each in a process of its own, on 127.0.0.1: the scripted model, a pass-through
+proxy (``selfctx.adapters.proxy.passthrough``: Starlette, uvicorn and httpx, forwarding only) and
+``selfctx proxy`` (in-memory store, default policy). The benchmark's clients are a fourth process.
+
+* **One client**: a session of N objects (Chat Completions tool calls, outputs of eight lines) is
+  built through the proxy; then each measured request appends one call and its output and is
+  sent twice in turn, through the pass-through and through the proxy. The added time of a request
+  is the difference of the two; the figures are its median and 95th percentile.
+* **Concurrent clients**: C clients, each with a session of N objects of its own, send their
+  requests at once, first all through the pass-through, then all through the proxy (repeated,
+  alternating). Reported: each side's p50 and p95 latency, the added p95 (proxy p95 minus
+  pass-through p95), and requests per second.
+
+Machines here are shared: the figures that carry are the ratios to the pass-through measured in
+the same run. ``--workers`` runs the proxy with that many worker processes (decision 0058).
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import statistics
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 
 from selfctx.adapters.bench.stats import percentile
-from selfctx.adapters.bootstrap import build_service
-from selfctx.adapters.memory import MemoryStore
-from selfctx.adapters.proxy import Proxy, ProxyConfig
-from selfctx.adapters.proxy.scripted import ScriptedModel, Step
-from selfctx.adapters.proxy.serving import serve_in_thread
 
 __all__ = ["SIZES", "run_proxy"]
 
 SIZES = (100, 1000)
 _OUTPUT = "\n".join(f"line {n}: some output of a command, as an agent sees it" for n in range(8))
+_PATH = "/v1/chat/completions"
 
 
-def _pair(size: int, n: int) -> list[dict[str, Any]]:
+def _pair(session: str, n: int) -> list[dict[str, Any]]:
+    call_id = f"b{abs(hash(session)) % 10**8}_{n}"
     call = {
-        "id": f"bench{size}_{n}",
+        "id": call_id,
         "type": "function",
         "function": {"name": "bash", "arguments": json.dumps({"command": f"echo step {n}"})},
     }
     return [
         {"role": "assistant", "content": None, "tool_calls": [call]},
-        {"role": "tool", "tool_call_id": f"bench{size}_{n}", "content": f"step {n}\n{_OUTPUT}"},
+        {"role": "tool", "tool_call_id": call_id, "content": f"step {n}\n{_OUTPUT}"},
     ]
 
 
-def _body(messages: list[dict[str, Any]]) -> dict[str, Any]:
+def _body(messages: list[dict[str, Any]]) -> bytes:
     tool = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
-    return {"model": "scripted-model", "messages": messages, "tools": [tool]}
+    return json.dumps({"model": "scripted-model", "messages": messages, "tools": [tool]}).encode()
 
 
 def _ms(values: Sequence[float]) -> dict[str, float]:
@@ -55,79 +69,251 @@ def _ms(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def _one_size(
-    size: int, requests: int, proxy_url: str, direct_url: str, client: httpx.Client, session: str
-) -> dict[str, Any]:
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": f"Benchmark session {session}."},
-    ]
-    headers = {"x-selfctx-session": session, "authorization": "Bearer bench"}
-    for n in range(size):
-        messages += _pair(size, n)
-    warm = client.post(f"{proxy_url}/v1/chat/completions", json=_body(messages), headers=headers)
-    warm.raise_for_status()
-    direct: list[float] = []
-    through: list[float] = []
-    for n in range(size, size + requests):
-        messages += _pair(size, n)
-        content = json.dumps(_body(messages)).encode()
-        for url, times in ((direct_url, direct), (proxy_url, through)):
-            started = time.perf_counter()
-            answer = client.post(
-                f"{url}/v1/chat/completions",
-                content=content,
-                headers={**headers, "content-type": "application/json"},
-            )
-            times.append(time.perf_counter() - started)
-            answer.raise_for_status()
-    overhead = [p - d for p, d in zip(through, direct, strict=True)]
+# -- the servers, each in a process of its own ------------------------------------------------
+
+
+def proxy_app(upstream: str, workspace: str, *, workers: int = 1) -> Any:
+    """The proxy's ASGI application on the in-memory store in front of ``upstream`` (both APIs
+    there); with ``workers`` > 1, a front and that many worker processes (``selfctx proxy``
+    processes, ending with this one)."""
+    from selfctx.adapters.proxy.workers import Front
+
+    if workers <= 1:
+        from selfctx.adapters.bootstrap import build_service
+        from selfctx.adapters.memory import MemoryStore
+        from selfctx.adapters.proxy import Proxy, ProxyConfig
+
+        service = build_service(store=MemoryStore(), workspace=workspace)
+        config = ProxyConfig(
+            upstream_anthropic=upstream, upstream_openai=upstream, cwd=workspace, roots=(workspace,)
+        )
+        return Proxy(service, config).app
+    from selfctx.adapters.proxy.spawn import start_workers
+
+    argv = ["--store", "memory", "--workspace", workspace, "--log-level", "warning"]
+    argv += ["--upstream-anthropic", upstream, "--upstream-openai", upstream]
+    secret, urls = start_workers(workers, argv)
+    return Front(urls, secret).app
+
+
+def _serve(kind: str, upstream: str, workers: int, ports: Any) -> None:
+    """Serve ``kind`` (``model``, ``passthrough`` or ``proxy``) on a free port of 127.0.0.1 and
+    put the port on ``ports`` (runs in a child process)."""
+    import logging
+
+    from selfctx.adapters.proxy.serving import bind, serve, tune_collector
+
+    logging.getLogger("selfctx.proxy").setLevel(logging.WARNING)
+    sock = bind("127.0.0.1", 0)
+    if kind == "model":
+        from selfctx.adapters.proxy.scripted import ScriptedModel, Step
+
+        app: Any = ScriptedModel([Step("ok")]).app
+    elif kind == "passthrough":
+        from selfctx.adapters.proxy.passthrough import PassThrough
+
+        app = PassThrough(upstream).app
+    else:
+        workspace = tempfile.mkdtemp(prefix="selfctx-bench-")
+        app = proxy_app(upstream, workspace, workers=workers)
+        tune_collector()  # as selfctx proxy does
+    ports.put(sock.getsockname()[1])
+    serve(app, sock, log_level="error")
+
+
+@attrs.frozen
+class _Running:
+    url: str
+    pid: int
+
+    def cpu(self) -> float:
+        """CPU seconds used so far by the server's process and those it started (Linux; 0.0
+        elsewhere)."""
+        return sum(_cpu_of(pid) for pid in _family(self.pid))
+
+
+def _family(pid: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry.parent.name)] = int(fields[1])
+    family, frontier = [pid], [pid]
+    while frontier:
+        frontier = [child for child, parent in parents.items() if parent in frontier]
+        family += frontier
+    return family
+
+
+def _cpu_of(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def _server(kind: str, upstream: str = "", workers: int = 1) -> Iterator[_Running]:
+    context = multiprocessing.get_context("spawn")
+    ports = context.Queue()
+    process = context.Process(target=_serve, args=(kind, upstream, workers, ports), daemon=True)
+    process.start()
+    try:
+        yield _Running(f"http://127.0.0.1:{ports.get(timeout=120)}", process.pid or 0)
+    finally:
+        process.terminate()
+        process.join(timeout=30)
+
+
+# -- the clients -----------------------------------------------------------------------------
+
+
+class _Session:
+    """One client's conversation: its messages so far, and the request that adds a call."""
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name = name
+        self.messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": f"Benchmark session {name}."},
+        ]
+        for n in range(size):
+            self.messages += _pair(name, n)
+        self.next = size
+        self.headers = {"x-selfctx-session": name, "authorization": "Bearer bench"}
+        self.headers["content-type"] = "application/json"
+
+    def grow(self) -> bytes:
+        self.messages += _pair(self.name, self.next)
+        self.next += 1
+        return _body(self.messages)
+
+    def post(self, client: httpx.Client, base: str, content: bytes) -> float:
+        started = time.perf_counter()
+        answer = client.post(base + _PATH, content=content, headers=self.headers)
+        elapsed = time.perf_counter() - started
+        answer.raise_for_status()
+        return elapsed
+
+
+def _one_client(size: int, requests: int, proxy: _Running, passthrough: _Running) -> dict[str, Any]:
+    session = _Session(f"bench-one-{size}", size)
+    with httpx.Client(timeout=300) as client:
+        session.post(client, proxy.url, _body(session.messages))  # the session is built
+        direct: list[float] = []
+        through: list[float] = []
+        content = b""
+        cpu = {"passthrough": 0.0, "proxy": 0.0}
+        for _ in range(requests):
+            content = session.grow()
+            for side, server, times in (
+                ("passthrough", passthrough, direct),
+                ("proxy", proxy, through),
+            ):
+                before = server.cpu()
+                times.append(session.post(client, server.url, content))
+                cpu[side] += server.cpu() - before
+    added = [p - d for p, d in zip(through, direct, strict=True)]
     return {
         "objects": size,
         "requests": requests,
         "request_bytes": len(content),
-        "overhead_ms": _ms(overhead),
-        "direct_ms": _ms(direct),
+        "added_ms": _ms(added),
+        "passthrough_ms": _ms(direct),
         "proxy_ms": _ms(through),
+        "cpu_ms_per_request": {
+            side: round(spent / requests * 1000, 2) for side, spent in cpu.items()
+        },
     }
+
+
+def _concurrent(
+    clients: int, size: int, requests: int, proxy: str, passthrough: str
+) -> dict[str, Any]:
+    sessions = [_Session(f"bench-c{n}-{size}", size) for n in range(clients)]
+    with httpx.Client(timeout=300) as client:
+        for session in sessions:  # built one after the other, not measured
+            session.post(client, proxy, _body(session.messages))
+    times: dict[str, list[float]] = {"passthrough": [], "proxy": []}
+    spent: dict[str, float] = {"passthrough": 0.0, "proxy": 0.0}
+    bodies = [[s.grow() for _ in range(requests)] for s in sessions]
+
+    def run(side: str, base: str, rounds: range) -> None:
+        barrier = threading.Barrier(clients)
+        errors: list[BaseException] = []
+
+        def one(index: int) -> None:
+            session = sessions[index]
+            try:
+                with httpx.Client(timeout=300) as client:
+                    barrier.wait()
+                    for r in rounds:
+                        times[side].append(session.post(client, base, bodies[index][r]))
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+        started = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        spent[side] += time.perf_counter() - started
+        if errors:
+            raise errors[0]
+
+    step = max(1, requests // 4)
+    for first in range(0, requests, step):  # alternate sides, so that both see the same noise
+        rounds = range(first, min(first + step, requests))
+        run("passthrough", passthrough, rounds)
+        run("proxy", proxy, rounds)
+    out: dict[str, Any] = {"clients": clients, "objects": size, "requests": requests}
+    for side in ("passthrough", "proxy"):
+        out[f"{side}_ms"] = _ms(times[side])
+        out[f"{side}_per_s"] = round(len(times[side]) / spent[side], 1)
+    out["added_p95_ms"] = round(out["proxy_ms"]["p95"] - out["passthrough_ms"]["p95"], 3)
+    return out
 
 
 def run_proxy(
     sizes: Sequence[int] = SIZES,
     requests: int = 50,
     progress: Callable[[str], None] | None = None,
+    *,
+    clients: int = 8,
+    concurrent_size: int = 1000,
+    concurrent_requests: int = 20,
+    workers: int = 1,
 ) -> dict[str, Any]:
     """Run the benchmark; the top-level figures are those of the largest session."""
-    model = ScriptedModel([Step("ok")])
-    runs = []
-    with tempfile.TemporaryDirectory() as workspace:
-        service = build_service(store=MemoryStore(), workspace=workspace)
-        try:
-            with serve_in_thread(model.app) as direct_url:
-                proxy = Proxy(
-                    service,
-                    ProxyConfig(
-                        cwd=workspace,
-                        roots=(workspace,),
-                        upstream_openai=direct_url,
-                        upstream_anthropic=direct_url,
-                    ),
+    with (
+        _server("model") as model,
+        _server("passthrough", model.url) as passthrough,
+        _server("proxy", model.url, workers) as proxy,
+    ):
+        runs = []
+        for size in sizes:
+            if progress:
+                progress(f"one client, session of {size} objects, {requests} requests")
+            runs.append(_one_client(size, requests, proxy, passthrough))
+        together = None
+        if clients > 1:
+            if progress:
+                progress(
+                    f"{clients} clients at once, sessions of {concurrent_size} objects, "
+                    f"{concurrent_requests} requests each"
                 )
-                with serve_in_thread(proxy.app) as proxy_url, httpx.Client(timeout=120) as client:
-                    for size in sizes:
-                        if progress:
-                            progress(f"session of {size} objects, {requests} requests")
-                        runs.append(
-                            _one_size(
-                                size, requests, proxy_url, direct_url, client, f"bench-{size}"
-                            )
-                        )
-        finally:
-            service.close()
+            together = _concurrent(
+                clients, concurrent_size, concurrent_requests, proxy.url, passthrough.url
+            )
     largest = runs[-1]
     return {
-        "overhead_ms": largest["overhead_ms"],
-        "requests": largest["requests"],
+        "workers": workers,
+        "added_ms": largest["added_ms"],
         "objects": largest["objects"],
         "runs": runs,
+        "concurrent": together,
     }

@@ -502,28 +502,105 @@ def _read(args: argparse.Namespace) -> int:
 
 
 def _proxy(args: argparse.Namespace) -> int:
-    import logging
-
     from selfctx.adapters.bench.proxy import SIZES as PROXY_SIZES
     from selfctx.adapters.bench.proxy import run_proxy
 
-    logging.getLogger("selfctx.proxy").setLevel(logging.WARNING)  # no line per request here
     sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else PROXY_SIZES
-    result = run_proxy(sizes, args.requests, _progress(args.json))
+    result = run_proxy(
+        sizes,
+        args.requests,
+        _progress(args.json),
+        clients=args.clients,
+        concurrent_size=args.concurrent_objects,
+        concurrent_requests=args.concurrent_requests,
+        workers=args.workers,
+    )
     if args.json:
         print(json.dumps(result))
         return 0
+    print(f"proxy with {result['workers']} worker process(es); one client:")
     print(
         f"{'objects':>8} {'requests':>9} {'added p50 ms':>13} {'added p95 ms':>13} "
-        f"{'direct p50 ms':>14} {'proxy p50 ms':>13}"
+        f"{'pass-through p50':>17} {'proxy p50 ms':>13} {'CPU ms/request':>15}"
     )
     for run in result["runs"]:
+        cpu = run["cpu_ms_per_request"]
         print(
-            f"{run['objects']:>8} {run['requests']:>9} {run['overhead_ms']['p50']:>13.2f} "
-            f"{run['overhead_ms']['p95']:>13.2f} {run['direct_ms']['p50']:>14.2f} "
-            f"{run['proxy_ms']['p50']:>13.2f}"
+            f"{run['objects']:>8} {run['requests']:>9} {run['added_ms']['p50']:>13.2f} "
+            f"{run['added_ms']['p95']:>13.2f} {run['passthrough_ms']['p50']:>17.2f} "
+            f"{run['proxy_ms']['p50']:>13.2f} {cpu['proxy']:>6.1f} vs {cpu['passthrough']:.1f}"
         )
+    together = result["concurrent"]
+    if together:
+        print(
+            f"{together['clients']} clients at once, sessions of {together['objects']} objects, "
+            f"{together['requests']} requests each:"
+        )
+        for side in ("passthrough", "proxy"):
+            figures = together[f"{side}_ms"]
+            print(
+                f"  {side:>12}: p50 {figures['p50']:.1f} ms, p95 {figures['p95']:.1f} ms, "
+                f"{together[f'{side}_per_s']} requests/s"
+            )
+        print(f"  added p95: {together['added_p95_ms']:.1f} ms")
     return 0
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from selfctx.adapters.bench.cache import run_cache
+
+    options = {}
+    for text in args.policy_option:
+        name, _, value = text.partition("=")
+        if not value.strip().isdigit():
+            raise SystemExit(f"--policy-option {text!r}: use NAME=INTEGER")
+        options[name.strip()] = int(value)
+    result = run_cache(
+        args.recordings, policy=args.policy, options=options, progress=_progress(args.json)
+    )
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"policy {result['policy']}; costs in base-input tokens (1.0 = one uncached token)")
+    head = (
+        f"{'recording':<24} {'rules':<10} {'req':>4} {'client KB':>10} {'upstream KB':>12} "
+        f"{'':>6}{'read':>10} {'write':>10} {'uncached':>9} {'cost':>10} {'ratio':>6}"
+    )
+    print(head)
+    for run in result["runs"]:
+        for api, figures in run["apis"].items():
+            for side in ("direct", "managed"):
+                f = figures[side]
+                first = side == "direct"
+                name = run["recording"].removesuffix(".jsonl.xz") if first else ""
+                kb = run["client_bytes"] if first else run["upstream_bytes"]
+                print(
+                    f"{name:<24} {figures['rules'] if first else '':<10} "
+                    f"{figures['requests'] if first else '':>4} "
+                    f"{kb / 1000 if first else '':>10} {'' if first else kb / 1000:>12} "
+                    f"{side:>6}{f['cache_read']:>10,} {f['cache_write']:>10,} "
+                    f"{f['uncached']:>9,} {f['cost']:>10,} "
+                    f"{'' if first else figures['ratio']:>6}"
+                )
+            del api
+    return 0
+
+
+def _register_cache(benches: Any) -> None:
+    cache = benches.add_parser(
+        "cache",
+        help="prompt-cache reads, writes and cost of recorded client sessions, direct and "
+        "through the proxy",
+    )
+    cache.add_argument(
+        "recordings", nargs="*", help="recording files or directories (default: the shipped ones)"
+    )
+    cache.add_argument("--policy", help="layout policy of the proxy's sessions (default: default)")
+    cache.add_argument(
+        "--policy-option", metavar="NAME=N", action="append", default=[], help="(repeatable)"
+    )
+    cache.add_argument("--json", action="store_true", help="print JSON")
+    cache.set_defaults(handler=_cache)
 
 
 def _register_proxy(benches: Any) -> None:
@@ -533,6 +610,14 @@ def _register_proxy(benches: Any) -> None:
     )
     proxy.add_argument("--sizes", help="session sizes in objects, comma-separated (100,1000)")
     proxy.add_argument("--requests", type=int, default=50, help="measured requests per size")
+    proxy.add_argument("--clients", type=int, default=8, help="concurrent clients (1: none)")
+    proxy.add_argument(
+        "--concurrent-objects", type=int, default=1000, help="session size of each such client"
+    )
+    proxy.add_argument(
+        "--concurrent-requests", type=int, default=20, help="requests of each such client"
+    )
+    proxy.add_argument("--workers", type=int, default=1, help="the proxy's worker processes")
     proxy.add_argument("--json", action="store_true", help="print JSON")
     proxy.set_defaults(handler=_proxy)
 
@@ -658,6 +743,7 @@ def register(subparsers: Any) -> None:
     _register_large(benches)
     _register_proxy(benches)
     _register_scale(benches)
+    _register_cache(benches)
     read = benches.add_parser(
         "read", help="confined reads (canonical + read) against realpath-then-open, files/s"
     )

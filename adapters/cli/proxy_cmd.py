@@ -9,6 +9,7 @@ goes to stderr. See docs/harness.md ("A model-API proxy").
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -62,7 +63,7 @@ def _banner(base: str, config: Any, store: str, policy: str) -> str:
     return "\n".join(
         [
             f"selfctx proxy listening on {base} (store {store}, policy {policy}, context tools "
-            f"{config.tool_prefix}activate/deactivate/pin/unpin)",
+            f"{config.tool_prefix}activate/deactivate/pin/unpin/search)",
             f"  upstreams: Anthropic {config.upstream_anthropic}, OpenAI {config.upstream_openai}",
             f"  Claude Code:  ANTHROPIC_BASE_URL={root} claude",
             f"  Codex CLI:    codex -c model_provider=selfctx "
@@ -78,7 +79,8 @@ def _banner(base: str, config: Any, store: str, policy: str) -> str:
 def _run(args: argparse.Namespace) -> int:
     # imported here: the ASGI stack loads only for the command that serves
     from selfctx.adapters.proxy import Proxy, ProxyConfig
-    from selfctx.adapters.proxy.serving import bind, serve
+    from selfctx.adapters.proxy.guard import LOOPBACK_NAMES
+    from selfctx.adapters.proxy.serving import bind, serve, tune_collector
 
     logging.basicConfig(
         stream=sys.stderr,
@@ -111,10 +113,30 @@ def _run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_mb * 1024 * 1024,
         max_rounds=args.max_rounds,
         token=token,
+        # loopback: answer only to this machine's names (no DNS rebinding); beyond it, a token
+        hosts=LOOPBACK_NAMES | {args.host.lower()} if args.host in _LOOPBACK else None,
     )
-    sock = bind(args.host, args.port)  # before the store: a taken port fails fast
+    try:
+        sock = bind(args.host, args.port)  # before the store: a taken port fails fast
+    except OSError as exc:
+        reason = {
+            errno.EADDRINUSE: "is in use (another proxy?): choose another with --port, or 0 "
+            "for any free one",
+            errno.EACCES: "may not be used by this user: choose one above 1023 with --port",
+            errno.EADDRNOTAVAIL: "is not an address of this machine",
+        }.get(exc.errno or 0, f"cannot be listened on: {exc.strerror}")
+        raise InvalidInput("address", f"{args.host}:{args.port}", reason) from None
+    if args.workers < 1:
+        raise InvalidInput("workers", args.workers, "use 1 or more")
+    if args.workers > 1:
+        return _front(args, sock, config)
+    if args.exit_with_stdin:
+        from selfctx.adapters.proxy.spawn import exit_with_stdin
+
+        exit_with_stdin()
     store = open_store(args.store)
     service = None
+    tune_collector()
     try:
         service = build_service(
             store=store, workspace=workspace, roots=list(roots), track=not args.no_track
@@ -128,6 +150,47 @@ def _run(args: argparse.Namespace) -> int:
         if service is not None:
             service.close()
         store.close()
+        sock.close()
+    return 0
+
+
+def _front(args: argparse.Namespace, sock: Any, config: Any) -> int:
+    """``--workers N``: start N workers with the same settings and serve the front."""
+    from selfctx.adapters.proxy.serving import serve
+    from selfctx.adapters.proxy.spawn import start_workers
+    from selfctx.adapters.proxy.workers import Front
+    from selfctx.adapters.xtdb import ensure_local_node
+
+    store = args.store
+    if store == "auto":  # one node for all workers
+        store = "xtdb://" + ensure_local_node().removeprefix("http://")
+    argv = ["--store", store, "--workspace", config.cwd, "--tool-prefix", config.tool_prefix]
+    argv += ["--upstream-anthropic", config.upstream_anthropic]
+    argv += ["--upstream-openai", config.upstream_openai]
+    argv += ["--max-body-mb", str(args.max_body_mb), "--max-rounds", str(args.max_rounds)]
+    argv += ["--log-level", args.log_level]
+    for root in config.roots:
+        argv += ["--root", root]
+    if args.policy:
+        argv += ["--policy", args.policy]
+    for option in args.policy_option:
+        argv += ["--policy-option", option]
+    if args.no_track:
+        argv.append("--no-track")
+    try:
+        secret, workers = start_workers(args.workers, argv)
+    except RuntimeError as exc:
+        raise InvalidInput("workers", args.workers, str(exc)) from None
+    front = Front(workers, secret, token=config.token, hosts=config.hosts)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    base = f"http://{host}:{sock.getsockname()[1]}"
+    policy = args.policy or "default"
+    note = " (each worker keeps its own in-memory store)" if store == "memory" else ""
+    print(_banner(base, config, store + note, policy), flush=True)
+    print(f"  {args.workers} worker processes: {', '.join(workers)}", flush=True)
+    try:
+        serve(front.app, sock, log_level="warning")
+    finally:
         sock.close()
     return 0
 
@@ -202,6 +265,14 @@ def register(subparsers: Any) -> None:
         help="context-tool rounds per request before the model must answer (default 5)",
     )
     parser.add_argument("--no-track", action="store_true", help="do not watch files read")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes (default 1): more serve more conversations at once, each "
+        "conversation always by the same worker",
+    )
+    parser.add_argument("--exit-with-stdin", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )

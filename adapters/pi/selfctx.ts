@@ -64,8 +64,14 @@ export default function selfctx(pi: ExtensionAPI) {
     const rpc = await ready(ctx);
     const original = event.messages as PiMessage[];
     const systemPrompt = ctx.getSystemPrompt();
-    await rpc.call("ingest", { session_id: sessionId, messages: toChat(original), system: systemPrompt });
+    const chat = toChat(original);
+    await rpc.call("ingest", { session_id: sessionId, messages: chat, system: systemPrompt });
     const managed = await rpc.call<{ messages: any[] }>("assemble", { session_id: sessionId });
+    // Never more than Pi would send itself (decision 0049): then Pi's own messages go unchanged.
+    const own = [{ role: "system", content: systemPrompt }, ...chat];
+    if (Buffer.byteLength(JSON.stringify(managed.messages)) > Buffer.byteLength(JSON.stringify(own))) {
+      return {};
+    }
     return { messages: fromChat(managed.messages, original, systemPrompt) as any };
   });
 

@@ -18,14 +18,12 @@ time (an ``asyncio.Lock`` per session), so the event loop keeps serving other se
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import json
 import logging
-import secrets
-import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import anyio.to_thread
 import attrs
@@ -34,31 +32,55 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from selfctx.adapters.harness.messages import MalformedMessage, Message
 from selfctx.adapters.harness.render import render, to_anthropic
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tokens import PromptCounter
-from selfctx.adapters.harness.tools import check_prefix, is_context_tool, tool_schemas
-from selfctx.adapters.proxy.incremental import ParsedConversation
+from selfctx.adapters.harness.tools import (
+    ToolAnswer,
+    check_prefix,
+    is_context_tool,
+    tool_schemas,
+)
+from selfctx.adapters.proxy.codec import dumps, loads
+from selfctx.adapters.proxy.guard import LOOPBACK_NAMES, TOKEN_HEADER, Guard
+from selfctx.adapters.proxy.incremental import (
+    ParsedConversation,
+    assistant_messages,
+    common_prefix,
+)
+from selfctx.adapters.proxy.passthrough import relayed, upstream_client, watch_disconnect
 from selfctx.adapters.proxy.providers import PROVIDERS, Anthropic, Call, Provider
+from selfctx.adapters.proxy.rebuilt import shown_once, stored_texts
+from selfctx.adapters.proxy.redact import CREDENTIALS, RedactingFilter, redact
 from selfctx.adapters.proxy.sessions import (
     SESSION_HEADER,
     OpenSessions,
     ProxySession,
+    answer_marks,
+    continues,
+    credential_digest,
+    credential_values,
     session_id_for,
 )
 from selfctx.adapters.proxy.sse import Event, iter_events
 from selfctx.application.policies import policy_by_name
+from selfctx.application.ports.store import StoreError
 from selfctx.application.service import ContextService
+from selfctx.domain.chat import AssistantMessage, ToolCallRequest
 from selfctx.domain.errors import SelfContextError
+from selfctx.domain.session.state import SessionState
 
-__all__ = ["TOKEN_HEADER", "Proxy", "ProxyConfig"]
+__all__ = ["TOKEN_HEADER", "Proxy", "ProxyConfig", "error_body"]
 
+T = TypeVar("T")
 log = logging.getLogger("selfctx.proxy")
+_REDACTING = RedactingFilter()
+for _name in ("selfctx.proxy", "uvicorn.error", "httpx", "httpcore"):
+    logging.getLogger(_name).addFilter(_REDACTING)
 
-TOKEN_HEADER = "x-selfctx-token"
 _HOP = frozenset(
     {
         "host",
@@ -99,11 +121,18 @@ class ProxyConfig:
     """Context-tool rounds per client request; the last one forbids tool calls."""
     token: str | None = None
     """When set, every request must present it (``x-selfctx-token`` or a ``/t/TOKEN`` prefix)."""
+    hosts: frozenset[str] | None = LOOPBACK_NAMES
+    """The host names requests may be addressed to (``Host``); None: any (a proxy served beyond
+    this machine, which has a token)."""
     timeout: float = 600.0
     keepalive: float = 10.0
     """Seconds between SSE comments while a streamed answer is being prepared."""
     max_event_chars: int = 64 * 1024 * 1024
     max_sessions: int = 256
+    never_larger: bool = True
+    """Send the client's own request whenever the managed one would be larger (decision 0049).
+    Off only in tests of the context-call rounds, whose tiny conversations never pay for the
+    context tools they are given."""
 
 
 @attrs.define
@@ -122,6 +151,15 @@ class _Turn:
     rounds: int = 0
     naive: int = 0
     managed: int = 0
+    client_bytes: int = 0
+    upstream_bytes: int = 0
+    """Of the first request sent upstream for this one."""
+    as_sent: bool = False
+    """The client's request went upstream unchanged (the managed one would have been larger)."""
+    texts: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
+    """The client's text messages (``rebuilt.client_texts``)."""
+    gone: asyncio.Event = attrs.field(factory=asyncio.Event)
+    """Set when the client has left: no more rounds are asked for it."""
     started: float = attrs.field(factory=time.monotonic)
 
     @property
@@ -133,6 +171,12 @@ class _Turn:
 class _Outcome:
     again: bool
     removed: tuple[Call, ...] = ()
+    exhausted: bool = False
+    """The model called only context tools on the last round allowed: nothing to give back."""
+
+
+class _Gone(Exception):
+    """The client left: the exchange stops asking the model."""
 
 
 class Proxy:
@@ -154,7 +198,10 @@ class Proxy:
         self._client: httpx.AsyncClient | None = None
         self._opening = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
-        routes = [Route("/_selfctx/health", self._health, methods=["GET"])]
+        routes = [
+            Route("/", self._root, methods=["GET"]),
+            Route("/_selfctx/health", self._health, methods=["GET"]),
+        ]
         routes += [
             Route(path, self._endpoint(provider), methods=["POST"])
             for path, provider in PROVIDERS.items()
@@ -162,8 +209,11 @@ class Proxy:
         routes.append(
             Route("/{path:path}", self._passthrough, methods=["GET", "POST", "PUT", "DELETE"])
         )
-        self.app: ASGIApp = _TokenGuard(
-            Starlette(routes=routes, lifespan=self._lifespan), self.config.token
+        self.app: ASGIApp = Guard(
+            Starlette(routes=routes, lifespan=self._lifespan),
+            error_body,
+            token=self.config.token,
+            hosts=self.config.hosts,
         )
 
     # -- life --------------------------------------------------------------------------------
@@ -178,16 +228,12 @@ class Proxy:
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
-            transport = self._transport or httpx.AsyncHTTPTransport(
-                # a request is written in two parts (head, body): never wait for an ACK between
-                socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-                limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
-            )
-            self._client = httpx.AsyncClient(
-                transport=transport,
-                timeout=httpx.Timeout(self.config.timeout, connect=10.0),
-                limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
-            )
+            if self._transport is None:
+                self._client = upstream_client(httpx.Timeout(self.config.timeout, connect=10.0))
+            else:
+                self._client = httpx.AsyncClient(
+                    transport=self._transport, timeout=self.config.timeout
+                )
         return self._client
 
     async def aclose(self) -> None:
@@ -202,6 +248,12 @@ class Proxy:
                 await anyio.to_thread.run_sync(self.service.close_session, session_id)
         self.sessions.open.clear()
 
+    async def _root(self, _request: Request) -> Response:
+        """Not a model API path: answered here, never forwarded."""
+        return JSONResponse(
+            {"proxy": "selfctx", "apis": sorted(PROVIDERS), "health": "/_selfctx/health"}
+        )
+
     async def _health(self, _request: Request) -> Response:
         return JSONResponse({"proxy": "selfctx", "sessions": len(self.sessions.items())})
 
@@ -215,14 +267,17 @@ class Proxy:
 
     async def serve(self, provider: Provider, request: Request) -> Response:
         """Answer one request of ``provider``'s API."""
+        CREDENTIALS.set(credential_values(request.headers, request.query_params.multi_items()))
         raw = await _read_body(request, self.config.max_body_bytes)
         if raw is None:
             limit = self.config.max_body_bytes
             return _error(provider, 413, f"the request body is larger than {limit} bytes")
         try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            body = loads(raw)
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
             return _error(provider, 400, f"the request body is not JSON: {exc}")
+        except RecursionError:
+            return _error(provider, 400, "the request body is nested too deeply")
         problem = _shape_problem(provider, body)
         if problem:
             return _error(provider, 400, problem)
@@ -235,24 +290,32 @@ class Proxy:
         except MalformedMessage as exc:
             note = f"unmanaged: {exc}"
             return await self._forward(provider, request.method, url, headers, raw, note)
-        session_id = session_id_for(
+        owner = credential_digest(request.headers, request.query_params.multi_items())
+        base = session_id_for(
             provider.name,
             provider.client_key(body, request.headers),
             first_user,
             request.headers.get(SESSION_HEADER),
+            owner,
         )
         try:
-            session = await self._session(provider, session_id)
+            session = await self._session(provider, base, owner, body)
         except SelfContextError as exc:
-            return _error(provider, 400, f"session {session_id!r}: {exc}")
-        turn = _Turn(provider, body, headers, url, session)
+            return _error(provider, 400, f"session {base!r}: {exc}")
+        turn = _Turn(provider, body, headers, url, session, client_bytes=len(raw))
         await session.lock.acquire()
         released = False
+        # until a streamed answer's relay takes over, a client that leaves is noticed here
+        watcher = asyncio.create_task(watch_disconnect(request, turn.gone))
         try:
-            managed = await self._prepare(turn)
-            if managed is None:
+            content = await self._prepare(turn, raw)
+            if content is None:
                 return await self._forward(provider, "POST", url, headers, raw, "unmanaged")
-            first = await self._open(turn, managed)
+            try:
+                first = await self._while_there(turn, self._open(turn, content))
+            except _Gone:
+                self._log(turn, 499)
+                return Response(status_code=499)
             if isinstance(first, Response):
                 self._log(turn, first.status_code)
                 return first
@@ -264,70 +327,137 @@ class Proxy:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
                 released = True
+                watcher.cancel()
                 return StreamingResponse(
-                    self._relay(queue),
+                    self._relay(queue, turn.gone),
                     status_code=first.status_code,
                     headers=_returned(first.headers),
                     media_type="text/event-stream",
                 )
             return await self._complete(turn, first)
         finally:
+            watcher.cancel()
             if not released:
                 session.lock.release()
 
-    async def _session(self, provider: Provider, session_id: str) -> ProxySession:
+    async def _session(
+        self, provider: Provider, base: str, owner: str, body: Mapping[str, Any]
+    ) -> ProxySession:
+        """The session a request of ``base`` and ``owner`` joins (see ``sessions``): one whose
+        last request it continues, else a new one (a new conversation, or a branch)."""
+        items, _system = provider.conversation(body)
+        listed: list[Any] = items if isinstance(items, list) else [items]
         async with self._opening:
-            session = self.sessions.get(session_id)
-            if session is None:
-                policy = policy_by_name(self.config.policy, **self.config.policy_options)
+            candidates = self.sessions.of_base(base, owner)
+            chosen = next((s for s in candidates if continues(s, listed)), None)
+            extended = chosen is not None
+            answered = [s for s in candidates if s.answer]
+            if chosen is None and answered:
+                chosen = await anyio.to_thread.run_sync(
+                    lambda: _by_answer(provider.name, listed, answered)
+                )
+            number = 1
+            while chosen is None:
+                session_id = base if number == 1 else f"{base}-{number}"
+                number += 1
+                if session_id in self.sessions.items():
+                    continue
+                chosen = await self._open_session(provider, session_id, base, owner, listed)
+            if not extended:
+                chosen.same = None
+            chosen.claimed = listed
+            self.sessions.get(chosen.session_id)  # the most recently used now
+            return chosen
 
-                def open_session() -> HarnessSession:
-                    return HarnessSession(
-                        self.service,
-                        session_id,
-                        provider.name,
-                        cwd=self.config.cwd,
-                        roots=self.config.roots,
-                        policy=policy,
-                        tool_prefix=self.config.tool_prefix,
-                    )
+    async def _open_session(
+        self, provider: Provider, session_id: str, base: str, owner: str, items: Sequence[Any]
+    ) -> ProxySession | None:
+        """Open ``session_id`` (resumed if the store has it); None if the store's session holds
+        another conversation than ``items`` (the request then gets a session of its own)."""
+        policy = policy_by_name(self.config.policy, **self.config.policy_options)
 
-                harness = await anyio.to_thread.run_sync(open_session)
-                parsed = ParsedConversation(provider.name, self._item_counter(provider))
-                session = ProxySession(harness, parsed)
-                for evicted in self.sessions.add(session_id, session):
-                    sid = evicted.harness.session_id
-                    await anyio.to_thread.run_sync(self.service.close_session, sid)
-            return session
+        def open_session() -> HarnessSession | None:
+            harness = HarnessSession(
+                self.service,
+                session_id,
+                provider.name,
+                cwd=self.config.cwd,
+                roots=self.config.roots,
+                policy=policy,
+                tool_prefix=self.config.tool_prefix,
+            )
+            if harness.resumed is not None:
+                stored = _stored_answer(self.service.state(session_id), harness.tool_prefix)
+                carried = answer_marks(assistant_messages(provider.name, items))
+                if stored and not stored & carried:
+                    self.service.close_session(session_id)
+                    return None
+            return harness
+
+        harness = await anyio.to_thread.run_sync(open_session)
+        if harness is None:
+            return None
+        parsed = ParsedConversation(provider.name, self._item_counter(provider))
+        session = ProxySession(harness, parsed, base=base, owner=owner)
+        if harness.resumed is not None:
+            session.sent = await anyio.to_thread.run_sync(
+                lambda: stored_texts(self.service.state(session_id))
+            )
+        for evicted in self.sessions.add(session_id, session):
+            sid = evicted.harness.session_id
+            await anyio.to_thread.run_sync(self.service.close_session, sid)
+        return session
 
     def _item_counter(self, provider: Provider) -> Callable[[Iterable[Any]], int]:
         if provider.name == "responses":
             return lambda items: self.counter({"input": list(items)})
         return lambda items: self.counter(list(items))
 
-    async def _prepare(self, turn: _Turn) -> dict[str, Any] | None:
+    async def _prepare(self, turn: _Turn, raw: bytes) -> bytes | None:
         """Ingest the client's conversation and build the managed request, in one trip to a
-        worker thread (None: the context manager refused the conversation, which is then sent
-        as it came)."""
-        items, system = turn.provider.conversation(turn.body)
+        worker thread: its bytes, or the client's own (``raw``) when the managed request would be
+        larger (None: the context manager refused the conversation, which is then sent as it
+        came)."""
 
-        def prepare() -> dict[str, Any] | None:
+        def prepare() -> bytes | None:
             try:
-                turn.messages, turn.naive = turn.session.parsed.update(items, system)
-                ingestor = turn.session.harness.ingestor
-                ingestor.ingest(turn.messages)
-                if turn.session.pending:  # context calls made beside the client's last calls
-                    turn.extra, turn.session.pending = turn.session.pending, []
-                    ingestor.ingest([*turn.messages, *turn.extra])
-                return self._build(turn)
+                content = dumps(self._ingest(turn))
             except SelfContextError as exc:
                 log.warning("session %s: left unmanaged: %s", turn.session_id, exc)
                 return None
+            if self.config.never_larger and len(content) > len(raw):
+                # Never larger than what the client sent: its own request, unchanged.
+                turn.as_sent = True
+                turn.upstream_bytes = len(raw)
+                return raw
+            turn.upstream_bytes = len(content)
+            return content
 
         return await anyio.to_thread.run_sync(prepare)
 
-    async def _managed(self, turn: _Turn, *, last: bool = False) -> dict[str, Any]:
-        return await anyio.to_thread.run_sync(lambda: self._build(turn, last=last))
+    def _ingest(self, turn: _Turn) -> dict[str, Any]:
+        """Record what is new in the client's conversation; the managed request (in a worker
+        thread; raises ``SelfContextError`` if the context manager refuses the conversation)."""
+        session = turn.session
+        parsed = session.parsed
+        items, system = turn.provider.conversation(turn.body)
+        turn.messages, turn.naive = parsed.update(items, system, same=session.same)
+        turn.texts = parsed.texts
+        if session.sent and not session.withdrawn and not parsed.added:
+            # a resumed session: what it holds that the client no longer sends
+            session.withdrawn = not session.sent.issubset(parsed.texts)
+        session.sent.update(parsed.added)
+        session.withdrawn = session.withdrawn or parsed.withdrew
+        ingestor = session.harness.ingestor
+        ingestor.ingest(turn.messages)
+        if session.pending:  # context calls made beside the client's last calls
+            turn.extra, session.pending = session.pending, []
+            ingestor.ingest([*turn.messages, *turn.extra])
+        return self._build(turn)
+
+    async def _managed(self, turn: _Turn, *, last: bool = False) -> bytes:
+        """The next round's request, after the proxy answered context calls."""
+        return await anyio.to_thread.run_sync(lambda: dumps(self._build(turn, last=last)))
 
     def _build(self, turn: _Turn, *, last: bool = False) -> dict[str, Any]:
         """The managed request (in a worker thread): the session's context in the client's
@@ -335,23 +465,31 @@ class Proxy:
         provider = turn.provider
         harness = turn.session.harness
         context = self.service.assemble(harness.session_id)
+        if turn.session.withdrawn:  # the client rebuilt or dropped text messages: decision 0049
+            chat = shown_once(context.chat, turn.texts, turn.session.sent)
+            if chat is not None:
+                context = attrs.evolve(context, chat=chat)
         prefix, memo = harness.tool_prefix, turn.session.memo
-        if isinstance(provider, Anthropic):
-            cache = provider.breakpoints_left(turn.body) >= 2
-            rendered = to_anthropic(context, cache_control=cache, tool_prefix=prefix, memo=memo)
+        tools = tool_schemas(provider.name, prefix)
+        if isinstance(provider, Anthropic):  # the provider places the cache marks
+            rendered = to_anthropic(context, cache_control=False, tool_prefix=prefix, memo=memo)
+            if turn.rounds == 0:
+                turn.session.outputs.saw(context.chat, self.service.state(harness.session_id))
+            mark_last = turn.session.outputs.kept_enough()
+            managed = provider.managed(turn.body, rendered, tools, mark_last=mark_last)
         else:
             rendered = render(context, provider.name, tool_prefix=prefix, memo=memo)
-        managed = provider.managed(turn.body, rendered, tool_schemas(provider.name, prefix))
+            managed = provider.managed(turn.body, rendered, tools)
         if last:
             managed["tool_choice"] = {"type": "none"} if provider.name == "anthropic" else "none"
         turn.managed = self.service.prompt_tokens(harness.session_id, context)
         return managed
 
-    async def _open(self, turn: _Turn, body: Mapping[str, Any]) -> httpx.Response | Response:
-        """Send ``body`` upstream; a response whose status is not 2xx, or an unreachable upstream,
-        becomes the client's answer at once (the former exactly as the provider shaped it)."""
+    async def _open(self, turn: _Turn, content: bytes) -> httpx.Response | Response:
+        """Send ``content`` upstream; a response whose status is not 2xx, or an unreachable
+        upstream, becomes the client's answer at once (the former exactly as the provider shaped
+        it)."""
         client = self.client()
-        content = turn.session.encoder.encode(body)
         request = client.build_request("POST", turn.url, headers=turn.headers, content=content)
         try:
             upstream = await client.send(request, stream=True)
@@ -371,42 +509,93 @@ class Proxy:
         """A non-streamed exchange: rounds until the model answers the client."""
         while True:
             try:
-                payload = await _read_limited(upstream, self.config.max_body_bytes)
+                payload = await self._while_there(
+                    turn, _read_limited(upstream, self.config.max_body_bytes)
+                )
+            except _Gone:
+                self._log(turn, 499)
+                return Response(status_code=499)
             except (httpx.HTTPError, ValueError) as exc:
                 self._log(turn, 502)
                 return _error(turn.provider, 502, f"the upstream answer failed: {exc!r}")
             finally:
                 await upstream.aclose()
             try:
-                response = json.loads(payload)
-            except json.JSONDecodeError:
+                response = loads(payload)
+            except (ValueError, RecursionError):
                 self._log(turn, upstream.status_code)
                 return Response(payload, upstream.status_code, headers=_returned(upstream.headers))
             outcome = await self._answer(turn, response)
+            if outcome.exhausted:
+                self._log(turn, 502)
+                return _error(turn.provider, 502, self._exhausted_message(turn))
             if not outcome.again:
                 if outcome.removed:
                     ids = {c.id for c in outcome.removed}
                     response = turn.provider.without(response, ids)
+                self._delivered(turn, response)
                 self._log(turn, upstream.status_code)
                 return JSONResponse(response, upstream.status_code, _returned(upstream.headers))
-            nxt = await self._open(turn, await self._managed(turn, last=self._last(turn)))
+            try:
+                nxt = await self._next_round(turn)
+            except _Gone:
+                self._log(turn, 499)
+                return Response(status_code=499)
             if isinstance(nxt, Response):
                 self._log(turn, nxt.status_code)
                 return nxt
             upstream = nxt
 
-    async def _relay(self, queue: asyncio.Queue[str | None]) -> AsyncIterator[str]:
+    async def _next_round(self, turn: _Turn) -> httpx.Response | Response:
+        """Ask the model again after the proxy answered its context calls (raises ``_Gone`` if
+        the client left meanwhile: nothing more is asked for it)."""
+        if turn.gone.is_set():
+            raise _Gone
+        content = await self._managed(turn, last=self._last(turn))
+        return await self._while_there(turn, self._open(turn, content))
+
+    async def _while_there(self, turn: _Turn, work: Awaitable[T]) -> T:
+        """``work``, cancelled (and ``_Gone`` raised) if the client leaves before it is done."""
+        task = asyncio.ensure_future(work)
+        gone = asyncio.ensure_future(turn.gone.wait())
+        try:
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            raise _Gone
+        return task.result()
+
+    def _exhausted_message(self, turn: _Turn) -> str:
+        return (
+            f"the model went on calling context tools after {turn.rounds} rounds, the limit "
+            f"(--max-rounds {self.config.max_rounds}); nothing was left to answer"
+        )
+
+    async def _relay(
+        self, queue: asyncio.Queue[str | None], gone: asyncio.Event
+    ) -> AsyncIterator[str]:
         """What the client reads of a streamed exchange: the final events once they are known,
-        and a keep-alive comment whenever nothing came for ``keepalive`` seconds."""
-        while True:
-            try:
-                item = await asyncio.wait_for(queue.get(), timeout=self.config.keepalive)
-            except TimeoutError:
-                yield ": keepalive\n\n"
-                continue
-            if item is None:
-                return
-            yield item
+        and a keep-alive comment whenever nothing came for ``keepalive`` seconds. If the client
+        leaves first, ``gone`` tells the exchange to stop asking the model."""
+        finished = False
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), timeout=self.config.keepalive)
+                except TimeoutError:
+                    yield ": keepalive\n\n"
+                    continue
+                if item is None:
+                    finished = True
+                    return
+                yield item
+        finally:
+            if not finished:
+                gone.set()
 
     async def _pump(
         self, turn: _Turn, upstream: httpx.Response, queue: asyncio.Queue[str | None]
@@ -416,15 +605,19 @@ class Proxy:
         try:
             while True:
                 try:
-                    events = await self._events(upstream)
+                    events = await self._while_there(turn, self._events(upstream))
                 except (httpx.HTTPError, ValueError) as exc:
                     queue.put_nowait(
-                        turn.provider.error_event(f"the upstream stream failed: {exc!r}")
+                        turn.provider.error_event(redact(f"the upstream stream failed: {exc!r}"))
                     )
                     self._log(turn, 502)
                     return
                 response = turn.provider.accumulate(events)
                 outcome = await self._answer(turn, response)
+                if outcome.exhausted:
+                    queue.put_nowait(turn.provider.error_event(self._exhausted_message(turn)))
+                    self._log(turn, 502)
+                    return
                 if not outcome.again:
                     if outcome.removed:
                         texts = turn.provider.filter_events(events, outcome.removed)
@@ -432,22 +625,28 @@ class Proxy:
                         texts = [event.raw for event in events]
                     for text in texts:
                         queue.put_nowait(text)
+                    if outcome.removed:
+                        ids = {c.id for c in outcome.removed}
+                        response = turn.provider.without(response, ids)
+                    self._delivered(turn, response)
                     self._log(turn, 200)
                     return
-                nxt = await self._open(turn, await self._managed(turn, last=self._last(turn)))
+                nxt = await self._next_round(turn)
                 if isinstance(nxt, Response):
                     detail = bytes(nxt.body).decode("utf-8", "replace")[:2000]
                     queue.put_nowait(
                         turn.provider.error_event(
-                            f"the upstream answered {nxt.status_code}: {detail}"
+                            redact(f"the upstream answered {nxt.status_code}: {detail}")
                         )
                     )
                     self._log(turn, nxt.status_code)
                     return
                 upstream = nxt
+        except _Gone:
+            self._log(turn, 499)  # the client left: nothing more was asked for it
         except Exception as exc:  # a bug or the store: the client is told, the proxy goes on
             log.exception("session %s: the exchange failed", turn.session_id)
-            queue.put_nowait(turn.provider.error_event(f"the proxy failed: {exc!r}"))
+            queue.put_nowait(turn.provider.error_event(redact(f"the proxy failed: {exc!r}")))
         finally:
             queue.put_nowait(None)
             turn.session.lock.release()
@@ -473,6 +672,8 @@ class Proxy:
         context_calls = [c for c in calls if is_context_tool(c.name, prefix)]
         if not context_calls:
             return _Outcome(again=False)
+        if turn.rounds >= self.config.max_rounds and len(context_calls) == len(calls):
+            return _Outcome(again=False, exhausted=True)  # not run: the model cannot see them
         message = provider.assistant(response)
         if message is None:
             log.warning(
@@ -486,8 +687,17 @@ class Proxy:
         asked = Message("assistant", "", mine) if own else attrs.evolve(message, tool_calls=mine)
         harness = turn.session.harness
 
+        def handled(call: ToolCallRequest) -> ToolAnswer:
+            try:
+                return harness.handle(call.name, dict(call.arguments))
+            except StoreError:
+                raise
+            except Exception as exc:  # a bug: the model is told, the exchange goes on
+                log.exception("session %s: %s failed", turn.session_id, call.name)
+                return ToolAnswer(False, f"{call.name} failed: {type(exc).__name__}")
+
         def run() -> None:
-            answers = [(call, harness.handle(call.name, dict(call.arguments))) for call in mine]
+            answers = [(call, handled(call)) for call in mine]
             answered = [asked] + [
                 Message("tool", a.message, tool_call_id=c.id, is_error=not a.ok, images=a.images)
                 for c, a in answers
@@ -504,11 +714,18 @@ class Proxy:
             return _Outcome(again=False, removed=tuple(context_calls))
         return _Outcome(again=True)
 
+    @staticmethod
+    def _delivered(turn: _Turn, response: Mapping[str, Any]) -> None:
+        """The client got ``response``: its next request, if it goes on, carries it back."""
+        message = turn.provider.assistant(response)
+        if message is not None:
+            turn.session.answer = answer_marks([message])
+
     def _log(self, turn: _Turn, status: int) -> None:
         state = self.service.state(turn.session_id)
         log.info(
             "session=%s api=%s status=%d naive_tokens=%d managed_tokens=%d collapsed=%d "
-            "context_rounds=%d ms=%.0f",
+            "context_rounds=%d client_bytes=%d upstream_bytes=%d%s ms=%.0f",
             turn.session_id,
             turn.provider.name,
             status,
@@ -516,6 +733,9 @@ class Proxy:
             turn.managed,
             len(state.pool) - len(state.active),
             turn.rounds,
+            turn.client_bytes,
+            turn.upstream_bytes,
+            " sent_as_is=larger_managed" if turn.as_sent else "",
             (time.monotonic() - turn.started) * 1000,
         )
 
@@ -535,6 +755,7 @@ class Proxy:
     async def _passthrough(self, request: Request) -> Response:
         """Any other request (``count_tokens``, ``models``, ...) goes to its upstream unchanged:
         to Anthropic's if it carries Anthropic's headers, else to OpenAI's."""
+        CREDENTIALS.set(credential_values(request.headers, request.query_params.multi_items()))
         anthropic = "anthropic-version" in request.headers or "x-api-key" in request.headers
         provider = PROVIDERS["/v1/messages" if anthropic else "/v1/chat/completions"]
         raw = await _read_body(request, self.config.max_body_bytes)
@@ -561,57 +782,22 @@ class Proxy:
         except httpx.HTTPError as exc:
             return _error(provider, 502, f"the upstream {url} is unreachable: {exc!r}")
         log.info("%s %s status=%d (%s)", method, url.split("?")[0], upstream.status_code, note)
-
-        async def body() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in upstream.aiter_bytes():
-                    yield chunk
-            finally:
-                await upstream.aclose()
-
-        return StreamingResponse(body(), upstream.status_code, headers=_returned(upstream.headers))
-
-
-class _TokenGuard:
-    """Refuses requests without the proxy's token (when it has one): the ``x-selfctx-token``
-    header or a path that starts with ``/t/TOKEN`` (for clients that take only a base URL)."""
-
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
-        self.inner = app
-        self.token = token
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.token is None or scope["type"] != "http":
-            await self.inner(scope, receive, send)
-            return
-        path: str = scope["path"]
-        given = None
-        if path.startswith("/t/"):
-            given, _, rest = path[3:].partition("/")
-            scope = dict(scope, path="/" + rest, raw_path=("/" + rest).encode())
-        else:
-            for name, value in scope.get("headers", ()):
-                if name.decode("latin-1").lower() == TOKEN_HEADER:
-                    given = value.decode("latin-1")
-        if given is None or not secrets.compare_digest(given.encode(), self.token.encode()):
-            response = JSONResponse(
-                {
-                    "error": {
-                        "type": "authentication_error",
-                        "message": "missing or wrong proxy token",
-                    }
-                },
-                401,
-            )
-            await response(scope, receive, send)
-            return
-        await self.inner(scope, receive, send)
+        return relayed(upstream, _HOP, decoded=True)
 
 
 # -- helpers --------------------------------------------------------------------------------------
 
 
+def error_body(path: str, status: int, message: str) -> dict[str, Any]:
+    """An error in the shape of the API ``path`` belongs to."""
+    provider = PROVIDERS[
+        "/v1/messages" if path.startswith("/v1/messages") else "/v1/chat/completions"
+    ]
+    return provider.error_body(status, message)
+
+
 def _error(provider: Provider, status: int, message: str) -> JSONResponse:
+    message = redact(message)
     log.warning("%s %d: %s", provider.path, status, message)
     return JSONResponse(provider.error_body(status, message), status)
 
@@ -662,3 +848,33 @@ async def _read_limited(upstream: httpx.Response, limit: int) -> bytes:
             raise ValueError(f"the upstream answer is larger than {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _by_answer(
+    fmt: str, items: Sequence[Any], sessions: Sequence[ProxySession]
+) -> ProxySession | None:
+    """Of ``sessions``, the one whose last answer ``items`` carry (a client sends the model's
+    answers back), the one sharing the longest start with them if several do."""
+    best: tuple[int, ProxySession] | None = None
+    for session in sessions:
+        shared = common_prefix(session.claimed, items)
+        if best is not None and shared <= best[0]:
+            continue
+        if session.answer & answer_marks(assistant_messages(fmt, items, shared)):
+            best = (shared, session)
+    return best[1] if best else None
+
+
+def _stored_answer(state: SessionState, prefix: str) -> frozenset[str]:
+    """:func:`answer_marks` of the last answer a stored session holds from the model to its
+    client (the proxy's own context calls are not one)."""
+    for turn in reversed(state.turns):
+        for message in reversed(turn.messages):
+            if not isinstance(message, AssistantMessage):
+                continue
+            calls = [c for c in message.tool_calls if not is_context_tool(c.name, prefix)]
+            if message.tool_calls and not calls:
+                continue
+            ids = tuple(attrs.evolve(c, id=c.provider_id or c.id) for c in calls)
+            return answer_marks([Message("assistant", message.text, ids)])
+    return frozenset()

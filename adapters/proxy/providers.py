@@ -152,20 +152,25 @@ class Anthropic(Provider):
     def parse_items(self, items: list[Any], offset: int) -> list[Message]:
         return parse_anthropic(items, offset=offset)
 
-    def breakpoints_left(self, body: Mapping[str, Any]) -> int:
-        """Cache marks left for the managed conversation after the client's tools took theirs."""
-        used = sum(
-            1 for t in body.get("tools") or () if isinstance(t, dict) and "cache_control" in t
-        )
-        return self.MAX_BREAKPOINTS - used
-
     def managed(
-        self, body: Mapping[str, Any], rendered: Mapping[str, Any], tools: Sequence[Any]
+        self,
+        body: Mapping[str, Any],
+        rendered: Mapping[str, Any],
+        tools: Sequence[Any],
+        *,
+        mark_last: bool = False,
     ) -> dict[str, Any]:
+        """The client's system blocks stay as they came (byte for byte, in order, with their
+        cache marks: a provider may recognise a client by its first block); what the proxy adds
+        to the system prompt (the context layout's guide, the metadata section) follows them as
+        blocks of its own. Cache breakpoints: see :func:`place_breakpoints`."""
         out = dict(body)
         out["messages"] = rendered["messages"]
-        out["system"] = rendered["system"]
+        out["system"] = _system_blocks(body.get("system"), rendered.get("system") or [])
+        if not out["system"]:
+            del out["system"]
         out["tools"] = [*(body.get("tools") or ()), *tools]
+        place_breakpoints(out, self.MAX_BREAKPOINTS, mark_last=mark_last)
         return out
 
     def calls(self, response: Mapping[str, Any]) -> list[Call]:
@@ -254,7 +259,8 @@ class Anthropic(Provider):
         session = headers.get("x-claude-code-session-id")
         if session:
             return session
-        user = (body.get("metadata") or {}).get("user_id") if isinstance(body, dict) else None
+        metadata = body.get("metadata")
+        user = metadata.get("user_id") if isinstance(metadata, dict) else None
         if not isinstance(user, str) or not user:
             return None
         try:  # Claude Code puts a JSON object there, with the session among its fields
@@ -280,6 +286,89 @@ def _apply_anthropic_delta(
         block["signature"] = block.get("signature", "") + str(delta.get("signature", ""))
     elif kind == "citations_delta":
         block.setdefault("citations", []).append(delta.get("citation"))
+
+
+_MARK = {"type": "ephemeral"}
+_UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
+
+
+def _marked(block: Any) -> bool:
+    return isinstance(block, dict) and "cache_control" in block
+
+
+def _text_of(system: Any) -> str:
+    if isinstance(system, str):
+        return system
+    return "".join(
+        str(b.get("text", ""))
+        for b in system or ()
+        if isinstance(b, dict) and b.get("type") == "text"
+    )
+
+
+def _system_blocks(client: Any, rendered: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """The client's system blocks as sent, then what the proxy adds: the rendered prompt's text
+    beyond the client's (the layout's guide) and the rendered blocks after the prompt."""
+    if client is None or client == "" or client == []:
+        return list(rendered)
+    blocks: list[Any] = (
+        [{"type": "text", "text": client}] if isinstance(client, str) else list(client)
+    )
+    if not rendered:
+        return blocks
+    prompt = str(rendered[0].get("text", ""))
+    own = _text_of(client)
+    if prompt.startswith(own):
+        extra = prompt[len(own) :].strip()
+        return [*blocks, *([{"type": "text", "text": extra}] if extra else []), *rendered[1:]]
+    return [*blocks, *rendered]
+
+
+def _mark(blocks: list[Any], index: int) -> None:
+    blocks[index] = {**blocks[index], "cache_control": dict(_MARK)}
+
+
+def place_breakpoints(body: dict[str, Any], limit: int, *, mark_last: bool = False) -> None:
+    """The cache marks of a managed Anthropic request (decision 0047). The client's own marks on
+    its tools and system blocks stay (the stable prefix it chose). In the conversation, the one
+    mark goes on the last block of the last assistant message: the proxy collapses the newest
+    tool output once the model has answered after it, so the next request changes the prefix
+    right after that block, and reads what is cached up to it; the newest outputs after it are
+    billed once, uncached, rather than written at a premium and never read. With ``mark_last``
+    (the session's newest outputs mostly stay, ``ProxySession.outputs``), the last block gets a
+    mark too. At most ``limit`` marks: beyond it the client's earliest are dropped."""
+    messages = body.get("messages") or []
+    wanted: list[tuple[int, int]] = []
+    for m in range(len(messages) - 1, -1, -1):
+        message = messages[m]
+        content = message.get("content") if isinstance(message, dict) else None
+        if message.get("role") != "assistant" or not isinstance(content, list):
+            continue
+        markable = [b for b, block in enumerate(content) if block.get("type") not in _UNMARKABLE]
+        if markable:
+            wanted.append((m, markable[-1]))
+        break
+    last = len(messages) - 1
+    if mark_last and messages and isinstance(messages[last].get("content"), list):
+        end = (last, len(messages[last]["content"]) - 1)
+        if end not in wanted and messages[last]["content"]:
+            wanted.append(end)
+    tools = list(body.get("tools") or [])
+    system = body.get("system") if isinstance(body.get("system"), list) else None
+    excess = sum(map(_marked, tools)) + sum(map(_marked, system or ())) + len(wanted) - limit
+    for blocks, key in ((tools, "tools"), (system, "system")):  # in the order they are read
+        for n, block in enumerate(blocks or ()):
+            if excess <= 0:
+                break
+            if _marked(block):
+                blocks[n] = {k: v for k, v in block.items() if k != "cache_control"}  # type: ignore[index]
+                excess -= 1
+        if blocks is not None:
+            body[key] = blocks
+    for m, b in wanted[: max(0, limit)]:
+        content = list(messages[m]["content"])
+        _mark(content, b)
+        messages[m] = {**messages[m], "content": content}
 
 
 # -- OpenAI Chat Completions -------------------------------------------------------------------
@@ -523,7 +612,7 @@ class Responses(Provider):
     def client_key(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> str | None:
         for name in ("session-id", "session_id", "thread-id"):
             if headers.get(name):
-                return headers[name]
+                return str(headers[name])
         metadata = body.get("client_metadata")
         if isinstance(metadata, dict) and isinstance(metadata.get("session_id"), str):
             return str(metadata["session_id"])

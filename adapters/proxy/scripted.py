@@ -13,6 +13,7 @@ import asyncio
 import itertools
 import json
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -41,6 +42,10 @@ class Step:
     """Answer with this status and body instead."""
     delay: float = 0.0
     """Seconds to wait before the answer's first byte of content (after the headers)."""
+    replayed: Any = None
+    """An answer recorded in the API's own shape, given back as it is instead of the above:
+    Anthropic content blocks, a Chat Completions assistant message, or Responses output items
+    (``selfctx bench cache`` replays a recorded session's answers)."""
 
 
 @attrs.frozen
@@ -51,6 +56,10 @@ class Received:
     path: str
     headers: Mapping[str, str]
     body: Mapping[str, Any]
+    size: int = 0
+    """The body's length in bytes, as received."""
+    at: float = 0.0
+    """When it arrived (``time.monotonic()``)."""
 
 
 @attrs.frozen
@@ -125,8 +134,11 @@ class ScriptedModel:
         self, api: str, answer: Callable[[ScriptedModel, Step, Mapping[str, Any]], Any]
     ) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
-            body = json.loads(await request.body())
-            received = Received(api, request.url.path, dict(request.headers), body)
+            raw = await request.body()
+            body = json.loads(raw)
+            received = Received(
+                api, request.url.path, dict(request.headers), body, len(raw), time.monotonic()
+            )
             with self._lock:
                 self.requests.append(received)
             step = self.script(Seen(api, body, assistant_turns(api, body)))
@@ -147,7 +159,7 @@ class ScriptedModel:
 
     def call_id(self, prefix: str) -> str:
         """A tool-call id unique to this server's life (ids are object ids in a store)."""
-        return f"{prefix}{uuid.uuid4().hex[:20]}{next(self._ids)}"
+        return f"{prefix}{uuid.uuid4().hex[:20]}{next(self._ids):06d}"  # one length
 
 
 async def _later(events: Iterable[str], delay: float) -> AsyncIterator[str]:
@@ -177,7 +189,7 @@ def _usage(body: Mapping[str, Any]) -> int:
 
 
 def _anthropic(model: ScriptedModel, step: Step, body: Mapping[str, Any]) -> Any:
-    blocks: list[dict[str, Any]] = []
+    blocks: list[dict[str, Any]] = list(step.replayed or [])
     if step.thinking is not None:
         signature = "sig-" + uuid.uuid4().hex
         blocks.append({"type": "thinking", "thinking": step.thinking, "signature": signature})
@@ -187,7 +199,7 @@ def _anthropic(model: ScriptedModel, step: Step, body: Mapping[str, Any]) -> Any
         blocks.append(
             {"type": "tool_use", "id": model.call_id("toolu_"), "name": name, "input": arguments}
         )
-    stop = "tool_use" if step.calls else "end_turn"
+    stop = "tool_use" if any(b.get("type") == "tool_use" for b in blocks) else "end_turn"
     usage = {"input_tokens": _usage(body), "output_tokens": 10}
     message = {
         "id": f"msg_{uuid.uuid4().hex[:24]}",
@@ -257,6 +269,11 @@ def _chat(model: ScriptedModel, step: Step, body: Mapping[str, Any]) -> Any:
     message: dict[str, Any] = {"role": "assistant", "content": step.text or None}
     if calls:
         message["tool_calls"] = calls
+    if step.replayed is not None:
+        message = {"role": "assistant", "content": step.replayed.get("content")}
+        calls = list(step.replayed.get("tool_calls") or [])
+        if calls:
+            message["tool_calls"] = calls
     finish = "tool_calls" if calls else "stop"
     head = {
         "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
@@ -268,7 +285,8 @@ def _chat(model: ScriptedModel, step: Step, body: Mapping[str, Any]) -> Any:
     if not body.get("stream"):
         choice = {"index": 0, "message": message, "finish_reason": finish}
         return {**head, "object": "chat.completion", "choices": [choice], "usage": usage}
-    return _chat_events(head, step.text, calls, finish, usage, body)
+    text = message["content"] if isinstance(message.get("content"), str) else ""
+    return _chat_events(head, text, calls, finish, usage, body)
 
 
 def _chat_events(
@@ -303,7 +321,10 @@ def _chat_events(
 
 
 def _responses(model: ScriptedModel, step: Step, body: Mapping[str, Any]) -> Any:
-    output: list[dict[str, Any]] = []
+    output: list[dict[str, Any]] = [
+        {"id": f"item_{uuid.uuid4().hex[:24]}", "status": "completed", **item}
+        for item in step.replayed or []
+    ]
     if step.text:
         output.append(
             {
@@ -369,6 +390,8 @@ def _responses_events(response: Mapping[str, Any]) -> Iterator[str]:
                 yield event("response.output_text.delta", **ids, delta=piece)
             yield event("response.output_text.done", **ids, text=text)
             yield event("response.content_part.done", **ids, part={**part, "text": text})
+        elif item["type"] != "function_call":  # a replayed reasoning item, say: whole
+            yield event("response.output_item.added", output_index=index, item=item)
         else:
             yield event(
                 "response.output_item.added",

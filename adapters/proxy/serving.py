@@ -5,6 +5,7 @@ that port 0 gives a free port whose number is known at once."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import socket
 import threading
 import time
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 import uvicorn
 from starlette.types import ASGIApp
 
-__all__ = ["bind", "serve", "serve_in_thread"]
+__all__ = ["bind", "serve", "serve_in_thread", "tune_collector"]
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -27,6 +28,16 @@ def bind(host: str, port: int) -> socket.socket:
     sock.listen(256)
     sock.set_inheritable(True)
     return sock
+
+
+def tune_collector() -> None:
+    """The garbage collector for a server whose long-lived state (sessions) grows while each
+    request allocates much that dies with it: what was loaded at start is frozen out of the
+    scans, and the youngest generation is collected every 10,000 allocations instead of every
+    700 (decision 0058)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 100)
 
 
 def _server(app: ASGIApp, log_level: str) -> uvicorn.Server:

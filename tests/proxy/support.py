@@ -92,12 +92,30 @@ def scripted(script: Any) -> Iterator[tuple[ScriptedModel, str]]:
         yield model, url
 
 
+LOW_TRIGGER = (
+    "--policy",
+    "inline",
+    "--policy-option",
+    "trigger_tokens=200",
+    "--policy-option",
+    "clear_at_least=1",
+    "--policy-option",
+    "keep_recent=1",
+)
+
+
 @contextlib.contextmanager
 def proxy_process(
-    upstream: str, store: str, workspace: Path, log: Path, *extra: str
+    upstream: str,
+    store: str,
+    workspace: Path,
+    log: Path,
+    *extra: str,
+    policy: Sequence[str] = LOW_TRIGGER,
 ) -> Iterator[ProxyRun]:
-    """``selfctx proxy`` as the user runs it, on a free port, with a low collapse trigger so that
-    a short task crosses it. Stopped with SIGINT (a clean shutdown) at the end."""
+    """``selfctx proxy`` as the user runs it, on a free port; by default with a low collapse
+    trigger so that a short task crosses it (``policy=()``: the default policy). Stopped with
+    SIGINT (a clean shutdown) at the end."""
     argv = [
         sys.executable,
         "-m",
@@ -113,14 +131,7 @@ def proxy_process(
         upstream,
         "--upstream-openai",
         upstream + "/v1",
-        "--policy",
-        "inline",
-        "--policy-option",
-        "trigger_tokens=200",
-        "--policy-option",
-        "clear_at_least=1",
-        "--policy-option",
-        "keep_recent=1",
+        *policy,
         *extra,
     ]
     with log.open("w") as errors:

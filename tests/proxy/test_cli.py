@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -47,5 +48,50 @@ def test_the_banner_with_a_token_hides_it(tmp_path: Path) -> None:
         process.wait(timeout=30)
     text = "".join(banner)
     assert "listening on http://127.0.0.1:" in text
+    assert "context_activate/deactivate/pin/unpin/search" in text  # the five tools
     assert "ANTHROPIC_BASE_URL=http://127.0.0.1:" in text and "/t/<TOKEN>" in text
     assert "a-token-of-thirty-two" not in text
+
+
+def test_a_port_in_use_is_a_clear_error() -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        done = selfctx("proxy", "--port", str(taken.getsockname()[1]))
+    finally:
+        taken.close()
+    assert done.returncode == 2
+    assert "in use" in done.stderr and "--port" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_workers_serve_each_conversation_from_one_process(tmp_path: Path) -> None:
+    """``--workers 2``: a front and two workers; every request of a conversation reaches the
+    same worker (its session continues), and the workers refuse whoever skips the front."""
+    import httpx
+
+    from selfctx.adapters.proxy.scripted import Step
+    from tests.proxy.drive import Agent
+    from tests.proxy.support import proxy_process, scripted
+
+    steps = [
+        Step(calls=(("bash", {"command": "ls"}),)),
+        Step(calls=(("bash", {"command": "pwd"}),)),
+        Step("done"),
+    ]
+    with (
+        scripted(steps) as (model, up),
+        proxy_process(up, "memory", tmp_path, tmp_path / "proxy.log", "--workers", "2") as proxy,
+        httpx.Client() as client,
+    ):
+        agents = [
+            Agent("openai", proxy.url, task=f"task {n}", headers={"x-selfctx-session": f"s{n}"})
+            for n in range(4)
+        ]
+        for agent in agents:
+            agent.run(client)
+        log = proxy.log_text()
+    assert len(model.requests) == 4 * 3
+    for n in range(4):
+        assert log.count(f"session=s{n} ") == 3  # one session each, served where it lives

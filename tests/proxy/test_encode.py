@@ -1,11 +1,13 @@
-"""The managed request's bytes reuse the JSON of the previous request's messages: they are still
-exactly ``json.dumps`` of the managed body, request after request, in every format, while
-outputs collapse, files are read again and the model's context calls come and go."""
+"""The proxy's JSON codec: the bytes sent are the managed body, request after request, in every
+format, while outputs collapse, files are read again and the model's context calls come and go;
+and what orjson refuses (lone surrogates, NaN, huge integers) goes through the standard library,
+unchanged."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.proxy import Proxy, ProxyConfig
 from selfctx.adapters.proxy.app import _Turn
-from selfctx.adapters.proxy.encode import BodyEncoder
+from selfctx.adapters.proxy.codec import dumps, loads
 from selfctx.adapters.proxy.providers import PROVIDERS
 
 
@@ -68,37 +70,37 @@ def test_the_bytes_sent_are_the_managed_body_as_json(fmt: str, tmp_path: Path) -
     system = [{"role": "system", "content": "You fix bugs."}] if fmt == "openai" else []
     first = {"role": "user", "content": "Fix app.py, please."}
     items: list[dict[str, Any]] = [*system, first]
-    encoder = BodyEncoder()
-    reused = 0
 
-    async def run() -> int:
+    async def run() -> None:
         nonlocal items
-        hits = 0
+        session = await proxy._session(provider, "encode-test", "", _body(fmt, items))
         for n in range(40):
             command = "cat app.py" if n % 7 == 0 else f"echo {n}"
             output = (tmp_path / "app.py").read_text() if n % 7 == 0 else f"{n}\n" * 40
             items = [*items, *_call(fmt, n, command, output)]
             if n % 10 == 9:  # the client edits its history: a compaction of its own
                 items = [*system, first, *items[len(system) + 5 :]]
-            session = await proxy._session(provider, "encode-test")
             turn = _Turn(provider, _body(fmt, items), {}, "http://upstream", session)
-            managed = await proxy._prepare(turn)
-            assert managed is not None
-            before = len(encoder._kept)
-            sent = encoder.encode(managed)
-            assert sent == json.dumps(managed, ensure_ascii=False).encode("utf-8", "surrogatepass")
-            hits += before > 0 and any(i in encoder._kept for i in map(id, _items(managed)))
+            managed = proxy._ingest(turn)
+            assert json.loads(dumps(managed)) == managed
             if n % 5 == 0:  # and the model's own context call, answered by the proxy
-                again = await proxy._managed(turn)
-                assert encoder.encode(again) == json.dumps(again, ensure_ascii=False).encode()
-        return hits
+                again = proxy._build(turn)
+                assert json.loads(dumps(again)) == again
 
     try:
-        reused = asyncio.run(run())
+        asyncio.run(run())
     finally:
         service.close()
-    assert reused > 30  # the messages of one request were met again in the next
 
 
-def _items(body: dict[str, Any]) -> list[Any]:
-    return list(body.get("messages") or body.get("input") or [])
+def test_what_orjson_refuses_goes_through_unchanged() -> None:
+    lone = loads(b'{"a": "\\ud800 lone"}')
+    assert lone == {"a": "\ud800 lone"}
+    assert dumps(lone) == '{"a":"\ud800 lone"}'.encode("utf-8", "surrogatepass")
+    odd = loads(b'{"n": NaN, "i": Infinity}')
+    assert math.isnan(odd["n"]) and odd["i"] == math.inf
+    assert dumps(odd) == b'{"n":null,"i":null}'  # JSON has neither: as null, as orjson writes
+    big = loads(b'{"big": 1' + b"0" * 30 + b"}")
+    assert big == {"big": 10**30} and dumps(big) == b'{"big":1' + b"0" * 30 + b"}"
+    plain = {"messages": [{"role": "user", "content": "ünïcode ✓ \u2028"}]}
+    assert loads(dumps(plain)) == plain

@@ -1,49 +1,35 @@
-"""The Pi coding agent (from npm, in its non-interactive mode) with the extension of
-adapters/pi against the scripted model: the same task and the same checks as the real clients
-of test_clients.py. Pi talks to the model itself; the extension feeds every turn through
+"""The Pi coding agent (from npm, in its non-interactive mode) with the extension of adapters/pi:
+the long task of tests/proxy/tasks.py, once without the extension and once with it, against the
+scripted model. Pi talks to the model itself; the extension feeds every turn through
 ``selfctx serve --stdio`` and registers the context tools, which Pi runs (their answers come from
-the context manager)."""
+the context manager). Checked: exit 0 and the task done, every request valid, the activation
+answers with the output exactly, no request's messages larger than without the extension at the
+same step, no text of the other run, the session in the store."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from selfctx.adapters.proxy.scripted import Seen, Step
+from selfctx.adapters.harness.render import validate_openai
+from selfctx.adapters.proxy.passthrough import PassThrough
+from selfctx.adapters.proxy.scripted import ScriptedModel
+from selfctx.adapters.proxy.serving import serve_in_thread
 from selfctx.adapters.xtdb import XtdbNode
 from selfctx.adapters.xtdb.secret import keys_dir
-from tests.proxy.support import (
-    ROOT,
-    SECRET,
-    activate_collapsed,
-    client,
-    client_env,
-    fixed,
-    make_repo,
-    requests_text,
-    run_client,
-    scripted,
-    selfctx,
-    sessions,
-)
-from tests.proxy.test_clients import _FILES, _store
+from tests.proxy.clients import CLIENTS, PI_DIR, pi_extension_script, run_pi
+from tests.proxy.support import client, fixed, selfctx, sessions
 
 pytestmark = [pytest.mark.xtdb, pytest.mark.slow]
 
-PI_DIR = ROOT / "adapters" / "pi"
-PI = PI_DIR / "node_modules" / ".bin" / "pi"
-PI_QUIET = (
-    "--mode",
-    "json",
-    "--no-skills",
-    "--no-context-files",
-    "--no-prompt-templates",
-    "--no-extensions",
-)
+STEPS = 28
+TAG = "x-run"
 
 
 def test_the_extension_type_checks() -> None:
@@ -54,102 +40,79 @@ def test_the_extension_type_checks() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def _tagger(run: str) -> Callable[[str, dict[str, str], bytes], dict[str, str]]:
+    return lambda _path, _headers, _body: {TAG: run}
+
+
+def _messages_bytes(body: Any) -> int:
+    """The conversation's bytes, without Pi's system prompt (which lists the tools Pi has, the
+    extension's among them, like the request's tool list)."""
+    messages = [m for m in body.get("messages") or () if m.get("role") != "system"]
+    return len(json.dumps(messages, ensure_ascii=False).encode())
+
+
 def test_pi_with_the_extension(clients_node: XtdbNode, tmp_path: Path) -> None:
-    pi = client(PI)
-    repo = make_repo(tmp_path)
-    home = tmp_path / "home"
-    agent_dir = home / ".pi" / "agent"
-    agent_dir.mkdir(parents=True)
-
-    def bash(command: str, text: str = "") -> Step:
-        return Step(text, (("bash", {"command": command}),))
-
-    def script(seen: Seen) -> Step:
-        if "bash" not in seen.tool_names():
-            return Step("ok")
-        steps = [
-            bash("ls", "Listing the project."),
-            Step(calls=(("read", {"path": "calc.py"}),)),
-            bash("cat test_calc.py"),
-            bash("python3 test_calc.py"),
-            None,
-            Step(
-                calls=(
-                    (
-                        "edit",
-                        {
-                            "path": "calc.py",
-                            "edits": [{"oldText": "return a - b", "newText": "return a + b"}],
-                        },
-                    ),
-                )
-            ),
-            bash("python3 test_calc.py"),
-            Step("Fixed: add() now adds."),
-        ]
-        step = steps[min(seen.turn, len(steps) - 1)]
-        return activate_collapsed(seen, prefix="") if step is None else step
-
-    store = _store(clients_node)
-    with scripted(script) as (model, up):
-        (agent_dir / "models.json").write_text(
-            json.dumps(
-                {
-                    "providers": {
-                        "scripted": {
-                            "baseUrl": up + "/v1",
-                            "api": "openai-completions",
-                            "apiKey": SECRET,
-                            "compat": {
-                                "supportsDeveloperRole": False,
-                                "supportsReasoningEffort": False,
-                            },
-                            "models": [{"id": "scripted-model"}],
-                        }
-                    }
+    store = "xtdb://" + clients_node.url.removeprefix("http://")
+    model = ScriptedModel(pi_extension_script(STEPS))
+    # markers of one length: the runs are compared byte for byte
+    runs = {"plain": "marker-of-pi-run-one-31b0", "extension": "marker-of-pi-run-two-e4a7"}
+    repos = {}
+    with serve_in_thread(model.app) as up:
+        for run, marker in runs.items():
+            folder = tmp_path / marker  # paths of one length: they are in the outputs
+            repo = repos[run] = CLIENTS["pi"].repo(folder, STEPS, marker)
+            home = folder / "home"
+            home.mkdir()
+            relay = PassThrough(up, _tagger(run))
+            extension = None
+            if run == "extension":
+                extension = {
+                    "SELFCTX_COMMAND": str(Path(sys.executable).parent / "selfctx"),
+                    "SELFCTX_STORE": store,
+                    # the server Pi's extension spawns has Pi's environment, whose HOME is the
+                    # test's: it finds the node's secret where the node's launcher wrote it
+                    "SELFCTX_XTDB_KEYS": str(keys_dir()),
                 }
-            )
+            with serve_in_thread(relay.app) as base:
+                run_pi(base, repo, home, extension)
+    for repo in repos.values():
+        assert fixed(repo)
+    # the task's requests (Pi may also ask for a summary of the session, without tools)
+    task = [r for r in model.requests if "bash" in json.dumps(r.body.get("tools"))]
+    plain = [r for r in task if r.headers.get(TAG) == "plain"]
+    managed = [r for r in task if r.headers.get(TAG) == "extension"]
+    assert len(plain) >= 25 and len(managed) == len(plain), (len(plain), len(managed))
+    outputs = [
+        m["content"]
+        for r in plain
+        for m in r.body["messages"]
+        if m.get("role") == "tool" and isinstance(m.get("content"), str)
+    ]
+    activated = 0
+    for n, (without, with_extension) in enumerate(zip(plain, managed, strict=True)):
+        text = json.dumps(with_extension.body, ensure_ascii=False)
+        validate_openai(with_extension.body)
+        assert runs["plain"] not in text
+        assert _messages_bytes(with_extension.body) <= _messages_bytes(without.body), (
+            n,
+            [m for m in with_extension.body["messages"] if m.get("role") != "system"],
+            [m for m in without.body["messages"] if m.get("role") != "system"],
         )
-        env = client_env(
-            home,
-            PI_OFFLINE="1",
-            SELFCTX_COMMAND=str(Path(sys.executable).parent / "selfctx"),
-            SELFCTX_STORE=store,
-            # the server Pi's extension spawns has Pi's environment, whose HOME is the test's:
-            # it finds the node's secret where the node's launcher wrote it
-            SELFCTX_XTDB_KEYS=str(keys_dir()),
-            SELFCTX_POLICY="inline",
-            SELFCTX_POLICY_OPTIONS=json.dumps(
-                {"trigger_tokens": 200, "clear_at_least": 1, "keep_recent": 1}
-            ),
-        )
-        out = run_client(
-            [
-                pi,
-                "-p",
-                "--provider",
-                "scripted",
-                "--model",
-                "scripted-model",
-                *PI_QUIET,
-                "-e",
-                str(PI_DIR / "selfctx.ts"),
-                "Fix add() in calc.py so that the test passes.",
-            ],
-            repo,
-            env,
-        )
-    assert fixed(repo)
-    received = requests_text(model, "openai")
-    assert len(received) >= 8, out[-3000:]
-    assert any("collapsed:" in r for r in received), out[-3000:]
-    files = {path for r in received for path in _FILES.findall(r.replace("\\n", "\n"))}
-    assert str(repo / "calc.py") in files and str(repo / "test_calc.py") in files, files
-    assert all('"name": "activate"' in r for r in received)  # the extension's tools
-    # the context tool ran in Pi, answered by the context manager (an output brought back)
-    answer = received[5]
-    assert "Traceback" in answer or "README.md" in answer
+        calls = {
+            c["id"]
+            for m in with_extension.body["messages"]
+            for c in m.get("tool_calls") or ()
+            if c["function"]["name"] == "activate"
+        }
+        for m in with_extension.body["messages"]:
+            if m.get("role") == "tool" and m.get("tool_call_id") in calls:
+                answer = str(m["content"])
+                if "collapsed:" not in answer.split("\n", 1)[0]:
+                    shown = [o for o in outputs if len(o) > 10_000 and o in answer]
+                    activated += bool(shown)
+    assert activated, "the extension's activate never brought an output back"
+    assert any("collapsed:" in json.dumps(r.body) for r in managed)
     held = [s["session"] for s in sessions(store) if s["session"].startswith("pi-")]
-    assert len(held) == 1
-    shown = selfctx("show", held[0], "--store", store)
-    assert shown.returncode == 0 and "calc.py" in shown.stdout
+    assert held
+    shown_session = selfctx("show", held[-1], "--store", store)
+    assert shown_session.returncode == 0 and "calc.py" in shown_session.stdout

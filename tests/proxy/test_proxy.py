@@ -31,11 +31,10 @@ def proxy_for(
     upstream: str, workspace: Path, store: MemoryStore | None = None, **config: Any
 ) -> Iterator[tuple[Proxy, str]]:
     service = build_service(store=store or MemoryStore(), workspace=str(workspace))
-    settings = {"cwd": str(workspace), "roots": (str(workspace),), **config}
-    proxy = Proxy(
-        service,
-        ProxyConfig(upstream_anthropic=upstream, upstream_openai=upstream + "/v1", **settings),
-    )
+    # the rounds' mechanics, tested on conversations too small to pay for the context tools
+    settings = {"cwd": str(workspace), "roots": (str(workspace),), "never_larger": False, **config}
+    upstreams = {"upstream_anthropic": upstream, "upstream_openai": upstream + "/v1"}
+    proxy = Proxy(service, ProxyConfig(**{**upstreams, **settings}))
     try:
         with serve_in_thread(proxy.app) as base:
             yield proxy, base
@@ -190,7 +189,9 @@ def test_bad_bodies_limits_and_an_unreachable_upstream(api: str, tmp_path: Path)
         httpx.Client() as client,
     ):
         path = PATHS[api]
-        not_json = client.post(base + path, content=b"{not json")
+        not_json = client.post(
+            base + path, content=b"{not json", headers={"content-type": "application/json"}
+        )
         no_messages = client.post(base + path, json={"model": "m"})
         too_big = client.post(base + path, json={"messages": ["x" * 3000]})
     for answer, status, words in [
@@ -317,3 +318,33 @@ def test_the_model_server_is_scripted_by_turn() -> None:
     model = ScriptedModel([Step("one"), Step("two")])
     assert model.script(Seen("openai", {}, 0)).text == "one"
     assert model.script(Seen("openai", {}, 5)).text == "two"
+
+
+def test_an_activated_output_stays_until_deactivated(tmp_path: Path) -> None:
+    """The model brings an output back; the client's next request (and the one after) still
+    shows it in full, through the proxy."""
+    log = "".join(f"line {n}: a record the agent will want again\n" for n in range(150))
+    steps = [
+        bash("cat a.log"),
+        bash("ls"),
+        bash("pwd"),
+        Step("Back to the log.", (("context_activate", {"id": "#1"}),)),
+        bash("echo one"),
+        bash("echo two"),
+        Step("Done."),
+    ]
+    outputs = {"cat a.log": log, "ls": "a.log\n", "pwd": "/w\n", "echo one": "one\n"}
+    low = {"trigger_tokens": 200, "clear_at_least": 1, "keep_recent": 1}
+    with (
+        scripted(steps) as (model, up),
+        proxy_for(up, tmp_path, policy="inline", policy_options=low) as (_, base),
+    ):
+        agent = Agent("openai", base, run_tool=lambda n, a: outputs.get(a["command"], "two\n"))
+        with httpx.Client() as client:
+            agent.run(client)
+    before = json.dumps(model.requests[3].body)
+    assert "line 149: a record" not in before, "the output never collapsed: nothing to bring back"
+    after = [json.dumps(r.body) for r in model.requests[4:]]
+    assert len(after) == 3
+    for sent in after:
+        assert sent.count("line 149: a record") >= 1, "the activated output collapsed again"
