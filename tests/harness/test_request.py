@@ -71,8 +71,8 @@ def histories(draw: Any) -> list[tuple[tuple[RenderedMessage, ...], bool, bool]]
         out.append((tuple(chat), draw(st.booleans()), draw(st.booleans())))
     # a rendered chat answers each call once: ingestion refuses a second result for a call and
     # gives a reused call id an object id of its own (decision 0030)
-    for chat, _, _ in out:
-        answered = [m.toolcall_id for m in chat if m.role == "tool"]
+    for sent, _, _ in out:
+        answered = [m.toolcall_id for m in sent if m.role == "tool"]
         assume(len(set(answered)) == len(answered))
     return out
 
