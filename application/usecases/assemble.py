@@ -35,7 +35,7 @@ from selfctx.domain.chat import AssistantMessage, ToolResult
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.inline import handle, render_inline
 from selfctx.domain.objects import ToolcallObject
-from selfctx.domain.relevance import UNUSED
+from selfctx.domain.relevance import SUPERSEDED, UNUSED
 from selfctx.domain.rendering import AssembledContext, RenderedMessage, render_context
 from selfctx.domain.session import commands as c
 from selfctx.domain.session.state import SessionState
@@ -68,6 +68,10 @@ class AssembleContext:
         self._tokenizer = tokenizer
         self._compact = compact
         """Compacts the chat's older turns when a policy asks (None: never)."""
+
+    def counter(self, session: OpenSession) -> Callable[[str], int]:
+        """Tokens of a text, memoised for the session's prompts."""
+        return self._counter(session)
 
     def _counter(self, session: OpenSession) -> Callable[[str], int]:
         cache = session.token_cache
@@ -132,7 +136,9 @@ class AssembleContext:
             chosen, cleared = files_to_shed(session, count, total - int(SHED_FRACTION * limit))
             if chosen:
                 note = shedding_note(session, chosen, cleared, total, limit)
-                command = c.CollapseToFit(tuple(chosen), note)
+                command = c.CollapseToFit(
+                    tuple(chosen), note, reasons=tuple((i, "shed") for i in chosen)
+                )
                 self._deps.runner.execute(session, lambda reads, st: command)
                 context = self.render(session)
                 total = self.tokens(session, context)
@@ -170,7 +176,8 @@ class AssembleContext:
         if not chosen:
             return False
         newer = tuple((i, plan.superseded[i]) for i in chosen if i in plan.superseded)
-        command = c.CollapseToFit(tuple(state.ordered(frozenset(chosen))), "", newer)
+        reasons = tuple((i, "seen:superseded" if plan.always(i) else "seen:unused") for i in chosen)
+        command = c.CollapseToFit(tuple(state.ordered(frozenset(chosen))), "", newer, reasons)
         self._deps.runner.execute(session, lambda reads, st: command)
         return True
 
@@ -241,9 +248,22 @@ class AssembleContext:
                 f"{handle(state, i)} by {handle(state, by)}" for i, by in newer
             )
             note += "."
-        command = c.CollapseToFit(tuple(chosen), note, newer)
+        reasons = tuple((i, _reason(plan, i, batch)) for i in chosen)
+        command = c.CollapseToFit(tuple(chosen), note, newer, reasons)
         self._deps.runner.execute(session, lambda reads, st: command)
         return True
+
+
+def _reason(plan: CollapsePlan, object_id: str, batch: bool) -> str:
+    """The rule that chose ``object_id`` in a batch or a budget collapse (its event keeps it)."""
+    if not batch:
+        return "budget"
+    if plan is NO_PLAN:
+        return "batch:lru"
+    tier = plan.key(object_id)
+    if tier == SUPERSEDED:
+        return "batch:superseded"
+    return "batch:unused" if tier <= UNUSED else "batch:over-keep"
 
 
 SUPERSEDED_NEAR_END = 4
