@@ -94,9 +94,7 @@ def test_every_request_is_recorded_and_rebuilt_exactly(
         # serves (the ssot layout's metadata block grows at its end: it counts as changed)
         assert record.managed_shared <= _common_prefix_tokens(previous, texts, tokenizer.count)
         if name != "ssot":  # the inline layouts grow at their end between two collapses
-            assert record.managed_shared == _common_prefix_tokens(
-                previous, texts, tokenizer.count
-            )
+            assert record.managed_shared == _common_prefix_tokens(previous, texts, tokenizer.count)
         previous = texts
         sent.append((context, record))
 
