@@ -343,9 +343,9 @@ class RequestMeter:
         through = memo[-1].through if memo else 0
         chain = memo[-1].chain if memo else _START
         for k, message in enumerate(chat[same:]):
-            digest = _message_digest(message)
+            mine = _message_digest(message)
             old = before[k] if repeated == same + k and k < len(before) else None
-            if old is not None and old.digest == digest:
+            if old is not None and old.digest == mine:
                 # rendered again, the same to a provider: its cache serves it too
                 tokens, part = old.tokens, old.part
                 repeated += 1
@@ -358,8 +358,8 @@ class RequestMeter:
                 else:
                     part = _METADATA
             through += tokens
-            chain = _chain(chain, digest)
-            memo.append(_Seen(message, tokens, part, digest, through, chain))
+            chain = _chain(chain, mine)
+            memo.append(_Seen(message, tokens, part, mine, through, chain))
             self._parts[part] += tokens
         parts = [system[1], meta[1], 0, 0]
         for part, tokens in enumerate(self._parts):
