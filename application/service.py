@@ -52,6 +52,7 @@ from selfctx.application.usecases.files import (
 from selfctx.application.usecases.requests import ListRequests, RecordRequest
 from selfctx.application.usecases.search import SearchHistory
 from selfctx.application.usecases.sessions import (
+    PastContext,
     PastState,
     ResumeReport,
     ResumeSession,
@@ -477,20 +478,27 @@ class ContextService:
         """The exact context as it was right after the ``seq``-th command; with ``tx_id``, its
         objects as they were right after that later transaction (a file a watcher changed
         meanwhile), as for a request recorded then (``requests``)."""
+        return self.past_context(session_id, seq, tx_id=tx_id).context
+
+    def past_context(self, session_id: str, seq: int, *, tx_id: int | None = None) -> PastContext:
+        """:meth:`context_at` with the state and the object versions it was rendered from."""
         past = self.state_at(session_id, seq)
         as_of = past.tx_id if tx_id is None else max(tx_id, past.tx_id)
-        docs = self.store.get_many_as_of(past.state.index, as_of)
+        prompt_id = past.state.system_prompt_id
+        docs = self.store.get_many_as_of([*past.state.index, prompt_id], as_of)
+        prompt_doc = docs.pop(prompt_id, None)
         objects: dict[str, FileObject | ToolcallObject] = {}
         for object_id, doc in docs.items():
             obj = from_document(doc)
             assert isinstance(obj, FileObject | ToolcallObject)
             objects[object_id] = obj
-        prompt_doc = self.store.get_as_of(past.state.system_prompt_id, as_of)
         prompt = from_document(prompt_doc) if prompt_doc is not None else None
         text = prompt.content if isinstance(prompt, SystemPromptObject) else ""
         if past.state.policy.inline_layout:
-            return render_inline(past.state, objects, text, self.mounts.display_path)
-        return render_context(past.state, objects, text, self.mounts.display_path)
+            context = render_inline(past.state, objects, text, self.mounts.display_path)
+        else:
+            context = render_context(past.state, objects, text, self.mounts.display_path)
+        return PastContext(past.state, seq, as_of, objects, context)
 
     def history(self, object_id: str) -> list[Version]:
         """Every stored version of an object, oldest first."""
@@ -582,3 +590,10 @@ class ContextService:
         if self._search is None:
             raise SearchUnavailable("this service was built without a search index")
         return self._search(query)
+
+    def sessions_with(self, object_id: str) -> list[str]:
+        """The sessions that have met file ``object_id`` (read or discovered it), from the
+        search index's memberships (caught up first). Raises SearchUnavailable without one."""
+        if self._search is None:
+            raise SearchUnavailable("this service was built without a search index")
+        return self._search.sessions_of(object_id)

@@ -43,6 +43,7 @@ from selfctx.adapters.harness.tokens import PromptCounter
 from selfctx.adapters.harness.tools import check_prefix, is_context_tool, tool_schemas
 from selfctx.adapters.proxy.incremental import ParsedConversation
 from selfctx.adapters.proxy.providers import PROVIDERS, Anthropic, Call, Provider
+from selfctx.adapters.proxy.recording import record_request
 from selfctx.adapters.proxy.sessions import (
     SESSION_HEADER,
     OpenSessions,
@@ -345,6 +346,17 @@ class Proxy:
         if last:
             managed["tool_choice"] = {"type": "none"} if provider.name == "anthropic" else "none"
         turn.managed = self.service.prompt_tokens(harness.session_id, context)
+        record_request(
+            self.service,
+            harness.session_id,
+            context,
+            api=provider.name,
+            body=turn.body,
+            headers=turn.headers,
+            naive_tokens=turn.naive,
+            naive_shared=turn.session.parsed.shared,
+            round=turn.rounds,
+        )
         return managed
 
     async def _open(self, turn: _Turn, body: Mapping[str, Any]) -> httpx.Response | Response:

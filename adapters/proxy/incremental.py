@@ -86,6 +86,9 @@ class ParsedConversation:
     system_messages: list[Message] = attrs.field(factory=list)
     system_tokens: int = 0
     chunks: list[_Chunk] = attrs.field(factory=list)
+    shared: int = 0
+    """Tokens of the last conversation that repeat the one before it, from its start: the part
+    of the client's own request a provider's prompt cache would serve."""
 
     def update(self, items: Any, system: Any) -> tuple[list[Message], int]:
         """The messages of ``items`` (and ``system``: Anthropic's ``system``, Responses'
@@ -93,11 +96,13 @@ class ParsedConversation:
         ``MalformedMessage`` like the parsers; nothing is kept then)."""
         if not isinstance(items, list):  # a Responses input given as a string
             messages = parse_responses(items, system)
+            self.shared = 0
             return messages, self.count([{"role": "user", "content": items}])
         if system != self.system or not self.chunks:
             system_messages = _system(self.fmt, system)
             system_tokens = self.count([{"role": "system", "content": system}]) if system else 0
             kept: list[_Chunk] = []
+            shared = 0
         else:
             system_messages, system_tokens = self.system_messages, self.system_tokens
             same = _common_prefix(self.items, items)
@@ -111,6 +116,7 @@ class ParsedConversation:
                 and _assistant_item(items[same - 1])
             ):
                 kept.pop()
+            shared = system_tokens + sum(c.tokens for c in kept)
         start = kept[-1].end if kept else 0
         chunks = list(kept)
         for begin, end in _chunks(self.fmt, items, start):
@@ -118,6 +124,7 @@ class ParsedConversation:
             chunks.append(_Chunk(begin, end, _parse(self.fmt, part, begin), self.count(part)))
         self.items, self.system, self.chunks = items, system, chunks
         self.system_messages, self.system_tokens = system_messages, system_tokens
+        self.shared = shared
         messages = list(system_messages)
         for chunk in chunks:
             messages += chunk.messages

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Final
 
 import attrs
@@ -20,7 +21,8 @@ from selfctx.domain.infrastructure import (
     session_id_for,
     state_from_snapshot,
 )
-from selfctx.domain.objects import FileObject, SystemPromptObject
+from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
+from selfctx.domain.rendering import AssembledContext
 from selfctx.domain.session import commands as c
 from selfctx.domain.session.machine import fold
 from selfctx.domain.session.state import INITIAL, CollapseWindow, PolicyConfig, SessionState
@@ -157,6 +159,18 @@ class PastState:
     seq: int
     tx_id: int
     """The transaction that wrote that log entry: read objects as of it."""
+
+
+@attrs.frozen
+class PastContext:
+    """A session's context as it was right after one log entry, with what it was rendered from."""
+
+    state: SessionState
+    seq: int
+    tx_id: int
+    """The transaction the object versions were read as of."""
+    objects: Mapping[str, FileObject | ToolcallObject]
+    context: AssembledContext
 
 
 class StateAt:
