@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "selfctx.adapters.cli.tokenizer_cmd",
     "selfctx.adapters.cli.serve_cmd",
     "selfctx.adapters.cli.proxy_cmd",
+    "selfctx.adapters.cli.ui_cmd",
 )
 
 

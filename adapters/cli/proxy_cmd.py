@@ -49,8 +49,13 @@ def _option(text: str) -> tuple[str, int]:
     return name.strip(), int(value)
 
 
-def _banner(base: str, config: Any, store: str, policy: str) -> str:
+def _banner(base: str, config: Any, store: str, policy: str, ui: str | None = None) -> str:
     root = f"{base}/t/<TOKEN>" if config.token else base
+    inspector = (
+        [f"  inspector (what the model saw): {ui}"]
+        if ui
+        else ["  inspector: off (it serves 127.0.0.1 only; see selfctx ui)"]
+    )
     return "\n".join(
         [
             f"selfctx proxy listening on {base} (store {store}, policy {policy}, context tools "
@@ -63,14 +68,16 @@ def _banner(base: str, config: Any, store: str, policy: str) -> str:
             f"  aider:        OPENAI_API_BASE={root}/v1 aider --model openai/<model>",
             f"  other OpenAI clients: base URL {root}/v1; Anthropic clients: {root}",
             "  a client may name its session with the header x-selfctx-session",
+            *inspector,
         ]
     )
 
 
 def _run(args: argparse.Namespace) -> int:
     # imported here: the ASGI stack loads only for the command that serves
-    from selfctx.adapters.proxy import Proxy, ProxyConfig
+    from selfctx.adapters.proxy import UI_PATH, Proxy, ProxyConfig
     from selfctx.adapters.proxy.serving import bind, serve
+    from selfctx.adapters.ui import Inspector
 
     logging.basicConfig(
         stream=sys.stderr,
@@ -103,11 +110,15 @@ def _run(args: argparse.Namespace) -> int:
         service = build_service(
             store=store, workspace=workspace, roots=list(roots), track=not args.no_track
         )
-        proxy = Proxy(service, config)
         host = f"[{args.host}]" if ":" in args.host else args.host
         base = f"http://{host}:{sock.getsockname()[1]}"
+        inspector = None
+        if args.host in _LOOPBACK and not args.no_ui:
+            inspector = Inspector(service)
+        proxy = Proxy(service, config, ui=inspector.app if inspector else None)
         policy = args.policy or service.settings.policy.name
-        print(_banner(base, config, args.store, policy), flush=True)
+        ui = inspector.url(base + UI_PATH) if inspector else None
+        print(_banner(base, config, args.store, policy, ui), flush=True)
         serve(proxy.app, sock, log_level="warning")
     finally:
         if service is not None:
@@ -182,6 +193,9 @@ def register(subparsers: Any) -> None:
         help="context-tool rounds per request before the model must answer",
     )
     parser.add_argument("--no-track", action="store_true", help="do not watch files read")
+    parser.add_argument(
+        "--no-ui", action="store_true", help="do not serve the inspector at /_selfctx/ui"
+    )
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )

@@ -32,8 +32,8 @@ import attrs
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from selfctx.adapters.harness.messages import MalformedMessage, Message
@@ -55,11 +55,13 @@ from selfctx.application.policies import policy_by_name
 from selfctx.application.service import ContextService
 from selfctx.domain.errors import SelfContextError
 
-__all__ = ["TOKEN_HEADER", "Proxy", "ProxyConfig"]
+__all__ = ["TOKEN_HEADER", "UI_PATH", "Proxy", "ProxyConfig"]
 
 log = logging.getLogger("selfctx.proxy")
 
 TOKEN_HEADER = "x-selfctx-token"
+UI_PATH = "/_selfctx/ui"
+"""Where the proxy serves the inspector, when it is given one."""
 _HOP = frozenset(
     {
         "host",
@@ -146,7 +148,9 @@ class Proxy:
         config: ProxyConfig | None = None,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        ui: ASGIApp | None = None,
     ) -> None:
+        """``ui``: an application to serve at ``/_selfctx/ui`` (the inspector)."""
         self.service = service
         self.config = config or ProxyConfig()
         self.sessions = OpenSessions(limit=self.config.max_sessions)
@@ -155,7 +159,9 @@ class Proxy:
         self._client: httpx.AsyncClient | None = None
         self._opening = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
-        routes = [Route("/_selfctx/health", self._health, methods=["GET"])]
+        routes: list[BaseRoute] = [Route("/_selfctx/health", self._health, methods=["GET"])]
+        if ui is not None:
+            routes += [Route(UI_PATH, _to_ui, methods=["GET", "HEAD"]), Mount(UI_PATH, ui)]
         routes += [
             Route(path, self._endpoint(provider), methods=["POST"])
             for path, provider in PROVIDERS.items()
@@ -582,6 +588,11 @@ class Proxy:
                 await upstream.aclose()
 
         return StreamingResponse(body(), upstream.status_code, headers=_returned(upstream.headers))
+
+
+async def _to_ui(request: Request) -> Response:
+    query = request.url.query
+    return RedirectResponse(f"{UI_PATH}/" + (f"?{query}" if query else ""), 308)
 
 
 class _TokenGuard:

@@ -1,0 +1,222 @@
+"""What the inspector reads of a session, kept between page loads: its log and its request
+records. Both only grow (a log entry and a record version are never rewritten), so each is read
+once and then only from where it ended."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from selfctx.application.persistence import entry_events
+from selfctx.application.requests import RequestRecord
+from selfctx.application.service import ContextService
+from selfctx.application.usecases.sessions import validate_session_id
+from selfctx.domain.errors import InvalidInput, SessionNotFound
+
+__all__ = ["Collapse", "Marker", "SessionHistory", "Sessions"]
+
+MARKED = {
+    "ObjectDeactivated": "collapse",
+    "ObjectActivated": "activation",
+    "ChatCompacted": "compaction",
+    "CheckpointCreated": "checkpoint",
+    "RolledBack": "rollback",
+}
+"""Events the timeline marks, by the name of their mark."""
+INLINE = ("inline", "relevance")
+"""Policies whose prompts name objects by handle (``PolicyConfig.inline_layout``)."""
+
+
+@attrs.frozen
+class Marker:
+    """Something that happened to the session at log position ``seq``."""
+
+    seq: int
+    kind: str
+    """``collapse``, ``activation``, ``compaction``, ``checkpoint`` or ``rollback``."""
+    text: str
+
+
+@attrs.frozen
+class Collapse:
+    """An output (or file) leaving the active set: when, by whom and why."""
+
+    seq: int
+    by: str
+    reason: str | None = None
+    superseded_by: str | None = None
+
+
+def _marker(
+    seq: int, command: str, event: Mapping[str, Any], label: Callable[[str], str]
+) -> Marker | None:
+    name = event.get("event")
+    kind = MARKED.get(str(name))
+    if kind is None:
+        return None
+    object_id = str(event.get("object_id", ""))
+    if name == "ObjectActivated":
+        if command != "Activate":
+            return None  # a new output, a file read: the prompt shows it, no need for a mark
+        return Marker(seq, kind, f"activated {label(object_id)}")
+    if name == "ObjectDeactivated":
+        why = event.get("reason") or event.get("by")
+        return Marker(seq, kind, f"collapsed {label(object_id)} ({why})")
+    if name == "ChatCompacted":
+        return Marker(
+            seq, kind, f"compacted turns before {event.get('upto')} ({event.get('case')})"
+        )
+    if name == "CheckpointCreated":
+        return Marker(seq, kind, f"checkpoint {event.get('label')}")
+    return Marker(seq, kind, f"rolled back to {event.get('label')}")
+
+
+class SessionHistory:
+    """One session's log as the inspector needs it: marks, collapses, active spans, first
+    encounters and times by log position (thread-safe)."""
+
+    def __init__(self, service: ContextService, session_id: str) -> None:
+        self.service = service
+        self.session_id = session_id
+        self._lock = threading.Lock()
+        self.last_seq = 0
+        self.seqs: list[int] = []
+        self.times: list[str] = []
+        self.markers: list[Marker] = []
+        self.collapses: dict[str, list[Collapse]] = {}
+        self.spans: dict[str, list[list[int | None]]] = {}
+        """Object → ``[start, end]`` log positions of each span it was active (end None: still)."""
+        self.first_seen: dict[str, int] = {}
+        self.positions: dict[str, int] = {}
+        """Object → its place in the session index (1 for the first object met)."""
+        self.inline = False
+        """The session's layout names objects by handles (``#12``)."""
+        self.records: list[RequestRecord] = []
+
+    def refresh(self) -> SessionHistory:
+        """Read what the log and the records gained since the last call."""
+        with self._lock:
+            entries = self.service.store.session_log(self.session_id, after_seq=self.last_seq)
+            if not entries and not self.last_seq:
+                validate_session_id(self.session_id)
+                if self.session_id not in self.service.sessions():
+                    raise SessionNotFound(self.session_id)
+            for entry in entries:
+                self._take(entry)
+            latest = self.service.latest_requests([self.session_id]).get(self.session_id)
+            if latest is not None and latest.n != (self.records[-1].n if self.records else 0):
+                self.records = self.service.requests(self.session_id)
+        return self
+
+    def _take(self, entry: Mapping[str, Any]) -> None:
+        seq = int(entry["seq"])
+        if seq <= self.last_seq:
+            return
+        self.last_seq = seq
+        self.seqs.append(seq)
+        self.times.append(str(entry.get("at") or ""))
+        command = str(entry.get("command", ""))
+        for event in entry_events(entry):
+            name = event.get("event")
+            object_id = str(event.get("object_id", ""))
+            if name == "SessionStarted":
+                policy = event.get("policy")
+                self.inline = isinstance(policy, Mapping) and policy.get("name") in INLINE
+            elif name == "ObjectEncountered":
+                self.first_seen.setdefault(object_id, seq)
+                self.positions.setdefault(object_id, len(self.positions) + 1)
+            marker = _marker(seq, command, event, self.label)
+            if marker is not None:
+                self.markers.append(marker)
+            if name == "ObjectActivated":
+                spans = self.spans.setdefault(object_id, [])
+                if not spans or spans[-1][1] is not None:
+                    spans.append([seq, None])
+            elif name == "ObjectDeactivated":
+                open_spans = self.spans.get(object_id)
+                if open_spans and open_spans[-1][1] is None:
+                    open_spans[-1][1] = seq
+                self.collapses.setdefault(object_id, []).append(
+                    Collapse(
+                        seq, str(event.get("by")), event.get("reason"), event.get("superseded_by")
+                    )
+                )
+
+    # -- questions ------------------------------------------------------------------------
+
+    def label(self, object_id: str) -> str:
+        """How the session's prompt names an object: its handle under the inline layouts."""
+        position = self.positions.get(object_id)
+        return f"#{position}" if self.inline and position is not None else object_id
+
+    def time_at(self, seq: int) -> str:
+        """When the command at log position ``seq`` was recorded ('' if unknown)."""
+        i = bisect.bisect_right(self.seqs, seq) - 1
+        return self.times[i] if i >= 0 else ""
+
+    def collapse_before(self, object_id: str, seq: int) -> Collapse | None:
+        """The latest collapse of ``object_id`` at or before ``seq``."""
+        found = None
+        for collapse in self.collapses.get(object_id, ()):
+            if collapse.seq > seq:
+                break
+            found = collapse
+        return found
+
+    def record(self, n: int) -> RequestRecord:
+        if not 1 <= n <= len(self.records):
+            have = f"requests 1 to {len(self.records)}" if self.records else "no recorded requests"
+            raise InvalidInput("request", n, f"session {self.session_id!r} has {have}")
+        return self.records[n - 1]
+
+    def request_at(self, seq: int) -> int | None:
+        """The first request whose context included log position ``seq`` (None: none yet)."""
+        i = bisect.bisect_left([r.seq for r in self.records], seq)
+        return self.records[i].n if i < len(self.records) else None
+
+    def requests_between(self, spans: Iterable[list[int | None]]) -> list[tuple[int, int]]:
+        """The requests (first, last) sent while an object was active in ``spans``."""
+        seqs = [r.seq for r in self.records]
+        out = []
+        for start, end in spans:
+            assert start is not None
+            first = bisect.bisect_left(seqs, start)
+            last = len(seqs) if end is None else bisect.bisect_left(seqs, end)
+            if first < last:
+                out.append((self.records[first].n, self.records[last - 1].n))
+        return out
+
+    def markers_by_request(self) -> list[list[Marker]]:
+        """For each request, the marks of what happened since the request before it."""
+        out: list[list[Marker]] = [[] for _ in self.records]
+        seqs = [r.seq for r in self.records]
+        for marker in self.markers:
+            i = bisect.bisect_left(seqs, marker.seq)
+            if i < len(out):
+                out[i].append(marker)
+        return out
+
+
+class Sessions:
+    """The histories of the sessions looked at so far (at most ``limit``, the least recently
+    used dropped)."""
+
+    def __init__(self, service: ContextService, limit: int = 64) -> None:
+        self.service = service
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._held: dict[str, SessionHistory] = {}
+
+    def get(self, session_id: str) -> SessionHistory:
+        with self._lock:
+            found = self._held.pop(session_id, None)
+            if found is None:
+                found = SessionHistory(self.service, session_id)
+            self._held[session_id] = found
+            while len(self._held) > self.limit:
+                del self._held[next(iter(self._held))]
+        return found.refresh()
