@@ -11,13 +11,25 @@ from typing import Any
 
 import attrs
 
-from selfctx.application.persistence import entry_events
+from selfctx.application.persistence import decode_events, entry_events, log_entry_id
 from selfctx.application.requests import RequestRecord
 from selfctx.application.service import ContextService
-from selfctx.application.usecases.sessions import validate_session_id
+from selfctx.application.usecases.sessions import PastContext, validate_session_id
+from selfctx.domain.documents import from_document
 from selfctx.domain.errors import InvalidInput, SessionNotFound
+from selfctx.domain.inline import render_inline
+from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
+from selfctx.domain.rendering import render_context
+from selfctx.domain.session.machine import fold
+from selfctx.domain.session.state import SessionState
 
 __all__ = ["Collapse", "Marker", "SessionHistory", "Sessions"]
+
+STATE_EVERY = 128
+"""A state this many log entries after one kept is folded from it; further, it is rebuilt."""
+STATES_KEPT = 64
+CONTEXTS_KEPT = 8
+"""Contexts rebuilt lately, kept for a page loaded again."""
 
 MARKED = {
     "ObjectDeactivated": "collapse",
@@ -96,6 +108,12 @@ class SessionHistory:
         self.inline = False
         """The session's layout names objects by handles (``#12``)."""
         self.records: list[RequestRecord] = []
+        self._entries: list[Mapping[str, Any]] = []
+        self._states: dict[int, SessionState] = {}
+        """States rebuilt lately, by log position (``_kept``: their positions, sorted)."""
+        self._kept: list[int] = []
+        self._objects: dict[str, FileObject | ToolcallObject] = {}
+        self._contexts: dict[tuple[int, int], PastContext] = {}
 
     def refresh(self) -> SessionHistory:
         """Read what the log and the records gained since the last call."""
@@ -119,6 +137,7 @@ class SessionHistory:
         self.last_seq = seq
         self.seqs.append(seq)
         self.times.append(str(entry.get("at") or ""))
+        self._entries.append(entry)
         command = str(entry.get("command", ""))
         for event in entry_events(entry):
             name = event.get("event")
@@ -145,6 +164,80 @@ class SessionHistory:
                         seq, str(event.get("by")), event.get("reason"), event.get("superseded_by")
                     )
                 )
+
+    # -- the context at any point --------------------------------------------------------
+
+    def state_at(self, seq: int) -> SessionState:
+        """The session's state right after log position ``seq``: folded from the nearest state
+        kept, when it is at most ``STATE_EVERY`` entries before; otherwise rebuilt from the
+        store's snapshots (``ContextService.state_at``) and kept."""
+        with self._lock:
+            count = bisect.bisect_right(self.seqs, seq)  # entries up to seq
+            if count == 0 or self.seqs[count - 1] != seq:
+                raise InvalidInput("log position", seq, f"the session has 1 to {self.last_seq}")
+            k = bisect.bisect_right(self._kept, seq) - 1
+            start = self._kept[k] if k >= 0 else None
+            near = (
+                start is not None and count - bisect.bisect_right(self.seqs, start) <= STATE_EVERY
+            )
+            if near:
+                assert start is not None
+                state = self._states[start]
+                entries = self._entries[bisect.bisect_right(self.seqs, start) : count]
+        if not near:
+            state = self.service.state_at(self.session_id, seq).state
+            entries = []
+        for entry in entries:
+            state = fold(decode_events(entry_events(entry)), state)
+        with self._lock:
+            if seq not in self._states:
+                bisect.insort(self._kept, seq)
+                self._states[seq] = state
+                while len(self._kept) > STATES_KEPT:
+                    del self._states[self._kept.pop(0)]
+        return state
+
+    def past(self, seq: int, tx_id: int | None) -> PastContext:
+        """What ``ContextService.past_context`` gives, from this history's log and objects: the
+        state at ``seq``, the objects as of ``tx_id`` (the transaction of ``seq`` if None), the
+        context rendered from them. Objects are read from the store once: a tool call is never
+        rewritten, and the inline layouts show files only through tool calls (by their paths,
+        which never change); the SSOT layout's files are read as of ``tx_id`` every time."""
+        store = self.service.store
+        if tx_id is None:
+            tx_id = store.history(log_entry_id(self.session_id, seq))[0].tx_id
+        key = (seq, tx_id)
+        with self._lock:
+            found = self._contexts.get(key)
+        if found is not None:
+            return found
+        state = self.state_at(seq)
+        with self._lock:
+            missing = [i for i in state.index if i not in self._objects]
+        if missing:
+            fresh = {i: _content_object(d) for i, d in store.get_many(missing).items()}
+            with self._lock:
+                self._objects.update(fresh)
+        with self._lock:
+            objects = {i: self._objects[i] for i in state.index if i in self._objects}
+        if not state.policy.inline_layout:
+            files = [i for i in state.pool if isinstance(objects.get(i), FileObject)]
+            for object_id, doc in store.get_many_as_of(files, tx_id).items():
+                objects[object_id] = _content_object(doc)
+        prompt_doc = store.get_as_of(state.system_prompt_id, tx_id)
+        prompt = from_document(prompt_doc) if prompt_doc is not None else None
+        text = prompt.content if isinstance(prompt, SystemPromptObject) else ""
+        display = self.service.mounts.display_path
+        if state.policy.inline_layout:
+            context = render_inline(state, objects, text, display)
+        else:
+            context = render_context(state, objects, text, display)
+        past = PastContext(state, seq, tx_id, objects, context)
+        with self._lock:
+            self._contexts[key] = past
+            while len(self._contexts) > CONTEXTS_KEPT:
+                del self._contexts[next(iter(self._contexts))]
+        return past
 
     # -- questions ------------------------------------------------------------------------
 
@@ -199,6 +292,12 @@ class SessionHistory:
             if i < len(out):
                 out[i].append(marker)
         return out
+
+
+def _content_object(doc: Mapping[str, Any]) -> FileObject | ToolcallObject:
+    obj = from_document(doc)
+    assert isinstance(obj, FileObject | ToolcallObject)
+    return obj
 
 
 class Sessions:

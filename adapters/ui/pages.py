@@ -324,7 +324,7 @@ def _item(base: str, item: PromptItem, tx_id: int) -> str:
         src = f"{base}/api/content/{q(item.object_id)}?tx={tx_id}"
         size = "" if item.size is None else f" ({item.size:,} chars)"
         body += (
-            f'<div class="why">collapsed by {h(item.reason or "")}</div>'
+            f'<div class="why">why it is collapsed: {h(item.reason or "")}</div>'
             f'<details class="expand" data-src="{h(src)}"><summary>show the output as stored'
             f"{size}</summary>"
             f'<pre class="content"><a href="{h(src)}">open it</a></pre></details>'
@@ -472,7 +472,7 @@ def object_page(base: str, view: ObjectView) -> str:
         if view.diff_note:
             diff += f'<p class="note">{h(view.diff_note)}</p>'
         if view.diff:
-            lines = "".join(f'<span class="{k}">{h(line)}</span>\n' for k, line in view.diff)
+            lines = "".join(f'<span class="{k}">{h(line) or " "}</span>' for k, line in view.diff)
             diff += f'<pre class="diff" id="diff">{lines}</pre>'
     seen = []
     for s in view.sessions:

@@ -249,7 +249,7 @@ def request_view(
             seq = history.last_seq
     if not 1 <= seq <= history.last_seq:
         raise InvalidInput("log position", seq, f"the session has 1 to {history.last_seq}")
-    past = service.past_context(session_id, seq, tx_id=record.tx_id if record else None)
+    past = history.past(seq, record.tx_id if record else None)
     state, objects, context = past.state, past.objects, past.context
     digest = context_digest(context)
 

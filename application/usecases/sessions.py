@@ -190,9 +190,10 @@ class StateAt:
         if not snapshots:
             raise InvalidInput("log position", seq, "before the session started")
         snap = snapshots[-1]
-        chat_versions = {v.tx_id: v for v in store.history(chat_id_for(session_id))}
+        # The chat's version of the same transaction (one document, not the chat's history)
+        chat_doc = store.get_as_of(chat_id_for(session_id), snap.tx_id)
         session_obj = from_document(snap.document)
-        chat_obj = from_document(chat_versions[snap.tx_id].document)
+        chat_obj = from_document(chat_doc) if chat_doc is not None else None
         assert isinstance(session_obj, SessionObject) and isinstance(chat_obj, ChatObject)
         state = state_from_snapshot(session_obj, chat_obj)
         entries = [
