@@ -43,7 +43,7 @@ chromium:
 	@if [ -x /usr/bin/chromium ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  echo "installing Chromium from Debian packages"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null; \
 	else echo "Chromium is not installed and cannot be installed here: the browser tests will fail (install Debian's chromium)"; fi
 
 deps-test: $(VENV)/.installed-dev postgres chromium

@@ -1,6 +1,6 @@
 """What each model request held: one small record per request, kept as the versions of one
 document per session, so that the inspector (``selfctx ui``) can show every request exactly and
-cheaply (decision 0047).
+cheaply (decision 0050).
 
 A record says when the request went out, at which log position the context was assembled, the
 client, API and model, its size naive and managed with the part of each a provider's prompt cache

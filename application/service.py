@@ -468,6 +468,13 @@ class ContextService:
             raise UnknownObject(object_id, session_id)
         return obj
 
+    def open_objects(self, session_id: str) -> dict[str, ContentObject]:
+        """The latest version of every object of a session this service holds open (a copy).
+        Raises SessionNotFound when it does not hold it open."""
+        session = self._open(session_id)
+        with session.lock:
+            return dict(session.objects)
+
     def state_at(self, session_id: str, seq: int) -> PastState:
         """The session as it was right after its ``seq``-th command, rebuilt from the store."""
         return self._state_at(validate_session_id(session_id), seq)

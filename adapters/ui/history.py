@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 
 from selfctx.application.persistence import decode_events, entry_events, log_entry_id
-from selfctx.application.requests import RequestRecord
+from selfctx.application.requests import RequestRecord, record_from_document, requests_id
 from selfctx.application.service import ContextService
 from selfctx.application.usecases.sessions import PastContext, validate_session_id
 from selfctx.domain.documents import from_document
@@ -28,6 +28,8 @@ __all__ = ["Collapse", "Marker", "SessionHistory", "Sessions"]
 STATE_EVERY = 128
 """A state this many log entries after one kept is folded from it; further, it is rebuilt."""
 STATES_KEPT = 64
+TAIL_PAGE = 32
+"""Log entries asked for at once when catching up with a session's log."""
 CONTEXTS_KEPT = 8
 """Contexts rebuilt lately, kept for a page loaded again."""
 
@@ -116,19 +118,41 @@ class SessionHistory:
         self._contexts: dict[tuple[int, int], PastContext] = {}
 
     def refresh(self) -> SessionHistory:
-        """Read what the log and the records gained since the last call."""
+        """Read what the log and the records gained since the last call: the log's new entries
+        by their ids (``log:{session}:{seq}``: a lookup, whatever the log's length), and the
+        records' latest version (their history only when more than one is new)."""
+        store = self.service.store
         with self._lock:
-            entries = self.service.store.session_log(self.session_id, after_seq=self.last_seq)
-            if not entries and not self.last_seq:
+            if not self.last_seq:
                 validate_session_id(self.session_id)
-                if self.session_id not in self.service.sessions():
+                entries = store.session_log(self.session_id)
+                if not entries and self.session_id not in self.service.sessions():
                     raise SessionNotFound(self.session_id)
+            else:
+                entries = self._tail()
             for entry in entries:
                 self._take(entry)
-            latest = self.service.latest_requests([self.session_id]).get(self.session_id)
-            if latest is not None and latest.n != (self.records[-1].n if self.records else 0):
+            doc = store.get(requests_id(self.session_id))
+            latest = record_from_document(doc) if doc is not None else None
+            known = len(self.records)
+            if latest is not None and latest.n == known + 1:
+                self.records.append(latest)  # its transaction is read when it is needed
+            elif latest is not None and latest.n != known:
                 self.records = self.service.requests(self.session_id)
         return self
+
+    def _tail(self) -> list[Mapping[str, Any]]:
+        """The log entries after ``last_seq``, read by id, a page at a time."""
+        out: list[Mapping[str, Any]] = []
+        seq = self.last_seq
+        while True:
+            ids = [log_entry_id(self.session_id, seq + k) for k in range(1, TAIL_PAGE + 1)]
+            found = self.service.store.get_many(ids)
+            page = [found[i] for i in ids if i in found]
+            out += page
+            if len(page) < TAIL_PAGE:
+                return out
+            seq += TAIL_PAGE
 
     def _take(self, entry: Mapping[str, Any]) -> None:
         seq = int(entry["seq"])
@@ -185,7 +209,7 @@ class SessionHistory:
                 state = self._states[start]
                 entries = self._entries[bisect.bisect_right(self.seqs, start) : count]
         if not near:
-            state = self.service.state_at(self.session_id, seq).state
+            state = self._open_state(seq) or self.service.state_at(self.session_id, seq).state
             entries = []
         for entry in entries:
             state = fold(decode_events(entry_events(entry)), state)
@@ -196,6 +220,17 @@ class SessionHistory:
                 while len(self._kept) > STATES_KEPT:
                     del self._states[self._kept.pop(0)]
         return state
+
+    def _open_state(self, seq: int) -> SessionState | None:
+        """The state of the session as this process holds it open, if that is the state at
+        ``seq`` (the proxy serving the inspector: its latest request costs no rebuilding)."""
+        try:
+            if self.service.log_position(self.session_id) == seq:
+                state = self.service.state(self.session_id)
+                return state if self.service.log_position(self.session_id) == seq else None
+        except SessionNotFound:
+            pass
+        return None
 
     def past(self, seq: int, tx_id: int | None) -> PastContext:
         """What ``ContextService.past_context`` gives, from this history's log and objects: the
@@ -214,6 +249,16 @@ class SessionHistory:
         state = self.state_at(seq)
         with self._lock:
             missing = [i for i in state.index if i not in self._objects]
+        if missing and not self._objects:
+            try:  # the objects of a session this process holds open: no need to read them
+                held = self.service.open_objects(self.session_id)
+            except SessionNotFound:
+                held = {}
+            with self._lock:
+                for object_id, obj in held.items():
+                    if isinstance(obj, FileObject | ToolcallObject):
+                        self._objects[object_id] = obj
+                missing = [i for i in state.index if i not in self._objects]
         if missing:
             fresh = {i: _content_object(d) for i, d in store.get_many(missing).items()}
             with self._lock:
@@ -261,9 +306,13 @@ class SessionHistory:
         return found
 
     def record(self, n: int) -> RequestRecord:
+        """Request ``n``, with the transaction that recorded it."""
         if not 1 <= n <= len(self.records):
             have = f"requests 1 to {len(self.records)}" if self.records else "no recorded requests"
             raise InvalidInput("request", n, f"session {self.session_id!r} has {have}")
+        if self.records[n - 1].tx_id is None:
+            with self._lock:
+                self.records = self.service.requests(self.session_id)
         return self.records[n - 1]
 
     def request_at(self, seq: int) -> int | None:

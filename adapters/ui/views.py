@@ -243,7 +243,7 @@ def request_view(
         seq = record.seq
     elif seq is None:
         if history.records:
-            record = history.records[-1]
+            record = history.record(len(history.records))
             seq = record.seq
         else:
             seq = history.last_seq
