@@ -26,14 +26,16 @@ from typing import Any
 
 import httpx
 
+from selfctx.adapters.bench.stats import percentile
 from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.harness.messages import Message
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.proxy.serving import serve_in_thread
 from selfctx.adapters.ui import Inspector
+from selfctx.application.persistence import document_size
 from selfctx.application.ports.store import ObjectStore
-from selfctx.application.requests import RequestFacts
+from selfctx.application.requests import RequestFacts, requests_id
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import ToolCallRequest
 
@@ -62,6 +64,7 @@ def build_session(
     messages = [Message("system", "You are a coding agent."), Message("user", "Fix the tests.")]
     listed = 0
     read: list[Path] = []
+    recording: list[float] = []
     started = time.perf_counter()
     for n in range(1, requests + 1):
         if n % 25 == 0:
@@ -92,17 +95,27 @@ def build_session(
         messages.append(Message("tool", output, tool_call_id=call.id))
         harness.ingestor.ingest(messages)
         context = service.assemble(SESSION)
+        before = time.perf_counter()
         service.record_request(
             SESSION, context, RequestFacts(api="openai", model="bench", client="bench")
         )
+        recording.append((time.perf_counter() - before) * 1000)
         if n % 100 == 0:
             progress(f"{n} requests written ({time.perf_counter() - started:.0f} s)")
     state = service.state(SESSION)
+    record_doc = service.store.get(requests_id(SESSION)) or {}
     return {
         "requests": requests,
         "objects": len(state.index),
         "log_position": service.log_position(SESSION),
         "build_seconds": round(time.perf_counter() - started, 1),
+        "record_ms": {
+            "median": round(statistics.median(recording), 3),
+            "p95": round(percentile(recording, 95), 3),
+            "last_100_median": round(statistics.median(recording[-100:]), 3),
+            "first_100_median": round(statistics.median(recording[:100]), 3),
+        },
+        "record_bytes": document_size(record_doc),
     }
 
 
