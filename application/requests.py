@@ -1,6 +1,6 @@
 """What each model request held: one small record per request, kept as the versions of one
 document per session, so that the inspector (``selfctx ui``) can show every request exactly and
-cheaply (decision 0050).
+cheaply (decision 0055).
 
 A record says when the request went out, at which log position the context was assembled, the
 client, API and model, its size naive and managed with the part of each a provider's prompt cache
@@ -21,17 +21,17 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 import attrs
 from pyrsistent import thaw
 
 from selfctx.application.ports.store import Document, Version
+from selfctx.domain.prompt_cache import OPENAI, CacheRules, rules_for
 from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage
 
 __all__ = [
-    "CACHE_READ",
-    "CACHE_WRITE",
     "PARTS",
     "REQUEST_TYPE",
     "RequestFacts",
@@ -42,26 +42,46 @@ __all__ = [
     "record_from_version",
     "request_document",
     "requests_id",
+    "rules_of",
 ]
 
 REQUEST_TYPE: Final = "request_log"
 PARTS: Final = ("system", "metadata", "chat", "active")
 """What a managed prompt holds, in the order of :attr:`RequestRecord.parts`."""
 
-CACHE_READ: Final = 0.1
-"""A cached input token, in units of an uncached one (the model of ``selfctx bench context``)."""
-CACHE_WRITE: Final = 1.25
-"""An input token written to the cache."""
-
 _MAX_LABEL = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def cache_cost(size: int, shared: int) -> float:
-    """What a provider with prompt caching bills for a prompt of ``size`` tokens whose first
-    ``shared`` tokens repeat the previous request's, in units of an uncached input token."""
-    shared = min(shared, size)
-    return CACHE_READ * shared + CACHE_WRITE * (size - shared)
+def cache_cost(size: int, shared: int, rules: CacheRules, *, alive: bool = True) -> float:
+    """What a provider bills for a prompt of ``size`` tokens whose first ``shared`` tokens repeat
+    the previous request's, in units of an uncached input token, by ``rules`` (the prices,
+    minimum, lifetime and granularity of ``selfctx.domain.prompt_cache``, decision 0047).
+    ``alive``: the previous request is recent enough for its cache entry to live. The prefix is
+    read, the rest written to the cache (the proxy marks the end of the conversation)."""
+    read = min(shared, size) if alive else 0
+    if read < rules.min_tokens:
+        read = 0
+    read -= read % rules.granularity
+    written = size - read if size >= rules.min_tokens else 0
+    uncached = size - read - written
+    return rules.read * read + rules.write * written + uncached
+
+
+def rules_of(api: str | None) -> CacheRules:
+    """The caching rules of a request format; automatic prefix caching for one the model does
+    not know (most providers cache that way)."""
+    try:
+        return rules_for(api or "")
+    except ValueError:
+        return OPENAI
+
+
+def _seconds_between(earlier: str, later: str) -> float | None:
+    try:
+        return (datetime.fromisoformat(later) - datetime.fromisoformat(earlier)).total_seconds()
+    except ValueError:
+        return None
 
 
 def requests_id(session_id: str) -> str:
@@ -113,7 +133,7 @@ class RequestRecord:
     total_naive: int
     total_managed: int
     cost_direct: float
-    """Running total of :func:`cache_cost` over the naive requests (token units)."""
+    """Running total of :func:`cache_cost` over the client's own requests (token units)."""
     cost_managed: float
     tx_id: int | None = None
     """The transaction that recorded it (known once read back from the store)."""
@@ -399,7 +419,10 @@ class RequestMeter:
         """The record that follows :attr:`last` (not yet remembered: :meth:`keep_last` does)."""
         last = self.last
         naive = facts.naive_tokens or 0
-        direct = cache_cost(naive, facts.naive_shared) if facts.naive_tokens else 0.0
+        rules = rules_of(facts.api)
+        gap = _seconds_between(last.at, at) if last is not None else None
+        alive = gap is not None and gap <= rules.ttl
+        direct = cache_cost(naive, facts.naive_shared, rules, alive=alive) if naive else 0.0
         return RequestRecord(
             n=(last.n if last else 0) + 1,
             at=at,
@@ -412,7 +435,8 @@ class RequestMeter:
             total_naive=(last.total_naive if last else 0) + naive,
             total_managed=(last.total_managed if last else 0) + managed,
             cost_direct=(last.cost_direct if last else 0.0) + direct,
-            cost_managed=(last.cost_managed if last else 0.0) + cache_cost(managed, shared),
+            cost_managed=(last.cost_managed if last else 0.0)
+            + cache_cost(managed, shared, rules, alive=alive),
         )
 
     def keep_last(self, record: RequestRecord | None) -> None:

@@ -1,4 +1,4 @@
-"""What the proxy records of each model request it sends (decision 0050): who sent it, the
+"""What the proxy records of each model request it sends (decision 0055): who sent it, the
 model, and the client's own request's size, beside what the context service measures itself."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``selfctx ui``: a local web inspector of what the model saw (decision 0050).
+"""``selfctx ui``: a local web inspector of what the model saw (decision 0055).
 
 :class:`Inspector` is an ASGI application over a ``ContextService``: the store's sessions, each
 session's requests as a timeline, each request exactly as it was sent (rebuilt from the log and

@@ -1,6 +1,6 @@
 """The inspector as an ASGI application (Starlette), read-only, for its owner only.
 
-Protections (decision 0050), checked before anything is read:
+Protections (decision 0055), checked before anything is read:
 
 * **Loopback only**: a request must come from a loopback address and name a loopback host
   (``127.0.0.1``, ``localhost``, ``[::1]``) in ``Host``, so a web page whose name was made to

@@ -237,7 +237,7 @@ class SessionHistory:
         state at ``seq``, the objects as of ``tx_id`` (the transaction of ``seq`` if None), the
         context rendered from them. Objects are read from the store once: a tool call is never
         rewritten, and the inline layouts show files only through tool calls (by their paths,
-        which never change); the SSOT layout's files are read as of ``tx_id`` every time."""
+        which never change); the ``ssot`` layout's files are read as of ``tx_id`` every time."""
         store = self.service.store
         if tx_id is None:
             tx_id = store.history(log_entry_id(self.session_id, seq))[0].tx_id

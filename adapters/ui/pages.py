@@ -145,7 +145,7 @@ def sessions_page(
     total_managed = sum(r.cost_managed for r in rows)
     summary = (
         f"<p>{len(rows)} sessions, {sum(r.requests for r in rows):,} recorded requests. "
-        f"Modelled cost of input (uncached-token units; cached tokens 0.1, others 1.25): "
+        "Modelled cost of input, in uncached input tokens, by each API's prompt-caching rules: "
         f"{_cost(total_direct)} direct, {_cost(total_managed)} managed "
         f"({_ratio(total_managed, total_direct)}).</p>"
     )
