@@ -7,7 +7,7 @@ Each command that changes anything is committed as ONE transaction holding:
   object versions reduced to ``object_id`` and ``object_hash``, as ``{"list": [...]}`` so that a
   store which indexes every element of a top-level list (XTDB) indexes them as one value
   (decision 0017; :func:`entry_events` also reads the bare list earlier versions wrote);
-* sometimes a snapshot: new versions of the SSOT's ``session`` and ``chat`` documents, reflecting
+* sometimes a snapshot: new versions of the ``session`` and ``chat`` documents, reflecting
   the state right after this entry.
 
 The entry's id is a precondition (it must not exist yet), so two writers of one session cannot

@@ -1,9 +1,10 @@
 """The named layout and collapse policies a session can be started with.
 
-``ssot`` is the SSOT exactly: system prompt, metadata pool, chat, active content, and the sliding
-window of 5 tool outputs per turn over 3 turns. ``inline`` is the cache-aware policy of
-docs/decisions/0008-cache-aware-layout.md: an append-only prompt, collapsed in batches. Its numbers
-were chosen by ``selfctx bench context`` (docs/benchmarks.md); any field can be overridden.
+``ssot`` is the original design's layout exactly (docs/specification.md §4): system prompt, metadata
+pool, chat, active content, and the sliding window of 5 tool outputs per turn over 3 turns.
+``inline`` is the cache-aware policy of docs/decisions/0008-cache-aware-layout.md: an append-only
+prompt, collapsed in batches. Its numbers were chosen by ``selfctx bench context``
+(docs/benchmarks.md); any field can be overridden.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ POLICIES: Final[Mapping[str, PolicyConfig]] = {
 }
 DEFAULT_POLICY: Final = "relevance"
 """The policy sessions get when none is named: the winner of ``selfctx bench context``
-(docs/benchmarks.md, decision 0008). ``ContextService`` itself defaults to ``ssot`` — the SSOT's
+(docs/benchmarks.md, decision 0008). ``ContextService`` itself defaults to ``ssot`` — the design's
 own behaviour — and the composition root (``selfctx.adapters.bootstrap.build_service``) applies this
 one."""
 

@@ -169,7 +169,7 @@ class ContextService:
         session, report = self._resume(session_id)
         with self._guard:
             self._sessions[session_id] = session
-        self._tracking.track(session)  # re-establish watchers (SSOT §3.6 step 6)
+        self._tracking.track(session)  # re-establish watchers (docs/specification.md §2, lifecycle)
         return report
 
     def open_session(
@@ -413,7 +413,7 @@ class ContextService:
 
     def turns_text(self, session_id: str, first: int, last: int) -> str:
         """Turns ``first`` to ``last`` of the session's chat, verbatim (compacted or not), as
-        the SSOT layout renders them: what ``activate("summary")`` answers with."""
+        the ssot layout renders them: what ``activate("summary")`` answers with."""
         session = self._open(session_id)
         turns = session.state.turns
         if not 0 <= first <= last < len(turns):

@@ -14,10 +14,10 @@ class Settings:
     """Tunable limits and policies of a :class:`~selfctx.application.service.ContextService`."""
 
     window: CollapseWindow = CollapseWindow()
-    """Auto-collapse window for new sessions (SSOT default: 5 per turn, 3 turns)."""
+    """Auto-collapse window for new sessions (the design's default: 5 per turn, 3 turns)."""
     policy: PolicyConfig = PolicyConfig()
-    """Layout and collapse policy for new sessions: the SSOT's by default here; the composition
-    root gives new sessions ``selfctx.application.policies.DEFAULT_POLICY`` unless told
+    """Layout and collapse policy for new sessions: the design's (``ssot``) by default here; the
+    composition root gives new sessions ``selfctx.application.policies.DEFAULT_POLICY`` unless told
     otherwise."""
     max_file_bytes: int = 2 * 1024 * 1024
     """Files larger than this are indexed as metadata only (content null, reason shown)."""

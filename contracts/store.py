@@ -74,7 +74,7 @@ class StoreContract:
     def test_every_string_comes_back_as_stored(
         self, store: ObjectStore, ns: str, long: bool
     ) -> None:
-        """Issue 15 item 8: lone surrogates (which have no UTF-8 form), surrogate pairs held as
+        """Decision 0026: lone surrogates (which have no UTF-8 form), surrogate pairs held as
         two code points, and the characters a store might use to carry them, in values, keys,
         lists, ids and query arguments, short or long (a store may send long text otherwise)."""
         pad = "x" * (10_000 if long else 0)

@@ -1,4 +1,5 @@
-"""The chat: canonical conversation state (SSOT §1.4), kept as turns of messages.
+"""The chat: canonical conversation state (docs/specification.md §2, the chat), kept as turns of
+messages.
 
 A turn begins at each user message; messages before the first user message belong to turn 0.
 Tool outputs are never stored in the chat: a :class:`ToolResult` only names the toolcall object,

@@ -1,4 +1,5 @@
-"""Objects to flat stored documents and back (SSOT §2.2: all fields are top-level keys).
+"""Objects to flat stored documents and back (docs/specification.md §1: all fields are top-level
+keys).
 
 Optional payload fields that are absent (``args_display``, ``file_refs``, ``file_views``,
 ``content_status``, ``reported_by``) are left out of the document, exactly as they are left out

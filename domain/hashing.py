@@ -1,4 +1,5 @@
-"""Hash rules (SSOT §2.4), written so that any other implementation can be checked against them.
+"""Hash rules (docs/hashing.md), written so that any other implementation can be checked against
+them.
 
 Every hash is SHA-256 over UTF-8 bytes, as lowercase hex. Structured inputs go through
 :func:`stable_stringify`, which yields exactly what JavaScript's ``JSON.stringify`` yields for the
@@ -243,7 +244,7 @@ def text_bytes(text: str) -> bytes:
     """UTF-8 bytes of ``text`` as JavaScript's ``TextEncoder`` (and Node's ``Buffer``) produce
     them: a surrogate pair is one character and a lone surrogate becomes U+FFFD. Every hash of
     text hashes these bytes: ``content_hash`` of content, and ``file_hash`` of text a harness
-    handed over (issue 18 item 1)."""
+    handed over (decision 0029)."""
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:
@@ -257,7 +258,7 @@ def sha256_hex(text: str) -> str:
 
 
 def identity_hash(
-    type: str,  # the SSOT's own name for the field, though it shadows the builtin
+    type: str,  # the design's own name for the field, though it shadows the builtin
     *,
     source: Mapping[str, object] | None = None,
     xt_id: str | None = None,

@@ -1,4 +1,5 @@
-"""The indexing protocol (SSOT §5.6) as pure decisions over the stored and the observed version.
+"""The indexing protocol (docs/specification.md §3) as pure decisions over the stored and the
+observed version.
 
 The caller (the application) resolves identity, reads the source, fetches the stored version and
 builds the observed version with :meth:`FileObject.build`; these functions say what happens.

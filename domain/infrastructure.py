@@ -1,4 +1,5 @@
-"""The ``chat`` and ``session`` infrastructure objects (SSOT §2.6, §3.1) as snapshots of a state.
+"""The ``chat`` and ``session`` infrastructure objects (docs/specification.md §1, §2) as snapshots
+of a state.
 
 The session's truth is its event log (see docs/decisions/0001-event-sourced-sessions.md): these
 objects are *snapshots* written at session start and then whenever the log has grown by as many
@@ -43,8 +44,8 @@ class ChatObject:
     turns: tuple[dict[str, Any], ...]
     """Turns in their stored JSON form: ``{"number", "messages": [...]}``."""
     turn_count: int
-    """The number of turns in ``turns`` (SSOT §2.6), turn 0 — whatever came before the first
-    user message — included: always ``len(turns)``."""
+    """The number of turns in ``turns`` (docs/specification.md §2, the chat), turn 0 — whatever came
+    before the first user message — included: always ``len(turns)``."""
     toolcall_refs: tuple[str, ...]
     content_hash: None
     metadata_hash: str
@@ -83,9 +84,9 @@ class ChatObject:
 class SessionObject:
     """One version of the session wrapper (§3.1): ids only, sets in first-encounter order.
 
-    Beyond the SSOT's fields it records what a snapshot needs to rebuild the state exactly: the
+    Beyond the design's fields it records what a snapshot needs to rebuild the state exactly: the
     log position it reflects (``seq``), the auto-activated tool calls and the window sizes. These
-    extra fields are outside ``metadata_hash``, which covers exactly the SSOT's fields.
+    extra fields are outside ``metadata_hash``, which covers exactly the design's fields.
     """
 
     type: ClassVar[str] = "session"

@@ -1,8 +1,9 @@
-"""Mount mappings (SSOT §5.3): agent-visible paths to canonical source bindings and back.
+"""Mount mappings (docs/specification.md §3): agent-visible paths to canonical source bindings and
+back.
 
 Pure string work on POSIX paths: nothing here touches a filesystem. Symlinks are resolved by the
 filesystem adapter, in the agent's namespace: a link under a mount points at a path the agent
-sees, translated through this table (issue 15 item 3).
+sees, translated through this table (decision 0028).
 """
 
 from __future__ import annotations

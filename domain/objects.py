@@ -1,4 +1,5 @@
-"""Objects (SSOT §2): an immutable envelope, a mutable payload, and the five hashes.
+"""Objects (docs/specification.md §1): an immutable envelope, a mutable payload, and the five
+hashes.
 
 Content objects (``file``, ``toolcall``) take part in context management; infrastructure objects
 (``chat``, ``system_prompt``, ``session``) are scaffolding rendered in fixed places. Each class here
@@ -38,8 +39,8 @@ CONTENT_TYPES: Final = frozenset({"file", "toolcall"})
 INFRASTRUCTURE_TYPES: Final = frozenset({"chat", "system_prompt", "session", "summary"})
 
 ContentStatus: TypeAlias = Literal["deleted", "binary", "too_large"]
-"""Why a file version holds no content although its source was seen (a decision record explains
-this addition to the SSOT: without it a deleted file would render like an unread stub)."""
+"""Why a file version holds no content although its source was seen (decision 0003 explains
+this addition to the design: without it a deleted file would render like an unread stub)."""
 
 ToolStatus: TypeAlias = Literal["ok", "fail"]
 
@@ -64,7 +65,7 @@ def _ranges(value: Any) -> tuple[tuple[int, int], ...]:
 
 @attrs.frozen
 class FileView:
-    """What one tool call showed of one file, or that it changed the file (issue 14; decision
+    """What one tool call showed of one file, or that it changed the file (decision
     0020). The file object's content stays the whole file: a view names lines of the version the
     agent saw, not a version of its own."""
 
@@ -97,7 +98,8 @@ class FileView:
 
 @attrs.frozen
 class FilesystemSource:
-    """Source binding of a file on a filesystem (SSOT §2.3): immutable, part of identity."""
+    """Source binding of a file on a filesystem (docs/specification.md §1): immutable, part of
+    identity."""
 
     type: ClassVar[str] = "filesystem"
     filesystem_id: str
@@ -180,9 +182,9 @@ class FileObject:
 
     @property
     def needs_read(self) -> bool:
-        """The SSOT's stub test (§3.3): neither bytes nor content are known, so activating it
-        reads the source first. True for discovery stubs and for deletions (the file may be back);
-        False for binary or oversized files, whose bytes were hashed."""
+        """The stub test (docs/specification.md §2): neither bytes nor content are known, so
+        activating it reads the source first. True for discovery stubs and for deletions (the file
+        may be back); False for binary or oversized files, whose bytes were hashed."""
         return self.file_hash is None and self.content is None
 
     @property

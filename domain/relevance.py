@@ -1,4 +1,4 @@
-"""Relevance: which tool outputs the agent still needs (issue 14, decision 0021).
+"""Relevance: which tool outputs the agent still needs (decision 0021).
 
 Two facts decide it, both read from the session alone:
 

@@ -1,8 +1,8 @@
-"""Context assembly (SSOT §4.1): what the model sees, section by section.
+"""Context assembly (docs/specification.md §4): what the model sees, section by section.
 
-The order is the SSOT's: system prompt, metadata pool, chat, active content. In the chat every tool
-output is replaced by a ``toolcall_ref`` line; an active tool call's output appears once, in the
-active content section (an issue decision; see docs/decisions/0002-tool-outputs-only-in-active.md).
+The order is the design's: system prompt, metadata pool, chat, active content. In the chat every
+tool output is replaced by a ``toolcall_ref`` line; an active tool call's output appears once, in
+the active content section (docs/decisions/0002-tool-outputs-only-in-active.md).
 """
 
 from __future__ import annotations

@@ -171,9 +171,9 @@ def compose_service(
 
 
 def file_id(filesystem_id: str, path: str) -> str:
-    """The id every client computes for a file (SSOT §2.5), worked out here without the domain's
-    hashing module: SHA-256 of the sorted-key JSON of ``{type, source}`` (plain ``json.dumps``
-    equals JavaScript's for the ASCII strings tests use)."""
+    """The id every client computes for a file (docs/specification.md §1), worked out here without
+    the domain's hashing module: SHA-256 of the sorted-key JSON of ``{type, source}`` (plain
+    ``json.dumps`` equals JavaScript's for the ASCII strings tests use)."""
     assert (filesystem_id + path).isascii()
     source = {"type": "filesystem", "filesystemId": filesystem_id, "path": path}
     text = json.dumps({"type": "file", "source": source}, sort_keys=True, separators=(",", ":"))

@@ -1,4 +1,4 @@
-"""Token-driven collapse (issue 6): the inline policy's batch trigger and the hard budget.
+"""Token-driven collapse (decision 0008): the inline policy's batch trigger and the hard budget.
 
 The estimate tokenizer counts ceil(UTF-8 bytes / 4), so outputs of known sizes make exact
 expectations possible: an output of 400 ASCII characters is 100 tokens.

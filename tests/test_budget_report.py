@@ -1,4 +1,4 @@
-"""Seed 001's token-budget report and pre-request shedding (issue 17; decision 0042), on both
+"""Seed 001's token-budget report and pre-request shedding (decision 0042), on both
 stores. The estimate tokenizer counts ceil(UTF-8 bytes / 4): 400 ASCII characters are 100
 tokens."""
 

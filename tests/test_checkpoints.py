@@ -1,4 +1,4 @@
-"""Checkpoints and rollback (issue 17; decision 0041), on both stores.
+"""Checkpoints and rollback (decision 0041), on both stores.
 
 Files here live in the fake file reader (an in-memory disk); tests/filesystem/test_rollback.py
 rolls back real files, with a watcher running.

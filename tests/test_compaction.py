@@ -1,4 +1,4 @@
-"""Compaction of the chat's older turns (issue 17; seed 001; decision 0043).
+"""Compaction of the chat's older turns (decision 0043).
 
 The pure rules first (transcript format, answer parsing, the two thresholds and the three cases),
 then the extractive summarizer, then compaction through the service on both stores: nothing is

@@ -1,6 +1,6 @@
 """``decide_and_fold`` gives the state its events lead to, so the runner need not fold them again.
 
-Every decision of a session that exercises the collapse window (the SSOT policy) and one that does
+Every decision of a session that exercises the collapse window (the ssot policy) and one that does
 not (``inline``) is checked against folding its events from scratch.
 """
 
@@ -47,6 +47,6 @@ def test_the_folded_state_is_what_folding_the_events_gives(
         service.deactivate("s", f"tc-{turn}-0")
     service.pin("s", "tc-5-1")
     assert len(checked) > 25
-    # The window collapsed old tool outputs under the SSOT policy (and only there).
+    # The window collapsed old tool outputs under the ssot policy (and only there).
     collapsed = "tc-0-1" not in service.state("s").active
     assert collapsed == (policy == "ssot")

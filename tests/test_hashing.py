@@ -1,5 +1,6 @@
-"""The hash rules (SSOT §2.4) agree with JavaScript: golden vectors computed by Node.js, a property
-test against a live Node.js process, and the errors for values JavaScript would hash differently.
+"""The hash rules (docs/hashing.md) agree with JavaScript: golden vectors computed by Node.js, a
+property test against a live Node.js process, and the errors for values JavaScript would hash
+differently.
 
 ``tests/golden/make_hash_vectors.mjs`` generated ``tests/golden/hash_vectors.json`` once;
 ``tests/golden/oracle.mjs`` answers the property tests.
@@ -54,7 +55,8 @@ def _cases(section: str) -> pytest.MarkDecorator:
 
 
 def test_public_names_are_pinned() -> None:
-    # Other implementations are checked against these names (issue 2); renaming one breaks them.
+    # Other implementations are checked against these names (docs/hashing.md): renaming one
+    # breaks them.
     assert sorted(hashing.__all__) == [
         "ABSENT",
         "Absent",

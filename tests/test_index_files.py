@@ -415,7 +415,7 @@ def test_pipelined_batches_leave_what_batches_one_at_a_time_leave(
 
 @pytest.mark.parametrize("text", ["a\ud800b", "tail \udfff", "pair \ud83d\ude00 and \ud800 lone"])
 def test_handed_over_text_has_one_hash_rule(service: ContextService, ns: str, text: str) -> None:
-    """Issue 18 item 1: the file_hash of text a harness handed over is computed as its
+    """Decision 0029: the file_hash of text a harness handed over is computed as its
     content_hash is (a lone surrogate is U+FFFD), so the two agree."""
     sid = f"{ns}lone"
     service.start_session(sid, "prompt")

@@ -1,5 +1,5 @@
 """Content a harness handed over is that session's report, not the file's truth for another
-session (issue 15 item 5; decision 0031). Runs on every store kind.
+session (decision 0031). Runs on every store kind.
 
 Session A's harness indexes a file with content that was never on disk. Session B, discovering
 and activating the file, must not be shown A's content as the file's: B reads the source when it

@@ -1,4 +1,5 @@
-"""One scenario per rule of the SSOT that issue 2 names, end to end through ``ContextService``.
+"""One scenario per rule of the sessions and indexing (docs/specification.md), end to end through
+``ContextService``.
 
 Every test runs on each store kind of ``store_factory`` (see ``tests/conftest.py``).
 """
@@ -1058,7 +1059,7 @@ def test_bytes_written_per_turn_stay_flat_as_the_session_grows(
     service: ContextService, sid: str, store: WrappedStore
 ) -> None:
     """Structural: cumulative bytes per turn at 400 turns stay within 1.5x of those at 50, while
-    rewriting the chat every turn (the SSOT's scheme) would cost far more than that per turn."""
+    rewriting the chat every turn (the design's scheme) would cost far more than that per turn."""
     marks: dict[int, int] = {}
     start = store.bytes_committed
     for turn in range(1, 401):
@@ -1114,8 +1115,8 @@ def test_tuples_in_tool_arguments_replay_as_they_were_recorded(
 def test_activating_a_deleted_file_that_is_back_reads_it_again(
     service: ContextService, sid: str, files: FakeFileReader, host_id: str
 ) -> None:
-    """SSOT §3.3: a version with neither file_hash nor content is read on activation, and a
-    deletion is such a version (issue 18, item 4)."""
+    """docs/specification.md §2: a version with neither file_hash nor content is read on activation,
+    and a deletion is such a version."""
     files.write("/p/back.py", "x = 1\n")
     fid = service.index_file(sid, "/p/back.py").object_id
     files.delete("/p/back.py")

@@ -1,4 +1,4 @@
-"""Search over what sessions have seen (issue 17; decision 0040), on both stores.
+"""Search over what sessions have seen (decision 0040), on both stores.
 
 The index is a projection of the store's transaction log: every test here writes through the
 service as a harness would, then searches, so the projection is exercised end to end.

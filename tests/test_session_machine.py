@@ -1,5 +1,5 @@
 """A whole session under Hypothesis: random reads, discoveries, tool calls, turns, context tools,
-external edits and deletes, resumes — beside a plain model that implements the SSOT's rules with
+external edits and deletes, resumes — beside a plain model that implements the design's rules with
 Python sets and lists (nothing from the domain's own functions).
 
 After every step: the invariants of §3.1 hold; the model agrees with ``service.state`` and with the
@@ -129,7 +129,7 @@ class Frozen:
 
 
 class Model:
-    """The SSOT's session rules on plain sets and lists."""
+    """The design's session rules on plain sets and lists."""
 
     def __init__(self, per_turn: int, turns: int) -> None:
         self.per_turn, self.turns = per_turn, turns

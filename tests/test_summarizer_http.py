@@ -1,4 +1,4 @@
-"""The HTTP summarizer against a local scripted server on 127.0.0.1 (issue 17; decision 0043).
+"""The HTTP summarizer against a local scripted server on 127.0.0.1 (decision 0043).
 
 The server plays an OpenAI- or Anthropic-compatible endpoint: it records each request and answers
 with what the test scripted — a completion, an error status, a body that is not JSON, garbage

@@ -1,5 +1,5 @@
 """The sweep chart of ``selfctx bench context --chart``: recall against tokens, one point per
-contender, so the frontier is visible at a glance (issue 14).
+contender, so the frontier is visible at a glance (docs/benchmarks.md).
 
 Tokens are a share of the naive harness's; recall is the share of used lines the prompt held
 (``selfctx.adapters.harness.recall``). Points no other point beats on both axes (fewer tokens
@@ -51,7 +51,8 @@ def _steps(points: Mapping[str, tuple[float, float]], names: list[str]) -> tuple
 
 def sweep_chart(path: str, total: Mapping[str, Any], default: str, tokenizer: str) -> None:
     """Write the chart of every contender in ``total`` (the bench's totals) to ``path``: the
-    frontier before issue 14 (``ssot``, ``inline`` and its variants) and after (every contender)."""
+    frontier before the relevance policy (``ssot``, ``inline`` and its variants) and after (every
+    contender)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,4 +1,4 @@
-"""``selfctx bench large``: the cost of large messages (issue 15 item 9).
+"""``selfctx bench large``: the cost of large messages (docs/benchmarks.md).
 
 A harness hands over lists of eight tool outputs of a few megabytes each, under the default
 (``inline``) policy, whose token trigger counts the prompt. For each size the bench times the
@@ -25,7 +25,7 @@ from selfctx.application.policies import policy_by_name
 __all__ = ["SIZES_MB", "run_large"]
 
 SIZES_MB = (1, 2, 4, 7)
-"""Sizes of each of the eight outputs, in megabytes (7 is the issue's case)."""
+"""Sizes of each of the eight outputs, in megabytes (7: the largest a user reported)."""
 
 
 def output_text(n: int, size: int, salt: str = "") -> str:

@@ -5,7 +5,7 @@
   then copied into a fresh XTDB node of its own (the latest version of every document, in large
   transactions: filling 10,000 objects one command at a time over HTTP would take longer than
   everything measured), and resumed there. The same turns then run on both stores. Both services
-  use the SSOT layout policy, so that the figures compare stores, not layout policies.
+  use the ``ssot`` layout policy, so that the figures compare stores, not layout policies.
 * **Resume** (``resume_s``) of the largest session on XTDB, by a fresh client: ``batch`` is
   ``ContextService.resume_session`` as it is (one query loads every object of the index), the
   median of three after a first one on the fresh node (reported on stderr, not counted);

@@ -22,7 +22,8 @@ def _serve(args: argparse.Namespace, protocol: IO[bytes]) -> None:
     store = open_store(args.store)
     service = None
     try:
-        # A server lives as long as its agents: it watches the files they read (SSOT §5.8).
+        # A server lives as long as its agents: it watches the files they read
+        # (docs/specification.md §3, Tracking).
         service = build_service(
             store=store, workspace=workspace, roots=roots, track=not args.no_track
         )

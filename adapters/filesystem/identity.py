@@ -1,4 +1,5 @@
-"""The host's filesystem id (SSOT §5.4): SHA-256 of the machine id or its platform equivalent.
+"""The host's filesystem id (docs/specification.md §1, source bindings): SHA-256 of the machine id
+or its platform equivalent.
 
 Linux (and most other Unix systems) keep the id in ``/etc/machine-id`` or dbus's copy of it;
 macOS exposes the hardware UUID as ``IOPlatformUUID`` through ``ioreg``; Windows keeps

@@ -52,9 +52,9 @@ def _kind(mode: int) -> str:
 class LocalFileReader(FileReader, FileRestorer):
     """Reads files of the host filesystem under the allowed roots; refuses everything else.
 
-    A source on another filesystem (a container's) is never read on the host, even if a file
-    with the same path exists here (SSOT §5.8). Paths are resolved one component at a time,
-    following links only where the walk has read them (:mod:`.walk`), so that no change to the
+    A source on another filesystem (a container's) is never read on the host, even if a file with
+    the same path exists here (docs/specification.md §3). Paths are resolved one component at a
+    time, following links only where the walk has read them (:mod:`.walk`), so that no change to the
     files meanwhile can lead a read outside the roots. With ``mounts``, a file under a mount is
     resolved as the agent sees it: its links point at paths of the agent's namespace.
 
@@ -92,7 +92,7 @@ class LocalFileReader(FileReader, FileRestorer):
     def _walk(self, source: Source) -> Walked:
         """Resolve a host source: in the agent's namespace if a mount holds it, else the host's.
         A path the OS cannot be asked about (a lone surrogate: ``UnicodeEncodeError``) is
-        unreachable, like any other failure of the walk (issue 15 item 7: typed)."""
+        unreachable, like any other failure of the walk (a typed error)."""
         host = FilesystemSource(source.filesystem_id, normalize_absolute(source.path))
         try:
             if self.mounts is not None and self.mounts.covering(host) is not None:
@@ -273,7 +273,7 @@ def _replace(dir_fd: int, name: str, data: bytes, mode: int) -> None:
 
 def _snapshot(fd: int, info: os.stat_result, max_bytes: int) -> FileSnapshot:
     """Read at most ``max_bytes + 1`` bytes. A file over the limit is not read in full, however
-    large it is (a 12 GB sparse file was hashed on every read, issue 15 item 9): its size and
+    large it is (a 12 GB sparse file was once hashed on every read; decision 0025): its size and
     modification time stand in for its bytes."""
     if info.st_size > max_bytes:
         return _too_large(info)

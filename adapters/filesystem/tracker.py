@@ -1,4 +1,5 @@
-"""Watching host files with watchdog (SSOT §5.8): one watch per parent directory, not per file.
+"""Watching host files with watchdog (docs/specification.md §3, Tracking): one watch per parent
+directory, not per file.
 
 Events are hints (STYLE.md): each one only marks a watched path as worth a look. Marks are
 coalesced per path (:mod:`selfctx.adapters.filesystem.coalesce`), so a burst of writes, or an

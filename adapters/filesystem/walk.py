@@ -1,13 +1,13 @@
 """Resolving a path one component at a time, following no link the walk has not read itself.
 
 The reader used to ask ``realpath()`` and then open the answer: a directory swapped for a link in
-between was followed by ``open()``, outside the allowed roots (issue 15 item 2). Here every
+between was followed by ``open()``, outside the allowed roots (decision 0028). Here every
 component is opened relative to the descriptor of the directory before it, with ``O_NOFOLLOW``:
 the kernel never follows a link, the walk reads the link's target and goes on from there. What
 the walk ends on is the file at the path it reports, whatever changes around it meanwhile, and
 the reader checks that path, then reads that descriptor.
 
-The walk runs in the agent's namespace (issue 15 item 3). Paths are the agent's; the mount table
+The walk runs in the agent's namespace (decision 0028). Paths are the agent's; the mount table
 says where each one lives. A link's target is a path the agent sees: an absolute target under a
 mount is translated to the host, one under no mount is on the agent's own filesystem (a
 container's, when the agent is sandboxed) and cannot be read here. For a reader without mounts,

@@ -1,4 +1,4 @@
-"""Used-content recall: does the model still see the lines it goes on to use? (issue 14)
+"""Used-content recall: does the model still see the lines it goes on to use? (decision 0021)
 
 For each model call of a recorded trajectory, the recorded response is the assistant message the
 call produced: its text and every string value of its JSON-decoded tool-call arguments. A **used

@@ -1,5 +1,5 @@
 """The assembled context as a request a provider accepts: OpenAI chat completions or Anthropic
-Messages, in the SSOT's order (system prompt, metadata pool, chat, active content).
+Messages, in the ``ssot`` layout's order (system prompt, metadata pool, chat, active content).
 
 OpenAI: a system message (when there is a system prompt), one with the metadata lines, the chat
 (each tool message right after the assistant message that called it), and the active content as a
@@ -301,7 +301,7 @@ def to_anthropic(
 
     With ``cache_control``, two cache breakpoints mark the end of the stable prefix: the last
     system block, and the last block of the chat (before the active content, which changes from
-    turn to turn in the SSOT layout; in the inline layout nothing follows the chat)."""
+    turn to turn in the ssot layout; in the inline layout nothing follows the chat)."""
     system: list[dict[str, Any]] = []
     if context.system_prompt.strip():  # no prompt, no block (Anthropic's system is optional)
         system.append({"type": "text", "text": _system_prompt(context, tool_prefix)})

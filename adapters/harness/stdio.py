@@ -66,8 +66,8 @@ __all__ = [
 ]
 
 POLICIES: dict[str, str] = {
-    "ssot": "The SSOT's layout (system prompt, metadata pool, chat, active content) and its "
-    "sliding-window auto-collapse of tool outputs.",
+    "ssot": "The original design's layout (system prompt, metadata pool, chat, active content) "
+    "and its sliding-window auto-collapse of tool outputs.",
     "inline": "Cache-aware: an append-only prompt, objects shown where they arrived with #n "
     "handles, older outputs collapsed in batches once a token trigger is crossed.",
     "relevance": "The inline layout, collapsing by predicted use: views of the files the agent "

@@ -1,4 +1,5 @@
-"""Mount mappings from a TOML file (SSOT §5.3: "harness configures at startup").
+"""Mount mappings from a TOML file (docs/specification.md §3, mount mappings: the harness configures
+them at startup).
 
 The format (docs/specification.md, "Mount configuration")::
 

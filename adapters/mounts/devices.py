@@ -1,4 +1,5 @@
-"""Spotting bind mounts nobody configured, from ``stat().st_dev`` (SSOT §5.3, fallback).
+"""Spotting bind mounts nobody configured, from ``stat().st_dev`` (docs/specification.md §3, mount
+mappings: a fallback).
 
 A file whose device differs from the device of the allowed root it was read under sits on
 another mount: a bind mount, a network share, a separate volume. If no mount mapping covers it,

@@ -3,8 +3,8 @@
 A Python string can hold a surrogate code point on its own (JSON's ``"\\ud800"`` reads as one),
 or a surrogate pair as two code points. XTDB keeps strings as UTF-8 (in documents, in index keys),
 which has no form for either: Java writes ``?`` for a lone surrogate and joins a pair into one
-character, so a message came back changed and a resume recorded it a second time (issue 15 item
-8). The in-memory store keeps every string as it is, and both stores must agree.
+character, so a message came back changed and a resume recorded it a second time (decision
+0026). The in-memory store keeps every string as it is, and both stores must agree.
 
 So every string the adapter sends (values, map keys, ids, query arguments) is written with each
 surrogate code point, and each U+FDD0, as U+FDD0 followed by the code point's four lowercase hex

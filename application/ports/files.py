@@ -1,4 +1,5 @@
-"""The file reader port: how the application reads a source's bytes (SSOT §5.6 step 2)."""
+"""The file reader port: how the application reads a source's bytes (docs/specification.md §3, full
+indexing)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """The object store port: a bitemporal document store that keeps every version.
 
-Documents are flat JSON objects with a string ``xt/id`` (SSOT §2.2). The store never interprets
-them beyond the attributes it queries: ``xt/id``, ``type`` and, on session-log entries,
-``session_id`` and ``seq`` (see :meth:`ObjectStore.session_log`). Two adapters implement this
-port: the in-memory store (``selfctx.adapters.memory``) and XTDB 1.x over HTTP
+Documents are flat JSON objects with a string ``xt/id`` (docs/specification.md §1). The store never
+interprets them beyond the attributes it queries: ``xt/id``, ``type`` and, on session-log entries,
+``session_id`` and ``seq`` (see :meth:`ObjectStore.session_log`). Two adapters implement this port:
+the in-memory store (``selfctx.adapters.memory``) and XTDB 1.x over HTTP
 (``selfctx.adapters.xtdb``). Both run the same behaviour suite in ``contracts/store.py``.
 """
 

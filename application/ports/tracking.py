@@ -1,5 +1,5 @@
 """The source tracker port: watchers that tell the application when a source may have changed
-(SSOT §5.8, §5.9).
+(docs/specification.md §3, Tracking).
 
 A tracker delivers *hints*: "look at this source again". The application re-reads the source and
 runs full indexing, so a spurious hint costs one read and writes nothing, and a missed one is
@@ -29,7 +29,7 @@ class SourceChange:
     gone: bool = False
     """The tracker saw the file unlinked or moved away (or its directory removed), and nothing
     was at the path when it delivered the hint: a confirmed deletion even if the directory is
-    gone too (SSOT §5.9)."""
+    gone too (docs/specification.md §3, Tracking)."""
     renamed_from: Source | None = None
     """Set when ``source`` is the new path of a watched source that was renamed."""
 

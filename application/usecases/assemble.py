@@ -1,4 +1,4 @@
-"""AssembleContext (SSOT §4) under the session's layout and collapse policy.
+"""AssembleContext (docs/specification.md §4) under the session's layout and collapse policy.
 
 Both policies render through the domain (``render_context`` for ``ssot``, ``render_inline`` for
 ``inline``). Token-driven collapses are then decided here, because they need a tokenizer:

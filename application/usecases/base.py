@@ -42,7 +42,7 @@ def observe_text(
     if not isinstance(content, str):
         raise InvalidContent(where, f"content must be text, got {type(content).__name__}")
     # The bytes every hash of text hashes: a lone surrogate is U+FFFD, as in content_hash, so
-    # the file_hash of handed-over text equals its content_hash (issue 18 item 1).
+    # the file_hash of handed-over text equals its content_hash (decision 0029).
     raw = text_bytes(content)
     if len(raw) > deps.settings.max_output_bytes:
         raise InvalidContent(

@@ -1,4 +1,4 @@
-"""RecordTurn (user and assistant messages) and RecordToolCall (SSOT §5.7)."""
+"""RecordTurn (user and assistant messages) and RecordToolCall (docs/specification.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checkpoints and rollback (issue 17; decision 0041).
+"""Checkpoints and rollback (decision 0041).
 
 A checkpoint is one event in the session log; it stands for the session as it was right before
 the log entry holding it, which the store keeps (``StateAt``). A rollback appends events that make

@@ -1,4 +1,4 @@
-"""The agent's context tools (SSOT §3.3)."""
+"""The agent's context tools (docs/specification.md §2, the agent's tools)."""
 
 from __future__ import annotations
 

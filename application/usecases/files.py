@@ -1,4 +1,4 @@
-"""IndexFile and Discover: the two entry points of the indexing protocol (SSOT §5.6)."""
+"""IndexFile and Discover: the entry points of the indexing protocol (docs/specification.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""StartSession and ResumeSession (SSOT §3.6), and rebuilding a session as it was."""
+"""StartSession and ResumeSession (docs/specification.md §2, lifecycle), and rebuilding a session as
+it was."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Pre-request shedding (seed 001's third layer): when the prompt passes 90% of the model's input
 limit, files leave the context, largest first, with a note in the chat (decision 0042).
 
-Only unpinned files go, and only what shows their content: under the SSOT layout the file objects
+Only unpinned files go, and only what shows their content: under the ssot layout the file objects
 of the active set; under the inline layout (where a file shows in the tool message that read it)
 the tool outputs that show files and no pinned one. Each stays one ``activate`` away.
 """

@@ -1,4 +1,5 @@
-"""Tracking (SSOT §5.8, §5.9): keep the objects of open sessions in step with their sources.
+"""Tracking (docs/specification.md §3): keep the objects of open sessions in step with their
+sources.
 
 Two ways in, one protocol. A tracker's hint (a watcher event) and the re-hash pass (on demand)
 both re-read the source and run full indexing: a new version only when ``file_hash`` differs, a

@@ -99,8 +99,9 @@ class RecordToolCall:
     toolcall: ToolcallObject
     """The toolcall object's single version."""
     activate: bool = True
-    """Auto-activate it (SSOT §5.7). False for a call whose output is recorded as a file object
-    (a whole-file read, see docs/decisions/0006): the file is active instead."""
+    """Auto-activate it (docs/specification.md §2, auto-collapse). False for a call whose output is
+    recorded as a file object (a whole-file read, see docs/decisions/0006): the file is active
+    instead."""
     images: tuple[Mapping[str, Any], ...] = ()
     """Images the tool returned with its output."""
 

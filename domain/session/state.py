@@ -1,4 +1,4 @@
-"""Session state: the four sets of SSOT §3.1, the chat, and the collapse bookkeeping."""
+"""Session state: the four sets (docs/specification.md §2), the chat, the collapse bookkeeping."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class CollapseWindow:
 
 
 POLICY_NAMES = ("ssot", "inline", "relevance")
-"""Layout and collapse policies: ``ssot`` is the SSOT's four sections and sliding window;
+"""Layout and collapse policies: ``ssot`` is the original design's four sections and sliding window;
 ``inline`` keeps the prompt append-only and collapses in batches (docs/decisions/0008);
 ``relevance`` lays it out as ``inline`` does and collapses by predicted use, keeping the files
 the agent works on (docs/decisions/0021)."""
@@ -106,7 +106,7 @@ class PolicyConfig:
 
     @property
     def uses_window(self) -> bool:
-        """The sliding window applies only to the SSOT policy."""
+        """The sliding window applies only to the ssot policy."""
         return self.name == "ssot"
 
     @property
@@ -123,10 +123,10 @@ def _turn_zero() -> PVector[Turn]:
 class SessionState:
     """Everything the session is, apart from object contents (those live in object versions).
 
-    Invariants (checked by the tests after every step): active ⊆ pool ⊆ index; pinned ⊆ index;
-    the index never shrinks; only content objects appear in any set. An object of the index that
-    is not in the pool is "indexed only" (SSOT §3.2): a rollback leaves there what the session had
-    not met at its checkpoint.
+    Invariants (checked by the tests after every step): active ⊆ pool ⊆ index; pinned ⊆ index; the
+    index never shrinks; only content objects appear in any set. An object of the index that is not
+    in the pool is "indexed only" (docs/specification.md §2): a rollback leaves there what the
+    session had not met at its checkpoint.
     """
 
     session_id: str = ""

@@ -272,14 +272,14 @@ def _started(*user_messages: str) -> SessionState:
 
 
 def test_the_chat_counts_every_turn_of_its_turns() -> None:
-    """SSOT §2.6: ``turn_count`` is the number of turns, turn 0 (the preamble) included."""
+    """``turn_count`` is the number of turns, turn 0 (the preamble) included (specification §2)."""
     state = _started("first", "second")
     doc = to_document(ChatObject.of(state))
     assert doc["turn_count"] == len(doc["turns"]) == 3
     assert to_document(ChatObject.of(_started()))["turn_count"] == 1
 
 
-SSOT_SESSION_FIELDS = {
+SESSION_FIELDS = {
     "session_id",
     "chat_ref",
     "system_prompt_ref",
@@ -291,7 +291,7 @@ SSOT_SESSION_FIELDS = {
 ENVELOPE_AND_HASHES = {"xt/id", "type", "source", "identity_hash", "content"}
 ENVELOPE_AND_HASHES |= {"content_hash", "metadata_hash", "object_hash"}
 SNAPSHOT_FIELDS = {"seq", "auto_active", "window", "policy", "last_used", "use_clock"}
-"""The fields decision 0001 lists beyond the SSOT's, which a snapshot needs to rebuild a state."""
+"""The fields decision 0001 lists beyond the design's, which a snapshot needs to rebuild a state."""
 
 
 ROLLBACK_FIELDS = {"checkpoints", "detached"}
@@ -302,7 +302,7 @@ COMPACTION_FIELDS = {"compacted", "summary"}
 
 def test_the_session_document_holds_the_ssot_fields_and_the_recorded_snapshot_fields() -> None:
     doc = to_document(SessionObject.of(_started("go"), 1))
-    assert set(doc) == ENVELOPE_AND_HASHES | SSOT_SESSION_FIELDS | SNAPSHOT_FIELDS
+    assert set(doc) == ENVELOPE_AND_HASHES | SESSION_FIELDS | SNAPSHOT_FIELDS
     # decision 0001's seventh field, present when an output was collapsed as superseded
     state = _started("go")
     for call_id in ("t1", "t2"):
@@ -312,7 +312,7 @@ def test_the_session_document_holds_the_ssot_fields_and_the_recorded_snapshot_fi
         state = fold(decide(state, c.RecordToolCall(call)), state)
     state = fold(decide(state, c.CollapseToFit(("t1",), "", (("t1", "t2"),))), state)
     doc = to_document(SessionObject.of(state, 2))
-    assert set(doc) == ENVELOPE_AND_HASHES | SSOT_SESSION_FIELDS | SNAPSHOT_FIELDS | {"superseded"}
+    assert set(doc) == ENVELOPE_AND_HASHES | SESSION_FIELDS | SNAPSHOT_FIELDS | {"superseded"}
 
 
 def test_after_a_rollback_the_session_document_holds_its_checkpoints_and_detached_calls() -> None:
@@ -341,7 +341,7 @@ def test_after_a_rollback_the_session_document_holds_its_checkpoints_and_detache
     state = decide_and_fold(state, rollback)[1]
     snapshot = SessionObject.of(state, 9)
     doc = to_document(snapshot)
-    fields = ENVELOPE_AND_HASHES | SSOT_SESSION_FIELDS | SNAPSHOT_FIELDS | ROLLBACK_FIELDS
+    fields = ENVELOPE_AND_HASHES | SESSION_FIELDS | SNAPSHOT_FIELDS | ROLLBACK_FIELDS
     assert set(doc) == fields
     assert (doc["checkpoints"], doc["detached"]) == (["cp", "before-rollback"], ["tc"])
     assert from_document(doc) == snapshot

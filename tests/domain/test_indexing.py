@@ -1,4 +1,4 @@
-"""The indexing protocol's decisions (SSOT §5.6) on their own."""
+"""The indexing protocol's decisions (docs/specification.md §3) on their own."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Mount mappings (SSOT §5.3) as pure functions: forward by longest agent prefix, reverse by
-longest canonical prefix on the same filesystem, canonical path as the fallback."""
+"""Mount mappings (docs/specification.md §3) as pure functions: forward by longest agent prefix,
+reverse by longest canonical prefix on the same filesystem, canonical path as the fallback."""
 
 from __future__ import annotations
 

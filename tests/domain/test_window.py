@@ -1,4 +1,4 @@
-"""The auto-collapse window (SSOT §4.3) in the pure session machine."""
+"""The auto-collapse window (docs/specification.md §2) in the pure session machine."""
 
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ def make_fs_service(
         tracker = (
             WatchdogTracker(host_id, delay=quiet, max_delay=max(quiet * 10, 0.5)) if track else None
         )
-        # Tracking is what these tests are about; they read the SSOT layout's metadata lines.
+        # Tracking is what these tests are about; they read the ssot layout's metadata lines.
         kwargs.setdefault("settings", Settings(policy=policy_by_name("ssot")))
         service = build_service(store=store, host_id=host_id, tracker=tracker, **kwargs)
         made.append((service, expect_failures))

@@ -1,5 +1,5 @@
 """Confinement that holds while files change, links resolved as the agent sees them, and files
-over the size cap left unread (issue 15 items 2, 3 and 9). Real files, no watchdog."""
+over the size cap left unread (decisions 0025 and 0028). Real files, no watchdog."""
 
 from __future__ import annotations
 

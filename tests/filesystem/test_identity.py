@@ -1,4 +1,5 @@
-"""The host's filesystem id (SSOT §5.4): SHA-256 of the machine id, or a configured id."""
+"""The host's filesystem id (docs/specification.md §1): SHA-256 of the machine id, or a configured
+id."""
 
 from __future__ import annotations
 

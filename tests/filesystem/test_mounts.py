@@ -1,4 +1,4 @@
-"""Mount mappings from configuration (issue 4): the TOML file, ``docker inspect`` output, the
+"""Mount mappings from configuration: the TOML file, ``docker inspect`` output, the
 composition root's ``mounts_file`` and ``SELFCTX_MOUNTS``, and ``st_dev`` flags for mounts nobody
 configured."""
 

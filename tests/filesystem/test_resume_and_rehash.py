@@ -1,6 +1,6 @@
-"""Resume after changes made while no client ran (SSOT §3.6), and the re-hash pass that catches
-what a watcher missed, on real files. The re-hash tests run without watchdog: events are hints,
-this path must stand on its own (STYLE.md)."""
+"""Resume after changes made while no client ran (docs/specification.md §2), and the re-hash pass
+that catches what a watcher missed, on real files. The re-hash tests run without watchdog: events
+are hints, this path must stand on its own (STYLE.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rolling back files on real disk, with a watchdog tracker running (issue 17; decision 0041).
+"""Rolling back files on real disk, with a watchdog tracker running (decision 0041).
 
 The session edits files through its "tools" (written here, then indexed with ``wrote=True`` as
 the harness does after an edit); someone else edits one of them by hand, which the watcher

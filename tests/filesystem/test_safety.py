@@ -1,5 +1,6 @@
-"""Reading real files safely (issue 4, "Safety"): canonical paths, confinement to the roots, no
-host reads for other filesystems, metadata-only indexing, and special files. No watchdog here."""
+"""Reading real files safely (docs/specification.md §3, reading sources safely): canonical paths,
+confinement to the roots, no host reads for other filesystems, metadata-only indexing, and special
+files. No watchdog here."""
 
 from __future__ import annotations
 
@@ -225,7 +226,7 @@ def test_vanished_files_and_directories_are_told_apart(
     report = service.rehash(sid)
 
     # Its directory is there, the file is not: confirmed deleted. Its directory is gone too: it
-    # cannot be told from a mount that went away, so it is orphaned (SSOT §3.6).
+    # cannot be told from a mount that went away, so it is orphaned (docs/specification.md §2).
     assert report.deleted == (a,) and report.orphaned == (b,)
     assert history(service, a)[-1] == (None, "deleted")
     assert history(service, b) == [("b\n", None)]

@@ -1,4 +1,5 @@
-"""Watching real files with watchdog (SSOT §5.8, §5.9; issue 4), through ``ContextService``.
+"""Watching real files with watchdog (docs/specification.md §3, Tracking), through
+``ContextService``.
 
 Each test waits for the watcher's effect by polling the store or the session with a deadline,
 never by sleeping a fixed time, and asserts what was stored, not how fast.

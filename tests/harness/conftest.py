@@ -34,7 +34,7 @@ ROOTS = ("/testbed",)
 
 def make_service(policy: str = "ssot", store: ObjectStore | None = None) -> ContextService:
     """A service over a fresh in-memory store; every path is a container path. Sessions get the
-    named layout policy (the SSOT's by default: decision 0006 and the exact renderings below
+    named layout policy (``ssot`` by default: decision 0006 and the exact renderings below
     are about its layout)."""
     return build_service(
         store=store if store is not None else MemoryStore(),
@@ -209,7 +209,7 @@ def recorded_call_ids(service: ContextService, session_id: str = "s1") -> list[s
 
 
 def check_invariants(state: SessionState) -> None:
-    """active ⊆ pool ⊆ index (SSOT)."""
+    """active ⊆ pool ⊆ index (docs/specification.md §2)."""
     index = set(state.index)
     assert set(state.pool) <= index
     assert set(state.active) <= set(state.pool)

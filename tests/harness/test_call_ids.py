@@ -1,5 +1,5 @@
-"""A harness's tool-call ids and the object ids they are stored and shown under (decision 0030;
-issue 15 items 4, 6, 13 and 17).
+"""A harness's tool-call ids and the object ids they are stored and shown under (decision
+0030).
 
 The harness names its calls as it likes; none of its ids is ever an object id. Ids shaped like
 the store's own documents wedge no session; an id equal to a file's or another session's object
@@ -75,7 +75,7 @@ def toolcalls(h: HarnessSession) -> list[ToolcallObject]:
     return out
 
 
-# -- item 4: ids shaped like the store's own documents -----------------------------------------
+# -- ids shaped like the store's own documents -------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -140,7 +140,7 @@ def test_the_service_refuses_an_invalid_toolcall_id_before_recording_anything(ba
     assert (service.log_position("s1"), service.store.latest_tx()) == before
 
 
-# -- item 6: ids equal to other objects' ids ---------------------------------------------------
+# -- ids equal to other objects' ids -----------------------------------------------------------
 
 
 def test_a_call_id_equal_to_a_file_read_in_the_same_list_is_a_call_of_its_own() -> None:
@@ -188,7 +188,7 @@ def test_a_call_id_another_session_recorded_is_a_call_of_its_own() -> None:
     assert tc("c1") != tc("c1", session_id="other")
 
 
-# -- item 13: reused ids ---------------------------------------------------------------------
+# -- reused ids ------------------------------------------------------------------------------
 
 
 def turn(call_id: str, n: int) -> list[dict[str, Any]]:
@@ -255,7 +255,7 @@ def test_reused_anthropic_ids_in_parallel_calls() -> None:
     both_valid(h)
 
 
-# -- item 17: ids valid for their format, and back ---------------------------------------------
+# -- ids valid for their format, and back ------------------------------------------------------
 
 ODD_IDS = [
     "functions.bash:0",

@@ -1,4 +1,4 @@
-"""docs/harness.md says what the code does (issue 15 item 19): the defaults of ``session.open``,
+"""docs/harness.md says what the code does : the defaults of ``session.open``,
 the policies it takes, and the example exchange, run against the server line by line."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 15, items 14, 15, 16 and 18: thinking blocks carried with their signatures, images that
+"""Thinking blocks carried with their signatures, images that
 are never lost, context tools under a prefix, and the OpenAI Responses format. Each test fails on
 the code before the fix (thinking dropped, images turned into "[image]", no ``tool_prefix``,
 "responses" an unknown format)."""
@@ -47,7 +47,7 @@ def harness(fmt: str, policy: str = "inline", **kwargs: Any) -> HarnessSession:
     return HarnessSession(service, "s1", fmt, cwd=CWD, roots=ROOTS, **kwargs)
 
 
-# -- item 14: thinking blocks ----------------------------------------------------------------
+# -- thinking blocks -------------------------------------------------------------------------
 
 
 def test_thinking_blocks_go_back_with_their_signatures_also_after_a_resume() -> None:
@@ -72,7 +72,7 @@ def test_thinking_blocks_go_back_with_their_signatures_also_after_a_resume() -> 
     assert "signature" not in json.dumps(render(again.service.assemble("s1"), "openai"))
 
 
-# -- item 15: images ---------------------------------------------------------------------------
+# -- images ------------------------------------------------------------------------------------
 
 
 def _images_in(request: Any) -> list[str]:
@@ -173,7 +173,7 @@ def test_openai_and_responses_images_are_kept_as_given() -> None:
     assert item["content"][1] == {"type": "input_image", "image_url": DATA_URL, "detail": "low"}
 
 
-# -- item 16: a prefix for the context tools ------------------------------------------------------
+# -- a prefix for the context tools ---------------------------------------------------------------
 
 
 def test_context_tools_under_a_prefix_leave_the_harness_its_own_activate() -> None:
@@ -258,7 +258,7 @@ def test_the_metadata_and_the_guide_name_the_prefixed_tools() -> None:
     assert "ctx_deactivate to collapse" in guide
 
 
-# -- item 18: the OpenAI Responses format ------------------------------------------------------
+# -- the OpenAI Responses format ---------------------------------------------------------------
 
 
 CODEX_INPUT: list[dict[str, Any]] = [

@@ -1,10 +1,9 @@
-"""Input no server may die of, and roots a session may not silently index nothing under (issue 15
-items 7 and 10).
+"""Input no server may die of, and roots a session may not silently index nothing under .
 
-Item 7: a line of deeply nested brackets, deep tool arguments, ``#`` and thousands of digits,
+A line of deeply nested brackets, deep tool arguments, ``#`` and thousands of digits,
 numbers too long for ``int`` in tool outputs, and a symlink swapped while the reader resolves it
 each get a typed error (or are taken as they are), and the server answers the next request with
-every open session intact. Item 10: ``session.open`` refuses roots no file system can be asked
+every open session intact. ``session.open`` refuses roots no file system can be asked
 about, its default roots work when the agent sees mounted paths, and it warns when a session can
 index nothing.
 """
@@ -33,7 +32,7 @@ from tests.harness.conftest import bash, mini, o_assistant, o_call, o_tool, o_us
 from tests.harness.test_stdio import Server, workspace  # noqa: F401 (a fixture)
 from tests.support import CountingClock, CountingIds
 
-# -- item 7: the stdio server survives every line ----------------------------------------------
+# -- the stdio server survives every line ------------------------------------------------------
 
 
 def nested(depth: int, leaf: Any = 1) -> Any:
@@ -152,7 +151,7 @@ def test_a_path_the_os_cannot_encode_is_a_typed_error(tmp_path: Path) -> None:
         reader.canonical(FilesystemSource("host", f"{tmp_path}/\ud800.py"))
 
 
-# -- item 10: roots ----------------------------------------------------------------------------
+# -- roots -------------------------------------------------------------------------------------
 
 
 def serve(tmp_path: Path, mounted: bool) -> tuple[StdioServer, Path]:

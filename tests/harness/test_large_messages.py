@@ -1,4 +1,4 @@
-"""Large messages cost work linear in their size (issue 15 item 9).
+"""Large messages cost work linear in their size (docs/tokenizer.md).
 
 The measure is the work itself, not time: the characters handed to tiktoken's encoder, and the
 longest text handed to it at once (its byte-pair merge costs more than linear time on a long run

@@ -1,4 +1,4 @@
-"""Ingestion stays exactly-once when a commit's answer is lost (issue 5: nothing lost, nothing
+"""Ingestion stays exactly-once when a commit's answer is lost (nothing lost, nothing
 double-counted): the commit reached the store, the client saw an error, the harness retries."""
 
 from __future__ import annotations

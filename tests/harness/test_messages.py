@@ -85,7 +85,9 @@ def test_openai_content_parts_and_null_content() -> None:
         ("tool", "a.py"),
         ("assistant", ""),
     ]
-    assert messages[0].images == ({"type": "image", "url": "data:..."},)  # issue 15 item 15
+    assert messages[0].images == (
+        {"type": "image", "url": "data:..."},
+    )  # images are kept (decision 0038)
 
 
 def test_openai_parallel_calls_keep_their_order() -> None:

@@ -31,8 +31,8 @@ from selfctx.application.settings import Settings
 from selfctx.domain.identifiers import toolcall_object_id
 from selfctx.domain.objects import FileObject, ToolcallObject
 
-SSOT = Settings(policy=policy_by_name("ssot"))
-"""These runs check the SSOT layout's requests (metadata lines, toolcall_ref lines)."""
+DESIGN_LAYOUT = Settings(policy=policy_by_name("ssot"))
+"""These runs check the ssot layout's requests (metadata lines, toolcall_ref lines)."""
 
 CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
 TEST = (
@@ -178,7 +178,7 @@ def toolcall_outputs(mini: Any, repo: Path, service: ContextService) -> list[dic
 def test_mini_swe_agent_tool_calls_run_on_managed_requests(mini: Any, repo: Path) -> None:
     from minisweagent.models.test_models import DeterministicToolcallModel
 
-    service = build_service(workspace=str(repo), settings=SSOT)
+    service = build_service(workspace=str(repo), settings=DESIGN_LAYOUT)
     sid = "mini-toolcalls"
     config = builtin_config("mini.yaml")["model"]
     model = recording(DeterministicToolcallModel)(
@@ -247,7 +247,7 @@ def test_mini_swe_agent_tool_calls_run_on_managed_requests(mini: Any, repo: Path
 def test_mini_swe_agent_text_actions_run_on_managed_requests(mini: Any, repo: Path) -> None:
     from minisweagent.models.test_models import DeterministicModel, make_output
 
-    service = build_service(workspace=str(repo), settings=SSOT)
+    service = build_service(workspace=str(repo), settings=DESIGN_LAYOUT)
     sid = "mini-text"
     # Assistant message k is at position 2 + 2k of the history (system, task, then pairs).
     marker_id = f"mswea-{sid}-4-0"
@@ -295,7 +295,7 @@ def test_the_wrapper_resumes_without_recording_twice(mini: Any, repo: Path) -> N
     """A second process (a new wrapper on the same store) hands over the same history."""
     from minisweagent.models.test_models import DeterministicModel, make_output
 
-    service = build_service(workspace=str(repo), settings=SSOT)
+    service = build_service(workspace=str(repo), settings=DESIGN_LAYOUT)
     outputs = [make_output("x\n```mswea_bash_command\necho hi\n```", [{"command": "echo hi"}])] * 2
     done = make_output(
         "```mswea_bash_command\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```",
@@ -312,7 +312,7 @@ def test_the_wrapper_resumes_without_recording_twice(mini: Any, repo: Path) -> N
     assert os.path.samefile(fresh.session.ingestor.cwd, repo)
 
 
-# -- context commands under every policy (issue 15 item 11) -----------------------------------
+# -- context commands under every policy -----------------------------------
 
 MARKER_SHOWN = [
     # ssot: the output is active, in a block headed by its id

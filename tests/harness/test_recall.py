@@ -1,4 +1,4 @@
-"""The used-content recall measure (issue 14) on small hand-made message streams."""
+"""The used-content recall measure (decision 0021) on small hand-made message streams."""
 
 from __future__ import annotations
 

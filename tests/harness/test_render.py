@@ -128,7 +128,7 @@ def test_empty_context() -> None:
 @pytest.mark.parametrize("policy", ["ssot", "inline"])
 @pytest.mark.parametrize("prompt", ["", "  \n"])
 def test_no_system_prompt_no_empty_system_message(policy: str, prompt: str) -> None:
-    """Issue 15 item 19: a request without a system prompt carries no empty system message."""
+    """A request without a system prompt carries no empty system message."""
     h = open_harness(make_service(policy), system_prompt=prompt)
     h.ingest([o_user("hi"), o_assistant("", bash("c1", "ls")), o_tool("c1", mini("a.py\n"))])
     openai, anthropic = both(h)

@@ -1,4 +1,4 @@
-"""Text that only some encodings can carry survives a resume on every store (issue 15 item 8):
+"""Text that only some encodings can carry survives a resume on every store (decision 0026):
 the harness sends the same list again and nothing is recorded twice."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``selfctx serve --stdio``: the methods of issue 17 (``search``, ``checkpoint``,
+"""``selfctx serve --stdio``: the history methods (``search``, ``checkpoint``,
 ``checkpoints``, ``rollback``), driven as a subprocess over a real workspace."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The stdio server watches the files its sessions read: an external edit shows up in the next
-context without the agent reading the file again (issue 4 through the issue 5 surface)."""
+context without the agent reading the file again (tracking through the stdio server)."""
 
 from __future__ import annotations
 

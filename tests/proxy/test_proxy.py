@@ -144,7 +144,7 @@ def test_rounds_are_capped(api: str, tmp_path: Path) -> None:
 
 
 def test_thinking_blocks_reach_the_provider_with_their_signatures(tmp_path: Path) -> None:
-    """Issue 15 item 14: the assistant turn that called a tool goes back with its thinking block
+    """Decision 0038: the assistant turn that called a tool goes back with its thinking block
     and signature unchanged, in the proxy's own round and in the client's next request."""
     steps = [
         Step("Looking.", (("bash", {"command": "ls"}),), thinking="I should list the files."),

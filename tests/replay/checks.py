@@ -1,4 +1,4 @@
-"""What every replayed model call must satisfy (issue 5): each answered tool call is an object
+"""What every replayed model call must satisfy : each answered tool call is an object
 holding its exact output; every collapsed output comes back byte-identical when activated (and
 collapses again when deactivated); the request is valid for both provider formats; the session's
 set invariants hold."""

@@ -1,4 +1,4 @@
-"""``selfctx bench context --long-session`` (issue 17): the trajectories as one session, with and
+"""``selfctx bench context --long-session`` : the trajectories as one session, with and
 without compaction. The concatenation is checked on the shipped example; the figures' claim —
 with compaction the chat stays within a 32k limit — on the development set when present."""
 

@@ -1,4 +1,4 @@
-"""Only the node's owner can use it or read its data (issue 15 item 1, decision 0027): the secret
+"""Only the node's owner can use it or read its data (decision 0027): the secret
 every request carries, browser-shaped requests, queries and transactions that would run code,
 and the modes of everything the node writes. Against real nodes; as ``nobody`` where the suite
 runs as root."""

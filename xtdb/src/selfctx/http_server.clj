@@ -10,7 +10,7 @@
 
   Deliberate differences from xtdb-http-server, each because the upstream behaviour is a trap:
   - JSON integers are read as Long, never Integer, so a document read back through JSON and sent
-    again as a `match` document has the same content hash (upstream issue #2528).
+    again as a `match` document has the same content hash (https://github.com/xtdb/xtdb/issues/2528).
   - Timestamps keep their milliseconds (upstream truncates to whole seconds).
   - A malformed tx-op gets a 400 that says what is wrong (upstream: `Malformed request`).
   - `submit-tx?await-timeout=MS` also awaits the transaction and answers whether it committed
