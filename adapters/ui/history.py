@@ -5,6 +5,7 @@ once and then only from where it ended."""
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -24,6 +25,8 @@ from selfctx.domain.session.machine import fold
 from selfctx.domain.session.state import SessionState
 
 __all__ = ["Collapse", "Marker", "SessionHistory", "Sessions"]
+
+log = logging.getLogger("selfctx.ui")
 
 STATE_EVERY = 128
 """A state this many log entries after one kept is folded from it; further, it is rebuilt."""
@@ -116,6 +119,9 @@ class SessionHistory:
         self._kept: list[int] = []
         self._objects: dict[str, FileObject | ToolcallObject] = {}
         self._contexts: dict[tuple[int, int], PastContext] = {}
+        self._preparing: threading.Thread | None = None
+        self._loading = threading.Lock()
+        """Held while objects are read, so that two pages do not read the same ones."""
 
     def refresh(self) -> SessionHistory:
         """Read what the log and the records gained since the last call: the log's new entries
@@ -221,6 +227,45 @@ class SessionHistory:
                     del self._states[self._kept.pop(0)]
         return state
 
+    def prepare(self) -> None:
+        """Read, on a thread of its own, what a page of the session's latest request needs
+        (its state and its objects), once; a page asking for it meanwhile waits for the same
+        reads rather than making them twice."""
+        with self._lock:
+            if self._preparing is not None or self._objects or not self.records:
+                return
+            seq = self.records[-1].seq
+
+            def read() -> None:
+                try:
+                    self._load_objects(self.state_at(seq).index)
+                except Exception:  # a page that needs them reads them itself, and says why
+                    log.warning("session %s: reading ahead failed", self.session_id, exc_info=True)
+
+            self._preparing = threading.Thread(target=read, daemon=True)
+            self._preparing.start()
+
+    def _load_objects(self, index: Iterable[str]) -> None:
+        """Read the objects of ``index`` this history does not hold yet."""
+        with self._loading:
+            with self._lock:
+                missing = [i for i in index if i not in self._objects]
+            if missing and not self._objects:
+                try:  # the objects of a session this process holds open: no need to read them
+                    held = self.service.open_objects(self.session_id)
+                except SessionNotFound:
+                    held = {}
+                with self._lock:
+                    for object_id, obj in held.items():
+                        if isinstance(obj, FileObject | ToolcallObject):
+                            self._objects[object_id] = obj
+                    missing = [i for i in missing if i not in self._objects]
+            if missing:
+                found = self.service.store.get_many(missing)
+                fresh = {i: _content_object(d) for i, d in found.items()}
+                with self._lock:
+                    self._objects.update(fresh)
+
     def _open_state(self, seq: int) -> SessionState | None:
         """The state of the session as this process holds it open, if that is the state at
         ``seq`` (the proxy serving the inspector: its latest request costs no rebuilding)."""
@@ -247,22 +292,7 @@ class SessionHistory:
         if found is not None:
             return found
         state = self.state_at(seq)
-        with self._lock:
-            missing = [i for i in state.index if i not in self._objects]
-        if missing and not self._objects:
-            try:  # the objects of a session this process holds open: no need to read them
-                held = self.service.open_objects(self.session_id)
-            except SessionNotFound:
-                held = {}
-            with self._lock:
-                for object_id, obj in held.items():
-                    if isinstance(obj, FileObject | ToolcallObject):
-                        self._objects[object_id] = obj
-                missing = [i for i in state.index if i not in self._objects]
-        if missing:
-            fresh = {i: _content_object(d) for i, d in store.get_many(missing).items()}
-            with self._lock:
-                self._objects.update(fresh)
+        self._load_objects(state.index)
         with self._lock:
             objects = {i: self._objects[i] for i in state.index if i in self._objects}
         if not state.policy.inline_layout:

@@ -210,7 +210,8 @@ def timeline_page(base: str, view: TimelineView) -> str:
         "compactions, checkpoints, rollbacks</div>"
         f'<div id="timeline" class="timeline" '
         f'data-src="{h(base)}/api/s/{q(sid)}/requests" data-link="{h(base)}/s/{q(sid)}/r/">'
-        f"{_timeline_svg(data, f'{base}/s/{q(sid)}/r/')}</div>"
+        '<p class="note">The chart is drawn by the page\'s script; the table below has the same '
+        "figures.</p></div>"
         f'<script type="application/json" id="timeline-data">{_json(data)}</script>'
     )
     rows = "".join(_request_row(base, sid, d) for d in data)
@@ -250,51 +251,6 @@ def _request_row(base: str, sid: str, d: Mapping[str, Any]) -> str:
         f'<td class="num">{d["shared"]:,}</td>'
         + "".join(f'<td class="num">{parts[p]:,}</td>' for p in PARTS)
         + f'<td class="marks">{h(marks)}</td></tr>'
-    )
-
-
-BAR = 8
-"""Width of one request's bars, in pixels (managed and naive side by side)."""
-HEIGHT = 220
-
-
-def _timeline_svg(data: Sequence[Mapping[str, Any]], link: str) -> str:
-    """The chart as drawn before the script takes over (the same drawing ui.js makes)."""
-    top = max([d["managed"] for d in data] + [d["naive"] or 0 for d in data] + [1])
-    width = max(len(data) * (2 * BAR + 2), 200)
-    shapes = []
-    for k, d in enumerate(data):
-        x = k * (2 * BAR + 2)
-        y = HEIGHT
-        for part in PARTS:
-            size = d["parts"][part] * (HEIGHT - 20) / top
-            if size > 0:
-                y -= size
-                shapes.append(
-                    f'<rect class="{part}" x="{x}" y="{y:.1f}" width="{BAR}" height="{size:.1f}"/>'
-                )
-        if d["naive"]:
-            size = d["naive"] * (HEIGHT - 20) / top
-            shapes.append(
-                f'<rect class="naive" x="{x + BAR}" y="{HEIGHT - size:.1f}" width="{BAR}" '
-                f'height="{size:.1f}"/>'
-            )
-        if d["marks"]:
-            kinds = sorted({m["kind"] for m in d["marks"]})
-            title = h("; ".join(m["text"] for m in d["marks"]))
-            shapes.append(
-                f'<text class="mark {" ".join(kinds)}" x="{x + BAR / 2}" y="10">▲'
-                f"<title>{title}</title></text>"
-            )
-        tip = h(f"request {d['n']}: {d['managed']:,} managed, {d['naive'] or 0:,} naive")
-        shapes.append(
-            f'<a href="{h(link)}{d["n"]}"><rect class="hit" x="{x}" y="0" width="{2 * BAR}" '
-            f'height="{HEIGHT}"><title>{tip}</title></rect></a>'
-        )
-    return (
-        f'<svg class="chart" width="{width}" height="{HEIGHT}" '
-        f'viewBox="0 0 {width} {HEIGHT}" role="img" aria-label="tokens per request">'
-        f"{''.join(shapes)}</svg>"
     )
 
 

@@ -119,6 +119,7 @@ def record_json(record: RequestRecord, markers: Sequence[Marker]) -> dict[str, A
 
 def timeline_view(sessions: Sessions, session_id: str) -> TimelineView:
     history = sessions.get(session_id)
+    history.prepare()  # the next page is likely one of its requests
     return TimelineView(session_id, history.records, history.markers_by_request(), history.last_seq)
 
 
