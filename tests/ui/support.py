@@ -69,8 +69,22 @@ class Workbench:
 
     @property
     def session_id(self) -> str:
-        (session_id,) = self.service.sessions()
+        """The session of the test's agent (an Anthropic client: ``anthropic.<digest>``)."""
+        (session_id,) = [s for s in self.service.sessions() if s.startswith("anthropic.")]
         return session_id
+
+    def another_session(self, steps: int) -> None:
+        """A second agent, of another API, for a few model calls."""
+        other = Agent(
+            "openai",
+            self.base,
+            task="Add a subtract() function.",
+            run_tool=self.run_tool,
+            headers={"user-agent": "other-agent/2.3"},
+        )
+        with httpx.Client() as client:
+            for _ in range(steps):
+                other.step(client)
 
 
 def script() -> Any:

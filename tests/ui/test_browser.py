@@ -38,6 +38,7 @@ FLAGS = [
 def bench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workbench]:
     with workbench(MemoryStore(), tmp_path_factory.mktemp("browser") / "work") as running:
         written_session(running)
+        running.another_session(3)
         yield running
 
 
