@@ -8,9 +8,11 @@ disk and read again now and then, so files have several versions) or run tests (
 lines of output). A user message begins a new turn every 25 requests.
 
 Then the inspector is served on 127.0.0.1 (uvicorn, as ``selfctx ui`` serves it) and each page is
-fetched over HTTP with its token cookie, as a browser would: the first load of a fresh inspector
-(``cold``: it reads the session's log and records), then ``repeat`` more (``warm``: it reads only
-what is new). Figures are wall-clock milliseconds per page, the median of the warm loads, and
+fetched over HTTP with its token cookie, as a browser would, one page after the other in the
+order listed: the first load of a fresh inspector (``cold``: the session's page reads its log and
+records and starts reading ahead the objects of its latest request, which the first request
+page may wait for; the first search builds the search index from the store), then ``repeat``
+more (``warm``: it reads only what is new). Figures are wall-clock milliseconds per page, the median of the warm loads, and
 the page's size. The same runs on the in-memory store and on an XTDB node the bench starts.
 """
 
@@ -134,11 +136,13 @@ def _pages(service: ContextService, requests: int) -> dict[str, str]:
         "timeline": f"/s/{SESSION}",
         "request (latest)": f"/s/{SESSION}/r/{requests}",
         "request (middle)": f"/s/{SESSION}/r/{requests // 2}",
+        "request (next)": f"/s/{SESSION}/r/{requests // 2 + 1}",
         "request (first)": f"/s/{SESSION}/r/1",
         "log position (middle)": f"/s/{SESSION}/at/{middle}",
-        "file and a diff": f"/o/{changed}?a=1&b={max(2, versions.get(changed, 2))}",
         "tool output": f"/o/{toolcall}",
+        "file and a diff": f"/o/{changed}?a=1&b={max(2, versions.get(changed, 2))}",
         "search": f"/s/{SESSION}/search?q=module_3",
+        "sessions that met a file": f"/o/{changed}/met?part=1",
         "timeline update": f"/api/s/{SESSION}/requests?after={requests - 1}",
     }
 

@@ -105,6 +105,7 @@ class Inspector:
             Route("/s/{sid}/at/{seq:int}", self._page(self._position)),
             Route("/s/{sid}/search", self._page(self._search)),
             Route("/o/{oid}", self._page(self._object)),
+            Route("/o/{oid}/met", self._met),
             Route("/api/s/{sid}/requests", self._api(self._requests)),
             Route("/api/content/{oid}", self._api(self._content)),
         ]
@@ -192,6 +193,20 @@ class Inspector:
         oid = request.path_params["oid"]
         a, b = _version(request, "a"), _version(request, "b")
         return pages.object_page(base, views.object_view(self.service, self.sessions, oid, a, b))
+
+    def _met(self, request: Request) -> Response:
+        """The sessions that met an object: a page, or with ``?part=1`` the list alone (which the
+        object's page fetches once it is shown: it may wait for the search index)."""
+        base = self._base(request)
+        oid = request.path_params["oid"]
+        try:
+            view = views.met_view(self.service, self.sessions, oid)
+        except (SelfContextError, ValueError) as exc:
+            status = _status(exc)
+            return HTMLResponse(pages.error_page(base, status, str(exc)), status)
+        if request.query_params.get("part") == "1":
+            return HTMLResponse(pages.met_list(base, view))
+        return HTMLResponse(pages.met_page(base, view))
 
     # -- data ------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from selfctx.adapters.ui.views import (
+    MetView,
     ObjectView,
     PromptItem,
     RequestView,
@@ -23,6 +24,8 @@ from selfctx.application.requests import PARTS
 
 __all__ = [
     "error_page",
+    "met_list",
+    "met_page",
     "object_page",
     "request_page",
     "search_page",
@@ -430,6 +433,21 @@ def object_page(base: str, view: ObjectView) -> str:
         if view.diff:
             lines = "".join(f'<span class="{k}">{h(line) or " "}</span>' for k, line in view.diff)
             diff += f'<pre class="diff" id="diff">{lines}</pre>'
+    met = f"{base}/o/{q(view.object_id)}/met"
+    sessions = (
+        f'<div id="met" data-include="{h(met)}?part=1">'
+        f'<a href="{h(met)}">the sessions that met it</a></div>'
+    )
+    body = (
+        f"<h1>{h(view.kind)} <code>{h(view.title)}</code></h1><p>id <code>{h(view.object_id)}"
+        f"</code>, {count} version{'s' if count != 1 else ''}</p>"
+        f"<h2>Versions</h2>{versions}{diff}<h2>Sessions that met it</h2>{sessions}"
+    )
+    return layout(base, view.title, [(view.object_id, None)], body)
+
+
+def met_list(base: str, view: MetView) -> str:
+    """The sessions that met an object, as a list (a part of the object's page)."""
     seen = []
     for s in view.sessions:
         link = f"{base}/s/{q(s.session_id)}"
@@ -451,15 +469,19 @@ def object_page(base: str, view: ObjectView) -> str:
         )
         active = f"; shown in full in requests {spans}" if spans else "; never sent in full"
         seen.append(f'<li><a href="{h(link)}">{h(s.session_id)}</a>: {first}{active}</li>')
-    sessions = f"<ul>{''.join(seen)}</ul>" if seen else "<p>none known</p>"
-    if view.sessions_note:
-        sessions += f'<p class="note">{h(view.sessions_note)}</p>'
+    out = f'<ul id="met-list">{"".join(seen)}</ul>' if seen else "<p>none known</p>"
+    if view.note:
+        out += f'<p class="note">{h(view.note)}</p>'
+    return out
+
+
+def met_page(base: str, view: MetView) -> str:
+    oid = view.object_id
     body = (
-        f"<h1>{h(view.kind)} <code>{h(view.title)}</code></h1><p>id <code>{h(view.object_id)}"
-        f"</code>, {count} version{'s' if count != 1 else ''}</p>"
-        f"<h2>Versions</h2>{versions}{diff}<h2>Sessions that met it</h2>{sessions}"
+        f'<h1>Sessions that met <a href="{h(base)}/o/{q(oid)}"><code>{h(oid)}</code></a></h1>'
+        f"{met_list(base, view)}"
     )
-    return layout(base, view.title, [(view.object_id, None)], body)
+    return layout(base, oid, [(oid, f"{base}/o/{q(oid)}"), ("sessions", None)], body)
 
 
 # -- search -------------------------------------------------------------------------------------

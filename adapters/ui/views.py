@@ -29,6 +29,7 @@ __all__ = [
     "SearchView",
     "SessionRow",
     "TimelineView",
+    "met_view",
     "object_view",
     "request_view",
     "search_view",
@@ -384,8 +385,15 @@ class ObjectView:
     diff_note: str | None
     a: int | None
     b: int | None
+
+
+@attrs.frozen
+class MetView:
+    """The sessions that met an object (a page of its own: it may need the search index)."""
+
+    object_id: str
     sessions: Sequence[Seen]
-    sessions_note: str | None
+    note: str | None
 
 
 _HASHES = ("object_hash", "content_hash", "metadata_hash", "file_hash", "identity_hash")
@@ -434,8 +442,17 @@ def object_view(
         if a is None or b is None or not (1 <= a <= len(rows) and 1 <= b <= len(rows)):
             raise InvalidInput("versions", (a, b), f"choose two of 1 to {len(rows)}")
         diff, note = _diff(versions[a - 1].document, versions[b - 1].document, a, b)
-    seen, seen_note = _sessions_of(service, sessions, object_id, kind, latest)
-    return ObjectView(object_id, kind, title, rows, diff, note, a, b, seen, seen_note)
+    return ObjectView(object_id, kind, title, rows, diff, note, a, b)
+
+
+def met_view(service: ContextService, sessions: Sessions, object_id: str) -> MetView:
+    """The sessions that met ``object_id``: when first, and in which requests it was shown."""
+    latest = service.store.get(object_id)
+    if latest is None:
+        raise UnknownObject(object_id, "this store")
+    kind = str(latest.get("type", ""))
+    seen, note = _sessions_of(service, sessions, object_id, kind, latest)
+    return MetView(object_id, seen, note)
 
 
 def _diff(

@@ -195,7 +195,11 @@ def test_an_object_page_lists_versions_diffs_and_where_it_was_seen(bench: Workbe
     with opened(bench) as client:
         page = client.get(bench.ui + f"/o/{calc}").text
         assert "calc.py" in page and versions[-1].document["object_hash"] in page
-        assert sid in page and "first sent in" in page
+        assert f'data-include="/_selfctx/ui/o/{calc}/met?part=1"' in page
+        met = client.get(bench.ui + f"/o/{calc}/met?part=1").text
+        assert met.startswith('<ul id="met-list">') and sid in met and "first sent in" in met
+        assert "shown in full in requests" in met
+        assert "<h1>Sessions that met" in client.get(bench.ui + f"/o/{calc}/met").text
         diff = client.get(bench.ui + f"/o/{calc}?a={len(versions) - 1}&b={len(versions)}").text
         assert '<span class="del">-    return a - b</span>' in diff
         assert '<span class="add">+    return a + b</span>' in diff
@@ -242,6 +246,7 @@ def test_the_timeline_data_grows_with_the_session(bench: Workbench) -> None:
         ("/s/{sid}/at/0", 400),
         ("/s/{sid}/r?n=x", 400),
         ("/o/no-such-object", 404),
+        ("/o/no-such-object/met", 404),
         ("/api/content/no-such-object", 400),
         ("/api/s/{sid}/requests?after=-1", 400),
         ("/api/content/{sid}?tx=abc", 400),

@@ -164,6 +164,8 @@ def test_a_walk_through_the_inspector(page: Any, bench: Workbench, shots: Path) 
     page.wait_for_selector("#diff")
     assert page.locator("#diff .del", has_text="return a - b").count() == 1
     assert page.locator("#diff .add", has_text="return a + b").count() == 1
+    page.wait_for_selector("#met-list li")  # the sessions that met it, loaded after the page
+    assert page.locator("#met-list li", has_text=sid).count() == 1
     page.screenshot(path=str(shots / "ui-object.png"), full_page=True)
 
     # a tool output's hit leads to the request that showed it, the output marked

@@ -127,6 +127,18 @@ function expandable(details) {
   });
 }
 
+// -- parts of a page that load after it ---------------------------------------------------
+
+async function include(box) {
+  try {
+    const answer = await fetch(box.dataset.include, { credentials: "same-origin" });
+    if (!answer.ok) throw new Error(`${answer.status}`);
+    box.innerHTML = await answer.text(); // the inspector's own HTML, escaped where it was made
+  } catch (error) {
+    box.append(` (could not load it: ${error.message})`);
+  }
+}
+
 // -- the sessions table ---------------------------------------------------------------------
 
 function filterable(input, table) {
@@ -141,6 +153,7 @@ document.addEventListener("DOMContentLoaded", () => {
   const box = document.getElementById("timeline");
   if (box) watchTimeline(box);
   document.querySelectorAll("details.expand").forEach(expandable);
+  document.querySelectorAll("[data-include]").forEach(include);
   const filter = document.getElementById("filter");
   const sessions = document.getElementById("sessions");
   if (filter && sessions) filterable(filter, sessions);
