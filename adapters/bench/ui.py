@@ -13,7 +13,8 @@ order listed: the first load of a fresh inspector (``cold``: the session's page 
 records and starts reading ahead the objects of its latest request, which the first request
 page may wait for; the first search builds the search index from the store), then ``repeat``
 more (``warm``: it reads only what is new). Figures are wall-clock milliseconds per page, the
-median of the warm loads, and the page's size. The same runs on the in-memory store and on an XTDB node the bench starts.
+median of the warm loads, and the page's size. The same runs on the in-memory store and on an
+XTDB node the bench starts.
 """
 
 from __future__ import annotations
