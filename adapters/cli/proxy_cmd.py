@@ -54,7 +54,9 @@ def _banner(base: str, config: Any, store: str, policy: str, ui: str | None = No
     inspector = (
         [f"  inspector (what the model saw): {ui}"]
         if ui
-        else ["  inspector: off (it serves 127.0.0.1 only; see selfctx ui)"]
+        else [
+            "  inspector: off (served only on loopback and without a proxy token; see selfctx ui)"
+        ]
     )
     return "\n".join(
         [
@@ -113,7 +115,8 @@ def _run(args: argparse.Namespace) -> int:
         host = f"[{args.host}]" if ":" in args.host else args.host
         base = f"http://{host}:{sock.getsockname()[1]}"
         inspector = None
-        if args.host in _LOOPBACK and not args.no_ui:
+        if args.host in _LOOPBACK and token is None and not args.no_ui:
+            # (behind the proxy's own token a browser could not reach it: use selfctx ui then)
             inspector = Inspector(service)
         proxy = Proxy(service, config, ui=inspector.app if inspector else None)
         policy = args.policy or service.settings.policy.name
