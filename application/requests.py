@@ -112,6 +112,9 @@ class RequestFacts:
     """Tokens of the client's request that repeat its previous one (the cacheable prefix)."""
     round: int = 0
     """0 for the request a client's call caused; 1, 2, ... for the proxy's context-tool rounds."""
+    note: str | None = None
+    """What the caller changed between the context and the request it sent, if anything (the
+    inspector shows it beside a rebuilt prompt that differs)."""
 
 
 @attrs.frozen
@@ -148,6 +151,7 @@ class RequestRecord:
             "model": f.model,
             "client": f.client,
             "round": f.round,
+            "note": f.note,
             "naive": f.naive_tokens,
             "naive_shared": f.naive_shared,
             "managed": self.managed_tokens,
@@ -205,6 +209,7 @@ def record_from_document(
         naive_tokens=naive if isinstance(naive, int) else None,
         naive_shared=_int(data.get("naive_shared")),
         round=_int(data.get("round")),
+        note=_label(data.get("note")),
     )
     return RequestRecord(
         n=_int(doc.get("n")),

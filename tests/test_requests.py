@@ -191,7 +191,9 @@ def test_records_read_back_whatever_a_document_holds() -> None:
     made = meter.next_record(
         at="2025-01-01T00:00:00Z",
         seq=3,
-        facts=RequestFacts(model="m\nx" + "y" * 500, naive_tokens=10, naive_shared=4),
+        facts=RequestFacts(
+            model="m\nx" + "y" * 500, naive_tokens=10, naive_shared=4, note="shown once"
+        ),
         managed=5,
         shared=0,
         parts=(1, 1, 2, 1),
@@ -200,4 +202,5 @@ def test_records_read_back_whatever_a_document_holds() -> None:
     back = record_from_document(request_document("s", made))
     assert back is not None
     assert back.facts.model == ("m x" + "y" * 500)[:200]
+    assert back.facts.note == "shown once"
     assert (back.total_naive, back.total_managed, back.seq) == (10, 5, 3)

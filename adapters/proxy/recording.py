@@ -34,10 +34,12 @@ def record_request(
     naive_tokens: int,
     naive_shared: int,
     round: int,
+    note: str | None = None,
 ) -> None:
     """Record the request about to be sent (``round`` 0: the one the client's call caused; then
     the proxy's own context-tool rounds, which a client talking to the model directly would not
-    have made). A record that cannot be written is logged, and the request goes out all the
+    have made). ``note``: what the proxy changed between ``context`` and what it sent, if
+    anything. A record that cannot be written is logged, and the request goes out all the
     same."""
     first = round == 0
     facts = RequestFacts(
@@ -47,6 +49,7 @@ def record_request(
         naive_tokens=naive_tokens if first else 0,
         naive_shared=naive_shared if first else 0,
         round=round,
+        note=note,
     )
     try:
         service.record_request(session_id, context, facts)

@@ -330,11 +330,16 @@ def request_page(base: str, view: RequestView) -> str:
                 "</code>).</p>"
             )
         else:
+            why = (
+                f"the proxy noted: {h(f.note)}"
+                if f.note
+                else "a part of it was not logged (emergency truncation leaves turns out of one "
+                "prompt only)"
+            )
             check = (
                 '<p class="bad" id="identical">✗ The context rebuilt from the store differs from '
                 f"the one sent (digest <code>{view.digest[:16]}</code>, recorded "
-                f"<code>{h(record.digest[:16])}</code>): a part of it was not logged (emergency "
-                "truncation leaves turns out of one prompt only).</p>"
+                f"<code>{h(record.digest[:16])}</code>): {why}.</p>"
             )
         prev_link = f"{session_link}/r/{record.n - 1}" if record.n > 1 else None
         next_link = f"{session_link}/r/{record.n + 1}" if record.n < view.requests else None
