@@ -2,13 +2,14 @@
 #   make demo   set up and run the main job on the embedded in-memory store
 #   make test   set up everything the test suite needs and run all of it
 # The suite needs: Python packages (PyPI), XTDB 1.24.5 jars (Maven Central, via Maven),
-# tokenizer data (a package registry), PostgreSQL (Debian packages) for the cluster test.
+# tokenizer data (a package registry), PostgreSQL (Debian packages) for the cluster test, Chromium
+# (Debian packages) for the inspector's browser tests.
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test check typing-view pytest deps-test postgres clients clean
+.PHONY: demo test check typing-view pytest deps-test postgres chromium clients clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +37,16 @@ postgres:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
 	else echo "PostgreSQL is not installed and cannot be installed here: the cluster test will be skipped"; fi
 
-deps-test: $(VENV)/.installed-dev postgres
+# A headless browser for the inspector's tests (tests/ui), driven by Playwright's Python client:
+# Debian's chromium, never a browser Playwright would download.
+chromium:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Chromium from Debian packages"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium fonts-liberation >/dev/null; \
+	else echo "Chromium is not installed and cannot be installed here: the browser tests will fail (install Debian's chromium)"; fi
+
+deps-test: $(VENV)/.installed-dev postgres chromium
 	$(BIN)/selfctx xtdb fetch
 	$(BIN)/selfctx tokenizer install
 

@@ -26,6 +26,7 @@ from selfctx.application.ports.store import ObjectStore, Version
 from selfctx.application.ports.summarizer import Summarizer, SummarizerError
 from selfctx.application.ports.tokenizer import Tokenizer
 from selfctx.application.ports.tracking import SourceTracker
+from selfctx.application.requests import RequestFacts, RequestRecord
 from selfctx.application.runner import OpenSession, SessionRunner
 from selfctx.application.settings import Settings
 from selfctx.application.usecases.assemble import AssembleContext
@@ -50,8 +51,10 @@ from selfctx.application.usecases.files import (
     IndexResult,
     resolve,
 )
+from selfctx.application.usecases.requests import ListRequests, RecordRequest
 from selfctx.application.usecases.search import SearchHistory
 from selfctx.application.usecases.sessions import (
+    PastContext,
     PastState,
     ResumeReport,
     ResumeSession,
@@ -142,6 +145,8 @@ class ContextService:
         self._checkpoint = CreateCheckpoint(deps)
         self._checkpoints = ListCheckpoints(deps)
         self._rollback = RollbackSession(deps, restorer)
+        self._record_request = RecordRequest(deps)
+        self._requests = ListRequests(deps)
         if tracker is not None:
             tracker.start(self._tracking.on_changes)
 
@@ -193,6 +198,7 @@ class ContextService:
             session = self._sessions.pop(session_id, None)
         if session is not None:
             self._tracking.release(session)
+        self._record_request.forget(session_id)
 
     def close(self) -> None:
         """Stop tracking (changes already seen are still written). Sessions stay stored."""
@@ -480,29 +486,70 @@ class ContextService:
             raise UnknownObject(object_id, session_id)
         return obj
 
+    def open_objects(self, session_id: str) -> dict[str, ContentObject]:
+        """The latest version of every object of a session this service holds open (a copy).
+        Raises SessionNotFound when it does not hold it open."""
+        session = self._open(session_id)
+        with session.lock:
+            return dict(session.objects)
+
     def state_at(self, session_id: str, seq: int) -> PastState:
         """The session as it was right after its ``seq``-th command, rebuilt from the store."""
         return self._state_at(validate_session_id(session_id), seq)
 
-    def context_at(self, session_id: str, seq: int) -> AssembledContext:
-        """The exact context as it was right after the ``seq``-th command."""
+    def context_at(
+        self, session_id: str, seq: int, *, tx_id: int | None = None
+    ) -> AssembledContext:
+        """The exact context as it was right after the ``seq``-th command; with ``tx_id``, its
+        objects as they were right after that later transaction (a file a watcher changed
+        meanwhile), as for a request recorded then (``requests``)."""
+        return self.past_context(session_id, seq, tx_id=tx_id).context
+
+    def past_context(self, session_id: str, seq: int, *, tx_id: int | None = None) -> PastContext:
+        """:meth:`context_at` with the state and the object versions it was rendered from."""
         past = self.state_at(session_id, seq)
-        docs = self.store.get_many_as_of(past.state.index, past.tx_id)
+        as_of = past.tx_id if tx_id is None else max(tx_id, past.tx_id)
+        prompt_id = past.state.system_prompt_id
+        docs = self.store.get_many_as_of([*past.state.index, prompt_id], as_of)
+        prompt_doc = docs.pop(prompt_id, None)
         objects: dict[str, FileObject | ToolcallObject] = {}
         for object_id, doc in docs.items():
             obj = from_document(doc)
             assert isinstance(obj, FileObject | ToolcallObject)
             objects[object_id] = obj
-        prompt_doc = self.store.get_as_of(past.state.system_prompt_id, past.tx_id)
         prompt = from_document(prompt_doc) if prompt_doc is not None else None
         text = prompt.content if isinstance(prompt, SystemPromptObject) else ""
         if past.state.policy.inline_layout:
-            return render_inline(past.state, objects, text, self.mounts.display_path)
-        return render_context(past.state, objects, text, self.mounts.display_path)
+            context = render_inline(past.state, objects, text, self.mounts.display_path)
+        else:
+            context = render_context(past.state, objects, text, self.mounts.display_path)
+        return PastContext(past.state, seq, as_of, objects, context)
 
     def history(self, object_id: str) -> list[Version]:
         """Every stored version of an object, oldest first."""
         return self.store.history(object_id)
+
+    # -- model requests -------------------------------------------------------------------
+
+    def record_request(
+        self, session_id: str, context: AssembledContext, facts: RequestFacts | None = None
+    ) -> RequestRecord:
+        """Record that ``context`` (just assembled) is being sent to the model: its size by
+        part, the prefix it shares with the session's previous request, a digest, and what the
+        caller knows (``facts``: client, model, the naive request). One small commit; the
+        context itself is rebuilt from the log when asked for (``context_at``)."""
+        session = self._open(session_id)
+        with session.lock:
+            count = self._assemble.counter(session)
+            return self._record_request(session, context, facts or RequestFacts(), count)
+
+    def requests(self, session_id: str) -> list[RequestRecord]:
+        """Every recorded request of a stored session, oldest first."""
+        return self._requests(validate_session_id(session_id))
+
+    def latest_requests(self, session_ids: Iterable[str]) -> dict[str, RequestRecord]:
+        """The latest recorded request of each of these sessions that has any."""
+        return self._requests.latest(session_ids)
 
     # -- checkpoints and rollback -------------------------------------------------------------
 
@@ -568,3 +615,10 @@ class ContextService:
         if self._search is None:
             raise SearchUnavailable("this service was built without a search index")
         return self._search(query)
+
+    def sessions_with(self, object_id: str) -> list[str]:
+        """The sessions that have met file ``object_id`` (read or discovered it), from the
+        search index's memberships (caught up first). Raises SearchUnavailable without one."""
+        if self._search is None:
+            raise SearchUnavailable("this service was built without a search index")
+        return self._search.sessions_of(object_id)

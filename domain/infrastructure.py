@@ -9,11 +9,12 @@ still be rebuilt from a snapshot plus the log entries after it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
 from pyrsistent import pmap, pset, pvector
+from pyrsistent.typing import PSet
 
 from selfctx.domain import hashing
 from selfctx.domain.chat import Turn, turn_from_json, turn_to_json
@@ -168,6 +169,12 @@ class SessionObject:
         )
 
 
+def _set(items: Sequence[str]) -> PSet[str]:
+    """A persistent set of ``items`` with room for them: ``pset(items)`` alone gives a set of
+    any size 8 hash buckets, so that every lookup scans a long list until the set grows."""
+    return pset(items, pre_size=2 * len(items))
+
+
 def state_from_snapshot(session: SessionObject, chat: ChatObject) -> SessionState:
     """Rebuild the state a snapshot pair describes (the inverse of the two ``of`` methods)."""
     turns = chat.parsed_turns()
@@ -190,10 +197,10 @@ def state_from_snapshot(session: SessionObject, chat: ChatObject) -> SessionStat
         index=pvector(index),
         positions=pmap({object_id: n for n, object_id in enumerate(index)}),
         kinds=pmap(kinds),
-        pool=pset(session.metadata_pool),
-        active=pset(session.active_set),
-        pinned=pset(session.pinned_set),
-        auto_active=pset(session.auto_active),
+        pool=_set(session.metadata_pool),
+        active=_set(session.active_set),
+        pinned=_set(session.pinned_set),
+        auto_active=_set(session.auto_active),
         turns=pvector(turns),
         toolcall_turn=pmap(toolcall_turn),
         checkpoints=pvector(session.checkpoints),

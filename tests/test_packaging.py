@@ -112,6 +112,8 @@ def test_the_wheel_works_next_to_distributions_that_clash_with_its_folders(
     for name in ("adapters", "domain", "contracts"):  # the clash is real: their packages are there
         assert (site / name / "__init__.py").is_file(), name
     assert (site / "selfctx" / "adapters" / "cli" / "main.py").is_file()
+    for asset in ("ui.js", "ui.css"):  # the inspector's script and styles are in the wheel
+        assert (site / "selfctx" / "adapters" / "ui" / "static" / asset).is_file(), asset
 
     selfctx = env_dir / "bin" / "selfctx"
     helped = _run(selfctx, "--help", cwd=tmp_path)

@@ -603,6 +603,58 @@ def _register_cache(benches: Any) -> None:
     cache.set_defaults(handler=_cache)
 
 
+def _ui(args: argparse.Namespace) -> int:
+    from selfctx.adapters.bench.ui import run_ui_bench  # imported here: it may start a JVM
+
+    stores = tuple(s.strip() for s in args.stores.split(","))
+    for kind in stores:
+        if kind not in ("memory", "xtdb"):
+            raise SystemExit(f"selfctx bench ui: unknown store {kind!r} (memory, xtdb)")
+    result = run_ui_bench(
+        requests=args.requests,
+        objects=args.objects,
+        repeat=args.repeat,
+        stores=stores,
+        progress=_progress(False),  # stderr: long run
+    )
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(
+        f"inspector page loads, one session of {args.requests:,} requests and about "
+        f"{args.objects:,} objects; ms wall clock over HTTP on 127.0.0.1 (warm: median of "
+        f"{args.repeat})"
+    )
+    for kind in stores:
+        built = result[kind]["session"]
+        rec = built["record_ms"]
+        print(
+            f"\n{kind}: {built['objects']:,} objects, log position {built['log_position']:,}, "
+            f"written in {built['build_seconds']} s; recording a request: median "
+            f"{rec['median']} ms (first 100: {rec['first_100_median']}, last 100: "
+            f"{rec['last_100_median']}), p95 {rec['p95']} ms, {built['record_bytes']} bytes"
+        )
+        print(f"  {'page':<24} {'cold ms':>9} {'warm ms':>9} {'KB':>8}")
+        for name, figures in result[kind]["pages"].items():
+            print(
+                f"  {name:<24} {figures['cold_ms']:>9.1f} {figures['warm_ms']:>9.1f} "
+                f"{figures['kb']:>8.1f}"
+            )
+    return 0
+
+
+def _register_ui(benches: Any) -> None:
+    ui = benches.add_parser(
+        "ui", help="page-load times of the web inspector for a long session, both stores"
+    )
+    ui.add_argument("--requests", type=int, default=1000, help="model requests (default 1000)")
+    ui.add_argument("--objects", type=int, default=10_000, help="objects (default 10000)")
+    ui.add_argument("--repeat", type=int, default=5, help="warm loads per page (default 5)")
+    ui.add_argument("--stores", default="memory,xtdb", help="memory,xtdb (default: both)")
+    ui.add_argument("--json", action="store_true", help="print one JSON object")
+    ui.set_defaults(handler=_ui)
+
+
 def _register_proxy(benches: Any) -> None:
     proxy = benches.add_parser(
         "proxy",
@@ -744,6 +796,7 @@ def register(subparsers: Any) -> None:
     _register_proxy(benches)
     _register_scale(benches)
     _register_cache(benches)
+    _register_ui(benches)
     read = benches.add_parser(
         "read", help="confined reads (canonical + read) against realpath-then-open, files/s"
     )

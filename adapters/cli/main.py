@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "selfctx.adapters.cli.proxy_cmd",
     "selfctx.adapters.cli.pi_cmd",
     "selfctx.adapters.cli.config_cmd",
+    "selfctx.adapters.cli.ui_cmd",
 )
 
 

@@ -58,8 +58,16 @@ def _option(text: str) -> tuple[str, int]:
     return name.strip(), int(value)
 
 
-def _banner(base: str, config: Any, store: str, policy: str) -> str:
+def _banner(base: str, config: Any, store: str, policy: str, ui: str | None = None) -> str:
     root = f"{base}/t/<TOKEN>" if config.token else base
+    inspector = (
+        [f"  inspector (what the model saw): {ui}"]
+        if ui
+        else [
+            "  inspector: not served here (it is with one process on loopback and no proxy "
+            "token, unless --no-ui); selfctx ui serves it"
+        ]
+    )
     return "\n".join(
         [
             f"selfctx proxy listening on {base} (store {store}, policy {policy}, context tools "
@@ -72,15 +80,17 @@ def _banner(base: str, config: Any, store: str, policy: str) -> str:
             f"  aider:        OPENAI_API_BASE={root}/v1 aider --model openai/<model>",
             f"  other OpenAI clients: base URL {root}/v1; Anthropic clients: {root}",
             "  a client may name its session with the header x-selfctx-session",
+            *inspector,
         ]
     )
 
 
 def _run(args: argparse.Namespace) -> int:
     # imported here: the ASGI stack loads only for the command that serves
-    from selfctx.adapters.proxy import Proxy, ProxyConfig
+    from selfctx.adapters.proxy import UI_PATH, Proxy, ProxyConfig
     from selfctx.adapters.proxy.guard import LOOPBACK_NAMES
     from selfctx.adapters.proxy.serving import bind, serve, tune_collector
+    from selfctx.adapters.ui import Inspector
 
     logging.basicConfig(
         stream=sys.stderr,
@@ -141,10 +151,15 @@ def _run(args: argparse.Namespace) -> int:
         service = build_service(
             store=store, workspace=workspace, roots=list(roots), track=not args.no_track
         )
-        proxy = Proxy(service, config)
         host = f"[{args.host}]" if ":" in args.host else args.host
         base = f"http://{host}:{sock.getsockname()[1]}"
-        print(_banner(base, config, args.store, chosen.name), flush=True)
+        inspector = None
+        if args.host in _LOOPBACK and token is None and not args.no_ui:
+            # (behind the proxy's own token a browser could not reach it: use selfctx ui then)
+            inspector = Inspector(service)
+        proxy = Proxy(service, config, ui=inspector.app if inspector else None)
+        ui = inspector.url(base + UI_PATH) if inspector else None
+        print(_banner(base, config, args.store, chosen.name, ui), flush=True)
         serve(proxy.app, sock, log_level="warning")
     finally:
         if service is not None:
@@ -271,6 +286,9 @@ def register(subparsers: Any) -> None:
         default=1,
         help="worker processes (default 1): more serve more conversations at once, each "
         "conversation always by the same worker",
+    )
+    parser.add_argument(
+        "--no-ui", action="store_true", help="do not serve the inspector at /_selfctx/ui"
     )
     parser.add_argument("--exit-with-stdin", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(

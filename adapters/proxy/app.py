@@ -30,8 +30,8 @@ import attrs
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp
 
 from selfctx.adapters.harness.messages import MalformedMessage, Message
@@ -55,6 +55,7 @@ from selfctx.adapters.proxy.passthrough import relayed, upstream_client, watch_d
 from selfctx.adapters.proxy.providers import PROVIDERS, Anthropic, Call, Provider
 from selfctx.adapters.proxy.rebuilt import shown_once, stored_texts
 from selfctx.adapters.proxy.redact import CREDENTIALS, RedactingFilter, redact
+from selfctx.adapters.proxy.recording import record_request
 from selfctx.adapters.proxy.sessions import (
     SESSION_HEADER,
     OpenSessions,
@@ -71,9 +72,10 @@ from selfctx.application.ports.store import StoreError
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import AssistantMessage, ToolCallRequest
 from selfctx.domain.errors import SelfContextError
+from selfctx.domain.rendering import AssembledContext
 from selfctx.domain.session.state import SessionState
 
-__all__ = ["TOKEN_HEADER", "Proxy", "ProxyConfig", "error_body"]
+__all__ = ["TOKEN_HEADER", "UI_PATH", "Proxy", "ProxyConfig", "error_body"]
 
 T = TypeVar("T")
 log = logging.getLogger("selfctx.proxy")
@@ -81,6 +83,8 @@ _REDACTING = RedactingFilter()
 for _name in ("selfctx.proxy", "uvicorn.error", "httpx", "httpcore"):
     logging.getLogger(_name).addFilter(_REDACTING)
 
+UI_PATH = "/_selfctx/ui"
+"""Where the proxy serves the inspector, when it is given one."""
 _HOP = frozenset(
     {
         "host",
@@ -156,6 +160,9 @@ class _Turn:
     """Of the first request sent upstream for this one."""
     as_sent: bool = False
     """The client's request went upstream unchanged (the managed one would have been larger)."""
+    recorded: tuple[AssembledContext, str | None] | None = None
+    """The context of the request being built and what the proxy changed in it, until the
+    request is recorded (once what is sent is known)."""
     texts: collections.Counter[tuple[str, str]] = attrs.field(factory=collections.Counter)
     """The client's text messages (``rebuilt.client_texts``)."""
     gone: asyncio.Event = attrs.field(factory=asyncio.Event)
@@ -189,7 +196,9 @@ class Proxy:
         config: ProxyConfig | None = None,
         *,
         transport: httpx.AsyncBaseTransport | None = None,
+        ui: ASGIApp | None = None,
     ) -> None:
+        """``ui``: an application to serve at ``/_selfctx/ui`` (the inspector)."""
         self.service = service
         self.config = config or ProxyConfig()
         self.sessions = OpenSessions(limit=self.config.max_sessions)
@@ -198,10 +207,12 @@ class Proxy:
         self._client: httpx.AsyncClient | None = None
         self._opening = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
-        routes = [
+        routes: list[BaseRoute] = [
             Route("/", self._root, methods=["GET"]),
             Route("/_selfctx/health", self._health, methods=["GET"]),
         ]
+        if ui is not None:
+            routes += [Route(UI_PATH, _to_ui, methods=["GET", "HEAD"]), Mount(UI_PATH, ui)]
         routes += [
             Route(path, self._endpoint(provider), methods=["POST"])
             for path, provider in PROVIDERS.items()
@@ -429,8 +440,10 @@ class Proxy:
                 # Never larger than what the client sent: its own request, unchanged.
                 turn.as_sent = True
                 turn.upstream_bytes = len(raw)
+                self._record(turn)
                 return raw
             turn.upstream_bytes = len(content)
+            self._record(turn)
             return content
 
         return await anyio.to_thread.run_sync(prepare)
@@ -457,7 +470,13 @@ class Proxy:
 
     async def _managed(self, turn: _Turn, *, last: bool = False) -> bytes:
         """The next round's request, after the proxy answered context calls."""
-        return await anyio.to_thread.run_sync(lambda: dumps(self._build(turn, last=last)))
+
+        def build() -> bytes:
+            content = dumps(self._build(turn, last=last))
+            self._record(turn)
+            return content
+
+        return await anyio.to_thread.run_sync(build)
 
     def _build(self, turn: _Turn, *, last: bool = False) -> dict[str, Any]:
         """The managed request (in a worker thread): the session's context in the client's
@@ -465,10 +484,12 @@ class Proxy:
         provider = turn.provider
         harness = turn.session.harness
         context = self.service.assemble(harness.session_id)
+        note = None
         if turn.session.withdrawn:  # the client rebuilt or dropped text messages: decision 0049
             chat = shown_once(context.chat, turn.texts, turn.session.sent)
             if chat is not None:
                 context = attrs.evolve(context, chat=chat)
+                note = "messages the client rebuilt are shown once"
         prefix, memo = harness.tool_prefix, turn.session.memo
         tools = tool_schemas(provider.name, prefix)
         if isinstance(provider, Anthropic):  # the provider places the cache marks
@@ -483,7 +504,28 @@ class Proxy:
         if last:
             managed["tool_choice"] = {"type": "none"} if provider.name == "anthropic" else "none"
         turn.managed = self.service.prompt_tokens(harness.session_id, context)
+        turn.recorded = (context, note)
         return managed
+
+    def _record(self, turn: _Turn) -> None:
+        """Record the request about to be sent (decision 0055), in a worker thread."""
+        if turn.recorded is None:
+            return
+        (context, note), turn.recorded = turn.recorded, None
+        if turn.as_sent and turn.rounds == 0:
+            note = "the managed request would have been larger: the client's own was sent"
+        record_request(
+            self.service,
+            turn.session.harness.session_id,
+            context,
+            api=turn.provider.name,
+            body=turn.body,
+            headers=turn.headers,
+            naive_tokens=turn.naive,
+            naive_shared=turn.session.parsed.shared,
+            round=turn.rounds,
+            note=note,
+        )
 
     async def _open(self, turn: _Turn, content: bytes) -> httpx.Response | Response:
         """Send ``content`` upstream; a response whose status is not 2xx, or an unreachable
@@ -783,6 +825,11 @@ class Proxy:
             return _error(provider, 502, f"the upstream {url} is unreachable: {exc!r}")
         log.info("%s %s status=%d (%s)", method, url.split("?")[0], upstream.status_code, note)
         return relayed(upstream, _HOP, decoded=True)
+
+
+async def _to_ui(request: Request) -> Response:
+    query = request.url.query
+    return RedirectResponse(f"{UI_PATH}/" + (f"?{query}" if query else ""), 308)
 
 
 # -- helpers --------------------------------------------------------------------------------------

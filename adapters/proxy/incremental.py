@@ -109,6 +109,9 @@ class ParsedConversation:
     """The text messages of the chunks parsed by the last update."""
     withdrew: bool = False
     """The last update dropped text messages it did not parse again."""
+    shared: int = 0
+    """Tokens of the last conversation that repeat the one before it, from its start: the part
+    of the client's own request a provider's prompt cache would serve."""
 
     def update(
         self, items: Any, system: Any, *, same: tuple[Any, int] | None = None
@@ -120,6 +123,7 @@ class ParsedConversation:
         it already."""
         if not isinstance(items, list):  # a Responses input given as a string
             messages = parse_responses(items, system)
+            self.shared = 0
             return messages, self.count([{"role": "user", "content": items}])
         if system != self.system or not self.chunks:
             system_messages = _system(self.fmt, system)
@@ -149,6 +153,9 @@ class ParsedConversation:
             messages = self.messages[: before[-1]]
         dropped = collections.Counter(k for c in self.chunks[keep:] for k in c.texts)
         added: list[TextKey] = []
+        # tokens that repeat the previous request from its start (what a provider's prompt
+        # cache would serve of the client's own request): the system and the kept chunks
+        repeated = system_tokens + tokens_to[-1] if keep else 0
         for begin, end in _chunks(self.fmt, items, ends[-1] if ends else 0):
             part = items[begin:end]
             parsed = _parse(self.fmt, part, begin)
@@ -170,6 +177,7 @@ class ParsedConversation:
         self.items, self.system, self.chunks, self.ends = items, system, chunks, ends
         self.before, self.tokens_to, self.messages, self.added = before, tokens_to, messages, added
         self.system_messages, self.system_tokens = system_messages, system_tokens
+        self.shared = repeated
         return [*system_messages, *messages], system_tokens + tokens_to[-1]
 
 

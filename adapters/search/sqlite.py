@@ -350,6 +350,14 @@ class SqliteSearchIndex(SearchIndex):
             ).fetchone()
         return int(row[0] or 0)
 
+    def sessions_of(self, object_id: str) -> list[str]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT session_id FROM members WHERE object_id = ? ORDER BY session_id",
+                (_text(object_id) or "",),
+            ).fetchall()
+        return [str(row[0]) for row in rows]
+
     def count(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT count(*) FROM entries").fetchone()[0])

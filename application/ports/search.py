@@ -205,6 +205,11 @@ class SearchIndex(abc.ABC):
     def count(self) -> int:
         """How many entries are searchable."""
 
+    def sessions_of(self, object_id: str) -> list[str]:
+        """The sessions that have met file ``object_id`` (read or discovered it), sorted: the
+        index's memberships. The default knows none."""
+        return []
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the index holds open."""
 

@@ -40,6 +40,7 @@ from selfctx.domain.chat import AssistantMessage, ToolResult
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.inline import handle, render_inline
 from selfctx.domain.objects import ToolcallObject
+from selfctx.domain.relevance import SUPERSEDED, UNUSED
 from selfctx.domain.rendering import (
     ActiveBlock,
     AssembledContext,
@@ -77,6 +78,10 @@ class AssembleContext:
         self._tokenizer = tokenizer
         self._compact = compact
         """Compacts the chat's older turns when a policy asks (None: never)."""
+
+    def counter(self, session: OpenSession) -> Callable[[str], int]:
+        """Tokens of a text, memoised for the session's prompts."""
+        return self._counter(session)
 
     def _counter(self, session: OpenSession) -> Callable[[str], int]:
         cache = session.token_cache
@@ -149,8 +154,8 @@ class AssembleContext:
             chosen, cleared = files_to_shed(session, count, total - int(SHED_FRACTION * limit))
             if chosen:
                 note = shedding_note(session, chosen, cleared, total, limit)
-                command = c.CollapseToFit(tuple(chosen), note)
-                _record(session, chosen, "shed", NO_PLAN)
+                reasons = _record(session, chosen, "shed", NO_PLAN)
+                command = c.CollapseToFit(tuple(chosen), note, reasons=reasons)
                 self._deps.runner.execute(session, lambda reads, st: command)
                 context = self.render(session)
                 total = self.tokens(session, context)
@@ -205,8 +210,9 @@ class AssembleContext:
         memo.answered.update(i for i in first if i not in spared)
         if not chosen:
             return False
-        command = c.CollapseToFit(tuple(state.ordered(frozenset(chosen))), "", plan.newer(chosen))
-        _record(session, chosen, "seen", plan)
+        reasons = _record(session, chosen, "seen", plan)
+        ordered = tuple(state.ordered(frozenset(chosen)))
+        command = c.CollapseToFit(ordered, "", plan.newer(chosen), reasons)
         self._deps.runner.execute(session, lambda reads, st: command)
         return True
 
@@ -286,18 +292,36 @@ class AssembleContext:
                 f"{handle(state, i)} by {handle(state, by)}" for i, by in newer
             )
             note += "."
-        command = c.CollapseToFit(tuple(chosen), note, plan.newer(chosen))
-        _record(session, chosen, "batch" if batch else "budget", plan)
+        reasons = _record(session, chosen, "batch" if batch else "budget", plan)
+        command = c.CollapseToFit(tuple(chosen), note, plan.newer(chosen), reasons)
         self._deps.runner.execute(session, lambda reads, st: command)
         return True
 
 
-def _record(session: OpenSession, chosen: list[str], rule: str, plan: CollapsePlan) -> None:
-    """Remember why each of ``chosen`` is collapsed (``selfctx bench context --losses``)."""
+def _record(
+    session: OpenSession, chosen: list[str], rule: str, plan: CollapsePlan
+) -> tuple[tuple[str, str], ...]:
+    """Remember why each of ``chosen`` is collapsed (``selfctx bench context --losses``), and
+    give the reasons its event keeps (the inspector shows them)."""
     for object_id in chosen:
         session.collapses[object_id] = CollapseRecord(
             rule, plan.tier_name(object_id), object_id in plan.working, session.seq
         )
+    return tuple((i, _reason(rule, plan, i)) for i in chosen)
+
+
+def _reason(rule: str, plan: CollapsePlan, object_id: str) -> str:
+    """The rule that chose ``object_id``: ``shed``, ``budget``, ``seen:...`` or ``batch:...``."""
+    if rule == "seen":
+        return "seen:superseded" if plan.always(object_id) else "seen:unused"
+    if rule != "batch":
+        return rule
+    if plan is NO_PLAN:
+        return "batch:lru"
+    tier = plan.key(object_id)
+    if tier == SUPERSEDED:
+        return "batch:superseded"
+    return "batch:unused" if tier <= UNUSED else "batch:over-keep"
 
 
 SUPERSEDED_NEAR_END = 4

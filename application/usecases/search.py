@@ -226,3 +226,8 @@ class SearchHistory:
     def __call__(self, query: SearchQuery) -> list[SearchHit]:
         self.catch_up()
         return self.index.search(query)
+
+    def sessions_of(self, object_id: str) -> list[str]:
+        """The sessions that have met file ``object_id``, once the index has caught up."""
+        self.catch_up()
+        return self.index.sessions_of(object_id)

@@ -4,6 +4,7 @@ it was."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Final
 
 import attrs
@@ -21,7 +22,8 @@ from selfctx.domain.infrastructure import (
     session_id_for,
     state_from_snapshot,
 )
-from selfctx.domain.objects import FileObject, SystemPromptObject
+from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
+from selfctx.domain.rendering import AssembledContext
 from selfctx.domain.session import commands as c
 from selfctx.domain.session.machine import fold
 from selfctx.domain.session.state import INITIAL, CollapseWindow, PolicyConfig, SessionState
@@ -161,6 +163,18 @@ class PastState:
     """The transaction that wrote that log entry: read objects as of it."""
 
 
+@attrs.frozen
+class PastContext:
+    """A session's context as it was right after one log entry, with what it was rendered from."""
+
+    state: SessionState
+    seq: int
+    tx_id: int
+    """The transaction the object versions were read as of."""
+    objects: Mapping[str, FileObject | ToolcallObject]
+    context: AssembledContext
+
+
 class StateAt:
     """Rebuild a session's state after any past command from stored versions alone."""
 
@@ -178,9 +192,10 @@ class StateAt:
         if not snapshots:
             raise InvalidInput("log position", seq, "before the session started")
         snap = snapshots[-1]
-        chat_versions = {v.tx_id: v for v in store.history(chat_id_for(session_id))}
+        # The chat's version of the same transaction (one document, not the chat's history)
+        chat_doc = store.get_as_of(chat_id_for(session_id), snap.tx_id)
         session_obj = from_document(snap.document)
-        chat_obj = from_document(chat_versions[snap.tx_id].document)
+        chat_obj = from_document(chat_doc) if chat_doc is not None else None
         assert isinstance(session_obj, SessionObject) and isinstance(chat_obj, ChatObject)
         state = state_from_snapshot(session_obj, chat_obj)
         entries = [

@@ -190,6 +190,9 @@ class CollapseToFit:
     superseded: tuple[tuple[str, str], ...] = ()
     """``(object, later output)`` for the objects collapsed because a later output shows the
     same lines of their files again (decision 0021)."""
+    reasons: tuple[tuple[str, str], ...] = ()
+    """``(object, rule)``: which rule of the policy collapsed each object (a short code such as
+    ``batch:unused``; see ``ObjectDeactivated.reason``), kept in its event for inspection."""
 
 
 @attrs.frozen

@@ -157,6 +157,11 @@ class ObjectDeactivated:
     superseded_by: str | None = None
     """A tool output collapsed because a later one shows the same lines of its files again:
     that later one (decision 0021)."""
+    reason: str | None = None
+    """For ``by="budget"``: the rule that chose it (``batch:superseded``, ``batch:unused``,
+    ``batch:over-keep``, ``batch:lru``, ``seen:unused``, ``seen:superseded``, ``shed``,
+    ``budget``); None in entries written before it was kept. Changes no state: it is there so
+    that a reader of the log can say why an output collapsed."""
 
 
 @attrs.frozen

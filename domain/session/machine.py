@@ -273,9 +273,12 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
         case c.Unpin(object_id=object_id):
             _require_content_object(state, object_id)
             return [e.ObjectUnpinned(object_id)] if object_id in state.pinned else []
-        case c.CollapseToFit(object_ids=object_ids, note=note, superseded=superseded):
+        case c.CollapseToFit(
+            object_ids=object_ids, note=note, superseded=superseded, reasons=reasons
+        ):
             out = []
             newer = dict(superseded)
+            why = dict(reasons)
             for later in newer.values():
                 _require_content_object(state, later)
             for object_id in dict.fromkeys(object_ids):
@@ -284,7 +287,11 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
                     raise InvalidInput("object", object_id, "is pinned; a pin is never collapsed")
                 if object_id in state.active:
                     by = newer.get(object_id)
-                    out.append(e.ObjectDeactivated(object_id, by="budget", superseded_by=by))
+                    out.append(
+                        e.ObjectDeactivated(
+                            object_id, by="budget", superseded_by=by, reason=why.get(object_id)
+                        )
+                    )
             if out and note:
                 out.append(e.ContextNoteRecorded(note))
             return out

@@ -1,0 +1,400 @@
+"""What the inspector reads of a session, kept between page loads: its log and its request
+records. Both only grow (a log entry and a record version are never rewritten), so each is read
+once and then only from where it ended."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from selfctx.application.persistence import decode_events, entry_events, log_entry_id
+from selfctx.application.requests import RequestRecord, record_from_document, requests_id
+from selfctx.application.service import ContextService
+from selfctx.application.usecases.sessions import PastContext, validate_session_id
+from selfctx.domain.documents import from_document
+from selfctx.domain.errors import InvalidInput, SessionNotFound
+from selfctx.domain.inline import render_inline
+from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
+from selfctx.domain.rendering import render_context
+from selfctx.domain.session.machine import fold
+from selfctx.domain.session.state import SessionState
+
+__all__ = ["Collapse", "Marker", "SessionHistory", "Sessions"]
+
+log = logging.getLogger("selfctx.ui")
+
+STATE_EVERY = 128
+"""A state this many log entries after one kept is folded from it; further, it is rebuilt."""
+STATES_KEPT = 64
+TAIL_PAGE = 32
+"""Log entries asked for at once when catching up with a session's log."""
+CONTEXTS_KEPT = 8
+"""Contexts rebuilt lately, kept for a page loaded again."""
+
+MARKED = {
+    "ObjectDeactivated": "collapse",
+    "ObjectActivated": "activation",
+    "ChatCompacted": "compaction",
+    "CheckpointCreated": "checkpoint",
+    "RolledBack": "rollback",
+}
+"""Events the timeline marks, by the name of their mark."""
+INLINE = ("inline", "relevance")
+"""Policies whose prompts name objects by handle (``PolicyConfig.inline_layout``)."""
+
+
+@attrs.frozen
+class Marker:
+    """Something that happened to the session at log position ``seq``."""
+
+    seq: int
+    kind: str
+    """``collapse``, ``activation``, ``compaction``, ``checkpoint`` or ``rollback``."""
+    text: str
+
+
+@attrs.frozen
+class Collapse:
+    """An output (or file) leaving the active set: when, by whom and why."""
+
+    seq: int
+    by: str
+    reason: str | None = None
+    superseded_by: str | None = None
+
+
+def _marker(
+    seq: int, command: str, event: Mapping[str, Any], label: Callable[[str], str]
+) -> Marker | None:
+    name = event.get("event")
+    kind = MARKED.get(str(name))
+    if kind is None:
+        return None
+    object_id = str(event.get("object_id", ""))
+    if name == "ObjectActivated":
+        if command != "Activate":
+            return None  # a new output, a file read: the prompt shows it, no need for a mark
+        return Marker(seq, kind, f"activated {label(object_id)}")
+    if name == "ObjectDeactivated":
+        why = event.get("reason") or event.get("by")
+        return Marker(seq, kind, f"collapsed {label(object_id)} ({why})")
+    if name == "ChatCompacted":
+        return Marker(
+            seq, kind, f"compacted turns before {event.get('upto')} ({event.get('case')})"
+        )
+    if name == "CheckpointCreated":
+        return Marker(seq, kind, f"checkpoint {event.get('label')}")
+    return Marker(seq, kind, f"rolled back to {event.get('label')}")
+
+
+class SessionHistory:
+    """One session's log as the inspector needs it: marks, collapses, active spans, first
+    encounters and times by log position (thread-safe)."""
+
+    def __init__(self, service: ContextService, session_id: str) -> None:
+        self.service = service
+        self.session_id = session_id
+        self._lock = threading.Lock()
+        self.last_seq = 0
+        self.seqs: list[int] = []
+        self.times: list[str] = []
+        self.markers: list[Marker] = []
+        self.collapses: dict[str, list[Collapse]] = {}
+        self.spans: dict[str, list[list[int | None]]] = {}
+        """Object → ``[start, end]`` log positions of each span it was active (end None: still)."""
+        self.first_seen: dict[str, int] = {}
+        self.positions: dict[str, int] = {}
+        """Object → its place in the session index (1 for the first object met)."""
+        self.inline = False
+        """The session's layout names objects by handles (``#12``)."""
+        self.records: list[RequestRecord] = []
+        self._entries: list[Mapping[str, Any]] = []
+        self._states: dict[int, SessionState] = {}
+        """States rebuilt lately, by log position (``_kept``: their positions, sorted)."""
+        self._kept: list[int] = []
+        self._objects: dict[str, FileObject | ToolcallObject] = {}
+        self._contexts: dict[tuple[int, int], PastContext] = {}
+        self._preparing: threading.Thread | None = None
+        self._loading = threading.Lock()
+        """Held while objects are read, so that two pages do not read the same ones."""
+
+    def refresh(self) -> SessionHistory:
+        """Read what the log and the records gained since the last call: the log's new entries
+        by their ids (``log:{session}:{seq}``: a lookup, whatever the log's length), and the
+        records' latest version (their history only when more than one is new)."""
+        store = self.service.store
+        with self._lock:
+            if not self.last_seq:
+                validate_session_id(self.session_id)
+                entries = store.session_log(self.session_id)
+                if not entries and self.session_id not in self.service.sessions():
+                    raise SessionNotFound(self.session_id)
+            else:
+                entries = self._tail()
+            for entry in entries:
+                self._take(entry)
+            doc = store.get(requests_id(self.session_id))
+            latest = record_from_document(doc) if doc is not None else None
+            known = len(self.records)
+            if latest is not None and latest.n == known + 1:
+                self.records.append(latest)  # its transaction is read when it is needed
+            elif latest is not None and latest.n != known:
+                self.records = self.service.requests(self.session_id)
+        return self
+
+    def _tail(self) -> list[Mapping[str, Any]]:
+        """The log entries after ``last_seq``, read by id, a page at a time."""
+        out: list[Mapping[str, Any]] = []
+        seq = self.last_seq
+        while True:
+            ids = [log_entry_id(self.session_id, seq + k) for k in range(1, TAIL_PAGE + 1)]
+            found = self.service.store.get_many(ids)
+            page = [found[i] for i in ids if i in found]
+            out += page
+            if len(page) < TAIL_PAGE:
+                return out
+            seq += TAIL_PAGE
+
+    def _take(self, entry: Mapping[str, Any]) -> None:
+        seq = int(entry["seq"])
+        if seq <= self.last_seq:
+            return
+        self.last_seq = seq
+        self.seqs.append(seq)
+        self.times.append(str(entry.get("at") or ""))
+        self._entries.append(entry)
+        command = str(entry.get("command", ""))
+        for event in entry_events(entry):
+            name = event.get("event")
+            object_id = str(event.get("object_id", ""))
+            if name == "SessionStarted":
+                policy = event.get("policy")
+                self.inline = isinstance(policy, Mapping) and policy.get("name") in INLINE
+            elif name == "ObjectEncountered":
+                self.first_seen.setdefault(object_id, seq)
+                self.positions.setdefault(object_id, len(self.positions) + 1)
+            marker = _marker(seq, command, event, self.label)
+            if marker is not None:
+                self.markers.append(marker)
+            if name == "ObjectActivated":
+                spans = self.spans.setdefault(object_id, [])
+                if not spans or spans[-1][1] is not None:
+                    spans.append([seq, None])
+            elif name == "ObjectDeactivated":
+                open_spans = self.spans.get(object_id)
+                if open_spans and open_spans[-1][1] is None:
+                    open_spans[-1][1] = seq
+                self.collapses.setdefault(object_id, []).append(
+                    Collapse(
+                        seq, str(event.get("by")), event.get("reason"), event.get("superseded_by")
+                    )
+                )
+
+    # -- the context at any point --------------------------------------------------------
+
+    def state_at(self, seq: int) -> SessionState:
+        """The session's state right after log position ``seq``: folded from the nearest state
+        kept, when it is at most ``STATE_EVERY`` entries before; otherwise rebuilt from the
+        store's snapshots (``ContextService.state_at``) and kept."""
+        with self._lock:
+            count = bisect.bisect_right(self.seqs, seq)  # entries up to seq
+            if count == 0 or self.seqs[count - 1] != seq:
+                raise InvalidInput("log position", seq, f"the session has 1 to {self.last_seq}")
+            k = bisect.bisect_right(self._kept, seq) - 1
+            start = self._kept[k] if k >= 0 else None
+            near = (
+                start is not None and count - bisect.bisect_right(self.seqs, start) <= STATE_EVERY
+            )
+            if near:
+                assert start is not None
+                state = self._states[start]
+                entries = self._entries[bisect.bisect_right(self.seqs, start) : count]
+        if not near:
+            state = self._open_state(seq) or self.service.state_at(self.session_id, seq).state
+            entries = []
+        for entry in entries:
+            state = fold(decode_events(entry_events(entry)), state)
+        with self._lock:
+            if seq not in self._states:
+                bisect.insort(self._kept, seq)
+                self._states[seq] = state
+                while len(self._kept) > STATES_KEPT:
+                    del self._states[self._kept.pop(0)]
+        return state
+
+    def prepare(self) -> None:
+        """Read, on a thread of its own, what a page of the session's latest request needs
+        (its state and its objects), once; a page asking for it meanwhile waits for the same
+        reads rather than making them twice."""
+        with self._lock:
+            if self._preparing is not None or self._objects or not self.records:
+                return
+            seq = self.records[-1].seq
+
+            def read() -> None:
+                try:
+                    self._load_objects(self.state_at(seq).index)
+                except Exception:  # a page that needs them reads them itself, and says why
+                    log.warning("session %s: reading ahead failed", self.session_id, exc_info=True)
+
+            self._preparing = threading.Thread(target=read, daemon=True)
+            self._preparing.start()
+
+    def _load_objects(self, index: Iterable[str]) -> None:
+        """Read the objects of ``index`` this history does not hold yet."""
+        with self._loading:
+            with self._lock:
+                missing = [i for i in index if i not in self._objects]
+            if missing and not self._objects:
+                try:  # the objects of a session this process holds open: no need to read them
+                    held = self.service.open_objects(self.session_id)
+                except SessionNotFound:
+                    held = {}
+                with self._lock:
+                    for object_id, obj in held.items():
+                        if isinstance(obj, FileObject | ToolcallObject):
+                            self._objects[object_id] = obj
+                    missing = [i for i in missing if i not in self._objects]
+            if missing:
+                found = self.service.store.get_many(missing)
+                fresh = {i: _content_object(d) for i, d in found.items()}
+                with self._lock:
+                    self._objects.update(fresh)
+
+    def _open_state(self, seq: int) -> SessionState | None:
+        """The state of the session as this process holds it open, if that is the state at
+        ``seq`` (the proxy serving the inspector: its latest request costs no rebuilding)."""
+        try:
+            if self.service.log_position(self.session_id) == seq:
+                state = self.service.state(self.session_id)
+                return state if self.service.log_position(self.session_id) == seq else None
+        except SessionNotFound:
+            pass
+        return None
+
+    def past(self, seq: int, tx_id: int | None) -> PastContext:
+        """What ``ContextService.past_context`` gives, from this history's log and objects: the
+        state at ``seq``, the objects as of ``tx_id`` (the transaction of ``seq`` if None), the
+        context rendered from them. Objects are read from the store once: a tool call is never
+        rewritten, and the inline layouts show files only through tool calls (by their paths,
+        which never change); the ``ssot`` layout's files are read as of ``tx_id`` every time."""
+        store = self.service.store
+        if tx_id is None:
+            tx_id = store.history(log_entry_id(self.session_id, seq))[0].tx_id
+        key = (seq, tx_id)
+        with self._lock:
+            found = self._contexts.get(key)
+        if found is not None:
+            return found
+        state = self.state_at(seq)
+        self._load_objects(state.index)
+        with self._lock:
+            objects = {i: self._objects[i] for i in state.index if i in self._objects}
+        if not state.policy.inline_layout:
+            files = [i for i in state.pool if isinstance(objects.get(i), FileObject)]
+            for object_id, doc in store.get_many_as_of(files, tx_id).items():
+                objects[object_id] = _content_object(doc)
+        prompt_doc = store.get_as_of(state.system_prompt_id, tx_id)
+        prompt = from_document(prompt_doc) if prompt_doc is not None else None
+        text = prompt.content if isinstance(prompt, SystemPromptObject) else ""
+        display = self.service.mounts.display_path
+        if state.policy.inline_layout:
+            context = render_inline(state, objects, text, display)
+        else:
+            context = render_context(state, objects, text, display)
+        past = PastContext(state, seq, tx_id, objects, context)
+        with self._lock:
+            self._contexts[key] = past
+            while len(self._contexts) > CONTEXTS_KEPT:
+                del self._contexts[next(iter(self._contexts))]
+        return past
+
+    # -- questions ------------------------------------------------------------------------
+
+    def label(self, object_id: str) -> str:
+        """How the session's prompt names an object: its handle under the inline layouts."""
+        position = self.positions.get(object_id)
+        return f"#{position}" if self.inline and position is not None else object_id
+
+    def time_at(self, seq: int) -> str:
+        """When the command at log position ``seq`` was recorded ('' if unknown)."""
+        i = bisect.bisect_right(self.seqs, seq) - 1
+        return self.times[i] if i >= 0 else ""
+
+    def collapse_before(self, object_id: str, seq: int) -> Collapse | None:
+        """The latest collapse of ``object_id`` at or before ``seq``."""
+        found = None
+        for collapse in self.collapses.get(object_id, ()):
+            if collapse.seq > seq:
+                break
+            found = collapse
+        return found
+
+    def record(self, n: int) -> RequestRecord:
+        """Request ``n``, with the transaction that recorded it."""
+        if not 1 <= n <= len(self.records):
+            have = f"requests 1 to {len(self.records)}" if self.records else "no recorded requests"
+            raise InvalidInput("request", n, f"session {self.session_id!r} has {have}")
+        if self.records[n - 1].tx_id is None:
+            with self._lock:
+                self.records = self.service.requests(self.session_id)
+        return self.records[n - 1]
+
+    def request_at(self, seq: int) -> int | None:
+        """The first request whose context included log position ``seq`` (None: none yet)."""
+        i = bisect.bisect_left([r.seq for r in self.records], seq)
+        return self.records[i].n if i < len(self.records) else None
+
+    def requests_between(self, spans: Iterable[list[int | None]]) -> list[tuple[int, int]]:
+        """The requests (first, last) sent while an object was active in ``spans``."""
+        seqs = [r.seq for r in self.records]
+        out = []
+        for start, end in spans:
+            assert start is not None
+            first = bisect.bisect_left(seqs, start)
+            last = len(seqs) if end is None else bisect.bisect_left(seqs, end)
+            if first < last:
+                out.append((self.records[first].n, self.records[last - 1].n))
+        return out
+
+    def markers_by_request(self) -> list[list[Marker]]:
+        """For each request, the marks of what happened since the request before it."""
+        out: list[list[Marker]] = [[] for _ in self.records]
+        seqs = [r.seq for r in self.records]
+        for marker in self.markers:
+            i = bisect.bisect_left(seqs, marker.seq)
+            if i < len(out):
+                out[i].append(marker)
+        return out
+
+
+def _content_object(doc: Mapping[str, Any]) -> FileObject | ToolcallObject:
+    obj = from_document(doc)
+    assert isinstance(obj, FileObject | ToolcallObject)
+    return obj
+
+
+class Sessions:
+    """The histories of the sessions looked at so far (at most ``limit``, the least recently
+    used dropped)."""
+
+    def __init__(self, service: ContextService, limit: int = 64) -> None:
+        self.service = service
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._held: dict[str, SessionHistory] = {}
+
+    def get(self, session_id: str) -> SessionHistory:
+        with self._lock:
+            found = self._held.pop(session_id, None)
+            if found is None:
+                found = SessionHistory(self.service, session_id)
+            self._held[session_id] = found
+            while len(self._held) > self.limit:
+                del self._held[next(iter(self._held))]
+        return found.refresh()

@@ -1,0 +1,465 @@
+"""What each model request held: one small record per request, kept as the versions of one
+document per session, so that the inspector (``selfctx ui``) can show every request exactly and
+cheaply (decision 0055).
+
+A record says when the request went out, at which log position the context was assembled, the
+client, API and model, its size naive and managed with the part of each a provider's prompt cache
+could serve (the prefix shared with the session's previous request), the managed prompt's size by
+part (system, metadata lines, chat, active outputs and files), a digest of the context that was
+sent, and running totals. The context itself is not stored again: the log and the object versions
+rebuild it (``ContextService.context_at``), and the digest says whether the rebuild is the prompt
+that was sent.
+
+The figures come from a :class:`RequestMeter` per session that remembers, by identity, the
+messages of the previous request: both renderers hand back the very message objects of an
+unchanged prefix, so a request costs what is new in it, not the conversation's length.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+import attrs
+from pyrsistent import thaw
+
+from selfctx.application.ports.store import Document, Version
+from selfctx.domain.prompt_cache import OPENAI, CacheRules, rules_for
+from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage
+
+__all__ = [
+    "PARTS",
+    "REQUEST_TYPE",
+    "RequestFacts",
+    "RequestMeter",
+    "RequestRecord",
+    "cache_cost",
+    "context_digest",
+    "record_from_version",
+    "request_document",
+    "requests_id",
+    "rules_of",
+]
+
+REQUEST_TYPE: Final = "request_log"
+PARTS: Final = ("system", "metadata", "chat", "active")
+"""What a managed prompt holds, in the order of :attr:`RequestRecord.parts`."""
+
+_MAX_LABEL = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def cache_cost(size: int, shared: int, rules: CacheRules, *, alive: bool = True) -> float:
+    """What a provider bills for a prompt of ``size`` tokens whose first ``shared`` tokens repeat
+    the previous request's, in units of an uncached input token, by ``rules`` (the prices,
+    minimum, lifetime and granularity of ``selfctx.domain.prompt_cache``, decision 0047).
+    ``alive``: the previous request is recent enough for its cache entry to live. The prefix is
+    read, the rest written to the cache (the proxy marks the end of the conversation)."""
+    read = min(shared, size) if alive else 0
+    if read < rules.min_tokens:
+        read = 0
+    read -= read % rules.granularity
+    written = size - read if size >= rules.min_tokens else 0
+    uncached = size - read - written
+    return rules.read * read + rules.write * written + uncached
+
+
+def rules_of(api: str | None) -> CacheRules:
+    """The caching rules of a request format; automatic prefix caching for one the model does
+    not know (most providers cache that way)."""
+    try:
+        return rules_for(api or "")
+    except ValueError:
+        return OPENAI
+
+
+def _seconds_between(earlier: str, later: str) -> float | None:
+    try:
+        return (datetime.fromisoformat(later) - datetime.fromisoformat(earlier)).total_seconds()
+    except ValueError:
+        return None
+
+
+def requests_id(session_id: str) -> str:
+    """The id of the document whose versions are a session's request records."""
+    return f"requests:{session_id}"
+
+
+def _label(value: object) -> str | None:
+    """A client-given name kept short and on one line (a model name, a user agent)."""
+    if not isinstance(value, str) or not value:
+        return None
+    return _CONTROL.sub(" ", value)[:_MAX_LABEL]
+
+
+@attrs.frozen
+class RequestFacts:
+    """What only the caller knows about a request: who sent it, and the naive request."""
+
+    api: str | None = None
+    """``anthropic``, ``openai``, ``responses``, or a harness's format."""
+    model: str | None = None
+    client: str | None = None
+    """The client's name (its User-Agent's first word, say)."""
+    naive_tokens: int | None = None
+    """The client's own request, in tokens (None: unknown; 0: the client made no such request,
+    as for a second round the proxy made on its own)."""
+    naive_shared: int = 0
+    """Tokens of the client's request that repeat its previous one (the cacheable prefix)."""
+    round: int = 0
+    """0 for the request a client's call caused; 1, 2, ... for the proxy's context-tool rounds."""
+    note: str | None = None
+    """What the caller changed between the context and the request it sent, if anything (the
+    inspector shows it beside a rebuilt prompt that differs)."""
+
+
+@attrs.frozen
+class RequestRecord:
+    """One model request of a session (see the module docstring)."""
+
+    n: int
+    """1 for the session's first recorded request."""
+    at: str
+    seq: int
+    """The session's log position when the context was assembled: ``context_at(seq)``."""
+    facts: RequestFacts
+    managed_tokens: int
+    managed_shared: int
+    parts: tuple[int, int, int, int]
+    """Tokens of the managed prompt by :data:`PARTS`."""
+    digest: str
+    """:func:`context_digest` of the context sent."""
+    total_naive: int
+    total_managed: int
+    cost_direct: float
+    """Running total of :func:`cache_cost` over the client's own requests (token units)."""
+    cost_managed: float
+    tx_id: int | None = None
+    """The transaction that recorded it (known once read back from the store)."""
+    tx_time: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        f = self.facts
+        return {
+            "at": self.at,
+            "seq": self.seq,
+            "api": f.api,
+            "model": f.model,
+            "client": f.client,
+            "round": f.round,
+            "note": f.note,
+            "naive": f.naive_tokens,
+            "naive_shared": f.naive_shared,
+            "managed": self.managed_tokens,
+            "managed_shared": self.managed_shared,
+            "parts": list(self.parts),
+            "digest": self.digest,
+            "totals": [self.total_naive, self.total_managed],
+            "cost": [round(self.cost_direct, 2), round(self.cost_managed, 2)],
+        }
+
+
+def request_document(session_id: str, record: RequestRecord) -> dict[str, Any]:
+    """The version of ``requests:{session}`` that records ``record``: the record as one value
+    (a store that indexes every attribute indexes it once; decision 0017)."""
+    return {
+        "xt/id": requests_id(session_id),
+        "type": REQUEST_TYPE,
+        "session_id": session_id,
+        "n": record.n,
+        "record": record.to_json(),
+    }
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _ints(value: Any, size: int) -> list[int]:
+    if isinstance(value, list) and len(value) == size:
+        return [_int(v) for v in value]
+    return [0] * size
+
+
+def _numbers(value: Any, size: int) -> list[float]:
+    if isinstance(value, list) and len(value) == size:
+        return [float(v) if isinstance(v, int | float) else 0.0 for v in value]
+    return [0.0] * size
+
+
+def record_from_document(
+    doc: Document, tx_id: int | None = None, tx_time: str | None = None
+) -> RequestRecord | None:
+    """The record a version holds (None for anything that is not one)."""
+    data = doc.get("record")
+    if doc.get("type") != REQUEST_TYPE or not isinstance(data, Mapping):
+        return None
+    parts = _ints(data.get("parts"), 4)
+    totals = _ints(data.get("totals"), 2)
+    cost = _numbers(data.get("cost"), 2)
+    naive = data.get("naive")
+    facts = RequestFacts(
+        api=_label(data.get("api")),
+        model=_label(data.get("model")),
+        client=_label(data.get("client")),
+        naive_tokens=naive if isinstance(naive, int) else None,
+        naive_shared=_int(data.get("naive_shared")),
+        round=_int(data.get("round")),
+        note=_label(data.get("note")),
+    )
+    return RequestRecord(
+        n=_int(doc.get("n")),
+        at=str(data.get("at") or ""),
+        seq=_int(data.get("seq")),
+        facts=facts,
+        managed_tokens=_int(data.get("managed")),
+        managed_shared=_int(data.get("managed_shared")),
+        parts=(parts[0], parts[1], parts[2], parts[3]),
+        digest=str(data.get("digest") or ""),
+        total_naive=totals[0],
+        total_managed=totals[1],
+        cost_direct=cost[0],
+        cost_managed=cost[1],
+        tx_id=tx_id,
+        tx_time=tx_time,
+    )
+
+
+def record_from_version(version: Version) -> RequestRecord | None:
+    return record_from_document(version.document, version.tx_id, version.tx_time)
+
+
+# -- the digest of a context ----------------------------------------------------------------
+
+
+def _sha(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+def _message_digest(message: RenderedMessage) -> bytes:
+    calls = [[c.id, c.name, thaw(c.arguments)] for c in message.tool_calls]
+    body = [
+        message.role,
+        message.text,
+        calls,
+        message.toolcall_id,
+        message.is_error,
+        [thaw(r) for r in message.reasoning],
+        [thaw(i) for i in message.images],
+    ]
+    return _sha(json.dumps(body, ensure_ascii=True, sort_keys=True))
+
+
+def _block_digest(block: ActiveBlock) -> bytes:
+    body = [block.object_id, block.content, [thaw(i) for i in block.images]]
+    return _sha(json.dumps(body, ensure_ascii=True, sort_keys=True))
+
+
+_START = bytes(32)
+
+
+def _chain(previous: bytes, digest: bytes) -> bytes:
+    """The digest of a chat so far: each message's digest chained onto the one before, so that
+    a chat that grows at its end costs the new messages only."""
+    return hashlib.sha256(previous + digest).digest()
+
+
+def _combine(system: bytes, metadata: bytes, chat: bytes, active: Iterable[bytes]) -> str:
+    whole = hashlib.sha256(system + metadata + chat)
+    for part in active:
+        whole.update(part)
+    return whole.hexdigest()
+
+
+def context_digest(context: AssembledContext) -> str:
+    """SHA-256 over everything the context shows (every section, every message's role, text,
+    tool calls, reasoning and images): equal digests mean the same prompt."""
+    chat = _START
+    for message in context.chat:
+        chat = _chain(chat, _message_digest(message))
+    return _combine(
+        _sha(context.system_prompt),
+        _sha("\n".join(context.metadata)),
+        chat,
+        (_block_digest(b) for b in context.active),
+    )
+
+
+# -- measuring successive requests ----------------------------------------------------------
+
+
+@attrs.define
+class _Seen:
+    message: RenderedMessage
+    tokens: int
+    part: int
+    digest: bytes
+    through: int
+    """Tokens of the chat up to and including this message."""
+    chain: bytes
+    """The chat's digest up to and including this message."""
+
+
+_SYSTEM, _METADATA, _CHAT, _ACTIVE = range(4)
+
+
+def _message_tokens(message: RenderedMessage, count: Callable[[str], int]) -> int:
+    n = count(message.text)
+    for call in message.tool_calls:
+        n += count(call.name) + count(json.dumps(thaw(call.arguments), ensure_ascii=False))
+    return n
+
+
+class RequestMeter:
+    """The figures of one session's successive requests (not thread-safe: the caller holds the
+    session's lock). Messages that are the very objects of the previous request are not counted
+    or hashed again; they are also the prefix a provider's cache serves."""
+
+    def __init__(self, last: RequestRecord | None = None) -> None:
+        self.last = last
+        """The session's latest record (read from the store when the meter was made)."""
+        self._chat: list[_Seen] = []
+        self._system: tuple[str, int, bytes] | None = None
+        self._metadata: tuple[tuple[str, ...], int, bytes] | None = None
+        self._active: list[tuple[ActiveBlock, int, bytes]] = []
+        self._parts = [0, 0, 0, 0]
+        """Tokens of the remembered chat messages by part."""
+
+    def measure(
+        self,
+        context: AssembledContext,
+        count: Callable[[str], int],
+        is_active: Callable[[str], bool],
+        inline: bool,
+    ) -> tuple[int, int, tuple[int, int, int, int], str]:
+        """``(tokens, tokens shared with the previous request, tokens by part, digest)`` of
+        ``context``; ``is_active`` tells whether a tool call's output is shown in full."""
+        shared = 0
+        cached = True  # still inside the prefix the previous request had
+        if self._system is not None and self._system[0] == context.system_prompt:
+            system = self._system
+        else:
+            text = context.system_prompt
+            system = self._system = (text, count(text), _sha(text))
+            cached = False
+        if cached:
+            shared += system[1]
+        metadata = context.metadata
+        if self._metadata is not None and self._metadata[0] == metadata:
+            meta = self._metadata
+        else:
+            text = "\n".join(metadata)
+            meta = self._metadata = (metadata, count(text) if metadata else 0, _sha(text))
+            cached = False
+        if cached:
+            shared += meta[1]
+        chat = context.chat
+        memo = self._chat
+        same = _identical_prefix(memo, chat)
+        before = memo[same:]
+        for seen in before:
+            self._parts[seen.part] -= seen.tokens
+        del memo[same:]
+        repeated = same  # messages equal to the previous request's, from the first on
+        through = memo[-1].through if memo else 0
+        chain = memo[-1].chain if memo else _START
+        for k, message in enumerate(chat[same:]):
+            mine = _message_digest(message)
+            old = before[k] if repeated == same + k and k < len(before) else None
+            if old is not None and old.digest == mine:
+                # rendered again, the same to a provider: its cache serves it too
+                tokens, part = old.tokens, old.part
+                repeated += 1
+            else:
+                tokens = _message_tokens(message, count)
+                if message.role != "tool":
+                    part = _CHAT
+                elif inline and is_active(message.toolcall_id or ""):
+                    part = _ACTIVE
+                else:
+                    part = _METADATA
+            through += tokens
+            chain = _chain(chain, mine)
+            memo.append(_Seen(message, tokens, part, mine, through, chain))
+            self._parts[part] += tokens
+        parts = [system[1], meta[1], 0, 0]
+        for part, tokens in enumerate(self._parts):
+            parts[part] += tokens
+        if cached:
+            shared += memo[repeated - 1].through if repeated else 0
+            cached = repeated == len(chat)
+        blocks = []
+        previous = {id(b): (b, n, d) for b, n, d in self._active}
+        for position, block in enumerate(context.active):
+            hit = previous.get(id(block))
+            if hit is None or hit[0] is not block:
+                hit = (block, count(block.text), _block_digest(block))
+            if cached and (position >= len(self._active) or self._active[position][0] is not block):
+                cached = False
+            if cached:
+                shared += hit[1]
+            blocks.append(hit)
+            parts[_ACTIVE] += hit[1]
+        self._active = blocks
+        digest = _combine(
+            system[2], meta[2], memo[-1].chain if memo else _START, (d for _, _, d in blocks)
+        )
+        return sum(parts), shared, (parts[0], parts[1], parts[2], parts[3]), digest
+
+    def next_record(
+        self,
+        *,
+        at: str,
+        seq: int,
+        facts: RequestFacts,
+        managed: int,
+        shared: int,
+        parts: tuple[int, int, int, int],
+        digest: str,
+    ) -> RequestRecord:
+        """The record that follows :attr:`last` (not yet remembered: :meth:`keep_last` does)."""
+        last = self.last
+        naive = facts.naive_tokens or 0
+        rules = rules_of(facts.api)
+        gap = _seconds_between(last.at, at) if last is not None else None
+        alive = gap is not None and gap <= rules.ttl
+        direct = cache_cost(naive, facts.naive_shared, rules, alive=alive) if naive else 0.0
+        return RequestRecord(
+            n=(last.n if last else 0) + 1,
+            at=at,
+            seq=seq,
+            facts=facts,
+            managed_tokens=managed,
+            managed_shared=shared,
+            parts=parts,
+            digest=digest,
+            total_naive=(last.total_naive if last else 0) + naive,
+            total_managed=(last.total_managed if last else 0) + managed,
+            cost_direct=(last.cost_direct if last else 0.0) + direct,
+            cost_managed=(last.cost_managed if last else 0.0)
+            + cache_cost(managed, shared, rules, alive=alive),
+        )
+
+    def keep_last(self, record: RequestRecord | None) -> None:
+        """The session's latest record is now ``record``."""
+        self.last = record
+
+
+def _identical_prefix(memo: Sequence[_Seen], chat: Sequence[RenderedMessage]) -> int:
+    """How many leading messages of ``chat`` are the very objects ``memo`` holds. Renderers
+    replace every message after the first that changes, so the identical ones are a prefix."""
+    known = len(memo)
+    if known and known <= len(chat) and memo[-1].message is chat[known - 1]:
+        return known
+    low, high = 0, min(known, len(chat))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if memo[middle - 1].message is chat[middle - 1]:
+            low = middle
+        else:
+            high = middle - 1
+    return low

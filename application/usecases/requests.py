@@ -1,0 +1,110 @@
+"""RecordRequest: keep one record per model request (``selfctx.application.requests``), as a new
+version of the session's ``requests:{session}`` document. ListRequests reads them back."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+
+from selfctx.application.ports.store import ConflictError, Document, Expect
+from selfctx.application.requests import (
+    RequestFacts,
+    RequestMeter,
+    RequestRecord,
+    record_from_document,
+    record_from_version,
+    request_document,
+    requests_id,
+)
+from selfctx.application.runner import OpenSession
+from selfctx.application.usecases.base import Deps
+from selfctx.domain.rendering import AssembledContext
+
+__all__ = ["ListRequests", "RecordRequest"]
+
+_ATTEMPTS = 5
+"""Commits tried when other writers of the same session's records get there first."""
+
+
+class RecordRequest:
+    """Measure a context about to be sent and record it (one small commit)."""
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+        self._meters: dict[str, tuple[RequestMeter, Document | None]] = {}
+        self._guard = threading.Lock()
+
+    def forget(self, session_id: str) -> None:
+        """The session was closed: drop what its meter remembers."""
+        with self._guard:
+            self._meters.pop(session_id, None)
+
+    def __call__(
+        self,
+        session: OpenSession,
+        context: AssembledContext,
+        facts: RequestFacts,
+        count: Callable[[str], int],
+    ) -> RequestRecord:
+        """Record ``context`` as the session's next request (the caller holds its lock)."""
+        store = self._deps.runner.store
+        doc_id = requests_id(session.session_id)
+        with self._guard:
+            known = self._meters.get(session.session_id)
+        if known is None:
+            latest = store.get(doc_id)
+            known = (RequestMeter(_record(latest)), latest)
+        meter, previous = known
+        state = session.state
+        tokens, shared, parts, digest = meter.measure(
+            context, count, state.active.__contains__, state.policy.inline_layout
+        )
+        at = self._deps.runner.clock.now()
+        for _attempt in range(_ATTEMPTS):
+            record = meter.next_record(
+                at=at,
+                seq=session.seq,
+                facts=facts,
+                managed=tokens,
+                shared=shared,
+                parts=parts,
+                digest=digest,
+            )
+            doc = request_document(session.session_id, record)
+            try:
+                store.commit([doc], [Expect(doc_id, previous)])
+            except ConflictError:
+                previous = store.get(doc_id)  # another writer recorded a request of this session
+                meter.keep_last(_record(previous))
+                continue
+            meter.keep_last(record)
+            with self._guard:
+                self._meters[session.session_id] = (meter, doc)
+            return record
+        raise ConflictError([doc_id])
+
+
+def _record(doc: Document | None) -> RequestRecord | None:
+    return record_from_document(doc) if doc is not None else None
+
+
+class ListRequests:
+    """A session's request records, oldest first, each with the transaction that wrote it."""
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+
+    def __call__(self, session_id: str) -> list[RequestRecord]:
+        versions = self._deps.runner.store.history(requests_id(session_id))
+        return [r for r in map(record_from_version, versions) if r is not None]
+
+    def latest(self, session_ids: Iterable[str]) -> dict[str, RequestRecord]:
+        """The latest record of each session that has any (one store read)."""
+        ids = {requests_id(s): s for s in session_ids}
+        docs = self._deps.runner.store.get_many(ids)
+        out = {}
+        for doc_id, doc in docs.items():
+            record = record_from_document(doc)
+            if record is not None:
+                out[ids[doc_id]] = record
+        return out

@@ -1,0 +1,206 @@
+"""Request records: at every model call of a replayed session the record's figures equal figures
+computed from scratch (tokens by part, the digest), the cacheable prefix is what a provider's
+cache would serve, and the context rebuilt from the store as of each record is the one sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.cli.replay_cmd import SAMPLE_SESSION
+from selfctx.adapters.harness.replay import replay, replay_filesystem_id
+from selfctx.adapters.harness.tokens import PromptCounter
+from selfctx.adapters.harness.trajectories import load
+from selfctx.adapters.tokenizer import EstimateTokenizer
+from selfctx.application.policies import policy_by_name
+from selfctx.application.ports.store import ObjectStore
+from selfctx.application.requests import (
+    RequestFacts,
+    RequestMeter,
+    cache_cost,
+    context_digest,
+    record_from_document,
+    request_document,
+    requests_id,
+    rules_of,
+)
+from selfctx.application.tokens import context_texts, context_tokens
+from selfctx.domain.prompt_cache import ANTHROPIC, OPENAI, Block, PromptCache, Request
+from selfctx.domain.rendering import AssembledContext, RenderedMessage
+from tests.conftest import StoreFactory
+
+POLICIES = {
+    "ssot": policy_by_name("ssot"),
+    "inline": policy_by_name("inline", trigger_tokens=900, clear_at_least=200, keep_recent=1),
+    "relevance": policy_by_name("relevance"),
+}
+
+
+def _parts(context: AssembledContext) -> list[list[str]]:
+    """The texts of a context in prompt order, grouped by section and message."""
+    groups = [[context.system_prompt], [context.metadata_text()] if context.metadata else []]
+    for message in context.chat:
+        groups.append(list(context_texts(AssembledContext("", (), (message,), ())))[1:])
+    groups += [[block.text] for block in context.active]
+    return groups
+
+
+def _common_prefix_tokens(old: list[list[str]], new: list[list[str]], count: Any) -> int:
+    """Tokens of the whole sections and messages equal to the previous request's, in order."""
+    shared = 0
+    for a, b in zip(old, new, strict=False):
+        if a != b:
+            break
+        shared += sum(map(count, b))
+    return shared
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_every_request_is_recorded_and_rebuilt_exactly(
+    name: str, store_factory: StoreFactory, ns: str
+) -> None:
+    (trajectory,) = load(SAMPLE_SESSION)
+    tokenizer = EstimateTokenizer()
+    store: ObjectStore = store_factory.make()
+    service = build_service(
+        store=store,
+        default_filesystem_id=f"{ns}{replay_filesystem_id(trajectory)}",
+        workspace="/",
+        tokenizer=tokenizer,
+    )
+    session_id = f"{ns}requests-{name}"
+    sent: list[tuple[AssembledContext, Any]] = []
+    previous: list[list[str]] = []
+
+    def observe(n: int, call: Any, session: Any, request: Any) -> None:
+        nonlocal previous
+        context = service.assemble(session.session_id)
+        naive = PromptCounter(tokenizer)(request)
+        record = service.record_request(
+            session.session_id,
+            context,
+            RequestFacts(api="openai", model="m", client="replay", naive_tokens=naive),
+        )
+        texts = _parts(context)
+        assert record.n == n
+        assert record.seq == service.log_position(session.session_id)
+        assert record.digest == context_digest(context)
+        assert sum(record.parts) == record.managed_tokens
+        assert record.managed_tokens == context_tokens(context, tokenizer.count)
+        # whole sections and messages equal to the previous request's: what a provider's cache
+        # serves (the ssot layout's metadata block grows at its end: it counts as changed)
+        assert record.managed_shared <= _common_prefix_tokens(previous, texts, tokenizer.count)
+        if name != "ssot":  # the inline layouts grow at their end between two collapses
+            assert record.managed_shared == _common_prefix_tokens(previous, texts, tokenizer.count)
+        previous = texts
+        sent.append((context, record))
+
+    try:
+        report = replay(
+            trajectory,
+            service,
+            PromptCounter(tokenizer),
+            session_id=session_id,
+            observe=observe,
+            policy=POLICIES[name],
+        )
+        records = service.requests(report.session_id)
+        assert [r.n for r in records] == list(range(1, len(sent) + 1))
+        assert all(r.tx_id is not None for r in records)
+        for (context, made), stored in zip(sent, records, strict=True):
+            assert stored.digest == made.digest
+            assert stored.parts == made.parts
+            rebuilt = service.context_at(report.session_id, stored.seq, tx_id=stored.tx_id)
+            assert rebuilt == context
+            assert context_digest(rebuilt) == stored.digest
+        last = records[-1]
+        assert last.total_managed == sum(r.managed_tokens for r in records)
+        assert last.total_naive == sum(r.facts.naive_tokens or 0 for r in records)
+        assert last.cost_managed <= last.total_managed * OPENAI.write
+    finally:
+        service.close()
+        store.close()
+
+
+def test_a_request_shares_the_prefix_it_repeats() -> None:
+    count = len
+    meter = RequestMeter()
+    a = RenderedMessage("user", "hello")
+    b = RenderedMessage("assistant", "world")
+    first = AssembledContext("sys", (), (a,), ())
+    tokens, shared, parts, digest = meter.measure(first, count, lambda _: False, True)
+    assert (tokens, shared, parts) == (8, 0, (3, 0, 5, 0))
+    assert digest == context_digest(first)
+    second = AssembledContext("sys", (), (a, b), ())
+    tokens, shared, parts, digest = meter.measure(second, count, lambda _: False, True)
+    assert (tokens, shared) == (13, 8)
+    assert digest == context_digest(second)
+    # the first message rendered anew and changed (renderers then render everything after it
+    # anew): only the system prompt is shared
+    third = AssembledContext(
+        "sys", (), (RenderedMessage("user", "hellO"), RenderedMessage("assistant", "world")), ()
+    )
+    tokens, shared, _, digest = meter.measure(third, count, lambda _: False, True)
+    assert (tokens, shared) == (13, 3)
+    assert digest == context_digest(third) != context_digest(second)
+    tool = RenderedMessage("tool", "[#1]\nout", toolcall_id="tc_1")
+    fourth = AssembledContext("sys", (), (*third.chat, tool), ())
+    _, _, parts, _ = meter.measure(fourth, count, lambda i: i == "tc_1", True)
+    assert parts == (3, 0, 10, 8)
+    collapsed = RenderedMessage("tool", "[#1 collapsed]", toolcall_id="tc_1")
+    fifth = AssembledContext("sys", (), (*third.chat, collapsed), ())
+    _, shared, parts, _ = meter.measure(fifth, count, lambda _: False, True)
+    assert (shared, parts) == (13, (3, 14, 10, 0))
+    # everything rendered anew, the same text: a provider's cache serves it all the same
+    again = AssembledContext("sys", (), tuple(attrs.evolve(m) for m in fifth.chat), ())
+    tokens, shared, parts, digest = meter.measure(again, count, lambda _: False, True)
+    assert (tokens, shared, parts) == (27, 27, (3, 14, 10, 0))
+    assert digest == context_digest(fifth)
+
+
+@pytest.mark.parametrize("rules", [ANTHROPIC, OPENAI], ids=["anthropic", "openai"])
+def test_the_cost_of_a_growing_prompt_is_the_cache_models(rules: Any) -> None:
+    """A prompt that grows at its end, sent again and again: the record's cost from sizes and
+    shared prefixes equals the block-by-block model of selfctx.domain.prompt_cache."""
+    cache = PromptCache(rules)
+    blocks: list[Block] = []
+    previous = 0
+    for n in range(1, 30):
+        blocks = [*blocks, Block(f"b{n}", 150 * n)]
+        size = sum(b.tokens for b in blocks)
+        marked = (*blocks[:-1], Block(blocks[-1].key, blocks[-1].tokens, breakpoint=True))
+        expected = cache.send(Request(tuple(marked), at=10.0 * n)).cost
+        assert cache_cost(size, previous, rules) == pytest.approx(expected), n
+        previous = size
+    # an entry older than its lifetime is gone; a prefix under the minimum is never cached
+    assert cache_cost(5000, 4000, rules, alive=False) == 5000 * rules.write
+    assert cache_cost(900, 800, rules) == 900
+    assert rules_of("responses") is OPENAI and rules_of("anthropic") is ANTHROPIC
+    assert rules_of(None) is OPENAI and rules_of("something else") is OPENAI
+
+
+def test_records_read_back_whatever_a_document_holds() -> None:
+    assert record_from_document({"xt/id": "x", "type": "file"}) is None
+    odd = {"xt/id": requests_id("s"), "type": "request_log", "n": "7", "record": {"parts": 3}}
+    record = record_from_document(odd)
+    assert record is not None and record.n == 0 and record.parts == (0, 0, 0, 0)
+    meter = RequestMeter()
+    made = meter.next_record(
+        at="2025-01-01T00:00:00Z",
+        seq=3,
+        facts=RequestFacts(
+            model="m\nx" + "y" * 500, naive_tokens=10, naive_shared=4, note="shown once"
+        ),
+        managed=5,
+        shared=0,
+        parts=(1, 1, 2, 1),
+        digest="d",
+    )
+    back = record_from_document(request_document("s", made))
+    assert back is not None
+    assert back.facts.model == ("m x" + "y" * 500)[:200]
+    assert back.facts.note == "shown once"
+    assert (back.total_naive, back.total_managed, back.seq) == (10, 5, 3)

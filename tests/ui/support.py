@@ -1,0 +1,148 @@
+"""What the inspector's tests share: a short agent session written through the proxy against the
+scripted model, with real files that change between reads, so that it holds collapsed outputs,
+file versions, checkpoints and search hits."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.proxy import UI_PATH, Proxy, ProxyConfig
+from selfctx.adapters.proxy.scripted import ScriptedModel, Seen, Step
+from selfctx.adapters.proxy.serving import serve_in_thread
+from selfctx.adapters.ui import Inspector
+from selfctx.application.ports.store import ObjectStore
+from selfctx.application.service import ContextService
+from tests.proxy.drive import Agent
+
+ODD_OUTPUT = "tab\there, trailing spaces   \r\nünïcödé ✓ \\x00 <b>not bold</b> &amp;\n\n"
+"""A tool output whose bytes a careless page would change (CRLF, tabs, markup, entities)."""
+
+CALC_V1 = "def add(a, b):\n    return a - b\n"
+CALC_V2 = "def add(a, b):\n    return a + b\n"
+
+
+def step(command: str, text: str = "") -> Step:
+    return Step(text or f"Running {command}.", (("bash", {"command": command}),))
+
+
+@attrs.define
+class Workbench:
+    """A running proxy with the inspector mounted, over one store, and an agent to drive it."""
+
+    service: ContextService
+    inspector: Inspector
+    model: ScriptedModel
+    base: str
+    workspace: Path
+    produced: dict[str, list[str]] = attrs.field(factory=dict)
+    """What each tool command returned to the agent each time it ran, byte for byte."""
+    agent: Agent | None = None
+
+    @property
+    def ui(self) -> str:
+        return self.base + UI_PATH
+
+    def run_tool(self, name: str, args: dict[str, Any]) -> str:
+        command = str(args.get("command", ""))
+        if command.startswith("cat "):
+            output = (self.workspace / command[4:]).read_text()
+        elif command == "odd":
+            output = ODD_OUTPUT
+        else:
+            output = "".join(f"{command}: line {n} of its output\n" for n in range(60))
+        self.produced.setdefault(command, []).append(output)
+        return output
+
+    def steps(self, count: int) -> None:
+        """``count`` more model calls of the agent (each answered by the scripted model)."""
+        assert self.agent is not None
+        with httpx.Client() as client:
+            for _ in range(count):
+                self.agent.step(client)
+
+    @property
+    def session_id(self) -> str:
+        """The session of the test's agent (an Anthropic client: ``anthropic.<digest>``)."""
+        (session_id,) = [s for s in self.service.sessions() if s.startswith("anthropic.")]
+        return session_id
+
+    def another_session(self, steps: int) -> None:
+        """A second agent, of another API, for a few model calls."""
+        other = Agent(
+            "openai",
+            self.base,
+            task="Add a subtract() function.",
+            run_tool=self.run_tool,
+            headers={"user-agent": "other-agent/2.3"},
+        )
+        with httpx.Client() as client:
+            for _ in range(steps):
+                other.step(client)
+
+
+def script() -> Any:
+    """The model's side: reads calc.py, looks around, runs a command with odd output, has
+    calc.py changed (by the test, between two reads), reads it again, and goes on running
+    commands for as long as it is asked."""
+    plan = [
+        step("cat calc.py", "Let me read the code."),
+        step("ls -R", "What else is there?"),
+        step("odd"),
+        step("pytest -q", "Running the tests."),
+        step("cat calc.py", "Reading it again after the fix."),
+    ]
+
+    def answer(seen: Seen) -> Step:
+        if seen.turn < len(plan):
+            return plan[seen.turn]
+        return step(f"echo step {seen.turn}")
+
+    return answer
+
+
+@contextlib.contextmanager
+def workbench(store: ObjectStore, workspace: Path) -> Iterator[Workbench]:
+    """A proxy (with the inspector) between the test's agent and the scripted model."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "calc.py").write_text(CALC_V1)
+    (workspace / "README.md").write_text("# calc\n")
+    service = build_service(store=store, workspace=str(workspace))
+    inspector = Inspector(service)
+    model = ScriptedModel(script())
+    with serve_in_thread(model.app) as upstream:
+        config = ProxyConfig(
+            upstream_anthropic=upstream,
+            upstream_openai=upstream + "/v1",
+            cwd=str(workspace),
+            roots=(str(workspace),),
+            policy="relevance",
+            policy_options={"trigger_tokens": 600, "clear_at_least": 100, "keep_recent": 1},
+        )
+        proxy = Proxy(service, config, ui=inspector.app)
+        try:
+            with serve_in_thread(proxy.app) as base:
+                bench = Workbench(service, inspector, model, base, workspace)
+                bench.agent = Agent(
+                    "anthropic",
+                    base,
+                    task="The calculator adds wrong: fix add().",
+                    run_tool=bench.run_tool,
+                    headers={"user-agent": "test-agent/1.0 (scripted)"},
+                )
+                yield bench
+        finally:
+            service.close()
+
+
+def written_session(bench: Workbench) -> None:
+    """Drive the agent through the plan: two reads of calc.py with a change between them."""
+    bench.steps(4)
+    (bench.workspace / "calc.py").write_text(CALC_V2)
+    bench.steps(3)

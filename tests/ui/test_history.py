@@ -1,0 +1,65 @@
+"""What the inspector reads of a session's log: the marks on each request (collapses with their
+rule, the agent's activations, compactions, checkpoints, rollbacks), when each object was met,
+the requests it was shown in full, and states rebuilt at any position equal the store's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.memory import MemoryStore
+from selfctx.adapters.ui.history import STATE_EVERY, Sessions
+from selfctx.application.policies import policy_by_name
+from selfctx.application.requests import RequestFacts
+from selfctx.domain.chat import ToolCallRequest
+
+
+def test_marks_spans_and_states(tmp_path: Path) -> None:
+    service = build_service(store=MemoryStore(), workspace=str(tmp_path))
+    sid = "marks"
+    policy = policy_by_name("inline", verbatim_window_tokens=50, min_verbatim_exchanges=1)
+    service.start_session(sid, "You are careful.", policy=policy)
+
+    def call(n: int) -> str:
+        request = ToolCallRequest(f"call_{n}", "bash", {"command": f"step {n}"})
+        service.record_assistant_message(sid, f"Step {n}.", (request,))
+        return service.record_tool_call(
+            sid, f"call_{n}", tool="bash", args={"command": f"step {n}"}, output=f"out {n}\n" * 50
+        )
+
+    def send() -> int:
+        facts = RequestFacts(api="openai", naive_tokens=100)
+        return service.record_request(sid, service.assemble(sid), facts).n
+
+    service.record_user_message(sid, "Fix it.")
+    first = call(1)
+    assert send() == 1
+    service.checkpoint(sid, "before")
+    service.deactivate(sid, first)
+    service.activate(sid, first)
+    call(2)
+    assert send() == 2
+    for turn in range(3):
+        service.record_user_message(sid, f"Now part {turn}, with a long request " + "x " * 300)
+        call(10 + turn)
+    assert service.compact(sid) is not None
+    assert send() == 3
+    service.rollback(sid, "before")
+    assert send() == 4
+
+    history = Sessions(service).get(sid)
+    kinds = [{m.kind for m in marks} for marks in history.markers_by_request()]
+    assert kinds[0] == set()
+    assert kinds[1] == {"checkpoint", "collapse", "activation"}
+    assert "compaction" in kinds[2]
+    assert {"rollback", "checkpoint"} <= kinds[3]
+    texts = [m.text for m in history.markers_by_request()[1]]
+    assert "collapsed #1 (agent)" in texts and "activated #1" in texts
+    # the first output: met before request 1, shown in full in every request until the rollback
+    assert history.request_at(history.first_seen[first]) == 1
+    assert history.requests_between(history.spans[first])[0][0] == 1
+    assert history.label(first) == "#1"
+    # any position's state, folded from one kept or rebuilt from snapshots, is the store's
+    for seq in [*reversed(history.seqs), *history.seqs]:
+        assert history.state_at(seq) == service.state_at(sid, seq).state, seq
+    assert STATE_EVERY >= 1
