@@ -54,8 +54,8 @@ from selfctx.adapters.proxy.incremental import (
 from selfctx.adapters.proxy.passthrough import relayed, upstream_client, watch_disconnect
 from selfctx.adapters.proxy.providers import PROVIDERS, Anthropic, Call, Provider
 from selfctx.adapters.proxy.rebuilt import shown_once, stored_texts
-from selfctx.adapters.proxy.redact import CREDENTIALS, RedactingFilter, redact
 from selfctx.adapters.proxy.recording import record_request
+from selfctx.adapters.proxy.redact import CREDENTIALS, RedactingFilter, redact
 from selfctx.adapters.proxy.sessions import (
     SESSION_HEADER,
     OpenSessions,
