@@ -64,8 +64,8 @@ def _banner(base: str, config: Any, store: str, policy: str, ui: str | None = No
         [f"  inspector (what the model saw): {ui}"]
         if ui
         else [
-            "  inspector: not served here (it is with one process on loopback and no proxy "
-            "token, unless --no-ui); selfctx ui serves it"
+            "  inspector: off (it is served by one process on loopback without a proxy token, "
+            "unless --no-ui; selfctx ui serves a store on its own)"
         ]
     )
     return "\n".join(
