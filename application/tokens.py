@@ -80,10 +80,10 @@ class ContextCounter:
     """:func:`context_tokens` for one session's successive contexts, counting again only the
     chat messages that are not the very objects counted last time.
 
-    Both renderers reuse the message objects of an unchanged prefix and replace every message
-    after the first one that changes, so the last message counted being the same object at the
-    same position means everything before it is too; otherwise the prefix is found by bisection
-    (the messages that are the same objects are exactly a prefix).
+    The renderers reuse the message objects of an unchanged prefix; a message they change may be
+    followed by the same objects as before (an activation's answer rewritten in place), so the
+    counted prefix is the run of identical objects from the start, checked one by one (an
+    identity test per message, far cheaper than counting one).
     """
 
     def __init__(self, count: Callable[[str], int]) -> None:
@@ -97,18 +97,11 @@ class ContextCounter:
         if context.metadata:
             total += count(context.metadata_text())
         memo, chat = self._chat, context.chat
-        known = len(memo)
-        if known and known <= len(chat) and memo[-1][0] is chat[known - 1]:
-            same = known
-        else:
-            low, high = 0, min(known, len(chat))  # the prefix is at least low, at most high
-            while low < high:
-                middle = (low + high + 1) // 2
-                if memo[middle - 1][0] is chat[middle - 1]:
-                    low = middle
-                else:
-                    high = middle - 1
-            same = low
+        limit = min(len(memo), len(chat))
+        same = 0
+        while same < limit and memo[same][0] is chat[same]:
+            same += 1
+        if same < len(memo):
             self._chat_total -= sum(n for _, n in memo[same:])
             del memo[same:]
         for message in chat[same:]:

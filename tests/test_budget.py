@@ -135,3 +135,21 @@ def test_a_request_is_never_over_the_input_limit(make_service: MakeService, name
     assert "characters left out to fit the model's input limit" in context.to_text()
     assert len(service.object("s", "huge").content or "") == 20_000
     validate_openai(to_openai(context))
+
+
+@pytest.mark.timeout(60)  # it looped for ever before: a regression fails here, not at the end
+def test_truncation_ends_when_a_message_weighs_by_its_calls_arguments() -> None:
+    # an assistant message with one short line of text and a call whose arguments are long:
+    # shortening its text cannot make it smaller, so truncation leaves it and stops
+    from selfctx.application.usecases.assemble import _truncate
+    from selfctx.domain.rendering import AssembledContext, RenderedMessage
+
+    call = ToolCallRequest("c1", "write", {"content": "x " * 5000})
+    chat = (
+        RenderedMessage("user", "go"),
+        RenderedMessage("assistant", "ok", (call,)),
+        RenderedMessage("tool", "done", toolcall_id="c1"),
+    )
+    context = AssembledContext(system_prompt="s", metadata=(), chat=chat, active=())
+    out = _truncate(context, lambda text: len(text) // 4, 100)
+    assert any(m.tool_calls == (call,) and m.text == "ok" for m in out.chat)

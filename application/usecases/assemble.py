@@ -390,8 +390,10 @@ def _truncate(
             start = nxt
     kept: list[RenderedMessage | ActiveBlock] = [*chat[start:], *context.active]
     sizes = sizes[start:] + [count(b.text) for b in context.active]
+    stuck: set[int] = set()  # items whose text no longer shrinks (their calls' arguments weigh)
     while total > budget:
-        longest = max(range(len(kept)), key=sizes.__getitem__, default=None)
+        open_items = [n for n in range(len(kept)) if n not in stuck]
+        longest = max(open_items, key=sizes.__getitem__, default=None)
         if longest is None or sizes[longest] <= _SHORTEST:
             break  # what is left is the system prompt, not the chat
         item = kept[longest]
@@ -409,6 +411,10 @@ def _truncate(
             block = attrs.evolve(item, content=shortened)
             kept[longest] = block
             size = count(block.text)
+        if size >= sizes[longest]:
+            kept[longest] = item  # shortening its text cannot make it smaller: as it was
+            stuck.add(longest)
+            continue
         total -= sizes[longest] - size
         sizes[longest] = size
     messages = [m for m in kept if isinstance(m, RenderedMessage)]
