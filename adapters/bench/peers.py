@@ -2,8 +2,8 @@
 
 Each peer rewrites the message list the harness sent for a model call into the one it would
 send instead; the bench counts tokens, peak, cache-adjusted cost and recall of it exactly as it
-does for naive and for our policies. What each does (docs/benchmarks.md, "Peers", gives the
-sources):
+does for naive and for our policies. What each does (docs/benchmarks.md, "The whole development
+set", gives the sources):
 
 * **Observation masking** (Lindenbauer et al. 2025, "The Complexity Trap", SWE-agent's
   ``LastNObservations``): the last ``keep`` (10) tool outputs stay; every older one is replaced

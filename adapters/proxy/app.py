@@ -34,6 +34,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp
 
+from selfctx.adapters.harness.ids import emitted_id
 from selfctx.adapters.harness.messages import MalformedMessage, Message
 from selfctx.adapters.harness.render import render, to_anthropic
 from selfctx.adapters.harness.session import HarnessSession
@@ -496,8 +497,12 @@ class Proxy:
             rendered = to_anthropic(context, cache_control=False, tool_prefix=prefix, memo=memo)
             if turn.rounds == 0:
                 turn.session.outputs.saw(context.chat, self.service.state(harness.session_id))
-            mark_last = turn.session.outputs.kept_enough()
-            managed = provider.managed(turn.body, rendered, tools, mark_last=mark_last)
+            outputs = turn.session.outputs
+            risky = outputs.first_at_risk()
+            before = None if risky is None else emitted_id(risky)
+            managed = provider.managed(
+                turn.body, rendered, tools, mark_last=outputs.kept_newest(), before=before
+            )
         else:
             rendered = render(context, provider.name, tool_prefix=prefix, memo=memo)
             managed = provider.managed(turn.body, rendered, tools)

@@ -159,6 +159,7 @@ class Anthropic(Provider):
         tools: Sequence[Any],
         *,
         mark_last: bool = False,
+        before: str | None = None,
     ) -> dict[str, Any]:
         """The client's system blocks stay as they came (byte for byte, in order, with their
         cache marks: a provider may recognise a client by its first block); what the proxy adds
@@ -170,7 +171,7 @@ class Anthropic(Provider):
         if not out["system"]:
             del out["system"]
         out["tools"] = [*(body.get("tools") or ()), *tools]
-        place_breakpoints(out, self.MAX_BREAKPOINTS, mark_last=mark_last)
+        place_breakpoints(out, self.MAX_BREAKPOINTS, mark_last=mark_last, before=before)
         return out
 
     def calls(self, response: Mapping[str, Any]) -> list[Call]:
@@ -324,35 +325,56 @@ def _system_blocks(client: Any, rendered: Sequence[Mapping[str, Any]]) -> list[A
     return [*blocks, *rendered]
 
 
+def _holds_result(message: Any, call: str) -> bool:
+    content = message.get("content") if isinstance(message, dict) else None
+    return isinstance(content, list) and any(
+        isinstance(b, dict)
+        and b.get("type") == "tool_result"
+        and b.get("tool_use_id") == call
+        for b in content
+    )
+
+
 def _mark(blocks: list[Any], index: int) -> None:
     blocks[index] = {**blocks[index], "cache_control": dict(_MARK)}
 
 
-def place_breakpoints(body: dict[str, Any], limit: int, *, mark_last: bool = False) -> None:
+def place_breakpoints(
+    body: dict[str, Any], limit: int, *, mark_last: bool = False, before: str | None = None
+) -> None:
     """The cache marks of a managed Anthropic request (decision 0047). The client's own marks on
     its tools and system blocks stay (the stable prefix it chose). In the conversation, the one
-    mark goes on the last block of the last assistant message: the proxy collapses the newest
-    tool output once the model has answered after it, so the next request changes the prefix
-    right after that block, and reads what is cached up to it; the newest outputs after it are
-    billed once, uncached, rather than written at a premium and never read. With ``mark_last``
-    (the session's newest outputs mostly stay, ``ProxySession.outputs``), the last block gets a
+    mark goes where the next request's prefix is expected to change: on the last block of the
+    last assistant message before the tool result for ``before`` (the first output the session's
+    history says will be collapsed next, ``ProxySession.outputs``), and without one, on the last
+    assistant message's: the policies collapse the newest tool output once the model has
+    answered after it. What follows is billed once, uncached, rather than written at a premium
+    and never read. With ``mark_last`` (no output is expected to collapse), the last block gets a
     mark too. At most ``limit`` marks: beyond it the client's earliest are dropped."""
     messages = body.get("messages") or []
     wanted: list[tuple[int, int]] = []
-    for m in range(len(messages) - 1, -1, -1):
-        message = messages[m]
-        content = message.get("content") if isinstance(message, dict) else None
-        if message.get("role") != "assistant" or not isinstance(content, list):
-            continue
-        markable = [b for b, block in enumerate(content) if block.get("type") not in _UNMARKABLE]
-        if markable:
-            wanted.append((m, markable[-1]))
-        break
+    ends = [len(messages)]
+    if before is not None:
+        ends.append(
+            next((m for m in range(len(messages)) if _holds_result(messages[m], before)), 0)
+        )
+    for end in ends:
+        for m in range(end - 1, -1, -1):
+            message = messages[m]
+            content = message.get("content") if isinstance(message, dict) else None
+            if message.get("role") != "assistant" or not isinstance(content, list):
+                continue
+            markable = [
+                b for b, block in enumerate(content) if block.get("type") not in _UNMARKABLE
+            ]
+            if markable and (m, markable[-1]) not in wanted:
+                wanted.append((m, markable[-1]))
+            break
     last = len(messages) - 1
     if mark_last and messages and isinstance(messages[last].get("content"), list):
-        end = (last, len(messages[last]["content"]) - 1)
-        if end not in wanted and messages[last]["content"]:
-            wanted.append(end)
+        tail = (last, len(messages[last]["content"]) - 1)
+        if tail not in wanted and messages[last]["content"]:
+            wanted.append(tail)
     tools = list(body.get("tools") or [])
     system = body.get("system") if isinstance(body.get("system"), list) else None
     excess = sum(map(_marked, tools)) + sum(map(_marked, system or ())) + len(wanted) - limit

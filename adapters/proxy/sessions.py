@@ -128,33 +128,61 @@ def answer_marks(messages: Iterable[Message]) -> frozenset[str]:
 
 
 KEEP_PRICE = 0.25 / (0.25 + 0.9)
-"""Above this share of newest outputs still shown in full one request later, a cache mark on the
-last block pays (decision 0047): an output that stays is billed 1.0 uncached and 1.25 written
-without it, 1.25 and 0.1 with it (0.9 saved); one that collapses 1.0 without, 1.25 with (0.25
-lost). Derived from Anthropic's prices, not measured on sessions."""
+"""Above this share of outputs still shown in full one request later, a cache mark after them
+pays (decision 0047): an output that stays is billed 1.0 uncached and 1.25 written without a
+mark after it, 1.25 and 0.1 with one (0.9 saved); one that collapses 1.0 without, 1.25 with
+(0.25 lost). Derived from Anthropic's prices, not measured on sessions."""
+
+MAX_AGE = 4
+"""Outputs shown in full for this many requests or more are counted together."""
 
 
 @attrs.define
-class NewestOutputs:
-    """Whether the tool outputs that were newest in a request are still shown in full in the
-    next one: the last few observations of a session."""
+class ShownOutputs:
+    """How long this session's tool outputs stay shown in full, by age (the requests an output
+    has been shown in full before): of the last few outputs of each age, how many were still
+    shown one request later. The policy decides what collapses; this only watches what it did,
+    so that the conversation's cache mark goes before the first output likely to be collapsed
+    at the next request, where that request's prefix will change (decision 0047)."""
 
-    newest: tuple[str, ...] = ()
-    kept: collections.deque[bool] = attrs.field(factory=lambda: collections.deque(maxlen=8))
+    ages: dict[str, int] = attrs.field(factory=dict)
+    """The outputs shown in full in the last request, and their ages."""
+    stayed: list[collections.deque[bool]] = attrs.field(
+        factory=lambda: [collections.deque(maxlen=8) for _ in range(MAX_AGE + 1)]
+    )
 
     def saw(self, chat: Sequence[RenderedMessage], state: SessionState) -> None:
-        """Note what became of the previous request's newest outputs; remember this one's."""
-        self.kept.extend(object_id in state.active for object_id in self.newest)
-        newest: list[str] = []
-        for message in reversed(chat):
-            if message.role != "tool":
-                break
-            if message.toolcall_id:
-                newest.append(message.toolcall_id)
-        self.newest = tuple(newest)
+        """Note what became of the outputs the last request showed; remember this one's."""
+        active = state.active
+        for object_id, age in self.ages.items():
+            self.stayed[min(age, MAX_AGE)].append(object_id in active)
+        ages: dict[str, int] = {}
+        for message in chat:
+            object_id = message.toolcall_id
+            if message.role == "tool" and object_id is not None and object_id in active:
+                before = self.ages.get(object_id)
+                ages[object_id] = 0 if before is None else before + 1
+        self.ages = ages
 
-    def kept_enough(self) -> bool:
-        return bool(self.kept) and sum(self.kept) / len(self.kept) > KEEP_PRICE
+    def kept_newest(self) -> bool:
+        """Whether the newest outputs mostly stay one request more: then a mark after them
+        pays (``KEEP_PRICE``); the policies collapse what the agent answered, so until this
+        session shows otherwise, they do not."""
+        seen = self.stayed[0]
+        return bool(seen) and sum(seen) / len(seen) > KEEP_PRICE
+
+    def first_at_risk(self) -> str | None:
+        """The earliest output of the last request (in the prompt's order) that is not the
+        newest and of an age at which this session has collapsed outputs lately: where the next
+        request's prefix may change first. A mark before it costs nothing (its entry is written
+        with the rest of the prefix) and is read whenever the prefix breaks there or later."""
+        newest = max(self.ages.values(), default=0) == 0
+        for object_id, age in self.ages.items():  # in the chat's order
+            if age == 0 and newest:
+                return None  # the newest outputs: the last assistant block's mark is before them
+            if not all(self.stayed[min(age, MAX_AGE)]):
+                return object_id
+        return None
 
 
 @attrs.define(eq=False)
@@ -180,7 +208,7 @@ class ProxySession:
     """The items of the last request that joined the session (set when it joins)."""
     answer: frozenset[str] = frozenset()
     """:func:`answer_marks` of the answer the client got to its last request."""
-    outputs: NewestOutputs = attrs.field(factory=NewestOutputs)
+    outputs: ShownOutputs = attrs.field(factory=ShownOutputs)
     sent: set[tuple[str, str]] = attrs.field(factory=set)
     """Every text message the client has sent in this session, as (role, text): what the
     session shows of them is what the client's latest request still holds (``shown_once``)."""

@@ -1,18 +1,22 @@
 """Anthropic requests through the proxy: the client's system blocks stay separate, byte for byte
 and in order, with their cache marks; the proxy's own system text follows them; the conversation's
-mark is on the last assistant block (and on the last block too once outputs mostly stay); never
-more than four marks (decision 0047)."""
+mark is on the last assistant block (on the last block too once outputs mostly stay, and before
+the first older output the session may collapse next); never more than four marks (decision
+0047)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 
 from selfctx.adapters.proxy.providers import place_breakpoints
 from selfctx.adapters.proxy.scripted import Seen, Step
+from selfctx.adapters.proxy.sessions import ShownOutputs
+from selfctx.domain.rendering import RenderedMessage
 from tests.proxy.drive import Agent
 from tests.proxy.support import scripted
 from tests.proxy.test_proxy import proxy_for
@@ -111,3 +115,48 @@ def test_marks_go_on_the_last_assistant_block_within_four() -> None:
     crowded = _body(2, 2)  # the client used all four: its earliest give way
     place_breakpoints(crowded, 4, mark_last=True)
     assert _marks(crowded) == ["system[0]", "system[1]", "messages[1][1]", "messages[2][0]"]
+
+
+def _conversation(calls: int) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": "go"}]}]
+    for n in range(calls):
+        messages += [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": f"c{n}", "name": "t"}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"c{n}"}]},
+        ]
+    return {"messages": messages}
+
+
+def test_a_mark_also_goes_before_the_first_output_that_may_collapse_next() -> None:
+    body = _conversation(3)  # c1's result (messages[4]) may go: the next request reads up to c1
+    place_breakpoints(body, 4, before="c1")
+    assert _marks(body) == ["messages[3][0]", "messages[5][0]"]
+    nothing = _conversation(3)  # an id the request does not hold: the usual mark alone
+    place_breakpoints(nothing, 4, before="gone")
+    assert _marks(nothing) == ["messages[5][0]"]
+
+
+def _state(active: set[str]) -> Any:
+    return SimpleNamespace(active=frozenset(active))
+
+
+def _chat(*ids: str) -> list[RenderedMessage]:
+    return [RenderedMessage("tool", "out", toolcall_id=i) for i in ids]
+
+
+def test_the_outputs_the_session_collapses_one_request_later_are_found_by_their_age() -> None:
+    shown = ShownOutputs()
+    shown.saw(_chat("a"), _state({"a"}))
+    assert not shown.kept_newest() and shown.first_at_risk() is None  # nothing measured yet
+    # each output stays one request more, and goes at the next: age 1 is where prefixes change
+    shown.saw(_chat("a", "b"), _state({"a", "b"}))
+    shown.saw(_chat("b", "c"), _state({"b", "c"}))
+    assert shown.ages == {"b": 1, "c": 0}
+    assert shown.kept_newest()
+    assert shown.first_at_risk() == "b"
+    # outputs that stay while they are active are not at risk at any age
+    steady = ShownOutputs()
+    for n in range(6):
+        ids = [f"o{k}" for k in range(n + 1)]
+        steady.saw(_chat(*ids), _state(set(ids)))
+    assert steady.kept_newest() and steady.first_at_risk() is None
