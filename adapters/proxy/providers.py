@@ -328,9 +328,7 @@ def _system_blocks(client: Any, rendered: Sequence[Mapping[str, Any]]) -> list[A
 def _holds_result(message: Any, call: str) -> bool:
     content = message.get("content") if isinstance(message, dict) else None
     return isinstance(content, list) and any(
-        isinstance(b, dict)
-        and b.get("type") == "tool_result"
-        and b.get("tool_use_id") == call
+        isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") == call
         for b in content
     )
 

@@ -158,10 +158,10 @@ class ShownOutputs:
             self.stayed[min(age, MAX_AGE)].append(object_id in active)
         ages: dict[str, int] = {}
         for message in chat:
-            object_id = message.toolcall_id
-            if message.role == "tool" and object_id is not None and object_id in active:
-                before = self.ages.get(object_id)
-                ages[object_id] = 0 if before is None else before + 1
+            shown = message.toolcall_id
+            if message.role == "tool" and shown is not None and shown in active:
+                before = self.ages.get(shown)
+                ages[shown] = 0 if before is None else before + 1
         self.ages = ages
 
     def kept_newest(self) -> bool:
