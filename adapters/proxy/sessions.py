@@ -156,12 +156,17 @@ class ShownOutputs:
         active = state.active
         for object_id, age in self.ages.items():
             self.stayed[min(age, MAX_AGE)].append(object_id in active)
-        ages: dict[str, int] = {}
-        for message in chat:
+        # the outputs still shown grow a request older; the new ones are the chat's last tool
+        # messages (a look at the tail, not at the whole chat)
+        ages = {shown: age + 1 for shown, age in self.ages.items() if shown in active}
+        newest: list[str] = []
+        for message in reversed(chat):
+            if message.role != "tool":
+                break
             shown = message.toolcall_id
-            if message.role == "tool" and shown is not None and shown in active:
-                before = self.ages.get(shown)
-                ages[shown] = 0 if before is None else before + 1
+            if shown is not None and shown in active and shown not in ages:
+                newest.append(shown)
+        ages.update(dict.fromkeys(reversed(newest), 0))
         self.ages = ages
 
     def kept_newest(self) -> bool:

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 
 GOALS = {
     # The goal was 0.60; with the relevance policy of decision 0051 the session's large outputs
-    # stay one request more (each is billed written once, then collapsed): 0.758 measured, so
+    # stay one request more (each is billed written once, then collapsed): 0.759 measured, so
     # this holds it to no worse than direct until the policy and the marks meet it
     # (docs/benchmarks.md, "Prompt caching").
     "claude-code-28": 1.0,
