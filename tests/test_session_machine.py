@@ -554,6 +554,18 @@ class SessionMachine(RuleBasedStateMachine):
             return
         m = self.model
         path = m.path_of.get(object_id)
+        if path is not None and m.db[path].status == "deleted":
+            # a deleted file is read from its source first: it may be back (then it is a new
+            # version); still gone or out of reach, its deletion shows
+            fs, canon, _ = PATHS[path]
+            if fs == HOST and canon != LOCKED and canon in self.disk:
+                assert call().ok
+                assert m.full_index(path, observe(self.disk[canon])) == "updated"
+                m.active.add(object_id)
+                m.pool.add(object_id)
+                m.auto.discard(object_id)
+                m.commit()
+                return
         if path is not None and m.db[path].status == "stub":
             fs, canon, _ = PATHS[path]
             if fs != HOST or canon == LOCKED:
