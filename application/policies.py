@@ -43,6 +43,7 @@ POLICIES: Final[Mapping[str, PolicyConfig]] = {
         seen_calls=1,
         keep_tokens=3000,
         recent_messages=20,
+        payback_percent=100,
     ),
 }
 """Every policy by name, with its settings."""

@@ -110,3 +110,19 @@ class ContextCounter:
             self._chat_total += n
         total += self._chat_total
         return total + sum(count(block.text) for block in context.active)
+
+    def tails(self, context: AssembledContext) -> dict[str, int]:
+        """For each tool message of ``context`` (the one last counted), by the tool call it
+        answers: the tokens from it to the end of the prompt — what a provider writes to its cache
+        again when that message changes."""
+        if len(self._chat) != len(context.chat) or any(
+            m is not c for (m, _), c in zip(self._chat, context.chat, strict=True)
+        ):
+            self(context)
+        running = sum(self._count(block.text) for block in context.active)
+        out: dict[str, int] = {}
+        for message, n in reversed(self._chat):
+            running += n
+            if message.toolcall_id is not None:
+                out[message.toolcall_id] = running  # the earliest, should it recur
+        return out

@@ -40,6 +40,7 @@ from selfctx.domain.chat import AssistantMessage, ToolResult
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.inline import handle, render_inline
 from selfctx.domain.objects import ToolcallObject
+from selfctx.domain.prompt_cache import ANTHROPIC
 from selfctx.domain.relevance import SUPERSEDED, UNUSED
 from selfctx.domain.rendering import (
     ActiveBlock,
@@ -112,12 +113,16 @@ class AssembleContext:
         context = self(session)
         return token_budget(context, session.state.policy, self._counter(session))
 
+    def context_counter(self, session: OpenSession) -> ContextCounter:
+        """The session's counter of successive contexts."""
+        counter = session.context_counter
+        if not isinstance(counter, ContextCounter):
+            counter = session.context_counter = ContextCounter(self._counter(session))
+        return counter
+
     def tokens(self, session: OpenSession, context: AssembledContext) -> int:
         """Tokens of ``context`` (reusing the counts of messages counted before)."""
-        counter = session.context_counter
-        if counter is None:
-            counter = session.context_counter = ContextCounter(self._counter(session))
-        return int(counter(context))
+        return int(self.context_counter(session)(context))
 
     def __call__(self, session: OpenSession) -> AssembledContext:
         policy = session.state.policy
@@ -146,7 +151,7 @@ class AssembleContext:
                 session.relevance_memo,
             )
             goal = max(policy.clear_at_least, total - trigger)
-            if self._collapse(session, count, goal, plan, spared):
+            if self._collapse(session, count, goal, plan, spared, context=context):
                 context = self.render(session)
                 total = self.tokens(session, context)
         limit = policy.max_input_tokens
@@ -225,13 +230,16 @@ class AssembleContext:
         spared: set[str] | None,
         never: set[str] | None = None,
         why: str = "",
+        context: AssembledContext | None = None,
     ) -> bool:
         """Collapse unpinned active objects until ``goal`` tokens are cleared, in the plan's
         order: for ``inline`` least recently used first, then (for a budget) largest first. A
         batch collapse (the trigger; ``spared`` given) spares the ``keep_recent`` newest tool
         outputs and what the plan keeps, and happens only if it clears at least
-        ``clear_at_least`` tokens, so that each cache break pays for itself. Returns whether
-        anything was collapsed."""
+        ``clear_at_least`` tokens, so that each cache break pays for itself; with the policy's
+        ``payback_percent`` (and the batch's ``context``) it takes only the outputs after the
+        earliest point where the break pays for what it writes again (:func:`_paying`). Returns
+        whether anything was collapsed."""
         state = session.state
         policy = state.policy
         inline = policy.inline_layout
@@ -277,6 +285,11 @@ class AssembleContext:
                 break
             chosen.append(object_id)
             cleared += sizes[object_id]
+        if batch and policy.payback_percent is not None and context is not None and chosen:
+            tails = self.context_counter(session).tails(context)
+            requests = len(state.toolcall_turn) * policy.payback_percent / 100
+            chosen = _paying(chosen, sizes, tails, requests)
+            cleared = sum(sizes[i] for i in chosen)
         if not chosen or (batch and cleared < policy.clear_at_least):
             return False
         names = ", ".join(handle(state, i) if inline else i for i in chosen)
@@ -323,6 +336,32 @@ def _reason(rule: str, plan: CollapsePlan, object_id: str) -> str:
         return "batch:superseded"
     return "batch:unused" if tier <= UNUSED else "batch:over-keep"
 
+
+def _paying(
+    chosen: list[str], sizes: dict[str, int], tails: dict[str, int], requests: float
+) -> list[str]:
+    """The outputs of ``chosen`` at and after the earliest one where collapsing them pays for the
+    cache break: a provider writes again the ``tails`` of the prompt after the break (at
+    ``CACHE_WRITE`` a token instead of ``CACHE_READ``), and each of the next ``requests``
+    requests reads ``cleared`` tokens fewer (``CACHE_READ`` each). An output not in ``tails``
+    (not in the chat) breaks nothing and always goes. None if no point pays."""
+    placed = sorted((i for i in chosen if i in tails), key=lambda i: -tails[i])
+    free = [i for i in chosen if i not in tails]
+    after = sum(sizes[i] for i in placed)
+    for n, first in enumerate(placed):
+        written = tails[first] - after
+        if CACHE_READ * after * requests >= (CACHE_WRITE - CACHE_READ) * written:
+            taken = set(placed[n:]) | set(free)
+            return [i for i in chosen if i in taken]
+        after -= sizes[first]
+    return [i for i in chosen if i in free]
+
+
+CACHE_READ = ANTHROPIC.read
+"""What a token read from a provider's prompt cache costs, in input tokens."""
+CACHE_WRITE = ANTHROPIC.write
+"""What a token written to it costs (Anthropic's write premium; OpenAI's is 1.0: the stricter
+of the two is the one a batch must pay for)."""
 
 SUPERSEDED_NEAR_END = 4
 """A superseded output among the agent's last this many answers collapses at once."""

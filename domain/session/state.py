@@ -73,6 +73,13 @@ class PolicyConfig:
     keep_tokens: int | None = None
     """``relevance``: outputs that show the working set are kept by batch collapses up to this
     many tokens, those of the most recently named files first (None: all of them)."""
+    payback_percent: int | None = None
+    """A batch collapse is a cache break: the provider writes again everything after the first
+    output it collapses. With this set, a batch takes only the outputs after the earliest point
+    where what it clears, no longer read at every later request, pays for that write within as
+    many later requests as this percentage of the tool calls the session has had (a session is
+    expected to go on about as long as it has run); outputs before that point wait for a later
+    batch (None: every batch that clears ``clear_at_least`` takes all it may)."""
     checkpoint_every: int | None = None
     """Take a checkpoint automatically before every N-th user message (before turns 1, 1+N, ...);
     None: only when asked."""
@@ -96,6 +103,7 @@ class PolicyConfig:
         _positive_or_none(self.budget_tokens, "budget_tokens")
         _positive_or_none(self.keep_tokens, "keep_tokens")
         _positive_or_none(self.seen_calls, "seen_calls")
+        _positive_or_none(self.payback_percent, "payback_percent")
         _positive_or_none(self.checkpoint_every, "checkpoint_every")
         _positive_or_none(self.max_input_tokens, "max_input_tokens")
         _positive_or_none(self.compaction_trigger_tokens, "compaction_trigger_tokens")

@@ -15,7 +15,10 @@ from selfctx.adapters.harness import HarnessSession
 from selfctx.adapters.memory import MemoryStore
 from selfctx.application.policies import policy_by_name
 from selfctx.application.settings import Settings
+from selfctx.application.tokens import ContextCounter
+from selfctx.application.usecases.assemble import _paying
 from selfctx.domain.objects import FileObject, ToolcallObject
+from selfctx.domain.rendering import AssembledContext, RenderedMessage
 from tests.harness.conftest import (
     CONTAINER,
     CWD,
@@ -113,7 +116,8 @@ def test_a_view_shown_again_collapses_first_and_says_so() -> None:
 
 
 def test_an_older_view_shown_again_goes_in_the_next_batch_with_a_note() -> None:
-    h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10**6)
+    # every batch that clears anything, whether or not it pays for its cache break
+    h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10**6, payback_percent=None)
     messages: list[dict[str, Any]] = [
         o_user("fix"),
         o_assistant("The top of a.py.", bash("c1", "sed -n 1,20p a.py")),
@@ -131,6 +135,65 @@ def test_an_older_view_shown_again_goes_in_the_next_batch_with_a_note() -> None:
     handle = {i: f"#{state.positions[tc(i)] + 1}" for i in ("c1", "c8")}
     assert "shows its lines again]" in tools["c1"] and state.superseded[tc("c1")] == tc("c8")
     assert any(f"{handle['c1']} by {handle['c8']}" in note for note in notes(h))
+
+
+def test_a_batch_waits_until_its_cache_break_pays_for_itself() -> None:
+    # The view c1 is shown again by c8, early in a short session: collapsing it would make the
+    # provider write again everything after it, and it saves too little over the calls to come.
+    def run(**overrides: Any) -> tuple[HarnessSession, dict[str, str]]:
+        h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10**6, **overrides)
+        messages: list[dict[str, Any]] = [
+            o_user("fix"),
+            o_assistant("The top of a.py.", bash("c1", "sed -n 1,20p a.py")),
+            o_tool("c1", mini(A_PY[:600])),
+        ]
+        for n in range(2, 8):
+            messages += [
+                o_assistant("a.py", bash(f"c{n}", "grep -c x a.py")),
+                o_tool(f"c{n}", mini("3\n")),
+            ]
+        messages += [o_assistant("All of a.py.", bash("c8", "cat a.py")), o_tool("c8", mini(A_PY))]
+        h.ingest(messages)
+        return h, shown(h)
+
+    h, tools = run()  # the default: a batch must pay back within as many requests as so far
+    assert A_PY[:600] in tools["c1"]  # still shown in full
+    assert h.service.state("s1").superseded == {}
+    h, tools = run(payback_percent=10_000)  # a session expected to run 100 times as long
+    assert "shows its lines again]" in tools["c1"]
+    h, tools = run(payback_percent=None)  # every batch that clears clear_at_least
+    assert "shows its lines again]" in tools["c1"]
+
+
+def test_a_batch_takes_what_follows_the_earliest_point_that_pays() -> None:
+    # ``sizes``: tokens each collapse clears; ``tails``: tokens from each output to the end of
+    # the prompt (what the provider writes again if it changes there).
+    sizes = {"early": 100, "late": 3_000, "file": 50}
+    tails = {"early": 10_000, "late": 3_500}
+    chosen = ["early", "late", "file"]
+    # 50 requests to come: reading 3,100 tokens fewer 50 times pays for writing 6,900 again
+    assert _paying(chosen, sizes, tails, 50) == ["early", "late", "file"]
+    # 10: breaking at `early` does not pay; at `late` it writes 500 again for 3,000 less a call
+    assert _paying(chosen, sizes, tails, 10) == ["late", "file"]
+    # 0.1: nothing in the chat pays; what is not in the chat breaks nothing and always goes
+    assert _paying(chosen, sizes, tails, 0.1) == ["file"]
+
+
+def test_the_tail_of_each_tool_message_counts_to_the_end_of_the_prompt() -> None:
+    counter = ContextCounter(lambda text: len(text))
+    context = AssembledContext(
+        system_prompt="sys",
+        metadata=(),
+        chat=(
+            RenderedMessage("user", "go"),
+            RenderedMessage("tool", "aaaa", toolcall_id="t1"),
+            RenderedMessage("assistant", "bb"),
+            RenderedMessage("tool", "c", toolcall_id="t2"),
+        ),
+        active=(),
+    )
+    assert counter(context) == 3 + 2 + 4 + 2 + 1
+    assert counter.tails(context) == {"t1": 4 + 2 + 1, "t2": 1}
 
 
 def test_the_same_lines_again_without_a_change_say_again() -> None:
