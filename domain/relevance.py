@@ -59,6 +59,12 @@ dunder that every package has (``__init__``)."""
 _FRAME = re.compile(r'File "([^"\n]+)", line \d+|^([\w./-]+\.\w+):\d+:(?:\d+:)? ', re.M)
 """A traceback frame (Python's ``File "x.py", line 3``) or a compiler's or pytest's
 ``path:line:`` at the start of a line."""
+_IDENTIFIER = re.compile(r"(?<![\w.])[A-Za-z](?=\w*[0-9_])\w{3,}")
+"""An identifier distinct enough to be a name rather than a word: a letter, then letters,
+digits and underscores with a digit or an underscore among them (``friends_abstract``,
+``test_l060``; not ``models``, not ``__init__``), four characters or more."""
+_MAX_NAME_TEXT = 50_000
+"""Only the first characters of an output are looked at for identifiers it introduces."""
 _MAX_FRAME_TEXT = 20_000
 """Only the last characters of an output are searched for frames (tracebacks end outputs)."""
 
@@ -79,6 +85,10 @@ class Relevance:
     """Active outputs every file of which a later call changed (and no later output shows their
     lines again), each with the call that changed the last of them: what they show may no longer
     be so; tiered :data:`UNUSED`."""
+    named: Mapping[str, float] = attrs.field(factory=dict)
+    """Active outputs the agent's recent messages name by an identifier the output brought into
+    the session (no earlier output or message of the agent had it), each with its weight (as
+    :attr:`working_set`'s): the agent works with what they showed; tiered :data:`KEEP`."""
 
 
 def _lines_cover(outer: tuple[tuple[int, int], ...], inner: tuple[tuple[int, int], ...]) -> bool:
@@ -137,7 +147,7 @@ def json_strings(value: Any) -> Iterator[str]:
 
 
 def _recent_texts(
-    state: SessionState, objects: Mapping[str, ContentObject], messages: int
+    state: SessionState, objects: Mapping[str, ContentObject], messages: int, frames: bool = True
 ) -> Iterator[list[str]]:
     """The texts of each of the last ``messages`` assistant messages, newest first: its text and
     call arguments, and the traceback frames in the outputs of its calls."""
@@ -152,7 +162,7 @@ def _recent_texts(
             texts = [message.text]
             for call in message.tool_calls:
                 texts += json_strings(thaw(call.arguments))
-                output = objects.get(call.id)
+                output = objects.get(call.id) if frames else None
                 if isinstance(output, ToolcallObject) and output.content:
                     for match in _FRAME.finditer(output.content[-_MAX_FRAME_TEXT:]):
                         texts.append(match.group(1) or match.group(2))
@@ -214,11 +224,17 @@ class RelevanceMemo:
     answered: set[str] = attrs.field(factory=set)
     """Outputs the collapse of answered outputs has looked at once already: it looks at each
     once, at the first request after the agent answered it."""
+    introduced: dict[str, frozenset[str]] = attrs.field(factory=dict)
+    """Output id → the identifiers it brought into the session (only active outputs)."""
+    known: set[str] = attrs.field(factory=set)
+    """Identifiers the session had shown before (outputs looked at, the agent's messages)."""
+    scanned: int = 0
+    """Length of the session index when outputs were last looked at for identifiers."""
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop what is known of outputs other than ``keep`` (those no longer active)."""
         kept = set(keep)
-        for table in (self.checked, self.covered, self.changed):
+        for table in (self.checked, self.covered, self.changed, self.introduced):
             for key in [k for k in table if k not in kept]:
                 del table[key]
         self.answered &= kept
@@ -230,6 +246,7 @@ def relevance(
     display_path: Callable[[Source], str],
     recent_messages: int,
     memo: RelevanceMemo | None = None,
+    named_messages: int | None = None,
 ) -> Relevance:
     """Tiers of the active tool outputs, the working set, and which outputs are superseded.
 
@@ -270,8 +287,54 @@ def relevance(
             tiers[output.id] = KEEP
         else:
             tiers[output.id] = UNUSED
+    named: dict[str, float] = {}
+    if named_messages:
+        named = _named_outputs(state, objects, active, named_messages, memo)
+        for output_id in named:
+            if tiers.get(output_id) == UNUSED and output_id not in stale:
+                tiers[output_id] = KEEP
     memo.forget(o.id for o in active)
-    return Relevance(working, tiers, superseded, stale)
+    return Relevance(working, tiers, superseded, stale, named)
+
+
+def _names(text: str) -> set[str]:
+    return set(_IDENTIFIER.findall(text[:_MAX_NAME_TEXT]))
+
+
+def _named_outputs(
+    state: SessionState,
+    objects: Mapping[str, ContentObject],
+    active: list[ToolcallObject],
+    messages: int,
+    memo: RelevanceMemo,
+) -> dict[str, float]:
+    """The active outputs whose introduced identifiers the agent's last ``messages`` messages
+    name, with their weights. Each output recorded since the last call is looked at once, in
+    order: the identifiers it shows that neither an earlier output nor the agent had shown are
+    its own."""
+    active_ids = {o.id for o in active}
+    for object_id in state.index[memo.scanned :]:
+        obj = objects.get(object_id)
+        if not isinstance(obj, ToolcallObject):
+            continue
+        for text in json_strings(thaw(obj.args)):  # the agent's own words come first
+            memo.known.update(_names(text))
+        names = _names(obj.content or "") - memo.known
+        memo.known.update(names)
+        if names and object_id in active_ids:
+            memo.introduced[object_id] = frozenset(names)
+    memo.scanned = len(state.index)
+    if not memo.introduced:
+        return {}
+    weights: dict[str, float] = {}
+    for age, texts in enumerate(_recent_texts(state, objects, messages, frames=False)):
+        said: set[str] = set()
+        for text in texts:
+            said |= _names(text)
+        for output_id, introduced in memo.introduced.items():
+            if output_id in active_ids and introduced & said:
+                weights[output_id] = weights.get(output_id, 0.0) + DECAY**age
+    return weights
 
 
 def _look_after(

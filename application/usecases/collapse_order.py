@@ -80,7 +80,9 @@ NO_PLAN = CollapsePlan({}, {})
 def _weight(found: Relevance, obj: ContentObject) -> float:
     """The weight of the heaviest working-set file ``obj`` shows."""
     views = obj.file_views or () if isinstance(obj, ToolcallObject) else ()
-    return max((found.working_set.get(v.file, 0.0) for v in views), default=0.0)
+    return max(
+        (found.working_set.get(v.file, 0.0) for v in views), default=found.named.get(obj.id, 0.0)
+    )
 
 
 def plan_collapse(
@@ -96,7 +98,9 @@ def plan_collapse(
     policy = state.policy
     if policy.name != "relevance":
         return NO_PLAN
-    found = relevance(state, objects, display_path, policy.recent_messages, memo)
+    found = relevance(
+        state, objects, display_path, policy.recent_messages, memo, policy.named_messages
+    )
     tiers: dict[str, float] = dict(found.tiers)
     exempt = set(spared)
     kept = [i for i, tier in tiers.items() if tier == KEEP and i not in exempt]

@@ -73,6 +73,11 @@ class PolicyConfig:
     keep_tokens: int | None = None
     """``relevance``: outputs that show the working set are kept by batch collapses up to this
     many tokens, those of the most recently named files first (None: all of them)."""
+    named_messages: int | None = None
+    """``relevance``: an output stays, as a view of the working set does, while one of the
+    agent's last this many messages names an identifier the output brought into the session (one
+    with a digit or underscore in it, that no earlier output and no call of the agent had shown):
+    the agent works with what it showed (None: only files make the working set)."""
     payback_percent: int | None = None
     """A batch collapse is a cache break: the provider writes again everything after the first
     output it collapses. With this set, a batch takes only the outputs after the earliest point
@@ -104,6 +109,7 @@ class PolicyConfig:
         _positive_or_none(self.keep_tokens, "keep_tokens")
         _positive_or_none(self.seen_calls, "seen_calls")
         _positive_or_none(self.payback_percent, "payback_percent")
+        _positive_or_none(self.named_messages, "named_messages")
         _positive_or_none(self.checkpoint_every, "checkpoint_every")
         _positive_or_none(self.max_input_tokens, "max_input_tokens")
         _positive_or_none(self.compaction_trigger_tokens, "compaction_trigger_tokens")

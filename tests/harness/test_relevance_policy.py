@@ -196,6 +196,30 @@ def test_the_tail_of_each_tool_message_counts_to_the_end_of_the_prompt() -> None
     assert counter.tails(context) == {"t1": 4 + 2 + 1, "t2": 1}
 
 
+def test_an_output_the_agent_names_by_what_it_introduced_stays_with_named_messages() -> None:
+    # a search over many files prints lines of no file it names; the agent answers by naming
+    # identifiers only that output had shown
+    found = "    data_abstract = models.CharField(max_length=10)\n    fk_abstract_rel = 3\n"
+
+    def run(**overrides: Any) -> dict[str, str]:
+        h = session(**overrides)
+        h.ingest(
+            [
+                o_user("fix"),
+                o_assistant("Searching.", bash("c1", "find . -exec grep -A 5 symmetrical {} ;")),
+                o_tool("c1", mini(found)),
+                o_assistant("So `data_abstract` is there; more.", bash("c2", "ls")),
+                o_tool("c2", mini("a.py\n")),
+                o_assistant("Now the tests.", bash("c3", "ls tests")),
+                o_tool("c3", mini("t.py\n")),
+            ]
+        )
+        return shown(h)
+
+    assert found in run(named_messages=20)["c1"]
+    assert "collapsed" in run()["c1"]  # off by default: it shows no file of the working set
+
+
 def test_the_same_lines_again_without_a_change_say_again() -> None:
     h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10**6)
     h.ingest(
