@@ -285,9 +285,16 @@ class AssembleContext:
                 break
             chosen.append(object_id)
             cleared += sizes[object_id]
-        if batch and policy.payback_percent is not None and context is not None and chosen:
+        payback = policy.payback_percent if batch else None
+        # (a batch that clears too little goes nowhere anyway: no need to weigh it)
+        if (
+            payback is not None
+            and context is not None
+            and chosen
+            and cleared >= policy.clear_at_least
+        ):
             tails = self.context_counter(session).tails(context)
-            requests = len(state.toolcall_turn) * policy.payback_percent / 100
+            requests = len(state.toolcall_turn) * payback / 100
             chosen = _paying(chosen, sizes, tails, requests)
             cleared = sum(sizes[i] for i in chosen)
         if not chosen or (batch and cleared < policy.clear_at_least):
