@@ -53,6 +53,8 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
         recent_messages=st.integers(0, 100),
         seen_calls=st.none() | st.integers(1, 9),
         keep_tokens=st.none() | st.integers(1, 10**6),
+        named_messages=st.none() | st.integers(1, 99),
+        payback_percent=st.none() | st.integers(1, 10**4),
         checkpoint_every=st.none() | st.integers(1, 99),
     ),
     "message": st.builds(
