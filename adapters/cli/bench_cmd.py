@@ -632,7 +632,8 @@ def _ui(args: argparse.Namespace) -> int:
             f"\n{kind}: {built['objects']:,} objects, log position {built['log_position']:,}, "
             f"written in {built['build_seconds']} s; recording a request: median "
             f"{rec['median']} ms (first 100: {rec['first_100_median']}, last 100: "
-            f"{rec['last_100_median']}), p95 {rec['p95']} ms, {built['record_bytes']} bytes"
+            f"{rec['last_100_median']}), p95 {rec['p95']} ms, {built['record_bytes']} bytes; "
+            f"the search index built from scratch in {built['search_index_build_s']} s"
         )
         print(f"  {'page':<24} {'cold ms':>9} {'warm ms':>9} {'KB':>8}")
         for name, figures in result[kind]["pages"].items():

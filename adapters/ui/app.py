@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import http.cookies
 import ipaddress
+import logging
 import secrets
+import threading
 from collections.abc import Callable
 from importlib import resources
 from urllib.parse import parse_qsl, urlencode
@@ -44,6 +46,8 @@ from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput, SelfContextError
 
 __all__ = ["Inspector"]
+
+log = logging.getLogger("selfctx.ui")
 
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 _HEADERS = [
@@ -110,6 +114,20 @@ class Inspector:
             Route("/api/content/{oid}", self._api(self._content)),
         ]
         self.app: ASGIApp = _Guard(Starlette(routes=routes), self.token)
+        self._indexing = threading.Thread(target=self._catch_up_search, daemon=True)
+        self._indexing.start()
+
+    def wait_for_search(self, timeout: float | None = None) -> None:
+        """Wait until the search index caught up at start (for benchmarks and tests)."""
+        self._indexing.join(timeout)
+
+    def _catch_up_search(self) -> None:
+        """Bring the search index up to date as soon as the inspector starts (an index kept on
+        disk takes in only what is new), so the first search does not wait for it."""
+        try:
+            self.service.catch_up_search()
+        except Exception:  # a search page says why, when it is asked for
+            log.warning("catching the search index up failed", exc_info=True)
 
     def url(self, base: str) -> str:
         """The address to open: the inspector's base URL with this start's token."""

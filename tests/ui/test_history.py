@@ -55,10 +55,27 @@ def test_marks_spans_and_states(tmp_path: Path) -> None:
     assert {"rollback", "checkpoint"} <= kinds[3]
     texts = [m.text for m in history.markers_by_request()[1]]
     assert "collapsed #1 (agent)" in texts and "activated #1" in texts
+    # the marks came from the records, without the log; the log says the same
+    assert not history.seqs and all(r.marks is not None for r in history.records)
+    from_log = Sessions(service).get(sid).log().markers_by_request()
+    assert from_log == history.markers_by_request()
+    for n in range(1, 5):
+        seq = history.record(n).seq
+        summarised = history.collapse_before(first, seq)
+        assert summarised == Sessions(service).get(sid).log().collapse_before(first, seq)
+    assert history.collapse_before(first, history.record(2).seq) is not None
+    history.log()
     # the first output: met before request 1, shown in full in every request until the rollback
     assert history.request_at(history.first_seen[first]) == 1
     assert history.requests_between(history.spans[first])[0][0] == 1
     assert history.label(first) == "#1"
+    # a tool call's first request, from its transaction alone (the search page's way) or the log
+    kind_of = service.state(sid).kinds
+    calls = [i for i in history.first_seen if kind_of.get(i) == "toolcall"]
+    assert len(calls) >= 4
+    for object_id in calls:
+        tx = service.history(object_id)[0].tx_id
+        assert history.request_after_tx(tx) == history.request_at(history.first_seen[object_id])
     # any position's state, folded from one kept or rebuilt from snapshots, is the store's
     for seq in [*reversed(history.seqs), *history.seqs]:
         assert history.state_at(seq) == service.state_at(sid, seq).state, seq
