@@ -114,16 +114,24 @@ class Inspector:
             Route("/api/content/{oid}", self._api(self._content)),
         ]
         self.app: ASGIApp = _Guard(Starlette(routes=routes), self.token)
-        self._indexing = threading.Thread(target=self._catch_up_search, daemon=True)
-        self._indexing.start()
+        self._indexing: threading.Thread | None = None
+        self._indexing_lock = threading.Lock()
+
+    def index_ahead(self) -> threading.Thread:
+        """Bring the search index up to date on a thread of its own, once: when the inspector
+        is first opened (not when a proxy starts: it may never be), so that the first search
+        does not wait for it (an index kept on disk takes in only what is new)."""
+        with self._indexing_lock:
+            if self._indexing is None:
+                self._indexing = threading.Thread(target=self._catch_up_search, daemon=True)
+                self._indexing.start()
+            return self._indexing
 
     def wait_for_search(self, timeout: float | None = None) -> None:
-        """Wait until the search index caught up at start (for benchmarks and tests)."""
-        self._indexing.join(timeout)
+        """Start :meth:`index_ahead` if it has not started, and wait for it (benchmarks)."""
+        self.index_ahead().join(timeout)
 
     def _catch_up_search(self) -> None:
-        """Bring the search index up to date as soon as the inspector starts (an index kept on
-        disk takes in only what is new), so the first search does not wait for it."""
         try:
             self.service.catch_up_search()
         except Exception:  # a search page says why, when it is asked for
@@ -142,6 +150,7 @@ class Inspector:
     def _page(self, view: Callable[[Request, str], str]) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:
             base = self._base(request)
+            self.index_ahead()
             try:
                 return HTMLResponse(view(request, base))
             except (SelfContextError, ValueError) as exc:

@@ -26,7 +26,7 @@ from selfctx.application.usecases.sessions import PastContext, validate_session_
 from selfctx.domain.chat import AssistantMessage
 from selfctx.domain.documents import from_document
 from selfctx.domain.errors import InvalidInput, SessionNotFound
-from selfctx.domain.inline import render_inline
+from selfctx.domain.inline import MAX_LISTED_FILES, render_inline
 from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
 from selfctx.domain.rendering import render_context
 from selfctx.domain.session.machine import fold
@@ -288,16 +288,18 @@ class SessionHistory:
             self._preparing.start()
 
     def _load_objects(self, state: SessionState) -> None:
-        """Read the objects of ``state``'s index this history does not hold yet: files whole,
-        tool calls without their content (a prompt shows a collapsed output by its size)
-        except those the page reads (:func:`_read_whole`), which are read whole; a tool call
-        held without its content is read again whole when another state needs it."""
+        """Read the objects of ``state``'s index a page of it needs and this history does not
+        hold yet: tool calls without their content (a prompt shows a collapsed output by its
+        size) except those the page reads (:func:`_read_whole`), which are read whole; under
+        the inline layouts only the files a prompt names (:func:`_files_named`), every file
+        under ``ssot`` (its metadata block lists them all). A tool call held without its
+        content is read again whole when another state needs it."""
         whole = _read_whole(state)
+        kinds = state.kinds
         with self._loading:
             with self._lock:
-                missing = [i for i in state.index if i not in self._objects]
-                again = [i for i in whole if i in self._hollow]
-            if missing and not self._objects:
+                empty = not self._objects
+            if empty:
                 try:  # the objects of a session this process holds open: no need to read them
                     held = self.service.open_objects(self.session_id)
                 except SessionNotFound:
@@ -306,26 +308,41 @@ class SessionHistory:
                     for object_id, obj in held.items():
                         if isinstance(obj, FileObject | ToolcallObject):
                             self._objects[object_id] = obj
-                    missing = [i for i in missing if i not in self._objects]
-            kinds = state.kinds
-            calls = [i for i in missing if kinds.get(i) == "toolcall" and i not in whole]
-            store = self.service.store
-            docs = store.get_many_fields(calls, TOOLCALL_METADATA) if calls else {}
-            hollow: dict[str, FileObject | ToolcallObject] = {}
-            for object_id, doc in docs.items():
-                if "content_length" not in doc:
-                    continue  # written before outputs had their length: read whole
-                call = from_document({**doc, "content": None})
-                assert isinstance(call, ToolcallObject)
-                hollow[object_id] = attrs.evolve(call, content_length=int(doc["content_length"]))
-            rest = [i for i in missing if i not in hollow] + again
-            found = store.get_many(rest) if rest else {}
-            fresh = {i: _content_object(d) for i, d in found.items()}
             with self._lock:
-                self._objects.update(hollow)
-                self._objects.update(fresh)
-                self._hollow.update(hollow)
-                self._hollow.difference_update(fresh)
+                calls = [
+                    i for i in state.index if kinds.get(i) == "toolcall" and i not in self._objects
+                ]
+                again = [i for i in whole if i in self._hollow]
+            self._read(calls, whole, again)
+            with self._lock:
+                if state.policy.inline_layout:
+                    named = _files_named(state, self._objects)
+                else:
+                    named = [i for i in state.index if kinds.get(i) != "toolcall"]
+                files = [i for i in named if i not in self._objects]
+            self._read(files, set(), [])
+
+    def _read(self, ids: list[str], whole: set[str], again: list[str]) -> None:
+        """Read ``ids`` (tool calls among them hollow unless in ``whole``) and ``again``
+        (tool calls held hollow, now whole) into this history (the caller holds ``_loading``)."""
+        store = self.service.store
+        calls = [i for i in ids if i not in whole]
+        docs = store.get_many_fields(calls, TOOLCALL_METADATA) if calls else {}
+        hollow: dict[str, FileObject | ToolcallObject] = {}
+        for object_id, doc in docs.items():
+            if doc.get("type") != "toolcall" or "content_length" not in doc:
+                continue  # a file, or an output written before outputs had their length
+            call = from_document({**doc, "content": None})
+            assert isinstance(call, ToolcallObject)
+            hollow[object_id] = attrs.evolve(call, content_length=int(doc["content_length"]))
+        rest = [i for i in ids if i not in hollow] + again
+        found = store.get_many(rest) if rest else {}
+        fresh = {i: _content_object(d) for i, d in found.items()}
+        with self._lock:
+            self._objects.update(hollow)
+            self._objects.update(fresh)
+            self._hollow.update(hollow)
+            self._hollow.difference_update(fresh)
 
     def _open_state(self, seq: int) -> SessionState | None:
         """The state of the session as this process holds it open, if that is the state at
@@ -492,6 +509,27 @@ def _read_whole(state: SessionState) -> set[str]:
             seen += 1
             out.update(call.id for call in message.tool_calls)
     return out
+
+
+def _files_named(
+    state: SessionState, objects: Mapping[str, FileObject | ToolcallObject]
+) -> list[str]:
+    """The files an inline prompt of ``state`` names or shows: the active and pinned ones, those
+    the tool calls' views show (the working set is found among them), and the first
+    ``MAX_LISTED_FILES`` of the session's files each tool call names (a collapsed output lists
+    them by path)."""
+    kinds = state.kinds
+    out = dict.fromkeys(i for i in (*state.active, *state.pinned) if kinds.get(i) == "file")
+    for object_id in state.index:
+        call = objects.get(object_id)
+        if not isinstance(call, ToolcallObject):
+            continue
+        out.update(
+            dict.fromkeys(v.file for v in call.file_views or () if kinds.get(v.file) == "file")
+        )
+        refs = [r for r in call.file_refs or () if kinds.get(r) == "file"]
+        out.update(dict.fromkeys(refs[:MAX_LISTED_FILES]))
+    return list(out)
 
 
 def _content_object(doc: Mapping[str, Any]) -> FileObject | ToolcallObject:
