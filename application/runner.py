@@ -104,7 +104,7 @@ class Contention:
 PIPELINE_DEPTH: Final = 2
 """How many commits :meth:`SessionRunner.execute_pipelined` keeps in flight by default."""
 _REWRITES: Final = (e.ChatRestored, e.ChatCompacted)
-TOOLCALL_METADATA: Final = (
+_TOOLCALL_METADATA: Final = (
     "type", "identity_hash", "tool", "args", "status", "chat_ref", "args_display", "file_refs",
     "file_views", "content_hash", "metadata_hash", "object_hash", "content_length",
 )  # fmt: skip
@@ -428,7 +428,7 @@ class SessionRunner:
         state = session.state
         calls = [i for i in state.index if state.kinds.get(i) == "toolcall"]
         others = [i for i in state.index if state.kinds.get(i) != "toolcall"]
-        docs = self.store.get_many_fields(calls, TOOLCALL_METADATA) if calls else {}
+        docs = self.store.get_many_fields(calls, _TOOLCALL_METADATA) if calls else {}
         whole = [i for i in calls if "content_length" not in docs.get(i, {})]  # written before
         session.objects.update(self._objects([*others, *whole], session.loaded))
         missing = [i for i in calls if i not in docs]

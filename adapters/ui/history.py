@@ -20,10 +20,8 @@ from selfctx.application.requests import (
     record_from_document,
     requests_id,
 )
-from selfctx.application.runner import TOOLCALL_METADATA
 from selfctx.application.service import ContextService
 from selfctx.application.usecases.sessions import PastContext, validate_session_id
-from selfctx.domain.chat import AssistantMessage
 from selfctx.domain.documents import from_document
 from selfctx.domain.errors import InvalidInput, SessionNotFound
 from selfctx.domain.inline import MAX_LISTED_FILES, render_inline
@@ -123,8 +121,6 @@ class SessionHistory:
         """States rebuilt lately, by log position (``_kept``: their positions, sorted)."""
         self._kept: list[int] = []
         self._objects: dict[str, FileObject | ToolcallObject] = {}
-        self._hollow: set[str] = set()
-        """Tool calls held without their content."""
         self._contexts: dict[tuple[int, int], PastContext] = {}
         self._preparing: threading.Thread | None = None
         self._loading = threading.Lock()
@@ -289,12 +285,9 @@ class SessionHistory:
 
     def _load_objects(self, state: SessionState) -> None:
         """Read the objects of ``state``'s index a page of it needs and this history does not
-        hold yet: tool calls without their content (a prompt shows a collapsed output by its
-        size) except those the page reads (:func:`_read_whole`), which are read whole; under
-        the inline layouts only the files a prompt names (:func:`_files_named`), every file
-        under ``ssot`` (its metadata block lists them all). A tool call held without its
-        content is read again whole when another state needs it."""
-        whole = _read_whole(state)
+        hold yet: every tool call (whole: on XTDB a pull of named fields costs more than the
+        whole document), and under the inline layouts only the files a prompt names
+        (:func:`_files_named`), every file under ``ssot`` (its metadata block lists them all)."""
         kinds = state.kinds
         with self._loading:
             with self._lock:
@@ -312,37 +305,21 @@ class SessionHistory:
                 calls = [
                     i for i in state.index if kinds.get(i) == "toolcall" and i not in self._objects
                 ]
-                again = [i for i in whole if i in self._hollow]
-            self._read(calls, whole, again)
+            self._read(calls)
             with self._lock:
                 if state.policy.inline_layout:
                     named = _files_named(state, self._objects)
                 else:
                     named = [i for i in state.index if kinds.get(i) != "toolcall"]
                 files = [i for i in named if i not in self._objects]
-            self._read(files, set(), [])
+            self._read(files)
 
-    def _read(self, ids: list[str], whole: set[str], again: list[str]) -> None:
-        """Read ``ids`` (tool calls among them hollow unless in ``whole``) and ``again``
-        (tool calls held hollow, now whole) into this history (the caller holds ``_loading``)."""
-        store = self.service.store
-        calls = [i for i in ids if i not in whole]
-        docs = store.get_many_fields(calls, TOOLCALL_METADATA) if calls else {}
-        hollow: dict[str, FileObject | ToolcallObject] = {}
-        for object_id, doc in docs.items():
-            if doc.get("type") != "toolcall" or "content_length" not in doc:
-                continue  # a file, or an output written before outputs had their length
-            call = from_document({**doc, "content": None})
-            assert isinstance(call, ToolcallObject)
-            hollow[object_id] = attrs.evolve(call, content_length=int(doc["content_length"]))
-        rest = [i for i in ids if i not in hollow] + again
-        found = store.get_many(rest) if rest else {}
+    def _read(self, ids: list[str]) -> None:
+        """Read ``ids`` into this history (the caller holds ``_loading``)."""
+        found = self.service.store.get_many(ids) if ids else {}
         fresh = {i: _content_object(d) for i, d in found.items()}
         with self._lock:
-            self._objects.update(hollow)
             self._objects.update(fresh)
-            self._hollow.update(hollow)
-            self._hollow.difference_update(fresh)
 
     def _open_state(self, seq: int) -> SessionState | None:
         """The state of the session as this process holds it open, if that is the state at
@@ -491,24 +468,6 @@ def _record_marker(mark: Mark) -> Marker:
     event = {"event": mark.event, **mark.fields}
     found = _marker(mark.seq, "Activate", event, lambda i: mark.fields.get("name") or i)
     return found if found is not None else Marker(mark.seq, mark.event, mark.event)
-
-
-def _read_whole(state: SessionState) -> set[str]:
-    """The tool calls whose content a request's page reads: the active and pinned ones
-    (shown in full) and those of the last ``recent_messages`` assistant messages (the working
-    set is found in their text, as ``selfctx.domain.relevance`` does)."""
-    kinds = state.kinds
-    out = {i for i in (*state.active, *state.pinned) if kinds.get(i) == "toolcall"}
-    seen = 0
-    for turn in reversed(state.turns):
-        for message in reversed(turn.messages):
-            if not isinstance(message, AssistantMessage):
-                continue
-            if seen >= state.policy.recent_messages:
-                return out
-            seen += 1
-            out.update(call.id for call in message.tool_calls)
-    return out
 
 
 def _files_named(
