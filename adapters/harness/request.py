@@ -59,6 +59,11 @@ def text_chars(value: Any, key: str = "") -> int:
     return 0
 
 
+_STALE_RENDERINGS = 64
+"""Renderings of messages no longer in the chat kept before they are dropped all at once: each
+drop walks the kept ones, so it happens once per this many."""
+
+
 @attrs.frozen
 class Encoded:
     """A request: as JSON-ready values, as compact ASCII JSON text, and its figures."""
@@ -143,7 +148,8 @@ class RequestCache:
         self._cut_at: list[int] = [0]
         """The chat position of each cut (for bisection)."""
         self._rendered: dict[int, tuple[RenderedMessage, Any]] = {}
-        """Each chat message's rendering, by identity, for the chat as last rendered."""
+        """Each chat message's rendering, by identity, for the chat as last rendered (and up to
+        :data:`_STALE_RENDERINGS` of messages it held before)."""
 
     # -- the chat -------------------------------------------------------------------------
 
@@ -178,7 +184,9 @@ class RequestCache:
         del self._cuts[k + 1 :]
         del self._cut_at[k + 1 :]
         self._items.truncate(cut.items)
-        if self._rendered and len(self._rendered) > 2 * len(chat) + 64:
+        if self._rendered and len(self._rendered) > len(chat) + _STALE_RENDERINGS:
+            # the renderings of messages the chat no longer holds (an output shown whole, since
+            # collapsed) go: at most a fixed number of them stay, whatever the session's length
             keep = {id(m) for m in chat}
             self._rendered = {i: hit for i, hit in self._rendered.items() if i in keep}
         self._chat = chat

@@ -127,3 +127,28 @@ def test_a_grown_chat_renders_only_its_new_messages(
         # The new assistant message and its result; Anthropic also the user message that the
         # result joins (kept open, since what follows may still join it).
         assert len(made) <= (3 if n == 0 else 2), (n, made)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_renderings_of_collapsed_outputs_are_not_kept(fmt: str) -> None:
+    # each turn the output before the newest collapses to a line: the whole output's rendering
+    # goes from the cache within a fixed number of turns, so what the cache keeps follows the
+    # chat as it is now, not every text it ever showed
+    cache = RequestCache(fmt)
+    chat: list[RenderedMessage] = [RenderedMessage("user", "go")]
+    big = "x" * 5_000
+    for n in range(200):
+        call = ToolCallRequest(f"c{n}", "bash", {"command": f"ls {n}"})
+        if n:
+            chat[-1] = RenderedMessage("tool", f"[c{n - 1}: collapsed]", toolcall_id=f"c{n - 1}")
+        chat += [
+            RenderedMessage("assistant", f"step {n}", (call,)),
+            RenderedMessage("tool", f"{big} {n}", toolcall_id=f"c{n}"),
+        ]
+        context = AssembledContext("You fix bugs.", (), tuple(chat), ())
+        got = cache.render(context)
+        if n % 50 == 49:
+            assert got.body == render(context, fmt)
+    kept = [hit for hit in cache._rendered.values() if hit[0] not in chat]
+    assert len(kept) <= 64 + 1, len(kept)
+    assert sum(big in repr(hit[1]) for hit in cache._rendered.values()) <= 64 + 2
