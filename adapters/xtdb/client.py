@@ -63,8 +63,7 @@ class Connections:
             if conn.sock is None:
                 conn.timeout = timeout
                 conn.connect()
-                # headers and body go in one write; no wait for a delayed ACK either way
-                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                _no_delay(conn)
             else:
                 conn.sock.settimeout(timeout)
             conn.request(method, target, body=body, headers=headers)
@@ -95,6 +94,12 @@ class Connections:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+
+def _no_delay(conn: http.client.HTTPConnection) -> None:
+    """Small requests leave at once (no wait for the answer to an earlier write's ACK)."""
+    if conn.sock is not None:
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class XtdbClient:
