@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import select
 import socket
 import threading
 import urllib.parse
@@ -83,9 +82,8 @@ class Connections:
         with self._lock:
             while self._idle:
                 conn = self._idle.pop()
-                sock = conn.sock
-                if sock is not None and not select.select([sock], [], [], 0)[0]:
-                    return conn  # nothing to read: still open, no stray bytes
+                if _idle_and_open(conn):
+                    return conn
                 conn.close()
         return http.client.HTTPConnection(self.host, self.port)
 
@@ -94,6 +92,22 @@ class Connections:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+
+def _idle_and_open(conn: http.client.HTTPConnection) -> bool:
+    """Whether a kept connection may carry a request: the node has not closed it (a read would
+    find its end) and sent nothing unasked. Asked without blocking, for any descriptor number."""
+    sock = conn.sock
+    if sock is None:
+        return False
+    try:
+        sock.settimeout(0.0)  # the request sets its own timeout again
+        sock.recv(1, socket.MSG_PEEK)
+    except BlockingIOError:
+        return True  # nothing to read: open and quiet
+    except OSError:
+        return False
+    return False  # b"": closed by the node; bytes: not ours to read
 
 
 def _no_delay(conn: http.client.HTTPConnection) -> None:
