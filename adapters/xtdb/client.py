@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import socket
 import threading
 import urllib.parse
@@ -28,6 +29,8 @@ import httpx
 
 from selfctx.adapters.xtdb import text
 from selfctx.application.ports.store import StoreProtocolError, StoreRejected, StoreUnavailable
+
+log = logging.getLogger("selfctx.xtdb")
 
 _JSON = {"Accept": "application/json"}
 _EDN_BODY = {"Accept": "application/json", "Content-Type": "application/edn"}
@@ -250,7 +253,9 @@ class XtdbClient:
         if auth is not None:
             sent["Authorization"] = auth
         try:
-            return self.connections.request(method, target, content, sent, timeout)
+            status, body = self.connections.request(method, target, content, sent, timeout)
+            log.debug("HTTP Request: %s %s%s %d", method, self.url, target, status)
+            return status, body
         except TimeoutError as exc:
             raise StoreUnavailable(f"no answer within {timeout:.2f} s", **where) from exc
         except (http.client.RemoteDisconnected, http.client.IncompleteRead) as exc:
