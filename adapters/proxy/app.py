@@ -36,7 +36,7 @@ from starlette.types import ASGIApp
 
 from selfctx.adapters.harness.ids import emitted_id
 from selfctx.adapters.harness.messages import MalformedMessage, Message
-from selfctx.adapters.harness.render import render, to_anthropic
+from selfctx.adapters.harness.request import RequestCache
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tokens import PromptCounter
 from selfctx.adapters.harness.tools import (
@@ -45,6 +45,7 @@ from selfctx.adapters.harness.tools import (
     is_context_tool,
     tool_schemas,
 )
+from selfctx.adapters.proxy.bodies import RecentBodies
 from selfctx.adapters.proxy.codec import dumps, loads
 from selfctx.adapters.proxy.guard import LOOPBACK_NAMES, TOKEN_HEADER, Guard
 from selfctx.adapters.proxy.incremental import (
@@ -203,6 +204,7 @@ class Proxy:
         self.service = service
         self.config = config or ProxyConfig()
         self.sessions = OpenSessions(limit=self.config.max_sessions)
+        self.bodies = RecentBodies(limit=self.config.max_sessions)
         self.counter = PromptCounter(service.tokenizer)
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
@@ -284,8 +286,10 @@ class Proxy:
         if raw is None:
             limit = self.config.max_body_bytes
             return _error(provider, 413, f"the request body is larger than {limit} bytes")
+        owner = credential_digest(request.headers, request.query_params.multi_items())
+        key = "input" if provider.name == "responses" else "messages"
         try:
-            body = loads(raw)
+            body = self.bodies.loads(raw, key, (owner, provider.path))
         except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
             return _error(provider, 400, f"the request body is not JSON: {exc}")
         except RecursionError:
@@ -302,7 +306,6 @@ class Proxy:
         except MalformedMessage as exc:
             note = f"unmanaged: {exc}"
             return await self._forward(provider, request.method, url, headers, raw, note)
-        owner = credential_digest(request.headers, request.query_params.multi_items())
         base = session_id_for(
             provider.name,
             provider.client_key(body, request.headers),
@@ -491,10 +494,14 @@ class Proxy:
             if chat is not None:
                 context = attrs.evolve(context, chat=chat)
                 note = "messages the client rebuilt are shown once"
-        prefix, memo = harness.tool_prefix, turn.session.memo
+        prefix = harness.tool_prefix
         tools = tool_schemas(provider.name, prefix)
-        if isinstance(provider, Anthropic):  # the provider places the cache marks
-            rendered = to_anthropic(context, cache_control=False, tool_prefix=prefix, memo=memo)
+        requests = turn.session.requests
+        if requests is None:  # the provider places the cache marks
+            requests = RequestCache(provider.name, tool_prefix=prefix, cache_control=False)
+            turn.session.requests = requests
+        rendered = requests.render(context).body
+        if isinstance(provider, Anthropic):
             if turn.rounds == 0:
                 turn.session.outputs.saw(context.chat, self.service.state(harness.session_id))
             outputs = turn.session.outputs
@@ -504,7 +511,6 @@ class Proxy:
                 turn.body, rendered, tools, mark_last=outputs.kept_newest(), before=before
             )
         else:
-            rendered = render(context, provider.name, tool_prefix=prefix, memo=memo)
             managed = provider.managed(turn.body, rendered, tools)
         if last:
             managed["tool_choice"] = {"type": "none"} if provider.name == "anthropic" else "none"
