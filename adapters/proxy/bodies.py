@@ -55,9 +55,14 @@ class _Layout:
     """Where the conversation list of a body lies in its bytes."""
 
     starts: list[int]
-    """Offset of each item: the byte after the ``[`` or ``,`` before it."""
+    """Offset of each item from item ``first`` on: the byte after the ``[`` or ``,`` before
+    it."""
     end: int
     """Offset of the ``]`` that closes the list."""
+    first: int = 0
+    """The first item whose start is known (the list was found by its end)."""
+    whole: bool = False
+    """The body was scanned whole (the starts before ``first`` cannot be found)."""
 
 
 @attrs.define(eq=False)
@@ -72,6 +77,10 @@ class _Body:
     @property
     def items(self) -> list[Any]:
         return self.value[self.key]  # type: ignore[no-any-return]
+
+    @property
+    def count(self) -> int:
+        return len(self.value[self.key])
 
 
 class RecentBodies:
@@ -119,25 +128,41 @@ class RecentBodies:
 
 def _extend(body: _Body, raw: bytes) -> _Body | None:
     """``raw`` decoded from where it departs from ``body`` (None: not of that shape)."""
-    if not body.scanned:
-        body.layout = _layout(body.raw, body.key, len(body.items))
-        body.scanned = True
+    old = body.raw
     layout = body.layout
-    if layout is None:
-        return None
-    old, end = body.raw, layout.end
-    view = memoryview(old)
-    stop = len(raw) - (len(old) - end)  # the list's closing ``]`` in ``raw``, if it is there
-    if stop <= 0 or not raw.endswith(view[end:]):
-        return None
-    if len(raw) > end and raw[end] == 0x2C and raw.startswith(view[:end]):  # items appended
-        keep, start = len(layout.starts), end + 1
+    if (
+        layout is not None
+        and len(raw) > layout.end
+        and raw[layout.end] == 0x2C
+        and raw.startswith(memoryview(old)[: layout.end])
+    ):
+        shared = layout.end  # at least: items appended (the usual case, one comparison)
     else:
         shared = _common_prefix(old, raw)
-        keep = bisect.bisect_right(layout.starts, shared) - 1
-        if keep < 0:
-            return None
-        start = layout.starts[keep]
+    if shared < len(old) // 2:
+        return None  # mostly another body: not worth looking at the structure
+    if layout is None and not body.scanned:
+        body.scanned = True  # looked for once
+        layout = body.layout = _appended(body, raw, shared) or _layout(old, body.key, body.count)
+    if layout is None:
+        return None
+    end = layout.end
+    stop = len(raw) - (len(old) - end)  # the list's closing ``]`` in ``raw``, if it is there
+    if stop <= 0 or not raw.endswith(memoryview(old)[end:]):
+        return None
+    if shared >= end and len(raw) > end and raw[end] == 0x2C:  # ",": items appended
+        keep, start = body.count, end + 1
+    else:
+        known = bisect.bisect_right(layout.starts, shared) - 1
+        if known < 0:  # it departs before the items whose starts are known
+            if layout.first == 0 or layout.whole:
+                return None
+            scanned = _layout(old, body.key, body.count)
+            if scanned is None:
+                return None
+            layout = body.layout = scanned
+            known = bisect.bisect_right(layout.starts, shared) - 1
+        keep, start = layout.first + known, layout.starts[known]
     if stop <= start or not raw[start:stop].strip(_WHITESPACE):
         return None  # no item there: not a list this body's bytes would decode to
     piece = raw[start:stop]
@@ -150,8 +175,28 @@ def _extend(body: _Body, raw: bytes) -> _Body | None:
         return None
     items = body.items
     value = {**body.value, body.key: items[:keep] + new if keep < len(items) else items + new}
-    layout = _Layout([*layout.starts[:keep], *(start + s for s in starts)], stop)
-    return _Body(raw, value, body.key, layout, scanned=True)
+    known_starts = layout.starts[: keep - layout.first]
+    grown = _Layout([*known_starts, *(start + s for s in starts)], stop, layout.first)
+    grown.whole = layout.whole
+    return _Body(raw, value, body.key, grown, scanned=True)
+
+
+def _appended(body: _Body, raw: bytes, shared: int) -> _Layout | None:
+    """The end of ``body``'s list, if ``raw`` appends to it there (the starts of its items are
+    not known then): the first byte where the two differ, a ``]`` in ``body`` and a ``,`` in
+    ``raw``, checked by decoding ``body`` with an item inserted there (the list grows by that
+    item only where the list ends)."""
+    old = body.raw
+    if shared >= len(old) or shared >= len(raw) or old[shared] != 0x5D or raw[shared] != 0x2C:
+        return None
+    try:
+        probe = loads(old[:shared] + b",0" + old[shared:])
+    except (ValueError, RecursionError):
+        return None
+    grown = probe.get(body.key) if isinstance(probe, dict) else None
+    if isinstance(grown, list) and len(grown) == body.count + 1 and grown[-1] == 0:
+        return _Layout([], shared, body.count)
+    return None
 
 
 def _layout(raw: bytes, key: str, count: int) -> _Layout | None:
@@ -189,6 +234,7 @@ def _layout(raw: bytes, key: str, count: int) -> _Layout | None:
                 inside = False
     if found is None or found.end < 0 or len(found.starts) != count:
         return None
+    found.whole = True
     return found
 
 
@@ -219,7 +265,7 @@ def _common_prefix(a: bytes, b: bytes) -> int:
     low = 0
     while high - low > 1:  # a[:low] == b[:low], a[:high] != b[:high]
         middle = (low + high) // 2
-        if b.startswith(view_a[:middle]):
+        if b.startswith(view_a[low:middle], low):
             low = middle
         else:
             high = middle
