@@ -157,6 +157,8 @@ class _Turn:
     rounds: int = 0
     naive: int = 0
     managed: int = 0
+    collapsed: int = 0
+    """Objects of the session collapsed when the last request for this one was built."""
     client_bytes: int = 0
     upstream_bytes: int = 0
     """Of the first request sent upstream for this one."""
@@ -515,6 +517,8 @@ class Proxy:
         if last:
             managed["tool_choice"] = {"type": "none"} if provider.name == "anthropic" else "none"
         turn.managed = self.service.prompt_tokens(harness.session_id, context)
+        state = self.service.state(harness.session_id)
+        turn.collapsed = len(state.pool) - len(state.active)
         turn.recorded = (context, note)
         return managed
 
@@ -775,7 +779,8 @@ class Proxy:
             turn.session.answer = answer_marks([message])
 
     def _log(self, turn: _Turn, status: int) -> None:
-        state = self.service.state(turn.session_id)
+        """One line per client request (on the event loop: from what the turn holds, never
+        from the store)."""
         log.info(
             "session=%s api=%s status=%d naive_tokens=%d managed_tokens=%d collapsed=%d "
             "context_rounds=%d client_bytes=%d upstream_bytes=%d%s ms=%.0f",
@@ -784,7 +789,7 @@ class Proxy:
             status,
             turn.naive,
             turn.managed,
-            len(state.pool) - len(state.active),
+            turn.collapsed,
             turn.rounds,
             turn.client_bytes,
             turn.upstream_bytes,
