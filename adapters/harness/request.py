@@ -131,12 +131,16 @@ class RequestCache:
     requests are made in turn. The values handed out are shared with later requests and must
     not be changed in place."""
 
-    def __init__(self, fmt: str, *, tool_prefix: str = "", cache_control: bool = True) -> None:
+    def __init__(
+        self, fmt: str, *, tool_prefix: str = "", cache_control: bool = True, text: bool = True
+    ) -> None:
+        """``text``: False when only the body is wanted (``Encoded.text`` is then empty)."""
         if fmt not in ("openai", "anthropic", "responses"):
             raise InvalidInput("format", fmt, "use 'openai', 'anthropic' or 'responses'")
         self.fmt = fmt
         self.tool_prefix = tool_prefix
         self.cache_control = cache_control
+        self.text = text
         self._chat: tuple[RenderedMessage, ...] = ()
         self._items = _Items()
         self._cuts: list[_Cut] = [_Cut(0, 0)]
@@ -283,7 +287,7 @@ class RequestCache:
             tail.append({"role": "user", "content": content})
         if not head and not items and not tail:
             tail.append({"role": "user", "content": _SESSION_START})
-        return _finish("messages", head, items, tail, {})
+        return _finish("messages", head, items, tail, {}, text=self.text)
 
     def _anthropic(
         self,
@@ -329,7 +333,7 @@ class RequestCache:
             else:
                 tail.append({"role": "user", "content": active})
         extra = {"system": system} if system else {}
-        return _finish("messages", head, items, tail, extra, shared)
+        return _finish("messages", head, items, tail, extra, shared, text=self.text)
 
     def _responses(self, context: AssembledContext, items: _Items) -> Encoded:
         prompt = _system_prompt(context, self.tool_prefix)
@@ -343,7 +347,7 @@ class RequestCache:
             active = _responses_message("user", _active_text(context))
             active["content"] += [_image_responses(image) for image in _active_images(context)]
             tail.append(active)
-        return _finish("input", head, items, tail, {})
+        return _finish("input", head, items, tail, {}, text=self.text)
 
 
 def _final_openai(message: RenderedMessage) -> _Item:
@@ -361,6 +365,8 @@ def _finish(
     tail: Sequence[dict[str, Any]],
     extra: dict[str, Any],
     shared: int | None = None,
+    *,
+    text: bool = True,
 ) -> Encoded:
     """The request: ``head``, the first ``shared`` items (all by default), ``tail``."""
     n = len(items) if shared is None else shared
@@ -369,9 +375,10 @@ def _finish(
     conversation = [*head, *values, *tail]
     body: dict[str, Any] = {key: conversation, **extra}
     chars = items.chars[n] + sum(text_chars(v) for v in (*head, *tail))
+    chars += sum(text_chars(value) for value in extra.values())
+    if not text:
+        return Encoded(body, "", chars, len(conversation))
     joined = ",".join([*(ascii_dumps(v) for v in head), *texts, *(ascii_dumps(v) for v in tail)])
     parts = [f'"{key}":[{joined}]']
-    for name, value in extra.items():
-        parts.append(f"{ascii_dumps(name)}:{ascii_dumps(value)}")
-        chars += text_chars(value)
+    parts += [f"{ascii_dumps(name)}:{ascii_dumps(value)}" for name, value in extra.items()]
     return Encoded(body, "{" + ",".join(parts) + "}", chars, len(conversation))

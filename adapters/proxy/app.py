@@ -500,7 +500,9 @@ class Proxy:
         tools = tool_schemas(provider.name, prefix)
         requests = turn.session.requests
         if requests is None:  # the provider places the cache marks
-            requests = RequestCache(provider.name, tool_prefix=prefix, cache_control=False)
+            requests = RequestCache(
+                provider.name, tool_prefix=prefix, cache_control=False, text=False
+            )
             turn.session.requests = requests
         rendered = requests.render(context).body
         if isinstance(provider, Anthropic):
