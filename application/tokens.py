@@ -77,7 +77,7 @@ def _message_texts(message: RenderedMessage) -> Iterator[str]:
         yield json.dumps(thaw(call.arguments), ensure_ascii=False)
 
 
-def _same_prefix(old: Sequence[object], new: Sequence[object]) -> int:
+def identical_prefix(old: Sequence[object], new: Sequence[object]) -> int:
     """How many leading items of ``new`` are the very objects of ``old`` (compared in C; by
     halves when they differ)."""
     n = min(len(old), len(new))
@@ -115,7 +115,7 @@ class ContextCounter:
         if context.metadata:
             total += count(context.metadata_text())
         messages, counts, chat = self._messages, self._counts, context.chat
-        same = _same_prefix(messages, chat)
+        same = identical_prefix(messages, chat)
         if same < len(messages):
             self._chat_total -= sum(counts[same:])
             del messages[same:], counts[same:]

@@ -17,7 +17,6 @@ holds it to that), so a turn costs what is new in the chat, not the chat's lengt
 from __future__ import annotations
 
 import bisect
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -41,6 +40,7 @@ from selfctx.adapters.harness.render import (
     _responses_message,
     _system_prompt,
 )
+from selfctx.application.tokens import identical_prefix
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.rendering import AssembledContext, RenderedMessage
 
@@ -153,18 +153,7 @@ class RequestCache:
 
     def _same(self, chat: tuple[RenderedMessage, ...]) -> int:
         """How many leading messages of ``chat`` are the very objects last rendered."""
-        old = self._chat
-        n = min(len(old), len(chat))
-        if all(map(operator.is_, chat[:n], old[:n])):
-            return n
-        low, high = 0, n  # the first difference lies in [low, high)
-        while high - low > 1:
-            middle = (low + high) // 2
-            if all(map(operator.is_, chat[low:middle], old[low:middle])):
-                low = middle
-            else:
-                high = middle
-        return low if chat[low] is not old[low] else high
+        return identical_prefix(self._chat, chat)
 
     def _make(self, message: RenderedMessage, make: Callable[[RenderedMessage], Any]) -> Any:
         hit = self._rendered.get(id(message))

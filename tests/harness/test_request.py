@@ -77,6 +77,17 @@ def histories(draw: Any) -> list[tuple[tuple[RenderedMessage, ...], bool, bool]]
     return out
 
 
+def _context(
+    prompt: str, chat: tuple[RenderedMessage, ...], *, metadata: bool, active: bool
+) -> AssembledContext:
+    return AssembledContext(
+        system_prompt=prompt,
+        metadata=("#1 file a.py",) if metadata else (),
+        chat=chat,
+        active=(ActiveBlock("f1", "content", ()),) if active else (),
+    )
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @settings(max_examples=150, deadline=None)
 @given(history=histories(), prompt=st.sampled_from(["", "You fix bugs."]))
@@ -85,12 +96,7 @@ def test_every_request_is_the_whole_rendering(
 ) -> None:
     cache = RequestCache(fmt)
     for chat, metadata, active in history:
-        context = AssembledContext(
-            system_prompt=prompt,
-            metadata=("#1 file a.py",) if metadata else (),
-            chat=chat,
-            active=(ActiveBlock("f1", "content", ()),) if active else (),
-        )
+        context = _context(prompt, chat, metadata=metadata, active=active)
         got = cache.render(context)
         body, text, chars = _expected(context, fmt)
         assert got.body == body
@@ -109,12 +115,7 @@ def test_the_proxys_requests_are_the_whole_rendering(
     its own), no text."""
     cache = RequestCache(fmt, tool_prefix="context_", cache_control=False, text=False)
     for chat, metadata, active in history:
-        context = AssembledContext(
-            system_prompt=prompt,
-            metadata=("#1 file a.py",) if metadata else (),
-            chat=chat,
-            active=(ActiveBlock("f1", "content", ()),) if active else (),
-        )
+        context = _context(prompt, chat, metadata=metadata, active=active)
         got = cache.render(context)
         if fmt == "anthropic":
             body = to_anthropic(context, cache_control=False, tool_prefix="context_")
