@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from selfctx.adapters.harness import request as request_module
-from selfctx.adapters.harness.render import render
+from selfctx.adapters.harness.render import render, to_anthropic
 from selfctx.adapters.harness.request import RequestCache, text_chars
 from selfctx.domain.chat import ToolCallRequest
 from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage
@@ -77,6 +77,17 @@ def histories(draw: Any) -> list[tuple[tuple[RenderedMessage, ...], bool, bool]]
     return out
 
 
+def _context(
+    prompt: str, chat: tuple[RenderedMessage, ...], *, metadata: bool, active: bool
+) -> AssembledContext:
+    return AssembledContext(
+        system_prompt=prompt,
+        metadata=("#1 file a.py",) if metadata else (),
+        chat=chat,
+        active=(ActiveBlock("f1", "content", ()),) if active else (),
+    )
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @settings(max_examples=150, deadline=None)
 @given(history=histories(), prompt=st.sampled_from(["", "You fix bugs."]))
@@ -85,18 +96,35 @@ def test_every_request_is_the_whole_rendering(
 ) -> None:
     cache = RequestCache(fmt)
     for chat, metadata, active in history:
-        context = AssembledContext(
-            system_prompt=prompt,
-            metadata=("#1 file a.py",) if metadata else (),
-            chat=chat,
-            active=(ActiveBlock("f1", "content", ()),) if active else (),
-        )
+        context = _context(prompt, chat, metadata=metadata, active=active)
         got = cache.render(context)
         body, text, chars = _expected(context, fmt)
         assert got.body == body
         assert got.text == text
         assert got.chars == chars
         assert got.messages == len(body["input" if fmt == "responses" else "messages"])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@settings(max_examples=100, deadline=None)
+@given(history=histories(), prompt=st.sampled_from(["", "You fix bugs."]))
+def test_the_proxys_requests_are_the_whole_rendering(
+    fmt: str, history: list[tuple[tuple[RenderedMessage, ...], bool, bool]], prompt: str
+) -> None:
+    """As the proxy makes them: context tools under a prefix, no cache marks (the proxy places
+    its own), no text."""
+    cache = RequestCache(fmt, tool_prefix="context_", cache_control=False, text=False)
+    for chat, metadata, active in history:
+        context = _context(prompt, chat, metadata=metadata, active=active)
+        got = cache.render(context)
+        if fmt == "anthropic":
+            body = to_anthropic(context, cache_control=False, tool_prefix="context_")
+        else:
+            body = render(context, fmt, tool_prefix="context_")
+        assert got.body == body
+        assert got.text == ""
+        conversation = body["input" if fmt == "responses" else "messages"]
+        assert got.chars == text_chars(body.get("system", [])) + text_chars(conversation)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
