@@ -33,10 +33,12 @@ __all__ = [
     "KEEP",
     "SUPERSEDED",
     "UNUSED",
+    "FileNames",
     "Relevance",
     "RelevanceMemo",
     "covers",
     "json_strings",
+    "name_tokens",
     "named_files",
     "relevance",
     "superseded_by",
@@ -136,27 +138,109 @@ def json_strings(value: Any) -> Iterator[str]:
             yield from json_strings(item)
 
 
-def _recent_texts(
-    state: SessionState, objects: Mapping[str, ContentObject], messages: int
-) -> Iterator[list[str]]:
-    """The texts of each of the last ``messages`` assistant messages, newest first: its text and
-    call arguments, and the traceback frames in the outputs of its calls."""
-    seen = 0
-    for turn in reversed(state.turns):
-        for message in reversed(turn.messages):
-            if not isinstance(message, AssistantMessage):
-                continue
-            if seen >= messages:
-                return
-            seen += 1
-            texts = [message.text]
-            for call in message.tool_calls:
-                texts += json_strings(thaw(call.arguments))
-                output = objects.get(call.id)
-                if isinstance(output, ToolcallObject) and output.content:
-                    for match in _FRAME.finditer(output.content[-_MAX_FRAME_TEXT:]):
-                        texts.append(match.group(1) or match.group(2))
-            yield texts
+def _message_texts(message: AssistantMessage, objects: Mapping[str, ContentObject]) -> list[str]:
+    """An assistant message's text and call arguments, and the traceback frames in the outputs of
+    its calls."""
+    texts = [message.text]
+    for call in message.tool_calls:
+        texts += json_strings(thaw(call.arguments))
+        output = objects.get(call.id)
+        if isinstance(output, ToolcallObject) and output.content:
+            for match in _FRAME.finditer(output.content[-_MAX_FRAME_TEXT:]):
+                texts.append(match.group(1) or match.group(2))
+    return texts
+
+
+def _outputs_key(
+    message: AssistantMessage, objects: Mapping[str, ContentObject]
+) -> tuple[Any, ...]:
+    """What a message's texts depend on besides the message: each call's output, by its hash and
+    whether its content is at hand."""
+    key: list[Any] = []
+    for call in message.tool_calls:
+        output = objects.get(call.id)
+        if isinstance(output, ToolcallObject):
+            key.append((output.content_hash, output.content is not None))
+        else:
+            key.append(None)
+    return tuple(key)
+
+
+def _recent_tokens(
+    state: SessionState,
+    objects: Mapping[str, ContentObject],
+    messages: int,
+    memo: RelevanceMemo,
+) -> Iterator[tuple[str, ...]]:
+    """The candidate names (:func:`name_tokens`) of each of the last ``messages`` assistant
+    messages, newest first. Each message's are worked out once and kept in ``memo`` while the
+    message is among the last ``messages`` (and its outputs do not change)."""
+    seen: dict[int, tuple[AssistantMessage, tuple[Any, ...], tuple[str, ...]]] = {}
+    kept = memo.tokens
+    try:
+        for turn in reversed(state.turns):
+            for message in reversed(turn.messages):
+                if not isinstance(message, AssistantMessage):
+                    continue
+                if len(seen) >= messages:
+                    return
+                key = _outputs_key(message, objects)
+                entry = kept.get(id(message))
+                if entry is None or entry[0] is not message or entry[1] != key:
+                    entry = (message, key, name_tokens(_message_texts(message, objects)))
+                seen[id(message)] = entry
+                yield entry[2]
+    finally:
+        memo.tokens = seen  # only the recent messages' stay: bounded by ``messages``
+
+
+def name_tokens(texts: Iterable[str]) -> tuple[str, ...]:
+    """The distinct words of ``texts`` that may name a file (a path, a dotted name, a stem), in
+    the order they first appear."""
+    found: dict[str, None] = {}
+    for text in texts:
+        for token in _TOKEN.findall(text):
+            found[token.rstrip(".-")] = None
+    return tuple(found)
+
+
+class FileNames:
+    """The files of ``paths`` (file id to agent-visible path) and the words that name them:
+    built once, asked for many texts' words (:func:`name_tokens`)."""
+
+    def __init__(self, paths: Mapping[str, str], *, modules: bool = True) -> None:
+        by_name: dict[str, list[tuple[str, str]]] = {}
+        for file_id, path in paths.items():
+            by_name.setdefault(path.rsplit("/", 1)[-1], []).append((file_id, path))
+        stems: dict[str, list[str]] = {}
+        for name, files in by_name.items():
+            stem = name.rsplit(".", 1)[0]
+            if "." in name and _DISTINCT_STEM.fullmatch(stem):
+                stems.setdefault(stem, []).extend(f for f, _ in files)
+        self._by_name = by_name
+        self._stems = stems
+        self._modules = modules
+
+    def _match(self, candidate: str, found: set[str]) -> None:
+        candidate = candidate.lstrip("./") if candidate.startswith("./") else candidate
+        for file_id, path in self._by_name.get(candidate.rsplit("/", 1)[-1], ()):
+            if path == candidate or path.endswith("/" + candidate.lstrip("/")):
+                found.add(file_id)
+
+    def named(self, tokens: Iterable[str]) -> frozenset[str]:
+        """The ids of the files the words ``tokens`` name."""
+        found: set[str] = set()
+        stems, modules = self._stems, self._modules
+        for token in tokens:
+            if "/" in token or "." in token:
+                self._match(token, found)
+            elif token in stems:  # a file known by its name alone: `L060` for `L060.py`
+                found.update(stems[token])
+            if modules and "/" not in token and "." in token:
+                parts = token.split(".")
+                for n in range(len(parts), 1, -1):
+                    self._match("/".join(parts[:n]) + ".py", found)
+        return frozenset(found)
 
 
 def named_files(
@@ -167,34 +251,7 @@ def named_files(
     ``/w/src/a.py``), by its stem alone when the stem is an identifier rather than a word
     (``L060`` names ``rules/L060.py``), or, with ``modules``, by a dotted module name
     (``pkg.mod`` and ``pkg.mod.attr`` name ``pkg/mod.py``)."""
-    by_name: dict[str, list[tuple[str, str]]] = {}
-    for file_id, path in paths.items():
-        by_name.setdefault(path.rsplit("/", 1)[-1], []).append((file_id, path))
-    found: set[str] = set()
-
-    def match(candidate: str) -> None:
-        candidate = candidate.lstrip("./") if candidate.startswith("./") else candidate
-        for file_id, path in by_name.get(candidate.rsplit("/", 1)[-1], ()):
-            if path == candidate or path.endswith("/" + candidate.lstrip("/")):
-                found.add(file_id)
-
-    stems: dict[str, list[str]] = {}
-    for name, files in by_name.items():
-        stem = name.rsplit(".", 1)[0]
-        if "." in name and _DISTINCT_STEM.fullmatch(stem):
-            stems.setdefault(stem, []).extend(f for f, _ in files)
-    for text in texts:
-        for token in _TOKEN.findall(text):
-            token = token.rstrip(".-")
-            if "/" in token or "." in token:
-                match(token)
-            elif token in stems:  # a file known by its name alone: `L060` for `L060.py`
-                found.update(stems[token])
-            if modules and "/" not in token and "." in token:
-                parts = token.split(".")
-                for n in range(len(parts), 1, -1):
-                    match("/".join(parts[:n]) + ".py")
-    return frozenset(found)
+    return FileNames(paths, modules=modules).named(name_tokens(texts))
 
 
 @attrs.define(eq=False)
@@ -214,6 +271,12 @@ class RelevanceMemo:
     answered: set[str] = attrs.field(factory=set)
     """Outputs the collapse of answered outputs has looked at once already: it looks at each
     once, at the first request after the agent answered it."""
+    tokens: dict[int, tuple[AssistantMessage, tuple[Any, ...], tuple[str, ...]]] = attrs.field(
+        factory=dict
+    )
+    """The candidate names of each recent assistant message (by the message object's identity,
+    which the entry holds, and what its outputs were), so that each is read once: only the last
+    ``recent_messages`` messages' are kept."""
 
     def forget(self, keep: Iterable[str]) -> None:
         """Drop what is known of outputs other than ``keep`` (those no longer active)."""
@@ -246,8 +309,9 @@ def relevance(
     }
     working: dict[str, float] = {}
     if paths:  # no active output shows a file: there is nothing to keep, nothing to look for
-        for age, texts in enumerate(_recent_texts(state, objects, recent_messages)):
-            for file_id in named_files(texts, paths):
+        names = FileNames(paths)
+        for age, tokens in enumerate(_recent_tokens(state, objects, recent_messages, memo)):
+            for file_id in names.named(tokens):
                 working[file_id] = working.get(file_id, 0.0) + DECAY**age
     superseded: dict[str, str] = {}
     tiers: dict[str, int] = {}
