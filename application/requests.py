@@ -32,13 +32,16 @@ from selfctx.domain.prompt_cache import OPENAI, CacheRules, rules_for
 from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage
 
 __all__ = [
+    "MARKED",
     "PARTS",
     "REQUEST_TYPE",
+    "Mark",
     "RequestFacts",
     "RequestMeter",
     "RequestRecord",
     "cache_cost",
     "context_digest",
+    "entry_marks",
     "record_from_version",
     "request_document",
     "requests_id",
@@ -96,6 +99,58 @@ def _label(value: object) -> str | None:
     return _CONTROL.sub(" ", value)[:_MAX_LABEL]
 
 
+MARKED: Final = {
+    "ObjectDeactivated": "collapse",
+    "ObjectActivated": "activation",
+    "ChatCompacted": "compaction",
+    "CheckpointCreated": "checkpoint",
+    "RolledBack": "rollback",
+}
+"""Events a request's record keeps as marks, by the name of their mark (an activation only when
+the agent or a user asked for it: a new output or a file read is shown by the prompt itself)."""
+MARK_FIELDS: Final = (
+    "object_id", "name", "by", "reason", "superseded_by", "upto", "case", "label"
+)  # fmt: skip
+"""What a mark keeps of its event (``name``: how the session's prompt named the object, its
+handle under the inline layouts; ``label``: a checkpoint's)."""
+MAX_GAP: Final = 512
+"""Log entries a record reads back at most to find the marks since the previous request (the
+first request recorded after a session was opened): a longer gap leaves them to the log."""
+MAX_PENDING: Final = 4096
+"""Marks an open session keeps between two recorded requests at most."""
+
+
+@attrs.frozen
+class Mark:
+    """One marked event of a session's log (see :data:`MARKED`)."""
+
+    seq: int
+    event: str
+    fields: Mapping[str, str] = attrs.field(factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "event": self.event, **self.fields}
+
+
+def entry_marks(entry: Mapping[str, Any], events: Iterable[Mapping[str, Any]]) -> list[Mark]:
+    """The marks of one log entry (``events``: its events as stored)."""
+    out = []
+    seq = _int(entry.get("seq"))
+    for event in events:
+        name = event.get("event")
+        if name not in MARKED:
+            continue
+        if name == "ObjectActivated" and entry.get("command") != "Activate":
+            continue
+        fields = {
+            k: str(event[k])
+            for k in MARK_FIELDS
+            if isinstance(event.get(k), str | int) and not isinstance(event.get(k), bool)
+        }
+        out.append(Mark(seq, str(name), fields))
+    return out
+
+
 @attrs.frozen
 class RequestFacts:
     """What only the caller knows about a request: who sent it, and the naive request."""
@@ -141,10 +196,16 @@ class RequestRecord:
     tx_id: int | None = None
     """The transaction that recorded it (known once read back from the store)."""
     tx_time: str | None = None
+    marks: tuple[Mark, ...] | None = None
+    """What the log recorded since the previous request that the inspector marks on the
+    timeline (:data:`MARKED`), oldest first; None when it was not summarised (records written
+    before they held marks, or a gap too long to read): the log says it then."""
 
     def to_json(self) -> dict[str, Any]:
         f = self.facts
+        marks = None if self.marks is None else [m.to_json() for m in self.marks]
         return {
+            "marks": marks,
             "at": self.at,
             "seq": self.seq,
             "api": f.api,
@@ -226,7 +287,21 @@ def record_from_document(
         cost_managed=cost[1],
         tx_id=tx_id,
         tx_time=tx_time,
+        marks=_marks(data.get("marks")),
     )
+
+
+def _marks(value: Any) -> tuple[Mark, ...] | None:
+    if not isinstance(value, list):
+        return None
+    out = []
+    for item in value:
+        if isinstance(item, Mapping) and isinstance(item.get("event"), str):
+            fields = {
+                k: str(v) for k, v in item.items() if k in MARK_FIELDS and isinstance(v, str | int)
+            }
+            out.append(Mark(_int(item.get("seq")), str(item["event"]), fields))
+    return tuple(out)
 
 
 def record_from_version(version: Version) -> RequestRecord | None:
@@ -420,6 +495,7 @@ class RequestMeter:
         shared: int,
         parts: tuple[int, int, int, int],
         digest: str,
+        marks: tuple[Mark, ...] | None = None,
     ) -> RequestRecord:
         """The record that follows :attr:`last` (not yet remembered: :meth:`keep_last` does)."""
         last = self.last
@@ -442,6 +518,7 @@ class RequestMeter:
             cost_direct=(last.cost_direct if last else 0.0) + direct,
             cost_managed=(last.cost_managed if last else 0.0)
             + cache_cost(managed, shared, rules, alive=alive),
+            marks=marks,
         )
 
     def keep_last(self, record: RequestRecord | None) -> None:

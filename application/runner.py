@@ -40,6 +40,7 @@ from selfctx.application.ports.store import (
     StoreError,
     Submission,
 )
+from selfctx.application.requests import MAX_PENDING, Mark, entry_marks
 from selfctx.application.tokens import TokenCounts
 from selfctx.domain.chat import AssistantMessage
 from selfctx.domain.documents import from_document, to_document
@@ -151,6 +152,28 @@ class OpenSession:
     collapses: dict[str, Any] = attrs.field(factory=dict)
     """Why assembly collapsed each output it collapsed, in this process (``CollapseRecord`` of
     ``selfctx.application.usecases.collapse_order``): a diagnosis, never stored."""
+    marks: list[Mark] = attrs.field(factory=list)
+    """What the log entries folded in since the last recorded request hold that the request's
+    record marks (``selfctx.application.requests.entry_marks``), oldest first."""
+    marks_from: int = -1
+    """:attr:`marks` holds every mark after this log position (-1: the position the session
+    was opened at)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.marks_from < 0:
+            self.marks_from = self.seq
+
+    def note_entry(self, entry: Mapping[str, Any]) -> None:
+        """Keep the marks of a log entry just folded in (at most ``MAX_PENDING``: a session
+        whose requests are not recorded keeps only the latest)."""
+        found = entry_marks(entry, entry_events(entry))
+        if not found:
+            return
+        self.marks += found
+        if len(self.marks) > MAX_PENDING:
+            dropped = self.marks[: len(self.marks) - MAX_PENDING]
+            del self.marks[: len(dropped)]
+            self.marks_from = max(self.marks_from, dropped[-1].seq)
 
     def working_objects(self) -> Mapping[str, ContentObject]:
         """The objects as the policy's decisions read them: whole where content is read (the
@@ -466,6 +489,7 @@ class SessionRunner:
             session.state = fold(events, session.state)
             session.seq = int(entry["seq"])
             session.log_bytes_since_snapshot += document_size(entry)
+            session.note_entry(entry)
             for event in events:
                 if isinstance(event, e.SystemPromptSet):
                     prompt_changed = True
@@ -596,6 +620,7 @@ class SessionRunner:
         session.log_bytes_since_snapshot = after.log_bytes_since_snapshot
         if prepared.chat_rewritten:
             session.reset_rendering()
+        session.note_entry(prepared.entry)
         self._refresh(session, prepared.reads, prepared.state)
         for version in prepared.written.values():
             if isinstance(version, SystemPromptObject):

@@ -616,6 +616,12 @@ class ContextService:
             raise SearchUnavailable("this service was built without a search index")
         return self._search(query)
 
+    def catch_up_search(self) -> int:
+        """Bring the search index up to date with the store now (what a query would do first);
+        returns the transactions taken in, 0 without an index. A reader that expects queries
+        calls it ahead of them, on a thread of its own, so the first query finds it done."""
+        return self._search.catch_up() if self._search is not None else 0
+
     def sessions_with(self, object_id: str) -> list[str]:
         """The sessions that have met file ``object_id`` (read or discovered it), from the
         search index's memberships (caught up first). Raises SearchUnavailable without one."""

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import collections
 import json
-from collections.abc import Callable, Iterator
+import operator
+from collections.abc import Callable, Iterator, Sequence
 
 from pyrsistent import thaw
 
@@ -76,19 +77,36 @@ def _message_texts(message: RenderedMessage) -> Iterator[str]:
         yield json.dumps(thaw(call.arguments), ensure_ascii=False)
 
 
+def identical_prefix(old: Sequence[object], new: Sequence[object]) -> int:
+    """How many leading items of ``new`` are the very objects of ``old`` (compared in C; by
+    halves when they differ)."""
+    n = min(len(old), len(new))
+    if all(map(operator.is_, old[:n], new[:n])):
+        return n
+    low, high = 0, n  # old[:low] is new[:low]; the first difference lies in [low, high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if all(map(operator.is_, old[low:middle], new[low:middle])):
+            low = middle
+        else:
+            high = middle
+    return low if old[low] is not new[low] else high
+
+
 class ContextCounter:
     """:func:`context_tokens` for one session's successive contexts, counting again only the
     chat messages that are not the very objects counted last time.
 
     The renderers reuse the message objects of an unchanged prefix; a message they change may be
     followed by the same objects as before (an activation's answer rewritten in place), so the
-    counted prefix is the run of identical objects from the start, checked one by one (an
-    identity test per message, far cheaper than counting one).
+    counted prefix is the run of identical objects from the start (identity tests, run in C: a
+    request's cost is what changed in it, not the chat's length).
     """
 
     def __init__(self, count: Callable[[str], int]) -> None:
         self._count = count
-        self._chat: list[tuple[RenderedMessage, int]] = []
+        self._messages: list[RenderedMessage] = []
+        self._counts: list[int] = []
         self._chat_total = 0
 
     def __call__(self, context: AssembledContext) -> int:
@@ -96,17 +114,15 @@ class ContextCounter:
         total = count(context.system_prompt)
         if context.metadata:
             total += count(context.metadata_text())
-        memo, chat = self._chat, context.chat
-        limit = min(len(memo), len(chat))
-        same = 0
-        while same < limit and memo[same][0] is chat[same]:
-            same += 1
-        if same < len(memo):
-            self._chat_total -= sum(n for _, n in memo[same:])
-            del memo[same:]
+        messages, counts, chat = self._messages, self._counts, context.chat
+        same = identical_prefix(messages, chat)
+        if same < len(messages):
+            self._chat_total -= sum(counts[same:])
+            del messages[same:], counts[same:]
         for message in chat[same:]:
             n = sum(count(t) for t in _message_texts(message))
-            memo.append((message, n))
+            messages.append(message)
+            counts.append(n)
             self._chat_total += n
         total += self._chat_total
         return total + sum(count(block.text) for block in context.active)
@@ -115,13 +131,13 @@ class ContextCounter:
         """For each tool message of ``context`` (the one last counted), by the tool call it
         answers: the tokens from it to the end of the prompt — what a provider writes to its cache
         again when that message changes."""
-        if len(self._chat) != len(context.chat) or any(
-            m is not c for (m, _), c in zip(self._chat, context.chat, strict=True)
-        ):
+        if identical_prefix(self._messages, context.chat) != len(context.chat) or len(
+            self._messages
+        ) != len(context.chat):
             self(context)
         running = sum(self._count(block.text) for block in context.active)
         out: dict[str, int] = {}
-        for message, n in reversed(self._chat):
+        for message, n in zip(reversed(self._messages), reversed(self._counts), strict=True):
             running += n
             if message.toolcall_id is not None:
                 out[message.toolcall_id] = running  # the earliest, should it recur

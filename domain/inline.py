@@ -147,16 +147,16 @@ def _collapsed(
 ) -> str:
     size = obj.content_length  # the same as len(obj.content), also when it is not in memory
     line = f"[{handle(state, obj.id)} collapsed: {field(obj.tool)} {obj.status}, {size} chars"
-    files = [
-        f for f in (objects.get(ref) for ref in obj.file_refs or ()) if isinstance(f, FileObject)
-    ]
-    if files:
+    kinds = state.kinds
+    refs = [ref for ref in obj.file_refs or () if kinds.get(ref) == "file"]
+    if refs:  # the files of the session's index it names; the first few by their paths
+        listed = (objects.get(ref) for ref in refs[:MAX_LISTED_FILES])
         shown = ", ".join(
             f"{handle(state, f.id)} {field(display_path(f.source))}"
-            for f in files[:MAX_LISTED_FILES]
-            if f.id in state.positions
+            for f in listed
+            if isinstance(f, FileObject)
         )
-        more = len(files) - MAX_LISTED_FILES
+        more = len(refs) - MAX_LISTED_FILES
         line += f"; files {shown}" + (f" and {more} more" if more > 0 else "")
     later = state.superseded.get(obj.id)
     if later is not None and later in state.positions:

@@ -33,10 +33,12 @@ __all__ = [
     "KEEP",
     "SUPERSEDED",
     "UNUSED",
+    "FileNames",
     "Relevance",
     "RelevanceMemo",
     "covers",
     "json_strings",
+    "name_tokens",
     "named_files",
     "relevance",
     "superseded_by",
@@ -87,7 +89,7 @@ class Relevance:
     be so; tiered :data:`UNUSED`."""
     named: Mapping[str, float] = attrs.field(factory=dict)
     """Active outputs the agent's recent messages name by an identifier the output brought into
-    the session (no earlier output or message of the agent had it), each with its weight (as
+    the session (no earlier output or call of the agent had it), each with its weight (as
     :attr:`working_set`'s): the agent works with what they showed; tiered :data:`KEEP`."""
 
 
@@ -146,27 +148,109 @@ def json_strings(value: Any) -> Iterator[str]:
             yield from json_strings(item)
 
 
-def _recent_texts(
-    state: SessionState, objects: Mapping[str, ContentObject], messages: int, frames: bool = True
-) -> Iterator[list[str]]:
-    """The texts of each of the last ``messages`` assistant messages, newest first: its text and
-    call arguments, and the traceback frames in the outputs of its calls."""
-    seen = 0
-    for turn in reversed(state.turns):
-        for message in reversed(turn.messages):
-            if not isinstance(message, AssistantMessage):
-                continue
-            if seen >= messages:
-                return
-            seen += 1
-            texts = [message.text]
-            for call in message.tool_calls:
-                texts += json_strings(thaw(call.arguments))
-                output = objects.get(call.id) if frames else None
-                if isinstance(output, ToolcallObject) and output.content:
-                    for match in _FRAME.finditer(output.content[-_MAX_FRAME_TEXT:]):
-                        texts.append(match.group(1) or match.group(2))
-            yield texts
+def _message_texts(message: AssistantMessage, objects: Mapping[str, ContentObject]) -> list[str]:
+    """An assistant message's text and call arguments, and the traceback frames in the outputs of
+    its calls."""
+    texts = [message.text]
+    for call in message.tool_calls:
+        texts += json_strings(thaw(call.arguments))
+        output = objects.get(call.id)
+        if isinstance(output, ToolcallObject) and output.content:
+            for match in _FRAME.finditer(output.content[-_MAX_FRAME_TEXT:]):
+                texts.append(match.group(1) or match.group(2))
+    return texts
+
+
+def _outputs_key(
+    message: AssistantMessage, objects: Mapping[str, ContentObject]
+) -> tuple[Any, ...]:
+    """What a message's texts depend on besides the message: each call's output, by its hash and
+    whether its content is at hand."""
+    key: list[Any] = []
+    for call in message.tool_calls:
+        output = objects.get(call.id)
+        if isinstance(output, ToolcallObject):
+            key.append((output.content_hash, output.content is not None))
+        else:
+            key.append(None)
+    return tuple(key)
+
+
+def _recent_tokens(
+    state: SessionState,
+    objects: Mapping[str, ContentObject],
+    messages: int,
+    memo: RelevanceMemo,
+) -> Iterator[tuple[str, ...]]:
+    """The candidate names (:func:`name_tokens`) of each of the last ``messages`` assistant
+    messages, newest first. Each message's are worked out once and kept in ``memo`` while the
+    message is among the last ``messages`` (and its outputs do not change)."""
+    seen: dict[int, tuple[AssistantMessage, tuple[Any, ...], tuple[str, ...]]] = {}
+    kept = memo.tokens
+    try:
+        for turn in reversed(state.turns):
+            for message in reversed(turn.messages):
+                if not isinstance(message, AssistantMessage):
+                    continue
+                if len(seen) >= messages:
+                    return
+                key = _outputs_key(message, objects)
+                entry = kept.get(id(message))
+                if entry is None or entry[0] is not message or entry[1] != key:
+                    entry = (message, key, name_tokens(_message_texts(message, objects)))
+                seen[id(message)] = entry
+                yield entry[2]
+    finally:
+        memo.tokens = seen  # only the recent messages' stay: bounded by ``messages``
+
+
+def name_tokens(texts: Iterable[str]) -> tuple[str, ...]:
+    """The distinct words of ``texts`` that may name a file (a path, a dotted name, a stem), in
+    the order they first appear."""
+    found: dict[str, None] = {}
+    for text in texts:
+        for token in _TOKEN.findall(text):
+            found[token.rstrip(".-")] = None
+    return tuple(found)
+
+
+class FileNames:
+    """The files of ``paths`` (file id to agent-visible path) and the words that name them:
+    built once, asked for many texts' words (:func:`name_tokens`)."""
+
+    def __init__(self, paths: Mapping[str, str], *, modules: bool = True) -> None:
+        by_name: dict[str, list[tuple[str, str]]] = {}
+        for file_id, path in paths.items():
+            by_name.setdefault(path.rsplit("/", 1)[-1], []).append((file_id, path))
+        stems: dict[str, list[str]] = {}
+        for name, files in by_name.items():
+            stem = name.rsplit(".", 1)[0]
+            if "." in name and _DISTINCT_STEM.fullmatch(stem):
+                stems.setdefault(stem, []).extend(f for f, _ in files)
+        self._by_name = by_name
+        self._stems = stems
+        self._modules = modules
+
+    def _match(self, candidate: str, found: set[str]) -> None:
+        candidate = candidate.lstrip("./") if candidate.startswith("./") else candidate
+        for file_id, path in self._by_name.get(candidate.rsplit("/", 1)[-1], ()):
+            if path == candidate or path.endswith("/" + candidate.lstrip("/")):
+                found.add(file_id)
+
+    def named(self, tokens: Iterable[str]) -> frozenset[str]:
+        """The ids of the files the words ``tokens`` name."""
+        found: set[str] = set()
+        stems, modules = self._stems, self._modules
+        for token in tokens:
+            if "/" in token or "." in token:
+                self._match(token, found)
+            elif token in stems:  # a file known by its name alone: `L060` for `L060.py`
+                found.update(stems[token])
+            if modules and "/" not in token and "." in token:
+                parts = token.split(".")
+                for n in range(len(parts), 1, -1):
+                    self._match("/".join(parts[:n]) + ".py", found)
+        return frozenset(found)
 
 
 def named_files(
@@ -177,34 +261,7 @@ def named_files(
     ``/w/src/a.py``), by its stem alone when the stem is an identifier rather than a word
     (``L060`` names ``rules/L060.py``), or, with ``modules``, by a dotted module name
     (``pkg.mod`` and ``pkg.mod.attr`` name ``pkg/mod.py``)."""
-    by_name: dict[str, list[tuple[str, str]]] = {}
-    for file_id, path in paths.items():
-        by_name.setdefault(path.rsplit("/", 1)[-1], []).append((file_id, path))
-    found: set[str] = set()
-
-    def match(candidate: str) -> None:
-        candidate = candidate.lstrip("./") if candidate.startswith("./") else candidate
-        for file_id, path in by_name.get(candidate.rsplit("/", 1)[-1], ()):
-            if path == candidate or path.endswith("/" + candidate.lstrip("/")):
-                found.add(file_id)
-
-    stems: dict[str, list[str]] = {}
-    for name, files in by_name.items():
-        stem = name.rsplit(".", 1)[0]
-        if "." in name and _DISTINCT_STEM.fullmatch(stem):
-            stems.setdefault(stem, []).extend(f for f, _ in files)
-    for text in texts:
-        for token in _TOKEN.findall(text):
-            token = token.rstrip(".-")
-            if "/" in token or "." in token:
-                match(token)
-            elif token in stems:  # a file known by its name alone: `L060` for `L060.py`
-                found.update(stems[token])
-            if modules and "/" not in token and "." in token:
-                parts = token.split(".")
-                for n in range(len(parts), 1, -1):
-                    match("/".join(parts[:n]) + ".py")
-    return frozenset(found)
+    return FileNames(paths, modules=modules).named(name_tokens(texts))
 
 
 @attrs.define(eq=False)
@@ -224,10 +281,16 @@ class RelevanceMemo:
     answered: set[str] = attrs.field(factory=set)
     """Outputs the collapse of answered outputs has looked at once already: it looks at each
     once, at the first request after the agent answered it."""
+    tokens: dict[int, tuple[AssistantMessage, tuple[Any, ...], tuple[str, ...]]] = attrs.field(
+        factory=dict
+    )
+    """The candidate names of each recent assistant message (by the message object's identity,
+    which the entry holds, and what its outputs were), so that each is read once: only the last
+    ``recent_messages`` messages' are kept."""
     introduced: dict[str, frozenset[str]] = attrs.field(factory=dict)
     """Output id → the identifiers it brought into the session (only active outputs)."""
     known: set[str] = attrs.field(factory=set)
-    """Identifiers the session had shown before (outputs looked at, the agent's messages)."""
+    """Identifiers the session had shown before (outputs looked at, the agent's calls)."""
     scanned: int = 0
     """Length of the session index when outputs were last looked at for identifiers."""
 
@@ -263,8 +326,9 @@ def relevance(
     }
     working: dict[str, float] = {}
     if paths:  # no active output shows a file: there is nothing to keep, nothing to look for
-        for age, texts in enumerate(_recent_texts(state, objects, recent_messages)):
-            for file_id in named_files(texts, paths):
+        names = FileNames(paths)
+        for age, tokens in enumerate(_recent_tokens(state, objects, recent_messages, memo)):
+            for file_id in names.named(tokens):
                 working[file_id] = working.get(file_id, 0.0) + DECAY**age
     superseded: dict[str, str] = {}
     tiers: dict[str, int] = {}
@@ -301,6 +365,24 @@ def _names(text: str) -> set[str]:
     return set(_IDENTIFIER.findall(text[:_MAX_NAME_TEXT]))
 
 
+def _said(state: SessionState, messages: int) -> Iterator[set[str]]:
+    """The identifiers of each of the last ``messages`` assistant messages (text and call
+    arguments), newest first."""
+    seen = 0
+    for turn in reversed(state.turns):
+        for message in reversed(turn.messages):
+            if not isinstance(message, AssistantMessage):
+                continue
+            if seen >= messages:
+                return
+            seen += 1
+            said = _names(message.text)
+            for call in message.tool_calls:
+                for text in json_strings(thaw(call.arguments)):
+                    said |= _names(text)
+            yield said
+
+
 def _named_outputs(
     state: SessionState,
     objects: Mapping[str, ContentObject],
@@ -310,8 +392,8 @@ def _named_outputs(
 ) -> dict[str, float]:
     """The active outputs whose introduced identifiers the agent's last ``messages`` messages
     name, with their weights. Each output recorded since the last call is looked at once, in
-    order: the identifiers it shows that neither an earlier output nor the agent had shown are
-    its own."""
+    order: the identifiers it shows that neither an earlier output nor the agent's calls had
+    shown are its own."""
     active_ids = {o.id for o in active}
     for object_id in state.index[memo.scanned :]:
         obj = objects.get(object_id)
@@ -327,10 +409,7 @@ def _named_outputs(
     if not memo.introduced:
         return {}
     weights: dict[str, float] = {}
-    for age, texts in enumerate(_recent_texts(state, objects, messages, frames=False)):
-        said: set[str] = set()
-        for text in texts:
-            said |= _names(text)
+    for age, said in enumerate(_said(state, messages)):
         for output_id, introduced in memo.introduced.items():
             if output_id in active_ids and introduced & said:
                 weights[output_id] = weights.get(output_id, 0.0) + DECAY**age

@@ -72,31 +72,30 @@ def _ms(values: Sequence[float]) -> dict[str, float]:
 # -- the servers, each in a process of its own ------------------------------------------------
 
 
-def proxy_app(upstream: str, workspace: str, *, workers: int = 1) -> Any:
-    """The proxy's ASGI application on the in-memory store in front of ``upstream`` (both APIs
-    there); with ``workers`` > 1, a front and that many worker processes (``selfctx proxy``
-    processes, ending with this one)."""
+def proxy_app(upstream: str, workspace: str, *, workers: int = 1, store: str = "memory") -> Any:
+    """The proxy's ASGI application on ``store`` (``memory``, or an XTDB node's
+    ``xtdb://host:port``) in front of ``upstream`` (both APIs there); with ``workers`` > 1, a
+    front and that many worker processes (``selfctx proxy`` processes, ending with this one)."""
     from selfctx.adapters.proxy.workers import Front
 
     if workers <= 1:
-        from selfctx.adapters.bootstrap import build_service
-        from selfctx.adapters.memory import MemoryStore
+        from selfctx.adapters.bootstrap import build_service, open_store
         from selfctx.adapters.proxy import Proxy, ProxyConfig
 
-        service = build_service(store=MemoryStore(), workspace=workspace)
+        service = build_service(store=open_store(store), workspace=workspace)
         config = ProxyConfig(
             upstream_anthropic=upstream, upstream_openai=upstream, cwd=workspace, roots=(workspace,)
         )
         return Proxy(service, config).app
     from selfctx.adapters.proxy.spawn import start_workers
 
-    argv = ["--store", "memory", "--workspace", workspace, "--log-level", "warning"]
+    argv = ["--store", store, "--workspace", workspace, "--log-level", "warning"]
     argv += ["--upstream-anthropic", upstream, "--upstream-openai", upstream]
     secret, urls = start_workers(workers, argv)
     return Front(urls, secret).app
 
 
-def _serve(kind: str, upstream: str, workers: int, ports: Any) -> None:
+def _serve(kind: str, upstream: str, workers: int, store: str, ports: Any) -> None:
     """Serve ``kind`` (``model``, ``passthrough`` or ``proxy``) on a free port of 127.0.0.1 and
     put the port on ``ports`` (runs in a child process)."""
     import logging
@@ -115,7 +114,7 @@ def _serve(kind: str, upstream: str, workers: int, ports: Any) -> None:
         app = PassThrough(upstream).app
     else:
         workspace = tempfile.mkdtemp(prefix="selfctx-bench-")
-        app = proxy_app(upstream, workspace, workers=workers)
+        app = proxy_app(upstream, workspace, workers=workers, store=store)
         tune_collector()  # as selfctx proxy does
     ports.put(sock.getsockname()[1])
     serve(app, sock, log_level="error")
@@ -156,10 +155,14 @@ def _cpu_of(pid: int) -> float:
 
 
 @contextmanager
-def _server(kind: str, upstream: str = "", workers: int = 1) -> Iterator[_Running]:
+def _server(
+    kind: str, upstream: str = "", workers: int = 1, store: str = "memory"
+) -> Iterator[_Running]:
     context = multiprocessing.get_context("spawn")
     ports = context.Queue()
-    process = context.Process(target=_serve, args=(kind, upstream, workers, ports), daemon=True)
+    process = context.Process(
+        target=_serve, args=(kind, upstream, workers, store, ports), daemon=True
+    )
     process.start()
     try:
         yield _Running(f"http://127.0.0.1:{ports.get(timeout=120)}", process.pid or 0)
@@ -231,17 +234,19 @@ def _one_client(size: int, requests: int, proxy: _Running, passthrough: _Running
 
 
 def _concurrent(
-    clients: int, size: int, requests: int, proxy: str, passthrough: str
+    clients: int, size: int, requests: int, proxy: _Running, passthrough: _Running
 ) -> dict[str, Any]:
     sessions = [_Session(f"bench-c{n}-{size}", size) for n in range(clients)]
     with httpx.Client(timeout=300) as client:
         for session in sessions:  # built one after the other, not measured
-            session.post(client, proxy, _body(session.messages))
+            session.post(client, proxy.url, _body(session.messages))
     times: dict[str, list[float]] = {"passthrough": [], "proxy": []}
     spent: dict[str, float] = {"passthrough": 0.0, "proxy": 0.0}
+    cpu: dict[str, float] = {"passthrough": 0.0, "proxy": 0.0}
     bodies = [[s.grow() for _ in range(requests)] for s in sessions]
 
-    def run(side: str, base: str, rounds: range) -> None:
+    def run(side: str, server: _Running, rounds: range) -> None:
+        base = server.url
         barrier = threading.Barrier(clients)
         errors: list[BaseException] = []
 
@@ -256,12 +261,14 @@ def _concurrent(
                 errors.append(exc)
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+        before = server.cpu()
         started = time.perf_counter()
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         spent[side] += time.perf_counter() - started
+        cpu[side] += server.cpu() - before
         if errors:
             raise errors[0]
 
@@ -275,6 +282,9 @@ def _concurrent(
         out[f"{side}_ms"] = _ms(times[side])
         out[f"{side}_per_s"] = round(len(times[side]) / spent[side], 1)
     out["added_p95_ms"] = round(out["proxy_ms"]["p95"] - out["passthrough_ms"]["p95"], 3)
+    out["cpu_ms_per_request"] = {
+        side: round(spent_cpu / len(times[side]) * 1000, 2) for side, spent_cpu in cpu.items()
+    }
     return out
 
 
@@ -287,12 +297,19 @@ def run_proxy(
     concurrent_size: int = 1000,
     concurrent_requests: int = 20,
     workers: int = 1,
+    store: str = "memory",
 ) -> dict[str, Any]:
-    """Run the benchmark; the top-level figures are those of the largest session."""
+    """Run the benchmark; the top-level figures are those of the largest session. ``store``:
+    ``memory``, ``auto`` (this user's local XTDB node, started if need be) or an XTDB node's
+    ``xtdb://host:port``."""
+    if store == "auto":  # resolved once: the proxy's process (and its workers) use that node
+        from selfctx.adapters.xtdb import ensure_local_node
+
+        store = "xtdb://" + ensure_local_node().removeprefix("http://")
     with (
         _server("model") as model,
         _server("passthrough", model.url) as passthrough,
-        _server("proxy", model.url, workers) as proxy,
+        _server("proxy", model.url, workers, store) as proxy,
     ):
         runs = []
         for size in sizes:
@@ -307,11 +324,12 @@ def run_proxy(
                     f"{concurrent_requests} requests each"
                 )
             together = _concurrent(
-                clients, concurrent_size, concurrent_requests, proxy.url, passthrough.url
+                clients, concurrent_size, concurrent_requests, proxy, passthrough
             )
     largest = runs[-1]
     return {
         "workers": workers,
+        "store": "memory" if store == "memory" else "xtdb",
         "added_ms": largest["added_ms"],
         "objects": largest["objects"],
         "runs": runs,

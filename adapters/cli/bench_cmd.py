@@ -514,11 +514,14 @@ def _proxy(args: argparse.Namespace) -> int:
         concurrent_size=args.concurrent_objects,
         concurrent_requests=args.concurrent_requests,
         workers=args.workers,
+        store=args.store,
     )
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"proxy with {result['workers']} worker process(es); one client:")
+    print(
+        f"proxy with {result['workers']} worker process(es), {result['store']} store; one client:"
+    )
     print(
         f"{'objects':>8} {'requests':>9} {'added p50 ms':>13} {'added p95 ms':>13} "
         f"{'pass-through p50':>17} {'proxy p50 ms':>13} {'CPU ms/request':>15}"
@@ -540,7 +543,8 @@ def _proxy(args: argparse.Namespace) -> int:
             figures = together[f"{side}_ms"]
             print(
                 f"  {side:>12}: p50 {figures['p50']:.1f} ms, p95 {figures['p95']:.1f} ms, "
-                f"{together[f'{side}_per_s']} requests/s"
+                f"{together[f'{side}_per_s']} requests/s, "
+                f"{together['cpu_ms_per_request'][side]:.1f} CPU ms/request"
             )
         print(f"  added p95: {together['added_p95_ms']:.1f} ms")
     return 0
@@ -632,7 +636,8 @@ def _ui(args: argparse.Namespace) -> int:
             f"\n{kind}: {built['objects']:,} objects, log position {built['log_position']:,}, "
             f"written in {built['build_seconds']} s; recording a request: median "
             f"{rec['median']} ms (first 100: {rec['first_100_median']}, last 100: "
-            f"{rec['last_100_median']}), p95 {rec['p95']} ms, {built['record_bytes']} bytes"
+            f"{rec['last_100_median']}), p95 {rec['p95']} ms, {built['record_bytes']} bytes; "
+            f"the search index built from scratch in {built['search_index_build_s']} s"
         )
         print(f"  {'page':<24} {'cold ms':>9} {'warm ms':>9} {'KB':>8}")
         for name, figures in result[kind]["pages"].items():
@@ -670,6 +675,11 @@ def _register_proxy(benches: Any) -> None:
         "--concurrent-requests", type=int, default=20, help="requests of each such client"
     )
     proxy.add_argument("--workers", type=int, default=1, help="the proxy's worker processes")
+    proxy.add_argument(
+        "--store",
+        default="memory",
+        help="the proxy's store: memory (default), auto (the local XTDB node) or xtdb://HOST:PORT",
+    )
     proxy.add_argument("--json", action="store_true", help="print JSON")
     proxy.set_defaults(handler=_proxy)
 

@@ -17,7 +17,6 @@ holds it to that), so a turn costs what is new in the chat, not the chat's lengt
 from __future__ import annotations
 
 import bisect
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -41,6 +40,7 @@ from selfctx.adapters.harness.render import (
     _responses_message,
     _system_prompt,
 )
+from selfctx.application.tokens import identical_prefix
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.rendering import AssembledContext, RenderedMessage
 
@@ -57,6 +57,11 @@ def text_chars(value: Any, key: str = "") -> int:
     if isinstance(value, list):
         return sum(text_chars(v, key) for v in value)
     return 0
+
+
+_STALE_RENDERINGS = 64
+"""Renderings of messages no longer in the chat kept before they are dropped all at once: each
+drop walks the kept ones, so it happens once per this many."""
 
 
 @attrs.frozen
@@ -131,36 +136,30 @@ class RequestCache:
     requests are made in turn. The values handed out are shared with later requests and must
     not be changed in place."""
 
-    def __init__(self, fmt: str, *, tool_prefix: str = "", cache_control: bool = True) -> None:
+    def __init__(
+        self, fmt: str, *, tool_prefix: str = "", cache_control: bool = True, text: bool = True
+    ) -> None:
+        """``text``: False when only the body is wanted (``Encoded.text`` is then empty)."""
         if fmt not in ("openai", "anthropic", "responses"):
             raise InvalidInput("format", fmt, "use 'openai', 'anthropic' or 'responses'")
         self.fmt = fmt
         self.tool_prefix = tool_prefix
         self.cache_control = cache_control
+        self.text = text
         self._chat: tuple[RenderedMessage, ...] = ()
         self._items = _Items()
         self._cuts: list[_Cut] = [_Cut(0, 0)]
         self._cut_at: list[int] = [0]
         """The chat position of each cut (for bisection)."""
         self._rendered: dict[int, tuple[RenderedMessage, Any]] = {}
-        """Each chat message's rendering, by identity, for the chat as last rendered."""
+        """Each chat message's rendering, by identity, for the chat as last rendered (and up to
+        :data:`_STALE_RENDERINGS` of messages it held before)."""
 
     # -- the chat -------------------------------------------------------------------------
 
     def _same(self, chat: tuple[RenderedMessage, ...]) -> int:
         """How many leading messages of ``chat`` are the very objects last rendered."""
-        old = self._chat
-        n = min(len(old), len(chat))
-        if all(map(operator.is_, chat[:n], old[:n])):
-            return n
-        low, high = 0, n  # the first difference lies in [low, high)
-        while high - low > 1:
-            middle = (low + high) // 2
-            if all(map(operator.is_, chat[low:middle], old[low:middle])):
-                low = middle
-            else:
-                high = middle
-        return low if chat[low] is not old[low] else high
+        return identical_prefix(self._chat, chat)
 
     def _make(self, message: RenderedMessage, make: Callable[[RenderedMessage], Any]) -> Any:
         hit = self._rendered.get(id(message))
@@ -178,7 +177,9 @@ class RequestCache:
         del self._cuts[k + 1 :]
         del self._cut_at[k + 1 :]
         self._items.truncate(cut.items)
-        if self._rendered and len(self._rendered) > 2 * len(chat) + 64:
+        if self._rendered and len(self._rendered) > len(chat) + _STALE_RENDERINGS:
+            # the renderings of messages the chat no longer holds (an output shown whole, since
+            # collapsed) go: at most a fixed number of them stay, whatever the session's length
             keep = {id(m) for m in chat}
             self._rendered = {i: hit for i, hit in self._rendered.items() if i in keep}
         self._chat = chat
@@ -283,7 +284,7 @@ class RequestCache:
             tail.append({"role": "user", "content": content})
         if not head and not items and not tail:
             tail.append({"role": "user", "content": _SESSION_START})
-        return _finish("messages", head, items, tail, {})
+        return _finish("messages", head, items, tail, {}, text=self.text)
 
     def _anthropic(
         self,
@@ -329,7 +330,7 @@ class RequestCache:
             else:
                 tail.append({"role": "user", "content": active})
         extra = {"system": system} if system else {}
-        return _finish("messages", head, items, tail, extra, shared)
+        return _finish("messages", head, items, tail, extra, shared, text=self.text)
 
     def _responses(self, context: AssembledContext, items: _Items) -> Encoded:
         prompt = _system_prompt(context, self.tool_prefix)
@@ -343,7 +344,7 @@ class RequestCache:
             active = _responses_message("user", _active_text(context))
             active["content"] += [_image_responses(image) for image in _active_images(context)]
             tail.append(active)
-        return _finish("input", head, items, tail, {})
+        return _finish("input", head, items, tail, {}, text=self.text)
 
 
 def _final_openai(message: RenderedMessage) -> _Item:
@@ -361,6 +362,8 @@ def _finish(
     tail: Sequence[dict[str, Any]],
     extra: dict[str, Any],
     shared: int | None = None,
+    *,
+    text: bool = True,
 ) -> Encoded:
     """The request: ``head``, the first ``shared`` items (all by default), ``tail``."""
     n = len(items) if shared is None else shared
@@ -369,9 +372,10 @@ def _finish(
     conversation = [*head, *values, *tail]
     body: dict[str, Any] = {key: conversation, **extra}
     chars = items.chars[n] + sum(text_chars(v) for v in (*head, *tail))
+    chars += sum(text_chars(value) for value in extra.values())
+    if not text:
+        return Encoded(body, "", chars, len(conversation))
     joined = ",".join([*(ascii_dumps(v) for v in head), *texts, *(ascii_dumps(v) for v in tail)])
     parts = [f'"{key}":[{joined}]']
-    for name, value in extra.items():
-        parts.append(f"{ascii_dumps(name)}:{ascii_dumps(value)}")
-        chars += text_chars(value)
+    parts += [f"{ascii_dumps(name)}:{ascii_dumps(value)}" for name, value in extra.items()]
     return Encoded(body, "{" + ",".join(parts) + "}", chars, len(conversation))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -102,8 +102,11 @@ def observations(messages: Sequence[Mapping[str, Any]], start: int = 0) -> list[
     begins in the whole conversation, which the calls' ids are made from)."""
     out = []
     for n, message in enumerate(messages):
-        if not isinstance(message, Mapping) or message.get("role") != "user":
+        # (a dict is asked first: this walks every message of a resent list)
+        if type(message) is not dict and not isinstance(message, Mapping):
             continue  # not an observation (what is not a message is refused when parsed)
+        if message.get("role") != "user":
+            continue
         text = _text(message)
         if text is None:
             continue
@@ -146,6 +149,8 @@ def to_tool_calls(
     appended part of it)."""
     made = made if made is not None else TextActions()
     found = {o.position: o for o in observations(messages, start)}
+    if not found:  # nothing to turn into calls (a tool-calling harness): the list as it is
+        return cast(list[dict[str, Any]], list(messages)), made
     out: list[dict[str, Any]] = []
     for n, message in enumerate(messages):
         answer = found.get(n + 1)

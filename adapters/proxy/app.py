@@ -36,7 +36,7 @@ from starlette.types import ASGIApp
 
 from selfctx.adapters.harness.ids import emitted_id
 from selfctx.adapters.harness.messages import MalformedMessage, Message
-from selfctx.adapters.harness.render import render, to_anthropic
+from selfctx.adapters.harness.request import RequestCache
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tokens import PromptCounter
 from selfctx.adapters.harness.tools import (
@@ -45,6 +45,7 @@ from selfctx.adapters.harness.tools import (
     is_context_tool,
     tool_schemas,
 )
+from selfctx.adapters.proxy.bodies import RecentBodies
 from selfctx.adapters.proxy.codec import dumps, loads
 from selfctx.adapters.proxy.guard import LOOPBACK_NAMES, TOKEN_HEADER, Guard
 from selfctx.adapters.proxy.incremental import (
@@ -156,6 +157,8 @@ class _Turn:
     rounds: int = 0
     naive: int = 0
     managed: int = 0
+    collapsed: int = 0
+    """Objects of the session collapsed when the last request for this one was built."""
     client_bytes: int = 0
     upstream_bytes: int = 0
     """Of the first request sent upstream for this one."""
@@ -203,6 +206,7 @@ class Proxy:
         self.service = service
         self.config = config or ProxyConfig()
         self.sessions = OpenSessions(limit=self.config.max_sessions)
+        self.bodies = RecentBodies(limit=self.config.max_sessions)
         self.counter = PromptCounter(service.tokenizer)
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
@@ -284,8 +288,10 @@ class Proxy:
         if raw is None:
             limit = self.config.max_body_bytes
             return _error(provider, 413, f"the request body is larger than {limit} bytes")
+        owner = credential_digest(request.headers, request.query_params.multi_items())
+        key = "input" if provider.name == "responses" else "messages"
         try:
-            body = loads(raw)
+            body = self.bodies.loads(raw, key, (owner, provider.path))
         except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
             return _error(provider, 400, f"the request body is not JSON: {exc}")
         except RecursionError:
@@ -302,7 +308,6 @@ class Proxy:
         except MalformedMessage as exc:
             note = f"unmanaged: {exc}"
             return await self._forward(provider, request.method, url, headers, raw, note)
-        owner = credential_digest(request.headers, request.query_params.multi_items())
         base = session_id_for(
             provider.name,
             provider.client_key(body, request.headers),
@@ -491,10 +496,16 @@ class Proxy:
             if chat is not None:
                 context = attrs.evolve(context, chat=chat)
                 note = "messages the client rebuilt are shown once"
-        prefix, memo = harness.tool_prefix, turn.session.memo
+        prefix = harness.tool_prefix
         tools = tool_schemas(provider.name, prefix)
-        if isinstance(provider, Anthropic):  # the provider places the cache marks
-            rendered = to_anthropic(context, cache_control=False, tool_prefix=prefix, memo=memo)
+        requests = turn.session.requests
+        if requests is None:  # the provider places the cache marks
+            requests = RequestCache(
+                provider.name, tool_prefix=prefix, cache_control=False, text=False
+            )
+            turn.session.requests = requests
+        rendered = requests.render(context).body
+        if isinstance(provider, Anthropic):
             if turn.rounds == 0:
                 turn.session.outputs.saw(context.chat, self.service.state(harness.session_id))
             outputs = turn.session.outputs
@@ -504,11 +515,12 @@ class Proxy:
                 turn.body, rendered, tools, mark_last=outputs.kept_newest(), before=before
             )
         else:
-            rendered = render(context, provider.name, tool_prefix=prefix, memo=memo)
             managed = provider.managed(turn.body, rendered, tools)
         if last:
             managed["tool_choice"] = {"type": "none"} if provider.name == "anthropic" else "none"
         turn.managed = self.service.prompt_tokens(harness.session_id, context)
+        state = self.service.state(harness.session_id)
+        turn.collapsed = len(state.pool) - len(state.active)
         turn.recorded = (context, note)
         return managed
 
@@ -769,7 +781,8 @@ class Proxy:
             turn.session.answer = answer_marks([message])
 
     def _log(self, turn: _Turn, status: int) -> None:
-        state = self.service.state(turn.session_id)
+        """One line per client request (on the event loop: from what the turn holds, never
+        from the store)."""
         log.info(
             "session=%s api=%s status=%d naive_tokens=%d managed_tokens=%d collapsed=%d "
             "context_rounds=%d client_bytes=%d upstream_bytes=%d%s ms=%.0f",
@@ -778,7 +791,7 @@ class Proxy:
             status,
             turn.naive,
             turn.managed,
-            len(state.pool) - len(state.active),
+            turn.collapsed,
             turn.rounds,
             turn.client_bytes,
             turn.upstream_bytes,

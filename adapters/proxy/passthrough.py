@@ -87,12 +87,24 @@ async def watch_disconnect(request: Request, gone: asyncio.Event) -> None:
             return
 
 
+KEEPALIVE_SECONDS = 4.0
+"""How long an idle upstream connection is kept for the next request (httpx's default is 5 s)."""
+
+
 def upstream_client(
     timeout: httpx.Timeout | float | None, connections: int = 200
 ) -> httpx.AsyncClient:
     """An HTTP client for an upstream: ``TCP_NODELAY`` (a request written in two parts, head and
-    body, never waits for an ACK between them: decision 0035), a pool of ``connections``."""
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections // 4)
+    body, never waits for an ACK between them: decision 0035), a pool of ``connections``.
+
+    An idle connection is dropped after :data:`KEEPALIVE_SECONDS`, before the 5 s after which
+    uvicorn, Node.js and many local model servers close theirs: a request sent on a connection
+    the server is closing at that moment fails with nothing answered (seen as a 502)."""
+    limits = httpx.Limits(
+        max_connections=connections,
+        max_keepalive_connections=connections // 4,
+        keepalive_expiry=KEEPALIVE_SECONDS,
+    )
     transport = httpx.AsyncHTTPTransport(
         socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)], limits=limits
     )

@@ -38,7 +38,7 @@ from typing import Any
 import attrs
 
 from selfctx.adapters.harness.messages import Message
-from selfctx.adapters.harness.render import RenderMemo
+from selfctx.adapters.harness.request import RequestCache
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.proxy.incremental import ParsedConversation, common_prefix
 from selfctx.domain.rendering import RenderedMessage
@@ -203,7 +203,9 @@ class ProxySession:
     owner: str = ""
     """The digest of the credentials of the requests it serves."""
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
-    memo: RenderMemo = attrs.field(factory=RenderMemo)
+    requests: RequestCache | None = None
+    """The session's managed requests, each rendered from where the last one's chat changed
+    (made by the first request, in its format)."""
     pending: list[Message] = attrs.field(factory=list)
     """Context calls the model made beside calls of the client's own, with the proxy's answers.
     They are recorded after the client's next messages (its own calls' results), so that in the

@@ -7,16 +7,18 @@ that forwards each request, unread, to one of N worker processes (each a whole p
 127.0.0.1 of its own, reached with a secret of the run), so N requests are worked on at once.
 
 Each conversation's requests must reach the worker that holds its session (the parsed
-conversation, its renderings, its lock). The front picks a worker by a digest of the request's
-credentials and the conversation hints its headers carry (``x-selfctx-session``, Claude Code's
-and Codex CLI's session headers): every request of one conversation carries the same, so it
-always reaches the same worker; different conversations, and different users, spread over the
-workers. Clients that send no such header (aider) reach one worker per key. Decision 0058 has
-the measurements that chose one process by default.
+conversation, its renderings, its lock). A request's *routing key* is a digest of its credentials
+and the conversation hints its headers carry (``x-selfctx-session``, Claude Code's and Codex
+CLI's session headers): every request of one conversation carries the same. The front gives a key
+it has not seen to the worker holding the fewest keys, and its later requests to that worker, so
+that a few conversations spread evenly (a digest taken modulo N did not: the eight conversations
+of ``selfctx bench proxy`` all fell on one worker of two). Clients that send no such header
+(aider) reach one worker per key. Decisions 0058 and 0070 have the measurements.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
 from collections.abc import Mapping, Sequence
 
@@ -27,7 +29,7 @@ from selfctx.adapters.proxy.guard import LOOPBACK_NAMES, TOKEN_HEADER, Guard
 from selfctx.adapters.proxy.passthrough import PassThrough
 from selfctx.adapters.proxy.sessions import CREDENTIAL_HEADERS, SESSION_HEADER
 
-__all__ = ["ROUTING_HEADERS", "Front", "worker_for"]
+__all__ = ["ROUTING_HEADERS", "Front", "Workers", "routing_key"]
 
 ROUTING_HEADERS = (
     *CREDENTIAL_HEADERS,
@@ -43,11 +45,36 @@ _DROPPED = frozenset(
 )
 
 
-def worker_for(headers: Mapping[str, str], workers: int) -> int:
-    """The worker (0 to ``workers - 1``) of a request with these headers."""
+def routing_key(headers: Mapping[str, str]) -> bytes:
+    """What picks a request's worker: a digest of its credentials and conversation headers."""
     key = "\x00".join(f"{name}={headers.get(name, '')}" for name in ROUTING_HEADERS)
-    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
-    return int.from_bytes(digest[:8], "big") % workers
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+
+
+class Workers:
+    """Which worker serves each routing key: a new key goes to the worker holding the fewest
+    (the first of them on a tie), and stays there. At most ``limit`` keys are remembered, the
+    least recently used forgotten first (its conversation, if it comes back, is placed again:
+    on a shared store the worker it lands on resumes the session from the store)."""
+
+    def __init__(self, count: int, limit: int = 65536) -> None:
+        self.count = count
+        self.limit = limit
+        self.held = [0] * count
+        self._of: collections.OrderedDict[bytes, int] = collections.OrderedDict()
+
+    def of(self, key: bytes) -> int:
+        worker = self._of.get(key)
+        if worker is not None:
+            self._of.move_to_end(key)
+            return worker
+        worker = min(range(self.count), key=self.held.__getitem__)
+        self._of[key] = worker
+        self.held[worker] += 1
+        if len(self._of) > self.limit:
+            _key, forgotten = self._of.popitem(last=False)
+            self.held[forgotten] -= 1
+        return worker
 
 
 class Front(PassThrough):
@@ -65,9 +92,10 @@ class Front(PassThrough):
     ) -> None:
         super().__init__("")
         self.workers = list(workers)
+        self.placed = Workers(len(self.workers))
         self.secret = secret
         self.app = Guard(self.app, error_body, token=token, hosts=hosts)
 
     def _target(self, request: Request, body: bytes) -> tuple[str, dict[str, str]]:
-        worker = self.workers[worker_for(request.headers, len(self.workers))]
+        worker = self.workers[self.placed.of(routing_key(request.headers))]
         return worker, {TOKEN_HEADER: self.secret}

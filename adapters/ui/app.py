@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import http.cookies
 import ipaddress
+import logging
 import secrets
+import threading
 from collections.abc import Callable
 from importlib import resources
 from urllib.parse import parse_qsl, urlencode
@@ -44,6 +46,8 @@ from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput, SelfContextError
 
 __all__ = ["Inspector"]
+
+log = logging.getLogger("selfctx.ui")
 
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 _HEADERS = [
@@ -110,6 +114,28 @@ class Inspector:
             Route("/api/content/{oid}", self._api(self._content)),
         ]
         self.app: ASGIApp = _Guard(Starlette(routes=routes), self.token)
+        self._indexing: threading.Thread | None = None
+        self._indexing_lock = threading.Lock()
+
+    def index_ahead(self) -> threading.Thread:
+        """Bring the search index up to date on a thread of its own, once: when the inspector
+        is first opened (not when a proxy starts: it may never be), so that the first search
+        does not wait for it (an index kept on disk takes in only what is new)."""
+        with self._indexing_lock:
+            if self._indexing is None:
+                self._indexing = threading.Thread(target=self._catch_up_search, daemon=True)
+                self._indexing.start()
+            return self._indexing
+
+    def wait_for_search(self, timeout: float | None = None) -> None:
+        """Start :meth:`index_ahead` if it has not started, and wait for it (benchmarks)."""
+        self.index_ahead().join(timeout)
+
+    def _catch_up_search(self) -> None:
+        try:
+            self.service.catch_up_search()
+        except Exception:  # a search page says why, when it is asked for
+            log.warning("catching the search index up failed", exc_info=True)
 
     def url(self, base: str) -> str:
         """The address to open: the inspector's base URL with this start's token."""
@@ -124,6 +150,7 @@ class Inspector:
     def _page(self, view: Callable[[Request, str], str]) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:
             base = self._base(request)
+            self.index_ahead()
             try:
                 return HTMLResponse(view(request, base))
             except (SelfContextError, ValueError) as exc:

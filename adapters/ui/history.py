@@ -13,12 +13,18 @@ from typing import Any
 import attrs
 
 from selfctx.application.persistence import decode_events, entry_events, log_entry_id
-from selfctx.application.requests import RequestRecord, record_from_document, requests_id
+from selfctx.application.requests import (
+    MARKED,
+    Mark,
+    RequestRecord,
+    record_from_document,
+    requests_id,
+)
 from selfctx.application.service import ContextService
 from selfctx.application.usecases.sessions import PastContext, validate_session_id
 from selfctx.domain.documents import from_document
 from selfctx.domain.errors import InvalidInput, SessionNotFound
-from selfctx.domain.inline import render_inline
+from selfctx.domain.inline import MAX_LISTED_FILES, render_inline
 from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
 from selfctx.domain.rendering import render_context
 from selfctx.domain.session.machine import fold
@@ -36,14 +42,6 @@ TAIL_PAGE = 32
 CONTEXTS_KEPT = 8
 """Contexts rebuilt lately, kept for a page loaded again."""
 
-MARKED = {
-    "ObjectDeactivated": "collapse",
-    "ObjectActivated": "activation",
-    "ChatCompacted": "compaction",
-    "CheckpointCreated": "checkpoint",
-    "RolledBack": "rollback",
-}
-"""Events the timeline marks, by the name of their mark."""
 INLINE = ("inline", "relevance")
 """Policies whose prompts name objects by handle (``PolicyConfig.inline_layout``)."""
 
@@ -113,7 +111,12 @@ class SessionHistory:
         self.inline = False
         """The session's layout names objects by handles (``#12``)."""
         self.records: list[RequestRecord] = []
-        self._entries: list[Mapping[str, Any]] = []
+        self._checked = False
+        self._log_read = False
+        """The whole log was read (and is followed since)."""
+        self._record_collapses: dict[str, list[Collapse]] | None = None
+        self._collapses_of = 0
+        self._summary: tuple[int, list[RequestRecord] | None, bool] = (0, None, False)
         self._states: dict[int, SessionState] = {}
         """States rebuilt lately, by log position (``_kept``: their positions, sorted)."""
         self._kept: list[int] = []
@@ -124,20 +127,15 @@ class SessionHistory:
         """Held while objects are read, so that two pages do not read the same ones."""
 
     def refresh(self) -> SessionHistory:
-        """Read what the log and the records gained since the last call: the log's new entries
-        by their ids (``log:{session}:{seq}``: a lookup, whatever the log's length), and the
-        records' latest version (their history only when more than one is new)."""
+        """Read what the records gained since the last call (their latest version; their
+        history only when more than one is new), and the log's new entries if the log was
+        read (by their ids, ``log:{session}:{seq}``: a lookup, whatever the log's length).
+        While every record holds its marks (``RequestRecord.marks``) the timeline and the
+        requests' pages need no log: it is read when a page asks for what only it says."""
         store = self.service.store
         with self._lock:
-            if not self.last_seq:
+            if not self._checked:
                 validate_session_id(self.session_id)
-                entries = store.session_log(self.session_id)
-                if not entries and self.session_id not in self.service.sessions():
-                    raise SessionNotFound(self.session_id)
-            else:
-                entries = self._tail()
-            for entry in entries:
-                self._take(entry)
             doc = store.get(requests_id(self.session_id))
             latest = record_from_document(doc) if doc is not None else None
             known = len(self.records)
@@ -145,20 +143,60 @@ class SessionHistory:
                 self.records.append(latest)  # its transaction is read when it is needed
             elif latest is not None and latest.n != known:
                 self.records = self.service.requests(self.session_id)
+            if self._log_read:
+                for entry in self._tail(self.last_seq):
+                    self._take(entry)
+            elif not self._summarised():
+                self._read_log()
+            else:  # the log's end: what follows the latest record's position, by id
+                start = max(self.last_seq, self.records[-1].seq)
+                tail = self._tail(start)
+                self.last_seq = int(tail[-1]["seq"]) if tail else start
+            self._checked = True
         return self
 
-    def _tail(self) -> list[Mapping[str, Any]]:
-        """The log entries after ``last_seq``, read by id, a page at a time."""
+    def _summarised(self) -> bool:
+        """Every record holds its marks (and there is one): the log need not be read."""
+        records = self.records
+        if self._summary[0] != len(records) or self._summary[1] is not records:
+            whole = bool(records) and all(r.marks is not None for r in records)
+            self._summary = (len(records), records, whole)
+        return self._summary[2]
+
+    def _read_log(self) -> None:
+        """Read the whole log (the caller holds the lock)."""
+        if self._log_read:
+            return
+        entries = self.service.store.session_log(self.session_id)
+        if not entries and self.session_id not in self.service.sessions():
+            raise SessionNotFound(self.session_id)
+        self.last_seq = 0
+        for entry in entries:
+            self._take(entry)
+        self._log_read = True
+
+    def log(self) -> SessionHistory:
+        """This history with the session's whole log read (for the pages that need it: first
+        encounters, active spans, times, positions without a record)."""
+        with self._lock:
+            self._read_log()
+        return self
+
+    def _entry(self, seq: int) -> Mapping[str, Any] | None:
+        return self.service.store.get(log_entry_id(self.session_id, seq))
+
+    def _tail(self, seq: int, until: int | None = None) -> list[Mapping[str, Any]]:
+        """The log entries after ``seq`` (up to ``until``), read by id, a page at a time."""
         out: list[Mapping[str, Any]] = []
-        seq = self.last_seq
         while True:
-            ids = [log_entry_id(self.session_id, seq + k) for k in range(1, TAIL_PAGE + 1)]
+            last = seq + TAIL_PAGE if until is None else min(seq + TAIL_PAGE, until)
+            ids = [log_entry_id(self.session_id, k) for k in range(seq + 1, last + 1)]
             found = self.service.store.get_many(ids)
             page = [found[i] for i in ids if i in found]
             out += page
-            if len(page) < TAIL_PAGE:
+            if len(page) < len(ids) or last == until or not ids:
                 return out
-            seq += TAIL_PAGE
+            seq = last
 
     def _take(self, entry: Mapping[str, Any]) -> None:
         seq = int(entry["seq"])
@@ -167,7 +205,6 @@ class SessionHistory:
         self.last_seq = seq
         self.seqs.append(seq)
         self.times.append(str(entry.get("at") or ""))
-        self._entries.append(entry)
         command = str(entry.get("command", ""))
         for event in entry_events(entry):
             name = event.get("event")
@@ -199,24 +236,25 @@ class SessionHistory:
 
     def state_at(self, seq: int) -> SessionState:
         """The session's state right after log position ``seq``: folded from the nearest state
-        kept, when it is at most ``STATE_EVERY`` entries before; otherwise rebuilt from the
-        store's snapshots (``ContextService.state_at``) and kept."""
+        kept, when it is at most ``STATE_EVERY`` entries before (the entries read by id);
+        otherwise rebuilt from the store's snapshot (``ContextService.state_at``) and kept."""
         with self._lock:
-            count = bisect.bisect_right(self.seqs, seq)  # entries up to seq
-            if count == 0 or self.seqs[count - 1] != seq:
+            if not 1 <= seq <= self.last_seq:
                 raise InvalidInput("log position", seq, f"the session has 1 to {self.last_seq}")
             k = bisect.bisect_right(self._kept, seq) - 1
             start = self._kept[k] if k >= 0 else None
-            near = (
-                start is not None and count - bisect.bisect_right(self.seqs, start) <= STATE_EVERY
-            )
+            near = start is not None and seq - start <= STATE_EVERY
             if near:
                 assert start is not None
                 state = self._states[start]
-                entries = self._entries[bisect.bisect_right(self.seqs, start) : count]
-        if not near:
+        entries: list[Mapping[str, Any]] = []
+        if near:
+            assert start is not None
+            entries = self._tail(start, seq)
+            if len(entries) != seq - start:
+                raise InvalidInput("log position", seq, "the session's log has a gap there")
+        else:
             state = self._open_state(seq) or self.service.state_at(self.session_id, seq).state
-            entries = []
         for entry in entries:
             state = fold(decode_events(entry_events(entry)), state)
         with self._lock:
@@ -238,19 +276,23 @@ class SessionHistory:
 
             def read() -> None:
                 try:
-                    self._load_objects(self.state_at(seq).index)
+                    self._load_objects(self.state_at(seq))
                 except Exception:  # a page that needs them reads them itself, and says why
                     log.warning("session %s: reading ahead failed", self.session_id, exc_info=True)
 
             self._preparing = threading.Thread(target=read, daemon=True)
             self._preparing.start()
 
-    def _load_objects(self, index: Iterable[str]) -> None:
-        """Read the objects of ``index`` this history does not hold yet."""
+    def _load_objects(self, state: SessionState) -> None:
+        """Read the objects of ``state``'s index a page of it needs and this history does not
+        hold yet: every tool call (whole: on XTDB a pull of named fields costs more than the
+        whole document), and under the inline layouts only the files a prompt names
+        (:func:`_files_named`), every file under ``ssot`` (its metadata block lists them all)."""
+        kinds = state.kinds
         with self._loading:
             with self._lock:
-                missing = [i for i in index if i not in self._objects]
-            if missing and not self._objects:
+                empty = not self._objects
+            if empty:
                 try:  # the objects of a session this process holds open: no need to read them
                     held = self.service.open_objects(self.session_id)
                 except SessionNotFound:
@@ -259,12 +301,25 @@ class SessionHistory:
                     for object_id, obj in held.items():
                         if isinstance(obj, FileObject | ToolcallObject):
                             self._objects[object_id] = obj
-                    missing = [i for i in missing if i not in self._objects]
-            if missing:
-                found = self.service.store.get_many(missing)
-                fresh = {i: _content_object(d) for i, d in found.items()}
-                with self._lock:
-                    self._objects.update(fresh)
+            with self._lock:
+                calls = [
+                    i for i in state.index if kinds.get(i) == "toolcall" and i not in self._objects
+                ]
+            self._read(calls)
+            with self._lock:
+                if state.policy.inline_layout:
+                    named = _files_named(state, self._objects)
+                else:
+                    named = [i for i in state.index if kinds.get(i) != "toolcall"]
+                files = [i for i in named if i not in self._objects]
+            self._read(files)
+
+    def _read(self, ids: list[str]) -> None:
+        """Read ``ids`` into this history (the caller holds ``_loading``)."""
+        found = self.service.store.get_many(ids) if ids else {}
+        fresh = {i: _content_object(d) for i, d in found.items()}
+        with self._lock:
+            self._objects.update(fresh)
 
     def _open_state(self, seq: int) -> SessionState | None:
         """The state of the session as this process holds it open, if that is the state at
@@ -292,7 +347,7 @@ class SessionHistory:
         if found is not None:
             return found
         state = self.state_at(seq)
-        self._load_objects(state.index)
+        self._load_objects(state)
         with self._lock:
             objects = {i: self._objects[i] for i in state.index if i in self._objects}
         if not state.policy.inline_layout:
@@ -323,13 +378,34 @@ class SessionHistory:
 
     def time_at(self, seq: int) -> str:
         """When the command at log position ``seq`` was recorded ('' if unknown)."""
+        if not self._log_read:
+            entry = self._entry(seq)
+            return str(entry.get("at") or "") if entry is not None else ""
         i = bisect.bisect_right(self.seqs, seq) - 1
         return self.times[i] if i >= 0 else ""
+
+    def _collapses(self, seq: int) -> dict[str, list[Collapse]]:
+        """Every collapse up to ``seq`` by object: from the records' marks when they cover
+        ``seq``, from the log otherwise."""
+        with self._lock:
+            if self._log_read or not self._summarised() or seq > self.records[-1].seq:
+                self._read_log()
+                return self.collapses
+            if self._record_collapses is None or len(self.records) != self._collapses_of:
+                found: dict[str, list[Collapse]] = {}
+                for record in self.records:
+                    for mark in record.marks or ():
+                        if mark.event == "ObjectDeactivated" and "object_id" in mark.fields:
+                            f = mark.fields
+                            why = (f.get("by", ""), f.get("reason"), f.get("superseded_by"))
+                            found.setdefault(f["object_id"], []).append(Collapse(mark.seq, *why))
+                self._record_collapses, self._collapses_of = found, len(self.records)
+            return self._record_collapses
 
     def collapse_before(self, object_id: str, seq: int) -> Collapse | None:
         """The latest collapse of ``object_id`` at or before ``seq``."""
         found = None
-        for collapse in self.collapses.get(object_id, ()):
+        for collapse in self._collapses(seq).get(object_id, ()):
             if collapse.seq > seq:
                 break
             found = collapse
@@ -350,6 +426,15 @@ class SessionHistory:
         i = bisect.bisect_left([r.seq for r in self.records], seq)
         return self.records[i].n if i < len(self.records) else None
 
+    def request_after_tx(self, tx_id: int) -> int | None:
+        """The first request recorded after transaction ``tx_id`` (None: none yet): the first
+        that could show what that transaction wrote."""
+        if self.records and self.records[-1].tx_id is None:
+            self.record(len(self.records))  # reads the records' transactions
+        txs = [r.tx_id or 0 for r in self.records]
+        i = bisect.bisect_right(txs, tx_id)
+        return self.records[i].n if i < len(self.records) else None
+
     def requests_between(self, spans: Iterable[list[int | None]]) -> list[tuple[int, int]]:
         """The requests (first, last) sent while an object was active in ``spans``."""
         seqs = [r.seq for r in self.records]
@@ -363,7 +448,12 @@ class SessionHistory:
         return out
 
     def markers_by_request(self) -> list[list[Marker]]:
-        """For each request, the marks of what happened since the request before it."""
+        """For each request, the marks of what happened since the request before it: the
+        marks its record holds, or (records without them) the log's."""
+        with self._lock:
+            if not self._log_read and self._summarised():
+                return [[_record_marker(m) for m in r.marks or ()] for r in self.records]
+            self._read_log()
         out: list[list[Marker]] = [[] for _ in self.records]
         seqs = [r.seq for r in self.records]
         for marker in self.markers:
@@ -371,6 +461,34 @@ class SessionHistory:
             if i < len(out):
                 out[i].append(marker)
         return out
+
+
+def _record_marker(mark: Mark) -> Marker:
+    """A record's mark as the timeline shows it (records keep marked events only)."""
+    event = {"event": mark.event, **mark.fields}
+    found = _marker(mark.seq, "Activate", event, lambda i: mark.fields.get("name") or i)
+    return found if found is not None else Marker(mark.seq, mark.event, mark.event)
+
+
+def _files_named(
+    state: SessionState, objects: Mapping[str, FileObject | ToolcallObject]
+) -> list[str]:
+    """The files an inline prompt of ``state`` names or shows: the active and pinned ones, those
+    the tool calls' views show (the working set is found among them), and the first
+    ``MAX_LISTED_FILES`` of the session's files each tool call names (a collapsed output lists
+    them by path)."""
+    kinds = state.kinds
+    out = dict.fromkeys(i for i in (*state.active, *state.pinned) if kinds.get(i) == "file")
+    for object_id in state.index:
+        call = objects.get(object_id)
+        if not isinstance(call, ToolcallObject):
+            continue
+        out.update(
+            dict.fromkeys(v.file for v in call.file_views or () if kinds.get(v.file) == "file")
+        )
+        refs = [r for r in call.file_refs or () if kinds.get(r) == "file"]
+        out.update(dict.fromkeys(refs[:MAX_LISTED_FILES]))
+    return list(out)
 
 
 def _content_object(doc: Mapping[str, Any]) -> FileObject | ToolcallObject:

@@ -233,6 +233,13 @@ def _calls(message: RenderedMessage) -> tuple[tuple[str, str, str], ...]:
     )
 
 
+def _size(obj: FileObject | ToolcallObject | None) -> int | None:
+    """Characters of an object's content (a tool call may be held without it)."""
+    if isinstance(obj, ToolcallObject):
+        return obj.content_length
+    return len(obj.content or "") if obj is not None else None
+
+
 def request_view(
     service: ContextService, sessions: Sessions, session_id: str, *, n: int | None, seq: int | None
 ) -> RequestView:
@@ -292,7 +299,7 @@ def request_view(
                 label=_label(state, object_id),
                 state="active" if active else "collapsed",
                 reason=None if active else why(object_id),
-                size=len(obj.content or "") if obj is not None else None,
+                size=_size(obj),
             )
         )
     for block in context.active:
@@ -497,7 +504,7 @@ def _sessions_of(
             out.append(Seen(session_id, None, "", None, (), False))
             continue
         try:
-            history: SessionHistory = sessions.get(session_id)
+            history: SessionHistory = sessions.get(session_id).log()
         except SessionNotFound:
             continue
         first = history.first_seen.get(object_id)
@@ -555,9 +562,8 @@ def search_view(
         request = None
         if hit.seq is not None:
             request = history.request_at(hit.seq)
-        elif hit.kind == "toolcall":
-            first = history.first_seen.get(hit.object_id)
-            request = history.request_at(first) if first else None
+        elif hit.kind == "toolcall":  # written once: the first request after its transaction
+            request = history.request_after_tx(hit.tx_id)
         hits.append(
             Hit(
                 hit.kind,

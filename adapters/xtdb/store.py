@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -33,7 +34,7 @@ from typing import Any
 import httpx
 
 from selfctx.adapters.xtdb import edn, secret, text
-from selfctx.adapters.xtdb.client import XtdbClient
+from selfctx.adapters.xtdb.client import Connections, XtdbClient
 from selfctx.application.ports.store import (
     Change,
     ConflictError,
@@ -382,6 +383,8 @@ class XtdbStore(ObjectStore):
             sender.shutdown(wait=True)
         if self._owns_http:
             self.client.http.close()
+            if self.client.connections is not None:
+                self.client.connections.close()
 
 
 class _Submitted(Landing):
@@ -408,10 +411,15 @@ def open_store(url: str, *, timeout: float = 10.0, key: str | None = None) -> Xt
     if base.startswith("xtdb://"):
         base = "http://" + base.removeprefix("xtdb://")
     http = httpx.Client(base_url=base, headers={"Accept": "application/json"}, timeout=timeout)
+    parsed = urllib.parse.urlsplit(base)
+    connections = None
+    if parsed.scheme == "http" and parsed.hostname:
+        connections = Connections(parsed.hostname, parsed.port or 80)
     client = XtdbClient(
         http,
         key=(lambda: key) if key is not None else (lambda: secret.read_key(base)),
         key_hint="the key argument" if key is not None else str(_key_path(base)),
+        connections=connections,
     )
     store = XtdbStore(client, timeout=timeout, owns_http=True)
     try:
@@ -421,6 +429,8 @@ def open_store(url: str, *, timeout: float = 10.0, key: str | None = None) -> Xt
         store.client.sync(wait=max(0.001, timeout - 0.25), timeout=timeout)
     except BaseException:
         http.close()
+        if connections is not None:
+            connections.close()
         raise
     return store
 

@@ -6,11 +6,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 
+import attrs
+
+from selfctx.application.persistence import entry_events, log_entry_id
 from selfctx.application.ports.store import ConflictError, Document, Expect
 from selfctx.application.requests import (
+    MAX_GAP,
+    Mark,
     RequestFacts,
     RequestMeter,
     RequestRecord,
+    entry_marks,
     record_from_document,
     record_from_version,
     request_document,
@@ -18,6 +24,7 @@ from selfctx.application.requests import (
 )
 from selfctx.application.runner import OpenSession
 from selfctx.application.usecases.base import Deps
+from selfctx.domain.inline import handle
 from selfctx.domain.rendering import AssembledContext
 
 __all__ = ["ListRequests", "RecordRequest"]
@@ -59,6 +66,7 @@ class RecordRequest:
         tokens, shared, parts, digest = meter.measure(
             context, count, state.active.__contains__, state.policy.inline_layout
         )
+        marks = self._marks(session, meter.last)
         at = self._deps.runner.clock.now()
         for _attempt in range(_ATTEMPTS):
             record = meter.next_record(
@@ -69,6 +77,7 @@ class RecordRequest:
                 shared=shared,
                 parts=parts,
                 digest=digest,
+                marks=marks,
             )
             doc = request_document(session.session_id, record)
             try:
@@ -78,10 +87,39 @@ class RecordRequest:
                 meter.keep_last(_record(previous))
                 continue
             meter.keep_last(record)
+            del session.marks[: sum(1 for m in session.marks if m.seq <= record.seq)]
+            session.marks_from = max(session.marks_from, record.seq)
             with self._guard:
                 self._meters[session.session_id] = (meter, doc)
             return record
         raise ConflictError([doc_id])
+
+    def _marks(self, session: OpenSession, last: RequestRecord | None) -> tuple[Mark, ...] | None:
+        """The marks since the previous request: those the session kept as it folded its log,
+        and, for a session opened after that request, those of the entries in between (read
+        back by id, at most ``MAX_GAP``; None beyond)."""
+        after = last.seq if last is not None else 0
+        found: list[Mark] = []
+        if after < session.marks_from:
+            sid = session.session_id
+            ids = [log_entry_id(sid, k) for k in range(after + 1, session.marks_from + 1)]
+            if len(ids) > MAX_GAP:
+                return None
+            entries = self._deps.runner.store.get_many(ids)
+            if len(entries) != len(ids):
+                return None
+            for entry_id in ids:
+                entry = entries[entry_id]
+                found += entry_marks(entry, entry_events(entry))
+        found += (m for m in session.marks if after < m.seq <= session.seq)
+        state = session.state
+        named = []
+        for mark in found:
+            object_id = mark.fields.get("object_id")
+            if object_id and state.policy.inline_layout and object_id in state.positions:
+                mark = attrs.evolve(mark, fields={**mark.fields, "name": handle(state, object_id)})
+            named.append(mark)
+        return tuple(named)
 
 
 def _record(doc: Document | None) -> RequestRecord | None:

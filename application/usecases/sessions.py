@@ -9,7 +9,7 @@ from typing import Final
 
 import attrs
 
-from selfctx.application.persistence import decode_events, entry_events
+from selfctx.application.persistence import decode_events, entry_events, log_entry_id
 from selfctx.application.ports.files import SourceMissing, SourceUnavailable
 from selfctx.application.runner import OpenSession, Reads
 from selfctx.application.usecases.base import Deps, observe_source
@@ -185,6 +185,9 @@ class StateAt:
         if not isinstance(seq, int) or isinstance(seq, bool):
             raise InvalidInput("log position", seq, "must be an integer")
         store = self._deps.runner.store
+        fast = self._from_entry(session_id, seq) if seq > 0 else None
+        if fast is not None:
+            return fast
         history = store.history(session_id_for(session_id))
         if not history:
             raise SessionNotFound(session_id)
@@ -209,6 +212,37 @@ class StateAt:
         tx_id = snap.tx_id if last is None else store.history(last)[0].tx_id
         if seq > (int(entries[-1]["seq"]) if entries else session_obj.seq):
             raise InvalidInput("log position", seq, "after the session's last command")
+        return PastState(state=state, seq=seq, tx_id=tx_id)
+
+    def _from_entry(self, session_id: str, seq: int) -> PastState | None:
+        """The state at ``seq`` from the snapshot in force when log entry ``seq`` was committed
+        (one version, read as of that transaction) and the entries between them, read by id:
+        the work grows with the distance to that snapshot, not with the session's length nor
+        with how many snapshots it has. None when entry ``seq`` is not stored (the caller's
+        slower path says why)."""
+        store = self._deps.runner.store
+        versions = store.history(log_entry_id(session_id, seq))
+        if not versions:
+            return None
+        tx_id = versions[0].tx_id
+        snap_doc = store.get_as_of(session_id_for(session_id), tx_id)
+        if snap_doc is None or int(snap_doc.get("seq", -1)) > seq:
+            return None
+        snap_seq = int(snap_doc["seq"])
+        # The chat is written with every snapshot and only then: as of the same transaction it
+        # is the snapshot's chat.
+        chat_doc = store.get_as_of(chat_id_for(session_id), tx_id)
+        session_obj = from_document(snap_doc)
+        chat_obj = from_document(chat_doc) if chat_doc is not None else None
+        if not isinstance(session_obj, SessionObject) or not isinstance(chat_obj, ChatObject):
+            return None
+        ids = [log_entry_id(session_id, k) for k in range(snap_seq + 1, seq + 1)]
+        found = store.get_many(ids)
+        if len(found) != len(ids):
+            return None
+        state = state_from_snapshot(session_obj, chat_obj)
+        for entry_id in ids:
+            state = fold(decode_events(entry_events(found[entry_id])), state)
         return PastState(state=state, seq=seq, tx_id=tx_id)
 
 

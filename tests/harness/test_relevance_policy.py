@@ -477,3 +477,48 @@ def test_a_file_the_model_activated_shows_once_in_the_answer(tmp_path: Path) -> 
     _activate(h, messages, "a1", handle)
     text = json.dumps(h.request()["messages"])
     assert text.count(json.dumps(A_PY)[1:-1]) == 1  # in the answer, not after the chat too
+
+
+def test_each_recent_message_is_read_once_and_the_working_set_is_the_same() -> None:
+    # the names a recent assistant message gives (its text, arguments, the frames of its outputs)
+    # are worked out once, while it is recent: a turn reads its new message only, and finds the
+    # working set a fresh look at the whole window finds
+    from selfctx.domain import relevance as rel
+
+    h = session()
+    messages: list[dict[str, Any]] = [o_user("fix a.py")]
+    for n in range(30):
+        command = f"sed -n {n + 1},{n + 3}p a.py" if n % 3 == 0 else f"pip install p{n}"
+        messages += [
+            o_assistant(f"step {n} on a.py", bash(f"c{n}", command)),
+            o_tool(f"c{n}", mini(A_PY[n * 10 : n * 10 + 1500])),
+        ]
+    h.ingest(messages)
+    h.service.assemble("s1")
+    read: list[str] = []
+    original = rel._message_texts
+
+    def counting(message: Any, objects: Any) -> list[str]:
+        read.append(message.text)
+        return original(message, objects)
+
+    rel._message_texts = counting
+    try:
+        messages += [
+            o_assistant("a.py", bash("last", "sed -n 2,4p a.py")),
+            o_tool("last", mini("x")),
+        ]
+        h.ingest(messages)
+        h.service.assemble("s1")
+    finally:
+        rel._message_texts = original
+    assert read == ["a.py"]  # the new message, once (the window holds many more)
+    open_session = h.service._open("s1")
+    state, memo = open_session.state, open_session.relevance_memo
+    assert len(memo.tokens) == state.policy.recent_messages
+    objects = open_session.working_objects()
+    display = h.service.mounts.display_path
+    fresh = rel.relevance(state, objects, display, state.policy.recent_messages)
+    again = rel.relevance(state, objects, display, state.policy.recent_messages, memo)
+    assert fresh.working_set and fresh.working_set == again.working_set
+    assert fresh.tiers == again.tiers

@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from selfctx.adapters.harness import request as request_module
-from selfctx.adapters.harness.render import render
+from selfctx.adapters.harness.render import render, to_anthropic
 from selfctx.adapters.harness.request import RequestCache, text_chars
 from selfctx.domain.chat import ToolCallRequest
 from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage
@@ -77,6 +77,17 @@ def histories(draw: Any) -> list[tuple[tuple[RenderedMessage, ...], bool, bool]]
     return out
 
 
+def _context(
+    prompt: str, chat: tuple[RenderedMessage, ...], *, metadata: bool, active: bool
+) -> AssembledContext:
+    return AssembledContext(
+        system_prompt=prompt,
+        metadata=("#1 file a.py",) if metadata else (),
+        chat=chat,
+        active=(ActiveBlock("f1", "content", ()),) if active else (),
+    )
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @settings(max_examples=150, deadline=None)
 @given(history=histories(), prompt=st.sampled_from(["", "You fix bugs."]))
@@ -85,18 +96,35 @@ def test_every_request_is_the_whole_rendering(
 ) -> None:
     cache = RequestCache(fmt)
     for chat, metadata, active in history:
-        context = AssembledContext(
-            system_prompt=prompt,
-            metadata=("#1 file a.py",) if metadata else (),
-            chat=chat,
-            active=(ActiveBlock("f1", "content", ()),) if active else (),
-        )
+        context = _context(prompt, chat, metadata=metadata, active=active)
         got = cache.render(context)
         body, text, chars = _expected(context, fmt)
         assert got.body == body
         assert got.text == text
         assert got.chars == chars
         assert got.messages == len(body["input" if fmt == "responses" else "messages"])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@settings(max_examples=100, deadline=None)
+@given(history=histories(), prompt=st.sampled_from(["", "You fix bugs."]))
+def test_the_proxys_requests_are_the_whole_rendering(
+    fmt: str, history: list[tuple[tuple[RenderedMessage, ...], bool, bool]], prompt: str
+) -> None:
+    """As the proxy makes them: context tools under a prefix, no cache marks (the proxy places
+    its own), no text."""
+    cache = RequestCache(fmt, tool_prefix="context_", cache_control=False, text=False)
+    for chat, metadata, active in history:
+        context = _context(prompt, chat, metadata=metadata, active=active)
+        got = cache.render(context)
+        if fmt == "anthropic":
+            body = to_anthropic(context, cache_control=False, tool_prefix="context_")
+        else:
+            body = render(context, fmt, tool_prefix="context_")
+        assert got.body == body
+        assert got.text == ""
+        conversation = body["input" if fmt == "responses" else "messages"]
+        assert got.chars == text_chars(body.get("system", [])) + text_chars(conversation)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -127,3 +155,28 @@ def test_a_grown_chat_renders_only_its_new_messages(
         # The new assistant message and its result; Anthropic also the user message that the
         # result joins (kept open, since what follows may still join it).
         assert len(made) <= (3 if n == 0 else 2), (n, made)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_renderings_of_collapsed_outputs_are_not_kept(fmt: str) -> None:
+    # each turn the output before the newest collapses to a line: the whole output's rendering
+    # goes from the cache within a fixed number of turns, so what the cache keeps follows the
+    # chat as it is now, not every text it ever showed
+    cache = RequestCache(fmt)
+    chat: list[RenderedMessage] = [RenderedMessage("user", "go")]
+    big = "x" * 5_000
+    for n in range(200):
+        call = ToolCallRequest(f"c{n}", "bash", {"command": f"ls {n}"})
+        if n:
+            chat[-1] = RenderedMessage("tool", f"[c{n - 1}: collapsed]", toolcall_id=f"c{n - 1}")
+        chat += [
+            RenderedMessage("assistant", f"step {n}", (call,)),
+            RenderedMessage("tool", f"{big} {n}", toolcall_id=f"c{n}"),
+        ]
+        context = AssembledContext("You fix bugs.", (), tuple(chat), ())
+        got = cache.render(context)
+        if n % 50 == 49:
+            assert got.body == render(context, fmt)
+    kept = [hit for hit in cache._rendered.values() if hit[0] not in chat]
+    assert len(kept) <= 64 + 1, len(kept)
+    assert sum(big in repr(hit[1]) for hit in cache._rendered.values()) <= 64 + 2

@@ -301,3 +301,17 @@ def test_many_clients_hit_the_round_limit_at_once(tmp_path: Path) -> None:
             thread.join(timeout=60)
     assert not errors, errors
     assert len(model.requests) == 8 * (1 + 1 + 2)
+
+
+def test_an_idle_upstream_connection_is_dropped_before_the_server_drops_it() -> None:
+    """The scripted upstreams run uvicorn, whose idle connections close after its default
+    keep-alive; a pooled connection kept as long races that close and the request is lost."""
+    import inspect
+
+    import uvicorn
+
+    from selfctx.adapters.proxy.passthrough import upstream_client
+
+    server_keeps = inspect.signature(uvicorn.Config).parameters["timeout_keep_alive"].default
+    client = upstream_client(None)
+    assert client._transport._pool._keepalive_expiry < server_keeps  # type: ignore[attr-defined]

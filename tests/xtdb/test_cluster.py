@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
+import attrs
 import pytest
 
 from selfctx.adapters.xtdb import XtdbNode, open_store
@@ -160,3 +161,25 @@ def test_search_answers_the_same_through_either_node(
         assert reader.search("tokenizer", session_id=sid) == on_a_hits
         writer.close()
         reader.close()
+
+
+def test_a_commit_wakes_a_node_that_would_not_poll_for_a_long_time(
+    cluster: tuple[XtdbNode, XtdbNode], postgres: LocalPostgres, tmp_path: Path
+) -> None:
+    # the notification is sent by a trigger, in the transaction that inserts the row (decision
+    # 0067): a node polling every 30 s still reads a commit made through another node at once
+    a, _b = cluster
+    installed = "SELECT count(*) FROM pg_trigger WHERE tgname = 'selfctx_tx_log_notify'"
+    assert postgres.psql(installed) == "1"
+    sleepy = XtdbNode(
+        "postgres", tmp_path / "sleepy", postgres=attrs.evolve(postgres.target, poll_ms=30_000)
+    )
+    with (
+        sleepy,
+        closing(open_store(a.url)) as on_a,
+        closing(open_store(sleepy.url, timeout=8)) as on_sleepy,
+    ):
+        for i in range(3):
+            receipt = on_a.commit([{"xt/id": f"wake-{i}", "v": i}])
+            on_sleepy.await_tx(receipt.tx_id)  # StoreUnavailable after 8 s, far before a poll
+            assert on_sleepy.get(f"wake-{i}") == {"xt/id": f"wake-{i}", "v": i}

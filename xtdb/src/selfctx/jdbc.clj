@@ -9,10 +9,12 @@
   subscription loop: it waits at most `:poll-ms` between polls, and is woken at once
 
   - when this node submits a transaction (nothing to configure, nothing to pay), and
-  - with `:notify? true` on PostgreSQL, when any node does: each submit is followed by
-    `NOTIFY selfctx_tx_log`, and each node keeps one connection `LISTEN`ing on that channel.
+  - with `:notify? true` on PostgreSQL, when any node does: a trigger on the table notifies
+    `selfctx_tx_log` in the very transaction that inserts a transaction's row (no statement or
+    round trip of its own; where the trigger cannot be installed, each submit is followed by a
+    `NOTIFY` instead), and each node keeps one connection `LISTEN`ing on that channel.
 
-  See docs/decisions/0049-the-cluster-at-interactive-speed.md for what each option costs."
+  See docs/decisions/0067-the-cluster-at-interactive-speed.md for what each option costs."
   (:require [clojure.tools.logging :as log]
             [juxt.clojars-mirrors.nextjdbc.v1v2v674.next.jdbc :as jdbc]
             [xtdb.api :as xt]
@@ -91,6 +93,27 @@
     (.setDaemon true)
     (.start)))
 
+(defn- install-trigger!
+  "Have PostgreSQL notify the channel whenever a transaction's row is inserted, inside the
+  inserting transaction. True once installed; false (logged) where this database user may not
+  create functions or triggers, and the submits then notify themselves."
+  [^DataSource pool]
+  (try
+    (jdbc/with-transaction [tx pool]
+      ;; nodes starting together install it one after the other
+      (jdbc/execute! tx ["SELECT pg_advisory_xact_lock(-3455657)"])
+      (jdbc/execute! tx [(str "CREATE OR REPLACE FUNCTION " channel "_notify() RETURNS trigger "
+                              "LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_notify('" channel "', ''); "
+                              "RETURN NULL; END $$")])
+      (jdbc/execute! tx [(str "DROP TRIGGER IF EXISTS " channel "_notify ON tx_events")])
+      (jdbc/execute! tx [(str "CREATE TRIGGER " channel "_notify AFTER INSERT ON tx_events "
+                              "FOR EACH ROW WHEN (NEW.topic = 'txs') "
+                              "EXECUTE FUNCTION " channel "_notify()")]))
+    true
+    (catch Exception e
+      (log/warn e "cannot install the notifying trigger; each submit will NOTIFY")
+      false)))
+
 (defrecord WakingTxLog [inner pool ^Semaphore wake ^long poll-ms notify? running ^Thread listener]
   db/TxLog
   (submit-tx [this tx-events] (db/submit-tx this tx-events {}))
@@ -98,7 +121,7 @@
     ;; The row is inserted and committed inside the inner call; its answer is a delay.
     (let [submitted (db/submit-tx inner tx-events opts)]
       (.release wake)
-      (when notify?
+      (when (= notify? :statement)
         (try (jdbc/execute! pool [(str "NOTIFY " channel)])
              (catch Exception e (log/warn e "NOTIFY failed; other nodes will poll"))))
       submitted))
@@ -126,7 +149,8 @@
   [{:keys [connection-pool fetch-size poll-ms notify?] :as opts}]
   (let [inner (j/->tx-log (select-keys opts [:connection-pool :fetch-size]))
         {:keys [pool dialect]} connection-pool
-        notify? (and notify? (= :postgresql (j/db-type dialect)))
+        notify? (when (and notify? (= :postgresql (j/db-type dialect)))
+                  (if (install-trigger! pool) :trigger :statement))
         wake (Semaphore. 0)
         running (atom true)]
     (map->WakingTxLog {:inner inner
