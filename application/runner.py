@@ -151,6 +151,9 @@ class OpenSession:
     collapses: dict[str, Any] = attrs.field(factory=dict)
     """Why assembly collapsed each output it collapsed, in this process (``CollapseRecord`` of
     ``selfctx.application.usecases.collapse_order``): a diagnosis, never stored."""
+    plan: Any = None
+    """The collapse plan of the last assembly (``CollapsePlan``; None if it made none): what
+    the next request is expected to collapse (``foreseen_collapses``)."""
 
     def working_objects(self) -> Mapping[str, ContentObject]:
         """The objects as the policy's decisions read them: whole where content is read (the

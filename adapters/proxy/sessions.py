@@ -189,6 +189,19 @@ class ShownOutputs:
                 return object_id
         return None
 
+    def marks(self, foreseen: frozenset[str] | None) -> tuple[frozenset[str], bool]:
+        """Where the conversation's cache marks go: the outputs before the first of which (in
+        the prompt) a mark goes, and whether the last block gets one. ``foreseen`` is what the
+        policy expects the next request to collapse (``ContextService.foreseen``): a mark before
+        the first of them is read by that request, one after it is not, so the last block is
+        marked only when none is foreseen to go. Without a forecast, this session's history
+        decides (``first_at_risk``, ``kept_newest``)."""
+        risky = self.first_at_risk()
+        lately = frozenset(() if risky is None else (risky,))
+        if foreseen is None:
+            return lately, self.kept_newest()
+        return foreseen | lately, not foreseen
+
 
 @attrs.define(eq=False)
 class ProxySession:

@@ -40,7 +40,7 @@ from selfctx.domain.chat import AssistantMessage, ToolResult
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.inline import handle, render_inline
 from selfctx.domain.objects import ToolcallObject
-from selfctx.domain.relevance import SUPERSEDED, UNUSED
+from selfctx.domain.relevance import KEEP, SUPERSEDED, UNUSED
 from selfctx.domain.rendering import (
     ActiveBlock,
     AssembledContext,
@@ -50,7 +50,7 @@ from selfctx.domain.rendering import (
 from selfctx.domain.session import commands as c
 from selfctx.domain.session.state import SessionState
 
-__all__ = ["AssembleContext", "BudgetExceeded"]
+__all__ = ["AssembleContext", "BudgetExceeded", "foreseen_collapses"]
 
 
 class BudgetExceeded(SelfContextError):
@@ -123,6 +123,7 @@ class AssembleContext:
         policy = session.state.policy
         if policy.compaction_trigger_tokens is not None and self._compact is not None:
             self._compact(session, self._counter(session))
+        session.plan = None
         context = self.render(session)
         if (
             policy.trigger_tokens is None
@@ -145,6 +146,7 @@ class AssembleContext:
                 spared,
                 session.relevance_memo,
             )
+            session.plan = plan
             goal = max(policy.clear_at_least, total - trigger)
             if self._collapse(session, count, goal, plan, spared):
                 context = self.render(session)
@@ -196,6 +198,7 @@ class AssembleContext:
         memo = session.relevance_memo
         objects = session.working_objects()  # what is not in memory is not read again for it
         plan = plan_collapse(state, objects, self._deps.mounts.display_path, count, spared, memo)
+        session.plan = plan
         # each output once, at the first request after the agent answered it (exactly then
         # when requests follow answers one for one; later when a list came in at once)
         first = [i for i, times in window.items() if times >= seen and i not in memo.answered]
@@ -341,6 +344,36 @@ def _seen_toolcalls(state: SessionState, most: int) -> dict[str, int]:
             elif isinstance(message, ToolResult) and answered >= 1:
                 out[message.toolcall_id] = answered
     return out
+
+
+def foreseen_collapses(session: OpenSession, count: Callable[[str], int]) -> frozenset[str] | None:
+    """The active tool outputs the last assembly's plan expects the next request to collapse
+    if the agent goes on as it did (None: its policy makes no such plan): the newest outputs
+    that will not be kept once the agent has answered them (the seen collapse), and the kept
+    outputs the newest displace from the working set's room (``CollapsePlan.foreseen``) when
+    together they clear what a batch must (``clear_at_least``). What places the provider's
+    cache marks reads it (decision 0047): a mark before an output about to go is read by the
+    next request; one after it is not."""
+    plan = session.plan
+    if plan is None or not plan.foreseen:
+        return None
+    state = session.state
+    newest = _newest_toolcalls(session, state.policy.keep_recent)
+    answered, displaced = set(), set()
+    for object_id in state.active:
+        if object_id not in state.auto_active or object_id in state.pinned:
+            continue  # the agent activated it, or pinned it: it stays
+        tier = plan.foreseen.get(object_id)
+        if tier is None or tier == KEEP:
+            continue
+        if object_id in newest:
+            answered.add(object_id)
+        elif plan.tiers.get(object_id) == KEEP:
+            displaced.add(object_id)
+    batch = sum(count(getattr(session.objects.get(i), "content", None) or "") for i in displaced)
+    if batch < state.policy.clear_at_least:
+        displaced.clear()
+    return frozenset(answered | displaced)
 
 
 def _newest_toolcalls(session: OpenSession, keep: int) -> set[str]:

@@ -243,6 +243,46 @@ def test_the_heaviest_files_view_stays_whatever_its_size() -> None:
     assert A_PY in shown(h)["c1"]
 
 
+def test_the_forecast_names_what_the_next_request_collapses() -> None:
+    # a newer view of the file displaces the older one from the room (decision 0047): the next
+    # request collapses it, and the forecast, made while the newer one is still spared, says so
+    h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10)
+    messages: list[dict[str, Any]] = [
+        o_user("fix a.py"),
+        o_assistant("Reading a.py.", bash("c1", "cat a.py")),
+        o_tool("c1", mini(A_PY)),
+    ]
+    h.ingest(messages)
+    assert A_PY in shown(h)["c1"]
+
+    def foreseen() -> set[str]:
+        going = h.service.foreseen(h.session_id)
+        assert going is not None  # the relevance policy makes a plan
+        return {h.ids.provider_id(i) for i in going}
+
+    assert foreseen() == set()  # the one view of the file stays
+    messages += [
+        o_assistant("The first lines of a.py.", bash("c2", "sed -n 1,10p a.py")),
+        o_tool("c2", mini(A_PY[:300])),
+    ]
+    h.ingest(messages)
+    assert A_PY in shown(h)["c1"]  # the newest output is spared: both stay this request
+    assert foreseen() == {"c1"}
+    messages += [o_assistant("a.py again", bash("c3", "true")), o_tool("c3", mini(""))]
+    h.ingest(messages)
+    assert A_PY not in shown(h)["c1"]  # as foreseen
+    assert A_PY[:300] in shown(h)["c2"]
+
+
+def test_no_forecast_without_a_plan() -> None:
+    settings = Settings(policy=policy_by_name("inline"))
+    service = build_service(store=MemoryStore(), default_filesystem_id=CONTAINER, settings=settings)
+    h = HarnessSession(service, "s1", "openai", cwd=CWD, roots=ROOTS)
+    h.ingest([o_user("go"), o_assistant("Reading.", bash("c1", "cat a.py")), o_tool("c1", "x")])
+    h.request()
+    assert service.foreseen("s1") is None
+
+
 class _Counting(Mapping[str, Any]):
     """The objects as a turn reads them (``ObjectCache.showing``), counting lookups."""
 
