@@ -148,6 +148,7 @@ class AssembleContext:
             )
             session.plan = plan
             goal = max(policy.clear_at_least, total - trigger)
+            plan = _displaced_now(session, plan, spared, count)
             if self._collapse(session, count, goal, plan, spared):
                 context = self.render(session)
                 total = self.tokens(session, context)
@@ -344,6 +345,30 @@ def _seen_toolcalls(state: SessionState, most: int) -> dict[str, int]:
             elif isinstance(message, ToolResult) and answered >= 1:
                 out[message.toolcall_id] = answered
     return out
+
+
+def _displaced_now(
+    session: OpenSession, plan: CollapsePlan, spared: set[str], count: Callable[[str], int]
+) -> CollapsePlan:
+    """The batch's plan with the kept views that the newest outputs displace from the working
+    set's room taken now (decision 0069), each that clears ``clear_at_least`` on its own: the
+    next request's batch would collapse them, and a collapse breaks the provider's cached prefix
+    at the collapsed output, so everything after it is written again. Made in the request the
+    newest output arrives, the break comes before the newest is ever written, which is then
+    written once instead of twice. A smaller view waits for the next request, as before (a
+    forecast can be wrong: the agent's next message changes the working set)."""
+    least = session.state.policy.clear_at_least
+    now = {
+        object_id: plan.foreseen[object_id]
+        for object_id, tier in plan.tiers.items()
+        if tier == KEEP
+        and plan.foreseen.get(object_id, KEEP) != KEEP
+        and object_id not in spared
+        and count(getattr(session.objects.get(object_id), "content", None) or "") >= least
+    }
+    if not now:
+        return plan
+    return attrs.evolve(plan, tiers={**plan.tiers, **now})
 
 
 def foreseen_collapses(session: OpenSession, count: Callable[[str], int]) -> frozenset[str] | None:

@@ -11,11 +11,7 @@ from selfctx.adapters.bench.cache import RECORDINGS, run_cache
 pytestmark = pytest.mark.slow
 
 GOALS = {
-    # The goal is 0.60; with the relevance policy of decision 0051 each large output of this
-    # session is billed twice when the next one displaces it (0.719 measured with the marks of
-    # decision 0069, which records what meeting it would cost), so this holds it to no worse than
-    # direct until the policy meets it (docs/benchmarks.md, "Prompt caching").
-    "claude-code-28": 1.0,
+    "claude-code-28": 0.60,
     "claude-code-60": 0.50,
     "codex-28": 1.0,  # no worse than direct
     "pi-28": 1.0,

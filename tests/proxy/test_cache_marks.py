@@ -173,5 +173,10 @@ def test_the_policys_forecast_decides_the_marks_where_it_makes_one() -> None:
     assert shown.marks(None) == (frozenset({"b"}), True)  # no forecast: the history decides
     # nothing foreseen to go: the last block is marked (the newest is read next time)
     assert shown.marks(frozenset()) == (frozenset({"b"}), True)
+    unsteady = ShownOutputs()  # the newest have gone at once lately: no mark after them
+    for name in "abcd":
+        unsteady.saw(_chat(name), _state({name}))
+    assert not unsteady.kept_newest()
+    assert unsteady.marks(frozenset()) == (frozenset(), False)
     # the newest foreseen to go once answered: no mark after it, one before it
     assert shown.marks(frozenset({"c"})) == (frozenset({"b", "c"}), False)
