@@ -32,9 +32,15 @@ def _pyproject() -> dict[str, Any]:
         return tomllib.load(f)
 
 
-DATA_FOLDERS = ("xtdb", "adapters/pi", "adapters/cli/sample")
+DATA_FOLDERS = (
+    "xtdb",
+    "adapters/pi",
+    "adapters/cli/sample",
+    "adapters/bench/recordings",
+    "adapters/ui/static",
+)
 """Folders installed as package data: the XTDB node's project, the Pi extension, the demo's
-sample project."""
+sample project, the recorded client sessions of ``bench cache``, the inspector's assets."""
 NOT_INSTALLED = {"node_modules", "target", "cache", "__pycache__"}
 
 
