@@ -377,7 +377,7 @@ def foreseen_collapses(session: OpenSession, count: Callable[[str], int]) -> fro
     that will not be kept once the agent has answered them (the seen collapse), and the kept
     outputs the newest displace from the working set's room (``CollapsePlan.foreseen``) when
     together they clear what a batch must (``clear_at_least``). What places the provider's
-    cache marks reads it (decision 0047): a mark before an output about to go is read by the
+    cache marks reads it (decision 0069): a mark before an output about to go is read by the
     next request; one after it is not."""
     plan = session.plan
     if plan is None or not plan.foreseen:
