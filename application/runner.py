@@ -152,6 +152,9 @@ class OpenSession:
     collapses: dict[str, Any] = attrs.field(factory=dict)
     """Why assembly collapsed each output it collapsed, in this process (``CollapseRecord`` of
     ``selfctx.application.usecases.collapse_order``): a diagnosis, never stored."""
+    plan: Any = None
+    """The collapse plan of the last assembly (``CollapsePlan``; None if it made none): what
+    the next request is expected to collapse (``foreseen_collapses``)."""
     marks: list[Mark] = attrs.field(factory=list)
     """What the log entries folded in since the last recorded request hold that the request's
     record marks (``selfctx.application.requests.entry_marks``), oldest first."""

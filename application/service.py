@@ -29,7 +29,7 @@ from selfctx.application.ports.tracking import SourceTracker
 from selfctx.application.requests import RequestFacts, RequestRecord
 from selfctx.application.runner import OpenSession, SessionRunner
 from selfctx.application.settings import Settings
-from selfctx.application.usecases.assemble import AssembleContext
+from selfctx.application.usecases.assemble import AssembleContext, foreseen_collapses
 from selfctx.application.usecases.base import Deps
 from selfctx.application.usecases.chat import RecordToolCall, RecordTurn
 from selfctx.application.usecases.checkpoints import (
@@ -444,6 +444,14 @@ class ContextService:
     def prompt_tokens(self, session_id: str, context: AssembledContext) -> int:
         """Size of an assembled context in tokens, by the service's tokenizer."""
         return self._assemble.tokens(self._open(session_id), context)
+
+    def foreseen(self, session_id: str) -> frozenset[str] | None:
+        """The active tool outputs the last assembly expects the next request to collapse
+        (None: the session's policy makes no such forecast). Whoever places a provider's cache
+        marks needs it: a mark after an output about to collapse is never read."""
+        session = self._open(session_id)
+        with session.lock:
+            return foreseen_collapses(session, self._assemble.counter(session))
 
     def refresh(self, session_id: str) -> bool:
         """Fold whatever other writers (or a commit whose answer was lost) appended to the

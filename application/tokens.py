@@ -108,6 +108,9 @@ class ContextCounter:
         self._messages: list[RenderedMessage] = []
         self._counts: list[int] = []
         self._chat_total = 0
+        self._fresh_from = 0
+        """Where the messages not yet sent begin: those after the context given to
+        :meth:`sent` last, or changed since."""
 
     def __call__(self, context: AssembledContext) -> int:
         count = self._count
@@ -119,6 +122,7 @@ class ContextCounter:
         if same < len(messages):
             self._chat_total -= sum(counts[same:])
             del messages[same:], counts[same:]
+            self._fresh_from = min(self._fresh_from, same)
         for message in chat[same:]:
             n = sum(count(t) for t in _message_texts(message))
             messages.append(message)
@@ -127,17 +131,26 @@ class ContextCounter:
         total += self._chat_total
         return total + sum(count(block.text) for block in context.active)
 
+    def sent(self) -> None:
+        """The context counted last is the one sent: a provider has its messages cached."""
+        self._fresh_from = len(self._messages)
+
     def tails(self, context: AssembledContext) -> dict[str, int]:
-        """For each tool message of ``context`` (the one last counted), by the tool call it
-        answers: the tokens from it to the end of the prompt — what a provider writes to its cache
-        again when that message changes."""
+        """For each tool message of ``context`` (the one last counted) that an earlier request
+        sent, by the tool call it answers: the tokens from it to the end of the prompt that an
+        earlier request sent too — what a provider writes to its cache again when that message
+        changes. A message not sent before is in no cache: changing it breaks nothing, and what
+        follows it is written either way."""
         if identical_prefix(self._messages, context.chat) != len(context.chat) or len(
             self._messages
         ) != len(context.chat):
             self(context)
         running = sum(self._count(block.text) for block in context.active)
         out: dict[str, int] = {}
-        for message, n in zip(reversed(self._messages), reversed(self._counts), strict=True):
+        sent = min(self._fresh_from, len(self._messages))
+        for message, n in zip(
+            reversed(self._messages[:sent]), reversed(self._counts[:sent]), strict=True
+        ):
             running += n
             if message.toolcall_id is not None:
                 out[message.toolcall_id] = running  # the earliest, should it recur

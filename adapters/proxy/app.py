@@ -508,11 +508,10 @@ class Proxy:
         if isinstance(provider, Anthropic):
             if turn.rounds == 0:
                 turn.session.outputs.saw(context.chat, self.service.state(harness.session_id))
-            outputs = turn.session.outputs
-            risky = outputs.first_at_risk()
-            before = None if risky is None else emitted_id(risky)
+            going, mark_last = turn.session.outputs.marks(self.service.foreseen(harness.session_id))
+            before = frozenset(map(emitted_id, going))
             managed = provider.managed(
-                turn.body, rendered, tools, mark_last=outputs.kept_newest(), before=before
+                turn.body, rendered, tools, mark_last=mark_last, before=before
             )
         else:
             managed = provider.managed(turn.body, rendered, tools)

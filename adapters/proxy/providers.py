@@ -159,7 +159,7 @@ class Anthropic(Provider):
         tools: Sequence[Any],
         *,
         mark_last: bool = False,
-        before: str | None = None,
+        before: Collection[str] = (),
     ) -> dict[str, Any]:
         """The client's system blocks stay as they came (byte for byte, in order, with their
         cache marks: a provider may recognise a client by its first block); what the proxy adds
@@ -325,10 +325,10 @@ def _system_blocks(client: Any, rendered: Sequence[Mapping[str, Any]]) -> list[A
     return [*blocks, *rendered]
 
 
-def _holds_result(message: Any, call: str) -> bool:
+def _holds_result(message: Any, calls: Collection[str]) -> bool:
     content = message.get("content") if isinstance(message, dict) else None
     return isinstance(content, list) and any(
-        isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") == call
+        isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") in calls
         for b in content
     )
 
@@ -338,21 +338,22 @@ def _mark(blocks: list[Any], index: int) -> None:
 
 
 def place_breakpoints(
-    body: dict[str, Any], limit: int, *, mark_last: bool = False, before: str | None = None
+    body: dict[str, Any], limit: int, *, mark_last: bool = False, before: Collection[str] = ()
 ) -> None:
     """The cache marks of a managed Anthropic request (decision 0047). The client's own marks on
-    its tools and system blocks stay (the stable prefix it chose). In the conversation, the one
-    mark goes where the next request's prefix is expected to change: on the last block of the
-    last assistant message before the tool result for ``before`` (the first output the session's
-    history says will be collapsed next, ``ProxySession.outputs``), and without one, on the last
-    assistant message's: the policies collapse the newest tool output once the model has
-    answered after it. What follows is billed once, uncached, rather than written at a premium
-    and never read. With ``mark_last`` (no output is expected to collapse), the last block gets a
-    mark too. At most ``limit`` marks: beyond it the client's earliest are dropped."""
+    its tools and system blocks stay (the stable prefix it chose). In the conversation, a mark
+    goes where the next request's prefix is expected to change: on the last block of the last
+    assistant message before the first tool result (in the prompt) for one of ``before`` (the
+    outputs the policy foresees, or the session's history expects, to collapse next:
+    ``ShownOutputs.marks``, decisions 0047 and 0069), and one on the last assistant message's
+    last block, which reads what the previous request wrote. What follows is billed once,
+    uncached, rather than written at a premium and never read. With ``mark_last`` (no output is
+    expected to collapse), the last block gets a mark too. At most ``limit`` marks: beyond it
+    the client's earliest are dropped."""
     messages = body.get("messages") or []
     wanted: list[tuple[int, int]] = []
     ends = [len(messages)]
-    if before is not None:
+    if before:
         ends.append(
             next((m for m in range(len(messages)) if _holds_result(messages[m], before)), 0)
         )

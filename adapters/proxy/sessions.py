@@ -189,6 +189,22 @@ class ShownOutputs:
                 return object_id
         return None
 
+    def marks(self, foreseen: frozenset[str] | None) -> tuple[frozenset[str], bool]:
+        """Where the conversation's cache marks go: the outputs before the first of which (in
+        the prompt) a mark goes, and whether the last block gets one. ``foreseen`` is what the
+        policy expects the next request to collapse (``ContextService.foreseen``): a mark before
+        the first of them is read by that request, one after it is not, so the last block is
+        marked only when none is foreseen to go and the newest outputs have mostly stayed lately
+        (a newer output may still displace the newest, which no forecast sees:
+        ``kept_newest``). The history's output at risk gets a mark before it too (it costs
+        nothing). Without a forecast, the history decides alone (``first_at_risk``,
+        ``kept_newest``)."""
+        risky = self.first_at_risk()
+        lately = frozenset(() if risky is None else (risky,))
+        if foreseen is None:
+            return lately, self.kept_newest()
+        return foreseen | lately, not foreseen and self.kept_newest()
+
 
 @attrs.define(eq=False)
 class ProxySession:

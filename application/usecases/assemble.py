@@ -41,7 +41,7 @@ from selfctx.domain.errors import SelfContextError
 from selfctx.domain.inline import handle, render_inline
 from selfctx.domain.objects import ToolcallObject
 from selfctx.domain.prompt_cache import ANTHROPIC
-from selfctx.domain.relevance import SUPERSEDED, UNUSED
+from selfctx.domain.relevance import KEEP, SUPERSEDED, UNUSED
 from selfctx.domain.rendering import (
     ActiveBlock,
     AssembledContext,
@@ -51,7 +51,7 @@ from selfctx.domain.rendering import (
 from selfctx.domain.session import commands as c
 from selfctx.domain.session.state import SessionState
 
-__all__ = ["AssembleContext", "BudgetExceeded"]
+__all__ = ["AssembleContext", "BudgetExceeded", "foreseen_collapses"]
 
 
 class BudgetExceeded(SelfContextError):
@@ -125,9 +125,16 @@ class AssembleContext:
         return int(self.context_counter(session)(context))
 
     def __call__(self, session: OpenSession) -> AssembledContext:
+        context = self._assemble(session)
+        if session.context_counter is not None:
+            session.context_counter.sent()  # what the next request finds cached (_paying)
+        return context
+
+    def _assemble(self, session: OpenSession) -> AssembledContext:
         policy = session.state.policy
         if policy.compaction_trigger_tokens is not None and self._compact is not None:
             self._compact(session, self._counter(session))
+        session.plan = None
         context = self.render(session)
         if (
             policy.trigger_tokens is None
@@ -150,7 +157,9 @@ class AssembleContext:
                 spared,
                 session.relevance_memo,
             )
+            session.plan = plan
             goal = max(policy.clear_at_least, total - trigger)
+            plan = _displaced_now(session, plan, spared, count)
             if self._collapse(session, count, goal, plan, spared, context=context):
                 context = self.render(session)
                 total = self.tokens(session, context)
@@ -201,6 +210,7 @@ class AssembleContext:
         memo = session.relevance_memo
         objects = session.working_objects()  # what is not in memory is not read again for it
         plan = plan_collapse(state, objects, self._deps.mounts.display_path, count, spared, memo)
+        session.plan = plan
         # each output once, at the first request after the agent answered it (exactly then
         # when requests follow answers one for one; later when a list came in at once)
         first = [i for i, times in window.items() if times >= seen and i not in memo.answered]
@@ -387,6 +397,60 @@ def _seen_toolcalls(state: SessionState, most: int) -> dict[str, int]:
             elif isinstance(message, ToolResult) and answered >= 1:
                 out[message.toolcall_id] = answered
     return out
+
+
+def _displaced_now(
+    session: OpenSession, plan: CollapsePlan, spared: set[str], count: Callable[[str], int]
+) -> CollapsePlan:
+    """The batch's plan with the kept views that the newest outputs displace from the working
+    set's room taken now (decision 0069), each that clears ``clear_at_least`` on its own: the
+    next request's batch would collapse them, and a collapse breaks the provider's cached prefix
+    at the collapsed output, so everything after it is written again. Made in the request the
+    newest output arrives, the break comes before the newest is ever written, which is then
+    written once instead of twice. A smaller view waits for the next request, as before (a
+    forecast can be wrong: the agent's next message changes the working set)."""
+    least = session.state.policy.clear_at_least
+    now = {
+        object_id: plan.foreseen[object_id]
+        for object_id, tier in plan.tiers.items()
+        if tier == KEEP
+        and plan.foreseen.get(object_id, KEEP) != KEEP
+        and object_id not in spared
+        and count(getattr(session.objects.get(object_id), "content", None) or "") >= least
+    }
+    if not now:
+        return plan
+    return attrs.evolve(plan, tiers={**plan.tiers, **now})
+
+
+def foreseen_collapses(session: OpenSession, count: Callable[[str], int]) -> frozenset[str] | None:
+    """The active tool outputs the last assembly's plan expects the next request to collapse
+    if the agent goes on as it did (None: its policy makes no such plan): the newest outputs
+    that will not be kept once the agent has answered them (the seen collapse), and the kept
+    outputs the newest displace from the working set's room (``CollapsePlan.foreseen``) when
+    together they clear what a batch must (``clear_at_least``). What places the provider's
+    cache marks reads it (decision 0069): a mark before an output about to go is read by the
+    next request; one after it is not."""
+    plan = session.plan
+    if plan is None or not plan.foreseen:
+        return None
+    state = session.state
+    newest = _newest_toolcalls(session, state.policy.keep_recent)
+    answered, displaced = set(), set()
+    for object_id in state.active:
+        if object_id not in state.auto_active or object_id in state.pinned:
+            continue  # the agent activated it, or pinned it: it stays
+        tier = plan.foreseen.get(object_id)
+        if tier is None or tier == KEEP:
+            continue
+        if object_id in newest:
+            answered.add(object_id)
+        elif plan.tiers.get(object_id) == KEEP:
+            displaced.add(object_id)
+    batch = sum(count(getattr(session.objects.get(i), "content", None) or "") for i in displaced)
+    if batch < state.policy.clear_at_least:
+        displaced.clear()
+    return frozenset(answered | displaced)
 
 
 def _newest_toolcalls(session: OpenSession, keep: int) -> set[str]:

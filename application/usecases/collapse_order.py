@@ -42,6 +42,10 @@ class CollapsePlan:
     """Active outputs that show a file of the working set."""
     stale: Mapping[str, str] = attrs.field(factory=dict)
     """Outputs every file of which a later call changed, with that call."""
+    foreseen: Mapping[str, float] = attrs.field(factory=dict)
+    """The tiers once the newest outputs are spared no more (the next request's plan if
+    nothing else changed): the newest outputs ranked with the rest, so that a kept output a
+    newest one displaces is not :data:`KEEP` here."""
 
     def newer(self, chosen: Iterable[str]) -> tuple[tuple[str, str], ...]:
         """``(output, later call)`` for the chosen outputs a later output shows again or a later
@@ -101,11 +105,25 @@ def plan_collapse(
     found = relevance(
         state, objects, display_path, policy.recent_messages, memo, policy.named_messages
     )
+    tiers = _ranked(state, objects, found, count, set(spared))
+    foreseen = _ranked(state, objects, found, count, set()) if spared else tiers
+    working = frozenset(i for i in tiers if _weight(found, objects[i]) > 0)
+    return CollapsePlan(tiers, found.superseded, working, found.stale, foreseen)
+
+
+def _ranked(
+    state: SessionState,
+    objects: Mapping[str, ContentObject],
+    found: Relevance,
+    count: Callable[[str], int],
+    exempt: set[str],
+) -> dict[str, float]:
+    """The tiers, the working-set outputs beyond ``keep_tokens`` over-keep (``exempt``: not
+    ranked, neither taking room nor losing theirs)."""
     tiers: dict[str, float] = dict(found.tiers)
-    exempt = set(spared)
     kept = [i for i, tier in tiers.items() if tier == KEEP and i not in exempt]
     kept.sort(key=lambda i: (-_weight(found, objects[i]), -state.positions[i]))
-    room = policy.keep_tokens
+    room = state.policy.keep_tokens
     for n, object_id in enumerate(kept):
         size = count(objects[object_id].content or "")
         if n == 0 and room is not None:  # the heaviest file's view stays, whatever its size
@@ -116,8 +134,7 @@ def plan_collapse(
             tiers[object_id] = OVER_KEEP
         elif room is not None:
             room -= size
-    working = frozenset(i for i in tiers if _weight(found, objects[i]) > 0)
-    return CollapsePlan(tiers, found.superseded, working, found.stale)
+    return tiers
 
 
 @attrs.frozen

@@ -10,6 +10,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.harness import HarnessSession
 from selfctx.adapters.memory import MemoryStore
@@ -137,31 +139,44 @@ def test_an_older_view_shown_again_goes_in_the_next_batch_with_a_note() -> None:
     assert any(f"{handle['c1']} by {handle['c8']}" in note for note in notes(h))
 
 
-def test_a_batch_waits_until_its_cache_break_pays_for_itself() -> None:
-    # The view c1 is shown again by c8, early in a short session: collapsing it would make the
-    # provider write again everything after it, and it saves too little over the calls to come.
-    def run(**overrides: Any) -> tuple[HarnessSession, dict[str, str]]:
-        h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10**6, **overrides)
-        messages: list[dict[str, Any]] = [
-            o_user("fix"),
-            o_assistant("The top of a.py.", bash("c1", "sed -n 1,20p a.py")),
-            o_tool("c1", mini(A_PY[:600])),
+def _superseded_early(sent_before: bool, **overrides: Any) -> tuple[HarnessSession, dict[str, str]]:
+    """The view c1 is shown again by c8, early in a short session, with long answers between
+    them; ``sent_before``: the calls up to c7 were a request of their own."""
+    h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10**6, **overrides)
+    messages: list[dict[str, Any]] = [
+        o_user("fix"),
+        o_assistant("The top of a.py.", bash("c1", "sed -n 1,20p a.py")),
+        o_tool("c1", mini(A_PY[:600])),
+    ]
+    for n in range(2, 8):
+        messages += [
+            o_assistant("a.py: " + "the parser reads one number. " * 30, bash(f"c{n}", "ls")),
+            o_tool(f"c{n}", mini("3\n")),
         ]
-        for n in range(2, 8):
-            messages += [
-                o_assistant("a.py", bash(f"c{n}", "grep -c x a.py")),
-                o_tool(f"c{n}", mini("3\n")),
-            ]
-        messages += [o_assistant("All of a.py.", bash("c8", "cat a.py")), o_tool("c8", mini(A_PY))]
+    if sent_before:
         h.ingest(messages)
-        return h, shown(h)
+        shown(h)
+    messages += [o_assistant("All of a.py.", bash("c8", "cat a.py")), o_tool("c8", mini(A_PY))]
+    h.ingest(messages)
+    return h, shown(h)
 
-    h, tools = run()  # the default: a batch must pay back within as many requests as so far
+
+def test_a_batch_waits_until_its_cache_break_pays_for_itself() -> None:
+    # Collapsing c1 would make the provider write again the long answers after it, which the
+    # last request sent, and c1 saves too little over the calls to come.
+    h, tools = _superseded_early(True)  # a batch must pay back within as many requests as so far
     assert A_PY[:600] in tools["c1"]  # still shown in full
     assert h.service.state("s1").superseded == {}
-    h, tools = run(payback_percent=10_000)  # a session expected to run 100 times as long
+    _, tools = _superseded_early(True, payback_percent=10_000)  # expected to run 100 times longer
     assert "shows its lines again]" in tools["c1"]
-    h, tools = run(payback_percent=None)  # every batch that clears clear_at_least
+    _, tools = _superseded_early(True, payback_percent=None)  # every batch that clears enough
+    assert "shows its lines again]" in tools["c1"]
+
+
+def test_what_no_request_sent_is_in_no_cache() -> None:
+    # The same messages arriving in one request: no provider holds any of them, a collapse
+    # breaks nothing, and the batch goes.
+    _, tools = _superseded_early(False)
     assert "shows its lines again]" in tools["c1"]
 
 
@@ -193,7 +208,15 @@ def test_the_tail_of_each_tool_message_counts_to_the_end_of_the_prompt() -> None
         active=(),
     )
     assert counter(context) == 3 + 2 + 4 + 2 + 1
+    assert counter.tails(context) == {}  # nothing was sent: no cache holds any of it
+    counter.sent()
     assert counter.tails(context) == {"t1": 4 + 2 + 1, "t2": 1}
+    longer = attrs.evolve(
+        context, chat=(*context.chat, RenderedMessage("tool", "dddddd", toolcall_id="t3"))
+    )
+    counter(longer)
+    # t3 is new: written either way, not counted in what a break writes again, and not in tails
+    assert counter.tails(longer) == {"t1": 4 + 2 + 1, "t2": 1}
 
 
 def test_an_output_the_agent_names_by_what_it_introduced_stays_with_named_messages() -> None:
@@ -328,6 +351,64 @@ def test_the_heaviest_files_view_stays_whatever_its_size() -> None:
         messages += [o_assistant("a.py again", bash(f"c{n}", "true")), o_tool(f"c{n}", mini(""))]
     h.ingest(messages)
     assert A_PY in shown(h)["c1"]
+
+
+def _foreseen(h: HarnessSession) -> set[str]:
+    going = h.service.foreseen(h.session_id)
+    assert going is not None  # the relevance policy makes a plan
+    return {h.ids.provider_id(i) for i in going}
+
+
+def test_the_forecast_names_what_the_next_request_collapses() -> None:
+    h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10)
+    messages: list[dict[str, Any]] = [
+        o_user("fix a.py"),
+        o_assistant("Reading a.py.", bash("c1", "cat a.py")),
+        o_tool("c1", mini(A_PY)),
+    ]
+    h.ingest(messages)
+    assert A_PY in shown(h)["c1"]
+    assert _foreseen(h) == set()  # the one view of the file the agent works on stays
+    messages += [
+        o_assistant("Installing what a.py needs.", bash("c2", "pip install -r reqs.txt")),
+        o_tool("c2", mini(NOISE)),
+    ]
+    h.ingest(messages)
+    assert NOISE in shown(h)["c2"]  # the model has not seen it yet
+    assert _foreseen(h) == {"c2"}  # it shows nothing of a.py: it goes once answered
+    messages += [o_assistant("Back to a.py.", bash("c3", "python -c 'import a'")), o_tool("c3", "")]
+    h.ingest(messages)
+    assert NOISE not in shown(h)["c2"] and A_PY in shown(h)["c1"]  # as foreseen
+
+
+def test_a_displaced_view_goes_in_the_request_its_successor_arrives() -> None:
+    # a newer view of the file takes the working set's room: the older one goes at once, so the
+    # newer one is written to the provider's cache once, after the break (decision 0069)
+    h = session(trigger_tokens=1, clear_at_least=1, keep_tokens=10)
+    messages: list[dict[str, Any]] = [
+        o_user("fix a.py"),
+        o_assistant("Reading a.py.", bash("c1", "cat a.py")),
+        o_tool("c1", mini(A_PY)),
+        o_assistant("The first lines of a.py.", bash("c2", "sed -n 1,10p a.py")),
+        o_tool("c2", mini(A_PY[:300])),
+    ]
+    h.ingest(messages)
+    tools = shown(h)
+    assert A_PY not in tools["c1"] and A_PY[:300] in tools["c2"]
+    # a view smaller than what a batch must clear waits: the forecast may be wrong
+    h = session(trigger_tokens=1, clear_at_least=10**6, keep_tokens=10)
+    h.ingest(messages)
+    assert A_PY in shown(h)["c1"]
+    assert _foreseen(h) == set()
+
+
+def test_no_forecast_without_a_plan() -> None:
+    settings = Settings(policy=policy_by_name("inline"))
+    service = build_service(store=MemoryStore(), default_filesystem_id=CONTAINER, settings=settings)
+    h = HarnessSession(service, "s1", "openai", cwd=CWD, roots=ROOTS)
+    h.ingest([o_user("go"), o_assistant("Reading.", bash("c1", "cat a.py")), o_tool("c1", "x")])
+    h.request()
+    assert service.foreseen("s1") is None
 
 
 class _Counting(Mapping[str, Any]):

@@ -11,11 +11,7 @@ from selfctx.adapters.bench.cache import RECORDINGS, run_cache
 pytestmark = pytest.mark.slow
 
 GOALS = {
-    # The goal was 0.60; with the relevance policy of decision 0051 the session's large outputs
-    # stay one request more (each is billed written once, then collapsed): 0.759 measured, so
-    # this holds it to no worse than direct until the policy and the marks meet it
-    # (docs/benchmarks.md, "Prompt caching").
-    "claude-code-28": 1.0,
+    "claude-code-28": 0.60,
     "claude-code-60": 0.50,
     "codex-28": 1.0,  # no worse than direct
     "pi-28": 1.0,

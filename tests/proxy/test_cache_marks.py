@@ -129,10 +129,13 @@ def _conversation(calls: int) -> dict[str, Any]:
 
 def test_a_mark_also_goes_before_the_first_output_that_may_collapse_next() -> None:
     body = _conversation(3)  # c1's result (messages[4]) may go: the next request reads up to c1
-    place_breakpoints(body, 4, before="c1")
+    place_breakpoints(body, 4, before={"c1"})
     assert _marks(body) == ["messages[3][0]", "messages[5][0]"]
+    several = _conversation(3)  # of several, the earliest in the prompt decides
+    place_breakpoints(several, 4, before={"c2", "c1"})
+    assert _marks(several) == ["messages[3][0]", "messages[5][0]"]
     nothing = _conversation(3)  # an id the request does not hold: the usual mark alone
-    place_breakpoints(nothing, 4, before="gone")
+    place_breakpoints(nothing, 4, before={"gone"})
     assert _marks(nothing) == ["messages[5][0]"]
 
 
@@ -160,3 +163,20 @@ def test_the_outputs_the_session_collapses_one_request_later_are_found_by_their_
         ids = [f"o{k}" for k in range(n + 1)]
         steady.saw(_chat(*ids), _state(set(ids)))
     assert steady.kept_newest() and steady.first_at_risk() is None
+
+
+def test_the_policys_forecast_decides_the_marks_where_it_makes_one() -> None:
+    shown = ShownOutputs()
+    shown.saw(_chat("a"), _state({"a"}))
+    shown.saw(_chat("a", "b"), _state({"a", "b"}))
+    shown.saw(_chat("b", "c"), _state({"b", "c"}))  # "a" went at age 1: "b" is at risk
+    assert shown.marks(None) == (frozenset({"b"}), True)  # no forecast: the history decides
+    # nothing foreseen to go: the last block is marked (the newest is read next time)
+    assert shown.marks(frozenset()) == (frozenset({"b"}), True)
+    unsteady = ShownOutputs()  # the newest have gone at once lately: no mark after them
+    for name in "abcd":
+        unsteady.saw(_chat(name), _state({name}))
+    assert not unsteady.kept_newest()
+    assert unsteady.marks(frozenset()) == (frozenset(), False)
+    # the newest foreseen to go once answered: no mark after it, one before it
+    assert shown.marks(frozenset({"c"})) == (frozenset({"b", "c"}), False)
