@@ -178,26 +178,37 @@ class XtdbClient:
         retry: bool = True,
     ) -> Any:
         where = {"url": self.url, "operation": operation}
+
+        def again() -> Any:  # the one retry _answer may make
+            return self._call(
+                method,
+                path,
+                operation,
+                timeout=timeout,
+                params=params,
+                content=content,
+                headers=headers,
+                missing_ok=missing_ok,
+                retry=False,
+            )
+
         if self.connections is not None:
             status, body = self._send(method, path, params, content, headers, timeout, where)
-            return self._answer(
-                status,
-                body,
-                where,
-                lambda: self._call(
-                    method,
-                    path,
-                    operation,
-                    timeout=timeout,
-                    params=params,
-                    content=content,
-                    headers=headers,
-                    missing_ok=missing_ok,
-                    retry=False,
-                ),
-                missing_ok=missing_ok,
-                retry=retry,
-            )
+        else:
+            status, body = self._send_httpx(method, path, params, content, headers, timeout, where)
+        return self._answer(status, body, where, again, missing_ok=missing_ok, retry=retry)
+
+    def _send_httpx(
+        self,
+        method: str,
+        path: str,
+        params: dict[str, Any] | None,
+        content: bytes | None,
+        headers: dict[str, str],
+        timeout: float,
+        where: dict[str, str],
+    ) -> tuple[int, bytes]:
+        """One request through :attr:`http` (a client built on an httpx client alone)."""
         try:
             response = self.http.request(
                 method, path, params=params, content=content, headers=headers, timeout=timeout
@@ -215,24 +226,7 @@ class XtdbClient:
             raise StoreProtocolError(f"undecodable answer: {exc}", **where) from exc
         except httpx.TransportError as exc:
             raise StoreUnavailable(f"cannot reach the node: {exc}", **where) from exc
-        return self._answer(
-            response.status_code,
-            body,
-            where,
-            lambda: self._call(
-                method,
-                path,
-                operation,
-                timeout=timeout,
-                params=params,
-                content=content,
-                headers=headers,
-                missing_ok=missing_ok,
-                retry=False,
-            ),
-            missing_ok=missing_ok,
-            retry=retry,
-        )
+        return response.status_code, body
 
     def _send(
         self,
