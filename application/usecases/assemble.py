@@ -361,7 +361,8 @@ def _paying(
     cache break: a provider writes again the ``tails`` of the prompt after the break (at
     ``CACHE_WRITE`` a token instead of ``CACHE_READ``), and each of the next ``requests``
     requests reads ``cleared`` tokens fewer (``CACHE_READ`` each). An output not in ``tails``
-    (not in the chat) breaks nothing and always goes. None if no point pays."""
+    (not in the chat, or new in this request: in no cache yet) breaks nothing and always goes.
+    None if no point pays."""
     placed = sorted((i for i in chosen if i in tails), key=lambda i: -tails[i])
     free = [i for i in chosen if i not in tails]
     after = sum(sizes[i] for i in placed)
