@@ -107,6 +107,7 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "files": st.lists(TEXT, max_size=3).map(tuple),
     "superseded_by": st.none() | TEXT,
     "reason": st.none() | TEXT,
+    "kept": st.none() | TEXT,
 }
 EVENT_TYPES = typing.get_args(e.Event)
 
