@@ -344,16 +344,22 @@ def _excerpts(
     if most is None:
         return ()
     introduced = session.relevance_memo.introduced
-    out = []
+    named: dict[str, frozenset[str]] = {}
     for object_id in chosen:
         if plan.always(object_id) or object_id in plan.stale:
             continue  # a later output shows its lines, or a later call changed its files
         own = introduced.get(object_id)
-        obj = session.objects.get(object_id)
+        if own and (said := own & answer_names(state, object_id)):
+            named[object_id] = said
+    if not named:
+        return ()
+    objects = session.objects.showing(named)  # whole, whatever the memory held of them
+    out = []
+    for object_id, names in named.items():
+        obj = objects.get(object_id)
         content = obj.content if isinstance(obj, ToolcallObject) else None
-        if not own or not content:
+        if not content:
             continue
-        names = own & answer_names(state, object_id)
         ranges = excerpt_ranges(content, names, context=policy.excerpt_context, most_lines=most)
         if ranges:
             out.append((object_id, excerpt(content, ranges)))
