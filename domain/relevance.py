@@ -377,15 +377,21 @@ def identifiers(text: str) -> set[str]:
     return set(_IDENTIFIER.findall(text))
 
 
-def answer_names(state: SessionState, output_id: str) -> set[str]:
+def answer_names(
+    state: SessionState, output_id: str, start: tuple[int, int] | None = None
+) -> set[str]:
     """The identifiers the agent named (its text and call arguments) in its answer to the
-    output ``output_id``: the first message it wrote after it saw the output (none yet: empty)."""
+    output ``output_id``: the first message it wrote after it saw the output (none yet: empty).
+    ``start`` (a turn and a message index in it at or before the output's result, such as the
+    message that made the call) spares reading the turn from its beginning."""
     turn = state.toolcall_turn.get(output_id)
     if turn is None:
         return set()
+    first = start[1] if start is not None and start[0] == turn else 0
     found = False
-    for messages in state.turns[turn:]:
-        for message in messages.messages:
+    for number in range(turn, len(state.turns)):
+        messages = state.turns[number].messages
+        for message in messages[first if number == turn else 0 :]:
             if isinstance(message, ToolResult) and message.toolcall_id == output_id:
                 found = True
             elif found and isinstance(message, AssistantMessage):

@@ -349,7 +349,9 @@ def _excerpts(
         if plan.always(object_id) or object_id in plan.stale:
             continue  # a later output shows its lines, or a later call changed its files
         own = introduced.get(object_id)
-        if own and (said := own & answer_names(state, object_id)):
+        if own and (
+            said := own & answer_names(state, object_id, _call_message(session, object_id))
+        ):
             named[object_id] = said
     if not named:
         return ()
@@ -364,6 +366,16 @@ def _excerpts(
         if ranges:
             out.append((object_id, excerpt(content, ranges)))
     return tuple(out)
+
+
+def _call_message(session: OpenSession, object_id: str) -> tuple[int, int] | None:
+    """The turn and index of the message that made the call ``object_id``, as the inline
+    rendering placed it (None: not rendered), so that finding its answer reads from there."""
+    cache = session.inline_cache
+    position = cache.positions.get(object_id)
+    if position is None or position >= len(cache.origin):
+        return None
+    return cache.origin[position]
 
 
 def _record(

@@ -20,6 +20,7 @@ from selfctx.application.settings import Settings
 from selfctx.application.tokens import ContextCounter
 from selfctx.application.usecases.assemble import _paying
 from selfctx.domain.objects import FileObject, ToolcallObject
+from selfctx.domain.relevance import answer_names
 from selfctx.domain.rendering import AssembledContext, RenderedMessage
 from tests.harness.conftest import (
     CONTAINER,
@@ -626,6 +627,11 @@ def test_a_collapsed_output_keeps_the_lines_the_agent_named_from_it() -> None:
 
     h, text = run(excerpt_lines=20, excerpt_context=2)
     state = h.service.state("s1")
+    # the answer's names, read from the turn's start or from the message that made the call
+    turn = state.toolcall_turn[tc("c1")]
+    assert answer_names(state, tc("c1")) == {"field_20"}
+    assert answer_names(state, tc("c1"), (turn, 1)) == {"field_20"}
+    assert answer_names(state, tc("c2")) == set()  # not answered yet
     label = f"#{state.positions[tc('c1')] + 1}"
     reference, *rest = text.split("\n")
     assert reference.startswith(f"[{label} collapsed: bash ok")
