@@ -320,6 +320,17 @@ def test_the_model_server_is_scripted_by_turn() -> None:
     assert model.script(Seen("openai", {}, 5)).text == "two"
 
 
+def test_a_benchmarks_model_keeps_no_request() -> None:
+    """``keep=False`` (the benchmark's model): it answers as before and keeps nothing."""
+    for keep in (True, False):
+        model = ScriptedModel([Step("ok")], keep=keep)
+        with serve_in_thread(model.app) as base:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            answer = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
+        assert answer.json()["choices"][0]["message"]["content"] == "ok"
+        assert len(model.requests) == (1 if keep else 0)
+
+
 def test_an_activated_output_stays_until_deactivated(tmp_path: Path) -> None:
     """The model brings an output back; the client's next request (and the one after) still
     shows it in full, through the proxy."""
