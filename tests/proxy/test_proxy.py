@@ -5,6 +5,7 @@ client's own calls, the round cap, errors and limits, headers and secrets, and t
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.proxy import Proxy, ProxyConfig
 from selfctx.adapters.proxy.scripted import ScriptedModel, Seen, Step
-from selfctx.adapters.proxy.serving import serve_in_thread
+from selfctx.adapters.proxy.serving import serve_in_thread, tune_collector
 from selfctx.domain.chat import AssistantMessage
 from tests.proxy.drive import PATHS, Agent, read_stream, tool_calls
 from tests.proxy.support import scripted
@@ -359,3 +360,16 @@ def test_an_activated_output_stays_until_deactivated(tmp_path: Path) -> None:
     assert len(after) == 3
     for sent in after:
         assert sent.count("line 149: a record") >= 1, "the activated output collapsed again"
+
+
+def test_the_collector_is_tuned_for_a_server() -> None:
+    """What is loaded is frozen out of the scans; the young generation is collected every 10,000
+    allocations, the middle one every second time (decisions 0058, 0074)."""
+    before = gc.get_threshold()
+    try:
+        tune_collector()
+        assert gc.get_threshold() == (10_000, 2, 100)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
