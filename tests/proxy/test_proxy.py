@@ -373,3 +373,30 @@ def test_the_collector_is_tuned_for_a_server() -> None:
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+def test_each_request_is_recorded_while_it_goes_upstream(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record of a request (decision 0055) is written beside the upstream call, complete and
+    in order when the client has its answer; one that cannot be written is reported and the
+    exchange goes on (decision 0074)."""
+    steps = [bash("ls"), Step("Done.", delay=0.2)]
+    with scripted(steps) as (_, up), proxy_for(up, tmp_path) as (proxy, base):
+        agent = Agent("openai", base)
+        with httpx.Client() as client:
+            agent.run(client)
+        (session_id,) = proxy.sessions.items()
+        assert [r.n for r in proxy.service.requests(session_id)] == [1, 2]
+
+    def failing(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError("the store is away")
+
+    monkeypatch.setattr("selfctx.adapters.proxy.app.record_request", failing)
+    caplog.set_level(logging.WARNING, logger="selfctx.proxy")
+    with scripted([Step("Fine.")]) as (_, up), proxy_for(up, tmp_path) as (_, base):
+        body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+        answer = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
+    assert answer.status_code == 200
+    assert answer.json()["choices"][0]["message"]["content"] == "Fine."
+    assert any("was not written" in r.getMessage() for r in caplog.records)
