@@ -190,10 +190,11 @@ def _tool_message(
     objects: Mapping[str, ContentObject],
     display_path: Callable[[Source], str],
     cache: InlineCache,
+    lines: Mapping[str, str],
 ) -> RenderedMessage:
     label = handle(state, obj.id)
     if obj.id not in state.active:
-        text = _collapsed(state, obj, objects, display_path)
+        text = lines.get(obj.id) or _collapsed(state, obj, objects, display_path)
     else:
         output = obj.content or ""
         earlier = cache.shown.get(obj.content_hash or "")
@@ -212,6 +213,7 @@ def _render_message(
     objects: Mapping[str, ContentObject],
     display_path: Callable[[Source], str],
     cache: InlineCache,
+    lines: Mapping[str, str],
 ) -> RenderedMessage:
     position = len(cache.messages)
     if isinstance(message, UserMessage):
@@ -236,7 +238,7 @@ def _render_message(
     cache.place(message.toolcall_id, position)
     obj = objects[message.toolcall_id]
     assert isinstance(obj, ToolcallObject)
-    rendered = _tool_message(state, obj, objects, display_path, cache)
+    rendered = _tool_message(state, obj, objects, display_path, cache, lines)
     if message.images and obj.id in state.active:  # shown with the output, collapsed with it
         return attrs.evolve(rendered, images=message.images)
     return rendered
@@ -266,8 +268,12 @@ def render_inline(
     system_prompt: str,
     display_path: Callable[[Source], str],
     cache: InlineCache | None = None,
+    lines: Mapping[str, str] | None = None,
 ) -> AssembledContext:
-    """Assemble ``state`` in the inline layout (see the module docstring)."""
+    """Assemble ``state`` in the inline layout (see the module docstring). ``lines``: the
+    one-line forms of collapsed outputs as a request recorded them, by tool call id, used
+    instead of rendering them again (whose files need not be held then)."""
+    lines = lines if lines is not None else {}
     cache = cache if cache is not None else InlineCache()
     first = _first_changed(state, cache)
     if first is not None:
@@ -286,7 +292,8 @@ def render_inline(
         turn = turns[number]
         for index in range(cache.counts[number], len(turn.messages)):
             message = turn.messages[index]
-            cache.messages.append(_render_message(state, message, objects, display_path, cache))
+            rendered = _render_message(state, message, objects, display_path, cache, lines)
+            cache.messages.append(rendered)
             cache.origin.append((number, index))
         cache.counts[number] = len(turn.messages)
     cache.active = state.active

@@ -13,7 +13,7 @@ from pyrsistent import thaw
 
 from selfctx.adapters.ui.history import Collapse, Marker, SessionHistory, Sessions
 from selfctx.application.ports.search import SearchUnavailable
-from selfctx.application.requests import PARTS, RequestRecord, context_digest
+from selfctx.application.requests import PARTS, RequestRecord
 from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput, SessionNotFound, UnknownObject
 from selfctx.domain.inline import handle
@@ -258,9 +258,9 @@ def request_view(
             seq = history.last_seq
     if not 1 <= seq <= history.last_seq:
         raise InvalidInput("log position", seq, f"the session has 1 to {history.last_seq}")
-    past = history.past(seq, record.tx_id if record else None)
+    past = history.past(seq, record.tx_id if record else None, record.n if record else None)
     state, objects, context = past.state, past.objects, past.context
-    digest = context_digest(context)
+    digest = history.digest(past)
 
     def why(object_id: str) -> str:
         collapse = history.collapse_before(object_id, seq)
@@ -269,7 +269,7 @@ def request_view(
         return reason_text(collapse, shown)
 
     items: list[PromptItem] = [PromptItem("system", context.system_prompt)]
-    pool = state.ordered(state.pool)
+    pool = state.ordered(state.pool) if context.metadata else []  # inline layouts: no block
     paired = len(pool) == len(context.metadata)
     for k, line in enumerate(context.metadata):
         object_id = pool[k] if paired else None

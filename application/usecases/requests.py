@@ -78,6 +78,7 @@ class RecordRequest:
                 parts=parts,
                 digest=digest,
                 marks=marks,
+                lines=meter.lines,
             )
             doc = request_document(session.session_id, record)
             try:
@@ -87,6 +88,7 @@ class RecordRequest:
                 meter.keep_last(_record(previous))
                 continue
             meter.keep_last(record)
+            meter.lines_recorded()
             del session.marks[: sum(1 for m in session.marks if m.seq <= record.seq)]
             session.marks_from = max(session.marks_from, record.seq)
             with self._guard:
