@@ -135,7 +135,7 @@ class PromptLines:
 
     complete: bool
     shown: tuple[tuple[str, str], ...] = ()
-    """``(tool call id, the message's text)``, in the prompt's order."""
+    """``(tool call id, the message's text)``, one per tool call."""
 
     def to_json(self) -> dict[str, Any]:
         return {"complete": self.complete, "shown": [list(pair) for pair in self.shown]}
@@ -448,7 +448,8 @@ class RequestMeter:
         self._lines: dict[str, bytes] | None = None
         """Tool call id → digest of its collapsed line as last recorded (None: no record of
         this meter holds lines yet: its next lines are complete)."""
-        self._unrecorded: list[tuple[str, bytes]] = []
+        self._unrecorded: dict[str, tuple[str, bytes]] = {}
+        """Lines measured but not yet recorded: tool call id → (text, digest)."""
         self.lines: PromptLines | None = None
         """The lines of the context :meth:`measure` saw last, for its record (kept as recorded
         once :meth:`lines_recorded` says the record was written)."""
@@ -546,14 +547,14 @@ class RequestMeter:
         the messages after the ``same`` identical ones can differ, unless no lines were
         recorded yet: then every collapsed line of the chat (their digests are those the chat's
         memo holds)."""
-        self._unrecorded = []
         if not inline:
-            self.lines = None
+            self.lines, self._unrecorded = None, {}
             return
         recorded = self._lines
         complete = recorded is None
         start = 0 if complete else same
-        fresh: list[tuple[str, str]] = []
+        # lines of a measured context whose record was not written stay due
+        due = {} if complete else self._unrecorded
         for k in range(start, len(chat)):
             message = chat[k]
             call_id = message.toolcall_id
@@ -561,13 +562,14 @@ class RequestMeter:
                 continue
             mine = self._chat[k].digest
             if recorded is None or recorded.get(call_id) != mine:
-                fresh.append((call_id, message.text))
-                self._unrecorded.append((call_id, mine))
-        if len(fresh) > MAX_LINES:
-            self.lines, self._unrecorded = None, []
+                due.pop(call_id, None)
+                due[call_id] = (message.text, mine)
+        self._unrecorded = due
+        if len(due) > MAX_LINES:
+            self.lines, self._unrecorded = None, {}
             self._lines = None  # the next record holds them all, if it can
             return
-        self.lines = PromptLines(complete, tuple(fresh))
+        self.lines = PromptLines(complete, tuple((i, text) for i, (text, _) in due.items()))
 
     def lines_recorded(self) -> None:
         """The record of the last :meth:`measure` was written with its :attr:`lines`. (A record
@@ -576,8 +578,8 @@ class RequestMeter:
             return
         if self.lines.complete or self._lines is None:
             self._lines = {}
-        self._lines.update(self._unrecorded)
-        self._unrecorded = []
+        self._lines.update((i, digest) for i, (_, digest) in self._unrecorded.items())
+        self._unrecorded = {}
 
     def next_record(
         self,

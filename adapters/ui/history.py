@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -483,7 +483,7 @@ class SessionHistory:
         i = bisect.bisect_right(txs, tx_id)
         return self.records[i].n if i < len(self.records) else None
 
-    def requests_between(self, spans: Iterable[list[int | None]]) -> list[tuple[int, int]]:
+    def requests_between(self, spans: Iterable[Sequence[int | None]]) -> list[tuple[int, int]]:
         """The requests (first, last) sent while an object was active in ``spans``."""
         seqs = [r.seq for r in self.records]
         out = []

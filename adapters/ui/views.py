@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -498,23 +498,35 @@ def _sessions_of(
             ids = service.sessions_with(object_id)
         except SearchUnavailable as exc:
             return [], f"the sessions that met it are not known here: {exc}"
+    try:  # when each session met it and where it was active, without reading their logs
+        known = {e.session_id: e for e in service.encounters(object_id) or ()}
+    except SearchUnavailable:
+        known = {}
     out = []
     for k, session_id in enumerate(ids):
         if k >= MAX_SESSIONS_DETAILED:
             out.append(Seen(session_id, None, "", None, (), False))
             continue
+        encounter = known.get(session_id)
         try:
-            history: SessionHistory = sessions.get(session_id).log()
+            history: SessionHistory = sessions.get(session_id)
+            if encounter is None or encounter.first_seq is None:
+                history.log()
         except SessionNotFound:
             continue
-        first = history.first_seen.get(object_id)
+        if encounter is not None and encounter.first_seq is not None:
+            first: int | None = encounter.first_seq
+            spans: Iterable[Sequence[int | None]] = encounter.spans
+        else:
+            first = history.first_seen.get(object_id)
+            spans = history.spans.get(object_id, ())
         out.append(
             Seen(
                 session_id,
                 first,
                 history.time_at(first) if first else "",
                 history.request_at(first) if first else None,
-                history.requests_between(history.spans.get(object_id, ())),
+                history.requests_between(spans),
                 True,
             )
         )

@@ -266,3 +266,34 @@ def test_records_written_without_lines_still_show_their_prompts(
     assert history.lines_of(len(history.records)) is not None  # the first after: complete
     assert history.lines_of(len(history.records) - 2) is None
     reader.close()
+
+
+def test_the_sessions_that_met_an_object_come_from_the_index_as_from_the_logs(
+    tmp_path: Path,
+) -> None:
+    """The search index keeps when each session met an object and where it was active, so an
+    object's page reads no log; it says what the logs say."""
+    from selfctx.adapters.bench.ui import SESSION
+    from selfctx.adapters.ui import views
+
+    store, work = _bench_session(tmp_path, 60)
+    reader = build_service(store=store, workspace=str(work))
+    state = reader.state_at(SESSION, reader.requests(SESSION)[-1].seq).state
+    files = [i for i in state.index if state.kinds[i] == "file"]
+    wanted = [*files[:3], *files[-3:], *(i for i in state.index if state.kinds[i] == "toolcall")]
+    indexed = Sessions(reader)
+    for object_id in wanted:
+        seen = views.met_view(reader, indexed, object_id).sessions
+        from_log = Sessions(reader)
+        history = from_log.get(SESSION).log()
+        assert history.first_seen.get(object_id) is not None
+        encounter = {e.session_id: e for e in reader.encounters(object_id) or ()}.get(SESSION)
+        assert encounter is not None and encounter.first_seq == history.first_seen[object_id]
+        spans = [tuple(s) for s in history.spans.get(object_id, ())]
+        assert list(encounter.spans) == spans
+        if state.kinds[object_id] == "file":
+            assert seen and seen[0].first_seq == encounter.first_seq
+            assert list(seen[0].active) == history.requests_between(spans)
+    assert any(e.spans for i in wanted for e in reader.encounters(i) or ())
+    assert not indexed.get(SESSION).seqs  # the page read no log
+    reader.close()
