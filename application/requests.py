@@ -35,6 +35,7 @@ __all__ = [
     "MARKED",
     "PARTS",
     "REQUEST_TYPE",
+    "Line",
     "Mark",
     "PromptLines",
     "RequestFacts",
@@ -134,11 +135,26 @@ class PromptLines:
     sent (decision 0076)."""
 
     complete: bool
-    shown: tuple[tuple[str, str], ...] = ()
-    """``(tool call id, the message's text)``, one per tool call."""
+    shown: tuple[Line, ...] = ()
+    """One per tool call."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"complete": self.complete, "shown": [list(pair) for pair in self.shown]}
+        return {
+            "complete": self.complete,
+            "shown": [[x.call_id, x.text, x.size, x.is_error] for x in self.shown],
+        }
+
+
+@attrs.frozen
+class Line:
+    """A collapsed output as one request sent it."""
+
+    call_id: str
+    text: str
+    """The tool message's text: the one line."""
+    size: int | None
+    """Characters of the output's content (None: not known when it was recorded)."""
+    is_error: bool
 
 
 @attrs.frozen
@@ -321,12 +337,9 @@ def _lines(value: Any) -> PromptLines | None:
     if not isinstance(value, Mapping) or not isinstance(value.get("shown"), list):
         return None
     shown = tuple(
-        (pair[0], pair[1])
-        for pair in value["shown"]
-        if isinstance(pair, list)
-        and len(pair) == 2
-        and isinstance(pair[0], str)
-        and isinstance(pair[1], str)
+        Line(x[0], x[1], x[2] if isinstance(x[2], int) else None, x[3] is True)
+        for x in value["shown"]
+        if isinstance(x, list) and len(x) == 4 and isinstance(x[0], str) and isinstance(x[1], str)
     )
     if len(shown) != len(value["shown"]):
         return None  # damaged: the inspector rebuilds the prompt instead
@@ -448,8 +461,8 @@ class RequestMeter:
         self._lines: dict[str, bytes] | None = None
         """Tool call id → digest of its collapsed line as last recorded (None: no record of
         this meter holds lines yet: its next lines are complete)."""
-        self._unrecorded: dict[str, tuple[str, bytes]] = {}
-        """Lines measured but not yet recorded: tool call id → (text, digest)."""
+        self._unrecorded: dict[str, tuple[Line, bytes]] = {}
+        """Lines measured but not yet recorded: tool call id → (line, digest)."""
         self.lines: PromptLines | None = None
         """The lines of the context :meth:`measure` saw last, for its record (kept as recorded
         once :meth:`lines_recorded` says the record was written)."""
@@ -460,9 +473,11 @@ class RequestMeter:
         count: Callable[[str], int],
         is_active: Callable[[str], bool],
         inline: bool,
+        size_of: Callable[[str], int | None] = lambda _: None,
     ) -> tuple[int, int, tuple[int, int, int, int], str]:
         """``(tokens, tokens shared with the previous request, tokens by part, digest)`` of
-        ``context``; ``is_active`` tells whether a tool call's output is shown in full."""
+        ``context``; ``is_active`` tells whether a tool call's output is shown in full,
+        ``size_of`` the characters of its content (for :attr:`lines`)."""
         shared = 0
         cached = True  # still inside the prefix the previous request had
         if self._system is not None and self._system[0] == context.system_prompt:
@@ -530,7 +545,7 @@ class RequestMeter:
             blocks.append(hit)
             parts[_ACTIVE] += hit[1]
         self._active = blocks
-        self._collect_lines(chat, same, is_active, inline)
+        self._collect_lines(chat, same, is_active, inline, size_of)
         digest = _combine(
             system[2], meta[2], memo[-1].chain if memo else _START, (d for _, _, d in blocks)
         )
@@ -542,6 +557,7 @@ class RequestMeter:
         same: int,
         is_active: Callable[[str], bool],
         inline: bool,
+        size_of: Callable[[str], int | None],
     ) -> None:
         """Set :attr:`lines`: the collapsed lines of ``chat`` unlike those last recorded. Only
         the messages after the ``same`` identical ones can differ, unless no lines were
@@ -563,13 +579,14 @@ class RequestMeter:
             mine = self._chat[k].digest
             if recorded is None or recorded.get(call_id) != mine:
                 due.pop(call_id, None)
-                due[call_id] = (message.text, mine)
+                line = Line(call_id, message.text, size_of(call_id), message.is_error)
+                due[call_id] = (line, mine)
         self._unrecorded = due
         if len(due) > MAX_LINES:
             self.lines, self._unrecorded = None, {}
             self._lines = None  # the next record holds them all, if it can
             return
-        self.lines = PromptLines(complete, tuple((i, text) for i, (text, _) in due.items()))
+        self.lines = PromptLines(complete, tuple(line for line, _ in due.values()))
 
     def lines_recorded(self) -> None:
         """The record of the last :meth:`measure` was written with its :attr:`lines`. (A record

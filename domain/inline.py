@@ -190,11 +190,10 @@ def _tool_message(
     objects: Mapping[str, ContentObject],
     display_path: Callable[[Source], str],
     cache: InlineCache,
-    lines: Mapping[str, str],
 ) -> RenderedMessage:
     label = handle(state, obj.id)
     if obj.id not in state.active:
-        text = lines.get(obj.id) or _collapsed(state, obj, objects, display_path)
+        text = _collapsed(state, obj, objects, display_path)
     else:
         output = obj.content or ""
         earlier = cache.shown.get(obj.content_hash or "")
@@ -213,7 +212,7 @@ def _render_message(
     objects: Mapping[str, ContentObject],
     display_path: Callable[[Source], str],
     cache: InlineCache,
-    lines: Mapping[str, str],
+    lines: Mapping[str, RenderedMessage],
 ) -> RenderedMessage:
     position = len(cache.messages)
     if isinstance(message, UserMessage):
@@ -236,9 +235,13 @@ def _render_message(
         return RenderedMessage("user", f"[context] {message.text}")
     assert isinstance(message, ToolResult)
     cache.place(message.toolcall_id, position)
+    if message.toolcall_id not in state.active:
+        recorded = lines.get(message.toolcall_id)
+        if recorded is not None:
+            return recorded
     obj = objects[message.toolcall_id]
     assert isinstance(obj, ToolcallObject)
-    rendered = _tool_message(state, obj, objects, display_path, cache, lines)
+    rendered = _tool_message(state, obj, objects, display_path, cache)
     if message.images and obj.id in state.active:  # shown with the output, collapsed with it
         return attrs.evolve(rendered, images=message.images)
     return rendered
@@ -268,11 +271,11 @@ def render_inline(
     system_prompt: str,
     display_path: Callable[[Source], str],
     cache: InlineCache | None = None,
-    lines: Mapping[str, str] | None = None,
+    lines: Mapping[str, RenderedMessage] | None = None,
 ) -> AssembledContext:
-    """Assemble ``state`` in the inline layout (see the module docstring). ``lines``: the
-    one-line forms of collapsed outputs as a request recorded them, by tool call id, used
-    instead of rendering them again (whose files need not be held then)."""
+    """Assemble ``state`` in the inline layout (see the module docstring). ``lines``: collapsed
+    outputs' messages as a request recorded them, by tool call id, used instead of rendering
+    them again (neither the output nor the files its line names need be held then)."""
     lines = lines if lines is not None else {}
     cache = cache if cache is not None else InlineCache()
     first = _first_changed(state, cache)

@@ -210,7 +210,7 @@ def test_a_record_keeps_the_collapsed_lines_it_sent_anew() -> None:
     """The first record of a meter keeps every collapsed line of its prompt (complete); each
     later one the collapsed lines unlike those recorded; a record not written leaves its lines
     to the next; the ssot layout and a record beyond MAX_LINES keep none."""
-    from selfctx.application.requests import PromptLines
+    from selfctx.application.requests import Line, PromptLines
 
     count = len
     user = RenderedMessage("user", "go")
@@ -218,18 +218,20 @@ def test_a_record_keeps_the_collapsed_lines_it_sent_anew() -> None:
     b = RenderedMessage("tool", "[#2]\nfull", toolcall_id="b")
     meter = RequestMeter()
     meter.measure(AssembledContext("s", (), (user, a, b), ()), count, lambda i: i == "b", True)
-    assert meter.lines == PromptLines(True, (("a", a.text),))
+    assert meter.lines == PromptLines(True, (Line("a", a.text, None, False),))
     meter.lines_recorded()
     meter.measure(AssembledContext("s", (), (user, a, b), ()), count, lambda i: i == "b", True)
     assert meter.lines == PromptLines(False, ())
     meter.lines_recorded()
     b2 = RenderedMessage("tool", "[#2 collapsed: bash ok]", toolcall_id="b")
     a2 = attrs.evolve(a)  # rendered anew, the same text: not kept again
-    meter.measure(AssembledContext("s", (), (user, a2, b2), ()), count, lambda _: False, True)
-    assert meter.lines == PromptLines(False, (("b", b2.text),))
+    sizes = {"a": 7, "b": 4}.get
+    later = AssembledContext("s", (), (user, a2, b2), ())
+    meter.measure(later, count, lambda _: False, True, sizes)
+    assert meter.lines == PromptLines(False, (Line("b", b2.text, 4, False),))
     # not written (a failed commit): the next record keeps them
-    meter.measure(AssembledContext("s", (), (user, a2, b2), ()), count, lambda _: False, True)
-    assert meter.lines == PromptLines(False, (("b", b2.text),))
+    meter.measure(later, count, lambda _: False, True, sizes)
+    assert meter.lines == PromptLines(False, (Line("b", b2.text, 4, False),))
     meter.lines_recorded()
     record = meter.next_record(
         at="2025-01-01T00:00:00Z",
@@ -244,6 +246,7 @@ def test_a_record_keeps_the_collapsed_lines_it_sent_anew() -> None:
     again = record_from_document(request_document("s", record))
     assert again is not None and again.lines == record.lines
     broken = request_document("s", record)
+    assert broken["record"]["lines"]["shown"] == [["b", b2.text, 4, False]]
     broken["record"]["lines"]["shown"] = [["b"]]
     assert record_from_document(broken).lines is None  # type: ignore[union-attr]
     ssot = RequestMeter()

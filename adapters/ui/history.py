@@ -15,6 +15,7 @@ import attrs
 from selfctx.application.persistence import decode_events, entry_events, log_entry_id
 from selfctx.application.requests import (
     MARKED,
+    Line,
     Mark,
     RequestRecord,
     context_digest,
@@ -27,7 +28,7 @@ from selfctx.domain.documents import from_document
 from selfctx.domain.errors import InvalidInput, SessionNotFound
 from selfctx.domain.inline import MAX_LISTED_FILES, render_inline
 from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
-from selfctx.domain.rendering import render_context
+from selfctx.domain.rendering import RenderedMessage, render_context
 from selfctx.domain.session.machine import fold
 from selfctx.domain.session.state import SessionState
 
@@ -276,24 +277,26 @@ class SessionHistory:
                 return
             seq = self.records[-1].seq
 
-            listed = self.lines_of(len(self.records)) is None
+            lean = self.lines_of(len(self.records)) is not None
 
             def read() -> None:
                 try:
-                    self._load_objects(self.state_at(seq), listed=listed)
+                    self._load_objects(self.state_at(seq), lean=lean)
                 except Exception:  # a page that needs them reads them itself, and says why
                     log.warning("session %s: reading ahead failed", self.session_id, exc_info=True)
 
             self._preparing = threading.Thread(target=read, daemon=True)
             self._preparing.start()
 
-    def _load_objects(self, state: SessionState, *, listed: bool = True) -> None:
+    def _load_objects(self, state: SessionState, *, lean: bool = False) -> None:
         """Read the objects of ``state``'s index a page of it needs and this history does not
         hold yet: every tool call (whole: on XTDB a pull of named fields costs more than the
         whole document), and under the inline layouts only the files a prompt names
-        (:func:`_files_named`; without ``listed``, not those only a collapsed line names: the
-        request's recorded lines show them), every file under ``ssot`` (its metadata block
-        lists them all)."""
+        (:func:`_files_named`), every file under ``ssot`` (its metadata block lists them all).
+        ``lean``: the collapsed outputs come from a request's recorded lines, so not the files
+        only a collapsed line names. (Every tool call is still read: the working set and
+        supersession look at the outputs after each active one, and where an active file is
+        shown depends on whether any tool call read or named it.)"""
         kinds = state.kinds
         with self._loading:
             with self._lock:
@@ -314,7 +317,7 @@ class SessionHistory:
             self._read(calls)
             with self._lock:
                 if state.policy.inline_layout:
-                    named = _files_named(state, self._objects, listed=listed)
+                    named = _files_named(state, self._objects, listed=not lean)
                 else:
                     named = [i for i in state.index if kinds.get(i) != "toolcall"]
                 files = [i for i in named if i not in self._objects]
@@ -338,18 +341,18 @@ class SessionHistory:
             pass
         return None
 
-    def lines_of(self, n: int) -> dict[str, str] | None:
+    def lines_of(self, n: int) -> dict[str, Line] | None:
         """The collapsed lines request ``n`` sent, by tool call id, from the records' lines
         (:class:`PromptLines`): the latest complete set up to ``n`` updated by each record
         after it. None when a record on the way kept none (written before records held lines,
         or under the ``ssot`` layout)."""
-        out: dict[str, str] = {}
+        out: dict[str, Line] = {}
         for record in reversed(self.records[:n]):
             lines = record.lines
             if lines is None:
                 return None
-            for call_id, text in lines.shown:
-                out.setdefault(call_id, text)
+            for line in lines.shown:
+                out.setdefault(line.call_id, line)
             if lines.complete:
                 return out
         return None
@@ -376,7 +379,13 @@ class SessionHistory:
         lines = None
         if n is not None and state.policy.inline_layout:
             lines = self.lines_of(n)
-        past = self._render(state, seq, tx_id, lines)
+        shown = None
+        if lines is not None:
+            shown = {
+                i: RenderedMessage("tool", x.text, toolcall_id=i, is_error=x.is_error)
+                for i, x in lines.items()
+            }
+        past = self._render(state, seq, tx_id, shown)
         digest = context_digest(past.context)
         if n is not None and lines is not None and digest != self.records[n - 1].digest:
             past = self._render(state, seq, tx_id, None)
@@ -396,11 +405,15 @@ class SessionHistory:
         return found if found is not None else context_digest(past.context)
 
     def _render(
-        self, state: SessionState, seq: int, tx_id: int, lines: Mapping[str, str] | None
+        self,
+        state: SessionState,
+        seq: int,
+        tx_id: int,
+        lines: Mapping[str, RenderedMessage] | None,
     ) -> PastContext:
         """The context of ``state`` with the objects as of ``tx_id`` (see :meth:`past`)."""
         store = self.service.store
-        self._load_objects(state, listed=lines is None)
+        self._load_objects(state, lean=lines is not None)
         with self._lock:
             objects = {i: self._objects[i] for i in state.index if i in self._objects}
         if not state.policy.inline_layout:

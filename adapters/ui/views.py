@@ -13,7 +13,7 @@ from pyrsistent import thaw
 
 from selfctx.adapters.ui.history import Collapse, Marker, SessionHistory, Sessions
 from selfctx.application.ports.search import SearchUnavailable
-from selfctx.application.requests import PARTS, RequestRecord
+from selfctx.application.requests import PARTS, Line, RequestRecord
 from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput, SessionNotFound, UnknownObject
 from selfctx.domain.inline import handle
@@ -240,6 +240,11 @@ def _size(obj: FileObject | ToolcallObject | None) -> int | None:
     return len(obj.content or "") if obj is not None else None
 
 
+def _line_size(lines: Mapping[str, Line], object_id: str) -> int | None:
+    line = lines.get(object_id)
+    return line.size if line is not None else None
+
+
 def request_view(
     service: ContextService, sessions: Sessions, session_id: str, *, n: int | None, seq: int | None
 ) -> RequestView:
@@ -260,6 +265,7 @@ def request_view(
         raise InvalidInput("log position", seq, f"the session has 1 to {history.last_seq}")
     past = history.past(seq, record.tx_id if record else None, record.n if record else None)
     state, objects, context = past.state, past.objects, past.context
+    lines = history.lines_of(record.n) if record is not None else None
     digest = history.digest(past)
 
     def why(object_id: str) -> str:
@@ -299,7 +305,7 @@ def request_view(
                 label=_label(state, object_id),
                 state="active" if active else "collapsed",
                 reason=None if active else why(object_id),
-                size=_size(obj),
+                size=_size(obj) if obj is not None or not lines else _line_size(lines, object_id),
             )
         )
     for block in context.active:

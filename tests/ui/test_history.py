@@ -172,6 +172,7 @@ def test_a_request_is_shown_with_the_lines_it_recorded(
     page shows them as recorded and reads no file only they name, and the context is the one
     the store rebuilds (``selfctx show --at``) and was sent (the recorded digest)."""
     from selfctx.adapters.bench.ui import SESSION
+    from selfctx.adapters.ui import views
     from selfctx.adapters.ui.history import SessionHistory
     from selfctx.application.requests import context_digest
 
@@ -185,12 +186,14 @@ def test_a_request_is_shown_with_the_lines_it_recorded(
         return render(self, state, seq, tx, lines)  # type: ignore[arg-type]
 
     monkeypatch.setattr(SessionHistory, "_render", spy)
-    history = Sessions(reader).get(SESSION)
+    sessions = Sessions(reader)
+    history = sessions.get(SESSION)
     records = history.records
     assert records[0].lines is not None and records[0].lines.complete
     assert all(r.lines is not None and not r.lines.complete for r in records[1:])
     collapsed = 0
-    for record in (records[-1], *records[::7]):
+    chosen = (records[-1], *records[::7])
+    for record in chosen:
         record = history.record(record.n)
         past = history.past(record.seq, record.tx_id, record.n)
         assert context_digest(past.context) == record.digest
@@ -199,13 +202,26 @@ def test_a_request_is_shown_with_the_lines_it_recorded(
         lines = history.lines_of(record.n)
         assert lines is not None
         shown = {m.toolcall_id: m.text for m in rebuilt.chat if m.toolcall_id in lines}
-        assert shown == {i: t for i, t in lines.items() if i in shown}
+        assert shown == {i: x.text for i, x in lines.items() if i in shown}
         collapsed = max(collapsed, len(shown))
-    assert collapsed > 10 and renders and all(renders)  # never rebuilt whole
+        # the page (sizes, reasons, working set, active and pinned) is the one rebuilt whole
+        lean = views.request_view(reader, sessions, SESSION, n=record.n, seq=None)
+        with monkeypatch.context() as whole:
+            whole.setattr(SessionHistory, "lines_of", lambda *_: None)
+            full = views.request_view(reader, Sessions(reader), SESSION, n=record.n, seq=None)
+        assert lean.identical and full.identical
+        assert lean.items == full.items and lean.working_set == full.working_set
+        assert (lean.active, lean.pinned) == (full.active, full.pinned)
+        assert all(i.size for i in lean.items if i.state == "collapsed")
+    assert collapsed > 10
+    assert renders == [True, False] * len(chosen)  # shown as recorded, never rebuilt whole
     # files that only collapsed lines name were not read
-    state = reader.state_at(SESSION, records[-1].seq).state
+    fresh = Sessions(reader).get(SESSION)
+    last = fresh.record(len(records))
+    fresh.past(last.seq, last.tx_id, last.n)
+    state = reader.state_at(SESSION, last.seq).state
     files = [i for i in state.index if state.kinds[i] == "file"]
-    assert len([i for i in files if i in history._objects]) < len(files) / 2
+    assert len([i for i in files if i in fresh._objects]) < len(files) / 2
     reader.close()
 
 
@@ -223,7 +239,7 @@ def test_a_line_that_is_not_what_was_sent_rebuilds_the_prompt(
     last = history.record(len(history.records))
     lines = history.lines_of(last.n)
     assert lines
-    wrong = PromptLines(False, tuple((i, t + " ") for i, t in lines.items()))
+    wrong = PromptLines(False, tuple(attrs.evolve(x, text=x.text + " ") for x in lines.values()))
     history.records[-1] = attrs.evolve(last, lines=wrong)
     past = history.past(last.seq, last.tx_id, last.n)
     assert context_digest(past.context) == last.digest
