@@ -21,7 +21,13 @@ from selfctx.application.policies import as_policy
 from selfctx.application.ports.clock import Clock
 from selfctx.application.ports.files import FileReader, FileRestorer
 from selfctx.application.ports.ids import IdSource
-from selfctx.application.ports.search import SearchHit, SearchIndex, SearchQuery, SearchUnavailable
+from selfctx.application.ports.search import (
+    Encounter,
+    SearchHit,
+    SearchIndex,
+    SearchQuery,
+    SearchUnavailable,
+)
 from selfctx.application.ports.store import ObjectStore, Version
 from selfctx.application.ports.summarizer import Summarizer, SummarizerError
 from selfctx.application.ports.tokenizer import Tokenizer
@@ -636,3 +642,11 @@ class ContextService:
         if self._search is None:
             raise SearchUnavailable("this service was built without a search index")
         return self._search.sessions_of(object_id)
+
+    def encounters(self, object_id: str) -> list[Encounter] | None:
+        """How each session met ``object_id`` (first encounter, active spans), from the search
+        index (caught up first); None when the index does not keep it. Raises
+        SearchUnavailable without an index."""
+        if self._search is None:
+            raise SearchUnavailable("this service was built without a search index")
+        return self._search.encounters(object_id)
