@@ -70,11 +70,11 @@ __all__ = [
     "MAX_ATTEMPTS",
     "MAX_CONTENDED_ATTEMPTS",
     "PIPELINE_DEPTH",
+    "BatchProgress",
     "Contention",
     "OpenSession",
     "Reads",
     "SessionRunner",
-    "BatchProgress",
     "as_stored",
 ]
 
@@ -783,7 +783,8 @@ class SessionRunner:
             batch.keep_prior(session, reads.objects)
             self._refresh(session, reads, session.state)
             return events
-        prepared = self._prepare(_Base.of(session), command, self.ids.new_id(), events, after, reads)
+        base = _Base.of(session)
+        prepared = self._prepare(base, command, self.ids.new_id(), events, after, reads)
         if batch.writes.intersection(str(doc["xt/id"]) for doc in prepared.puts):
             # A document the batch already writes: what it holds goes first, and the command
             # is decided again on top of it.

@@ -497,6 +497,11 @@ class ContextService:
         """How many commands the session has recorded."""
         return self._open(session_id).seq
 
+    def cached_chars(self, session_id: str) -> int:
+        """Characters of object content the session holds in memory (at most the settings'
+        ``content_budget``; the rest is in the store)."""
+        return self._open(session_id).objects.chars
+
     def object(self, session_id: str, object_id: str) -> ContentObject:
         """The latest version of one of this session's objects (an id or a ``#n`` handle)."""
         session = self._open(session_id)
