@@ -9,6 +9,7 @@ every layout, so comparisons and budgets are unaffected by it.
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import operator
 from collections.abc import Callable, Iterator, Sequence
@@ -78,19 +79,10 @@ def _message_texts(message: RenderedMessage) -> Iterator[str]:
 
 
 def identical_prefix(old: Sequence[object], new: Sequence[object]) -> int:
-    """How many leading items of ``new`` are the very objects of ``old`` (compared in C; by
-    halves when they differ)."""
-    n = min(len(old), len(new))
-    if all(map(operator.is_, old[:n], new[:n])):
-        return n
-    low, high = 0, n  # old[:low] is new[:low]; the first difference lies in [low, high)
-    while high - low > 1:
-        middle = (low + high) // 2
-        if all(map(operator.is_, old[low:middle], new[low:middle])):
-            low = middle
-        else:
-            high = middle
-    return low if old[low] is not new[low] else high
+    """How many leading items of ``new`` are the very objects of ``old`` (one pass in C, to the
+    first difference)."""
+    differ = map(operator.is_not, old, new)
+    return next(itertools.compress(itertools.count(), differ), min(len(old), len(new)))
 
 
 class ContextCounter:

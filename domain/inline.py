@@ -167,6 +167,9 @@ def _collapsed(
             newer = _changed_between(state, obj, later, objects)
             shows = "shows its lines in a newer version" if newer else "shows its lines again"
             line += f"; superseded: {handle(state, later)} {shows}"
+    kept = state.excerpts.get(obj.id)
+    if kept:  # part of the view stays (decision 0075)
+        return f"{line}; part kept below, activate {handle(state, obj.id)} for all]\n{kept}"
     return line + "]"
 
 

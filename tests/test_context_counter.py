@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.cli.replay_cmd import SAMPLE_SESSION
@@ -15,7 +17,7 @@ from selfctx.adapters.harness.trajectories import load
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.tokenizer import EstimateTokenizer
 from selfctx.application.policies import policy_by_name
-from selfctx.application.tokens import context_tokens
+from selfctx.application.tokens import context_tokens, identical_prefix
 
 
 @pytest.mark.parametrize(
@@ -52,3 +54,21 @@ def test_incremental_counts_equal_counts_from_scratch(policy: Any) -> None:
         if type(m).__name__ == "ContextNote"
     ]
     assert notes, "the settings are meant to make the policy collapse"
+
+
+@given(
+    st.lists(st.integers(0, 3), max_size=40),
+    st.lists(st.integers(0, 3), max_size=40),
+)
+def test_identical_prefix_counts_the_very_objects_up_to_the_first_other(
+    left: list[int], right: list[int]
+) -> None:
+    """``identical_prefix`` is the run of identical objects from the start (not equal ones)."""
+    pool = [object() for _ in range(4)]
+    old, new = [pool[n] for n in left], [pool[n] for n in right]
+    expected = 0
+    while expected < min(len(old), len(new)) and old[expected] is new[expected]:
+        expected += 1
+    assert identical_prefix(old, new) == expected
+    assert identical_prefix(old, [*new]) == expected
+    assert identical_prefix(old, [object() for _ in new]) == 0

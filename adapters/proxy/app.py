@@ -446,10 +446,8 @@ class Proxy:
                 # Never larger than what the client sent: its own request, unchanged.
                 turn.as_sent = True
                 turn.upstream_bytes = len(raw)
-                self._record(turn)
                 return raw
             turn.upstream_bytes = len(content)
-            self._record(turn)
             return content
 
         return await anyio.to_thread.run_sync(prepare)
@@ -478,9 +476,7 @@ class Proxy:
         """The next round's request, after the proxy answered context calls."""
 
         def build() -> bytes:
-            content = dumps(self._build(turn, last=last))
-            self._record(turn)
-            return content
+            return dumps(self._build(turn, last=last))
 
         return await anyio.to_thread.run_sync(build)
 
@@ -523,6 +519,20 @@ class Proxy:
         turn.recorded = (context, note)
         return managed
 
+    async def _recording(self, turn: _Turn) -> None:
+        """Record the request being sent (decision 0055) in a worker thread, while it goes
+        upstream: the session's lock is held until it is written, so the records of a session
+        are in order and complete before its next request is read; one that cannot be written
+        is reported in the log and the exchange goes on (decision 0074)."""
+        try:
+            await anyio.to_thread.run_sync(self._record, turn)
+        except Exception as exc:
+            log.warning(
+                "session %s: the record of this request was not written: %s",
+                turn.session_id,
+                redact(repr(exc)),
+            )
+
     def _record(self, turn: _Turn) -> None:
         """Record the request about to be sent (decision 0055), in a worker thread."""
         if turn.recorded is None:
@@ -546,7 +556,14 @@ class Proxy:
     async def _open(self, turn: _Turn, content: bytes) -> httpx.Response | Response:
         """Send ``content`` upstream; a response whose status is not 2xx, or an unreachable
         upstream, becomes the client's answer at once (the former exactly as the provider shaped
-        it)."""
+        it). The request's record is written meanwhile (``_recording``)."""
+        recording = asyncio.ensure_future(self._recording(turn))
+        try:
+            return await self._send(turn, content)
+        finally:
+            await recording
+
+    async def _send(self, turn: _Turn, content: bytes) -> httpx.Response | Response:
         client = self.client()
         request = client.build_request("POST", turn.url, headers=turn.headers, content=content)
         try:

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from selfctx.adapters.proxy.codec import loads
 from selfctx.adapters.proxy.sse import encode
 
 __all__ = ["Received", "ScriptedModel", "Seen", "Step"]
@@ -107,9 +108,14 @@ def assistant_turns(api: str, body: Mapping[str, Any]) -> int:
 class ScriptedModel:
     """The server: :attr:`app` is its ASGI application."""
 
-    def __init__(self, script: Script | Sequence[Step], model: str = "scripted-model") -> None:
+    def __init__(
+        self, script: Script | Sequence[Step], model: str = "scripted-model", *, keep: bool = True
+    ) -> None:
         self.script: Script = script if callable(script) else _by_turn(script)
         self.model = model
+        self.keep = keep
+        """Whether each request is kept in :attr:`requests` (a benchmark's model keeps none: a
+        heap of every request decoded would make its collector pause for longer and longer)."""
         self.requests: list[Received] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -135,12 +141,13 @@ class ScriptedModel:
     ) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
             raw = await request.body()
-            body = json.loads(raw)
-            received = Received(
-                api, request.url.path, dict(request.headers), body, len(raw), time.monotonic()
-            )
-            with self._lock:
-                self.requests.append(received)
+            body = loads(raw)
+            if self.keep:
+                received = Received(
+                    api, request.url.path, dict(request.headers), body, len(raw), time.monotonic()
+                )
+                with self._lock:
+                    self.requests.append(received)
             step = self.script(Seen(api, body, assistant_turns(api, body)))
             if step.error is not None:
                 return JSONResponse(dict(step.error[1]), step.error[0])

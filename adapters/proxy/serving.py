@@ -33,11 +33,12 @@ def bind(host: str, port: int) -> socket.socket:
 def tune_collector() -> None:
     """The garbage collector for a server whose long-lived state (sessions) grows while each
     request allocates much that dies with it: what was loaded at start is frozen out of the
-    scans, and the youngest generation is collected every 10,000 allocations instead of every
-    700 (decision 0058)."""
+    scans, the youngest generation is collected every 10,000 allocations instead of every 700
+    (decision 0058), and the middle one every second time instead of every 20th, so that what a
+    long request left there is scanned in pauses of half the length (decision 0074)."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(10_000, 20, 100)
+    gc.set_threshold(10_000, 2, 100)
 
 
 def _server(app: ASGIApp, log_level: str) -> uvicorn.Server:

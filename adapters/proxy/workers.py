@@ -13,7 +13,8 @@ CLI's session headers): every request of one conversation carries the same. The 
 it has not seen to the worker holding the fewest keys, and its later requests to that worker, so
 that a few conversations spread evenly (a digest taken modulo N did not: the eight conversations
 of ``selfctx bench proxy`` all fell on one worker of two). Clients that send no such header
-(aider) reach one worker per key. Decisions 0058 and 0070 have the measurements.
+(aider) reach one worker per key. Decision 0058 (and its amendment) and decision 0074 have the
+measurements: what the front's hop costs, and when workers pay.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ client's own calls, the round cap, errors and limits, headers and secrets, and t
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.proxy import Proxy, ProxyConfig
 from selfctx.adapters.proxy.scripted import ScriptedModel, Seen, Step
-from selfctx.adapters.proxy.serving import serve_in_thread
+from selfctx.adapters.proxy.serving import serve_in_thread, tune_collector
 from selfctx.domain.chat import AssistantMessage
 from tests.proxy.drive import PATHS, Agent, read_stream, tool_calls
 from tests.proxy.support import scripted
@@ -320,6 +321,17 @@ def test_the_model_server_is_scripted_by_turn() -> None:
     assert model.script(Seen("openai", {}, 5)).text == "two"
 
 
+def test_a_benchmarks_model_keeps_no_request() -> None:
+    """``keep=False`` (the benchmark's model): it answers as before and keeps nothing."""
+    for keep in (True, False):
+        model = ScriptedModel([Step("ok")], keep=keep)
+        with serve_in_thread(model.app) as base:
+            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            answer = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
+        assert answer.json()["choices"][0]["message"]["content"] == "ok"
+        assert len(model.requests) == (1 if keep else 0)
+
+
 def test_an_activated_output_stays_until_deactivated(tmp_path: Path) -> None:
     """The model brings an output back; the client's next request (and the one after) still
     shows it in full, through the proxy."""
@@ -348,3 +360,43 @@ def test_an_activated_output_stays_until_deactivated(tmp_path: Path) -> None:
     assert len(after) == 3
     for sent in after:
         assert sent.count("line 149: a record") >= 1, "the activated output collapsed again"
+
+
+def test_the_collector_is_tuned_for_a_server() -> None:
+    """What is loaded is frozen out of the scans; the young generation is collected every 10,000
+    allocations, the middle one every second time (decisions 0058, 0074)."""
+    before = gc.get_threshold()
+    try:
+        tune_collector()
+        assert gc.get_threshold() == (10_000, 2, 100)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+
+
+def test_each_request_is_recorded_while_it_goes_upstream(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record of a request (decision 0055) is written beside the upstream call, complete and
+    in order when the client has its answer; one that cannot be written is reported and the
+    exchange goes on (decision 0074)."""
+    steps = [bash("ls"), Step("Done.", delay=0.2)]
+    with scripted(steps) as (_, up), proxy_for(up, tmp_path) as (proxy, base):
+        agent = Agent("openai", base)
+        with httpx.Client() as client:
+            agent.run(client)
+        (session_id,) = proxy.sessions.items()
+        assert [r.n for r in proxy.service.requests(session_id)] == [1, 2]
+
+    def failing(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError("the store is away")
+
+    monkeypatch.setattr("selfctx.adapters.proxy.app.record_request", failing)
+    caplog.set_level(logging.WARNING, logger="selfctx.proxy")
+    with scripted([Step("Fine.")]) as (_, up), proxy_for(up, tmp_path) as (_, base):
+        body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+        answer = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
+    assert answer.status_code == 200
+    assert answer.json()["choices"][0]["message"]["content"] == "Fine."
+    assert any("was not written" in r.getMessage() for r in caplog.records)
