@@ -77,9 +77,8 @@ def _ms(values: Sequence[float]) -> dict[str, float]:
 def proxy_app(upstream: str, workspace: str, *, workers: int = 1, store: str = "memory") -> Any:
     """The proxy's ASGI application on ``store`` (``memory``, or an XTDB node's
     ``xtdb://host:port``) in front of ``upstream`` (both APIs there); with ``workers`` > 1, a
-    front and that many worker processes (``selfctx proxy`` processes, ending with this one)."""
-    from selfctx.adapters.proxy.workers import Front
-
+    front (``relay.Relay``, served by :func:`_serve`) and that many worker processes
+    (``selfctx proxy`` processes, ending with this one)."""
     if workers <= 1:
         from selfctx.adapters.bootstrap import build_service, open_store
         from selfctx.adapters.proxy import Proxy, ProxyConfig
@@ -94,7 +93,9 @@ def proxy_app(upstream: str, workspace: str, *, workers: int = 1, store: str = "
     argv = ["--store", store, "--workspace", workspace, "--log-level", "warning"]
     argv += ["--upstream-anthropic", upstream, "--upstream-openai", upstream]
     secret, urls = start_workers(workers, argv)
-    return Front(urls, secret).app
+    from selfctx.adapters.proxy.relay import Relay
+
+    return Relay(urls, secret)
 
 
 def _serve(kind: str, upstream: str, workers: int, store: str, ports: Any) -> None:
@@ -121,7 +122,10 @@ def _serve(kind: str, upstream: str, workers: int, store: str, ports: Any) -> No
         app = proxy_app(upstream, workspace, workers=workers, store=store)
     tune_collector()  # each a server, collected as selfctx proxy is
     ports.put(sock.getsockname()[1])
-    serve(app, sock, log_level="error")
+    if hasattr(app, "run"):  # the front of workers
+        app.run(sock)
+    else:
+        serve(app, sock, log_level="error")
 
 
 @attrs.frozen
