@@ -76,6 +76,7 @@ _HOP = frozenset(
         "expect",
         "host",
         TOKEN_HEADER,
+        "origin",  # checked here; the worker, reached at its own address, would see a stranger
     }
 )
 _NO_BODY = (204, 304)
@@ -161,6 +162,8 @@ class _Incoming:
         searched = 0
         while True:
             end = self.buffer.find(b"\r\n\r\n", max(0, searched - 3))
+            if end + 4 > MAX_HEAD:
+                raise _Refused(431, f"the request's head is over {MAX_HEAD} bytes")
             if end >= 0:
                 head = bytes(self.buffer[: end + 4])
                 del self.buffer[: end + 4]
@@ -279,6 +282,7 @@ class Relay:
         self.max_body_bytes = max_body_bytes
         self.pooled = pooled
         self._idle: list[list[_Upstream]] = [[] for _ in self.addresses]
+        self._connections: set[asyncio.Task[object]] = set()
 
     # -- serving -------------------------------------------------------------------------
 
@@ -293,6 +297,9 @@ class Relay:
         async with server:
             await stop.wait()
             server.close()
+            for task in list(self._connections):  # what is in flight ends with the front
+                task.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
         for idle in self._idle:
             for upstream in idle:
                 upstream.close()
@@ -305,6 +312,9 @@ class Relay:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         incoming = _Incoming(reader)
         served = 0
+        me = asyncio.current_task()
+        assert me is not None
+        self._connections.add(me)
         try:
             while True:
                 wait = IDLE_SECONDS if served else HEAD_SECONDS
@@ -337,6 +347,7 @@ class Relay:
             if not incoming.eof:  # not the client leaving: the server stopping
                 raise
         finally:
+            self._connections.discard(me)
             writer.close()
 
     # -- one request -----------------------------------------------------------------------
