@@ -54,9 +54,11 @@ def front_for(
 
     secret = "the-run's-secret-0123456789"
     token = config.pop("token", None)
-    with proxy_for(upstream, workspace, store, token=secret, **config) as (proxy, worker):
-        with relay_in_thread(Relay([worker], secret, token=token)) as base:
-            yield proxy, base
+    with (
+        proxy_for(upstream, workspace, store, token=secret, **config) as (proxy, worker),
+        relay_in_thread(Relay([worker], secret, token=token)) as base,
+    ):
+        yield proxy, base
 
 
 SERVED = pytest.mark.parametrize("served", [proxy_for, front_for], ids=["one", "front"])

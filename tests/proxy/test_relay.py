@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import socket
 import threading
@@ -133,7 +134,7 @@ def test_a_stream_flows_event_by_event() -> None:
                     arrived.append((time.monotonic(), float(line.split()[2])))
     assert len(arrived) == 3
     # each event reached the client before the worker wrote the next (0.4 s later)
-    for (got, _), (_, next_sent) in zip(arrived, arrived[1:], strict=False):
+    for (got, _), (_, next_sent) in itertools.pairwise(arrived):
         assert got < next_sent
 
 
