@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import signal
 import socket
 import time
@@ -62,6 +63,12 @@ HEAD_SECONDS = 30.0
 """How long a client may take to send a request's head."""
 POOLED = 32
 """Idle connections kept per worker."""
+MAX_REQUESTS = 10_000
+"""Requests served on one client connection before it is closed."""
+LINGER_SECONDS = 2.0
+"""How long what a refused client still sends is read and dropped before its connection is
+closed (closed at once, the client could lose the refusal to a reset)."""
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}")
 _READ = 256 * 1024
 _HOP = frozenset(
     {
@@ -220,10 +227,10 @@ async def _chunked_body(incoming: _Incoming, limit: int) -> bytes:
     """A chunked request body, whole (at most ``limit`` bytes; trailers dropped)."""
     body = bytearray()
     while True:
-        size_line = await incoming.line()
-        size = int(size_line.split(b";", 1)[0].strip(), 16)
-        if size < 0:
-            raise ValueError("a negative chunk size")
+        size_line = (await incoming.line()).split(b";", 1)[0].strip()
+        if not _CHUNK_SIZE.fullmatch(size_line):
+            raise ValueError("a bad chunk size")
+        size = int(size_line, 16)
         if len(body) + size > limit:
             raise _Refused(413, f"the request body is over {limit} bytes")
         if size == 0:
@@ -316,7 +323,7 @@ class Relay:
         assert me is not None
         self._connections.add(me)
         try:
-            while True:
+            while served < MAX_REQUESTS:
                 wait = IDLE_SECONDS if served else HEAD_SECONDS
                 try:
                     head = await asyncio.wait_for(incoming.head(), wait)
@@ -326,10 +333,11 @@ class Relay:
                     return
                 served += 1
                 try:
-                    keep = await self._exchange(head, incoming, writer)
+                    keep = await self._exchange(head, incoming, writer, served == MAX_REQUESTS)
                 except _Refused as refused:
                     writer.write(_response(refused.status, refused.path, refused.message))
                     await writer.drain()
+                    await _linger(incoming, writer)
                     return
                 if not keep:
                     return
@@ -337,10 +345,12 @@ class Relay:
             with contextlib.suppress(OSError):
                 writer.write(_response(refused.status, "/", refused.message))
                 await writer.drain()
+                await _linger(incoming, writer)
         except (ValueError, UnicodeDecodeError):
             with contextlib.suppress(OSError):
                 writer.write(_response(400, "/", "a malformed HTTP request"))
                 await writer.drain()
+                await _linger(incoming, writer)
         except (OSError, _Gone, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -353,9 +363,10 @@ class Relay:
     # -- one request -----------------------------------------------------------------------
 
     async def _exchange(
-        self, raw_head: bytes, incoming: _Incoming, writer: asyncio.StreamWriter
+        self, raw_head: bytes, incoming: _Incoming, writer: asyncio.StreamWriter, last: bool
     ) -> bool:
-        """Serve one request; whether the client's connection goes on."""
+        """Serve one request (``last``: the connection's last); whether the client's
+        connection goes on."""
         head = _parse_head(raw_head, request=True)
         raw_path, question, query = head.target.partition(b"?")
         if not raw_path.startswith(b"/"):
@@ -403,7 +414,9 @@ class Relay:
             lines.append(b"content-length: %d" % length)
         out = b"\r\n".join(lines) + b"\r\n\r\n"
 
-        closing = head.version == "HTTP/1.0" or "close" in headers.get("connection", "").lower()
+        closing = (
+            last or head.version == "HTTP/1.0" or "close" in headers.get("connection", "").lower()
+        )
         upstream = await self._connect(worker)
         reusable = False
         task = asyncio.current_task()
@@ -506,6 +519,20 @@ class Relay:
             writer.write(data)
             await writer.drain()
         return False, False
+
+
+async def _linger(incoming: _Incoming, writer: asyncio.StreamWriter) -> None:
+    """Close the sending side, then read and drop what the client still sends (at most
+    :data:`LINGER_SECONDS`), so that the answer is not lost to a reset."""
+    with contextlib.suppress(OSError, TimeoutError):
+        if writer.can_write_eof():
+            writer.write_eof()
+
+        async def drop() -> None:
+            while await incoming.reader.read(_READ):
+                pass
+
+        await asyncio.wait_for(drop(), LINGER_SECONDS)
 
 
 async def _relay_exactly(

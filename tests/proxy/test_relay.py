@@ -216,3 +216,15 @@ def test_an_unreachable_worker_is_a_502_in_the_providers_shape() -> None:
         )
     assert answer.status_code == 502 and answer.json()["error"]["message"]
     assert "sk-secret" not in answer.text
+
+
+def test_a_refused_large_body_still_gets_its_refusal() -> None:
+    """Refused before its 8 MB body is read, the client still reads the 403 (no reset)."""
+    with _front(1) as (workers, base), httpx.Client() as client:
+        answer = client.post(
+            base + "/v1/messages",
+            content=b"{" + b" " * 8_000_000 + b"}",
+            headers={"content-type": "application/json", "origin": "http://evil.example"},
+        )
+    assert answer.status_code == 403 and answer.json()["type"] == "error"
+    assert workers[0].seen == []
