@@ -44,6 +44,8 @@ POLICIES: Final[Mapping[str, PolicyConfig]] = {
         keep_tokens=3000,
         recent_messages=20,
         payback_percent=100,
+        excerpt_lines=20,
+        excerpt_context=6,
     ),
 }
 """Every policy by name, with its settings."""

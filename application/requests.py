@@ -35,7 +35,9 @@ __all__ = [
     "MARKED",
     "PARTS",
     "REQUEST_TYPE",
+    "Line",
     "Mark",
+    "PromptLines",
     "RequestFacts",
     "RequestMeter",
     "RequestRecord",
@@ -118,6 +120,41 @@ MAX_GAP: Final = 512
 first request recorded after a session was opened): a longer gap leaves them to the log."""
 MAX_PENDING: Final = 4096
 """Marks an open session keeps between two recorded requests at most."""
+MAX_LINES: Final = 4096
+"""Collapsed lines one record keeps at most (:class:`PromptLines`); beyond, it keeps none."""
+
+
+@attrs.frozen
+class PromptLines:
+    """The one-line forms of collapsed tool outputs a request sent, as sent: those that changed
+    since the previous record (``complete`` False), or every one the prompt held (``complete``
+    True: the first record a meter makes, which knows nothing of the records before). The lines
+    of request ``n`` are those of the latest complete record up to ``n`` updated by each record
+    after it, so the inspector shows a prompt without rebuilding its collapsed lines (which
+    name files it would otherwise read); the record's digest says whether they are the ones
+    sent (decision 0076)."""
+
+    complete: bool
+    shown: tuple[Line, ...] = ()
+    """One per tool call."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "complete": self.complete,
+            "shown": [[x.call_id, x.text, x.size, x.is_error] for x in self.shown],
+        }
+
+
+@attrs.frozen
+class Line:
+    """A collapsed output as one request sent it."""
+
+    call_id: str
+    text: str
+    """The tool message's text: the one line."""
+    size: int | None
+    """Characters of the output's content (None: not known when it was recorded)."""
+    is_error: bool
 
 
 @attrs.frozen
@@ -200,12 +237,16 @@ class RequestRecord:
     """What the log recorded since the previous request that the inspector marks on the
     timeline (:data:`MARKED`), oldest first; None when it was not summarised (records written
     before they held marks, or a gap too long to read): the log says it then."""
+    lines: PromptLines | None = None
+    """The collapsed outputs' lines this request sent anew (None: not kept, as by records
+    written before lines were, under the ``ssot`` layout, or beyond :data:`MAX_LINES`)."""
 
     def to_json(self) -> dict[str, Any]:
         f = self.facts
         marks = None if self.marks is None else [m.to_json() for m in self.marks]
         return {
             "marks": marks,
+            "lines": None if self.lines is None else self.lines.to_json(),
             "at": self.at,
             "seq": self.seq,
             "api": f.api,
@@ -288,7 +329,21 @@ def record_from_document(
         tx_id=tx_id,
         tx_time=tx_time,
         marks=_marks(data.get("marks")),
+        lines=_lines(data.get("lines")),
     )
+
+
+def _lines(value: Any) -> PromptLines | None:
+    if not isinstance(value, Mapping) or not isinstance(value.get("shown"), list):
+        return None
+    shown = tuple(
+        Line(x[0], x[1], x[2] if isinstance(x[2], int) else None, x[3] is True)
+        for x in value["shown"]
+        if isinstance(x, list) and len(x) == 4 and isinstance(x[0], str) and isinstance(x[1], str)
+    )
+    if len(shown) != len(value["shown"]):
+        return None  # damaged: the inspector rebuilds the prompt instead
+    return PromptLines(value.get("complete") is True, shown)
 
 
 def _marks(value: Any) -> tuple[Mark, ...] | None:
@@ -403,6 +458,14 @@ class RequestMeter:
         self._active: list[tuple[ActiveBlock, int, bytes]] = []
         self._parts = [0, 0, 0, 0]
         """Tokens of the remembered chat messages by part."""
+        self._lines: dict[str, bytes] | None = None
+        """Tool call id → digest of its collapsed line as last recorded (None: no record of
+        this meter holds lines yet: its next lines are complete)."""
+        self._unrecorded: dict[str, tuple[Line, bytes]] = {}
+        """Lines measured but not yet recorded: tool call id → (line, digest)."""
+        self.lines: PromptLines | None = None
+        """The lines of the context :meth:`measure` saw last, for its record (kept as recorded
+        once :meth:`lines_recorded` says the record was written)."""
 
     def measure(
         self,
@@ -410,9 +473,11 @@ class RequestMeter:
         count: Callable[[str], int],
         is_active: Callable[[str], bool],
         inline: bool,
+        size_of: Callable[[str], int | None] = lambda _: None,
     ) -> tuple[int, int, tuple[int, int, int, int], str]:
         """``(tokens, tokens shared with the previous request, tokens by part, digest)`` of
-        ``context``; ``is_active`` tells whether a tool call's output is shown in full."""
+        ``context``; ``is_active`` tells whether a tool call's output is shown in full,
+        ``size_of`` the characters of its content (for :attr:`lines`)."""
         shared = 0
         cached = True  # still inside the prefix the previous request had
         if self._system is not None and self._system[0] == context.system_prompt:
@@ -480,10 +545,58 @@ class RequestMeter:
             blocks.append(hit)
             parts[_ACTIVE] += hit[1]
         self._active = blocks
+        self._collect_lines(chat, same, is_active, inline, size_of)
         digest = _combine(
             system[2], meta[2], memo[-1].chain if memo else _START, (d for _, _, d in blocks)
         )
         return sum(parts), shared, (parts[0], parts[1], parts[2], parts[3]), digest
+
+    def _collect_lines(
+        self,
+        chat: Sequence[RenderedMessage],
+        same: int,
+        is_active: Callable[[str], bool],
+        inline: bool,
+        size_of: Callable[[str], int | None],
+    ) -> None:
+        """Set :attr:`lines`: the collapsed lines of ``chat`` unlike those last recorded. Only
+        the messages after the ``same`` identical ones can differ, unless no lines were
+        recorded yet: then every collapsed line of the chat (their digests are those the chat's
+        memo holds)."""
+        if not inline:
+            self.lines, self._unrecorded = None, {}
+            return
+        recorded = self._lines
+        complete = recorded is None
+        start = 0 if complete else same
+        # lines of a measured context whose record was not written stay due
+        due = {} if complete else self._unrecorded
+        for k in range(start, len(chat)):
+            message = chat[k]
+            call_id = message.toolcall_id
+            if message.role != "tool" or not call_id or is_active(call_id):
+                continue
+            mine = self._chat[k].digest
+            if recorded is None or recorded.get(call_id) != mine:
+                due.pop(call_id, None)
+                line = Line(call_id, message.text, size_of(call_id), message.is_error)
+                due[call_id] = (line, mine)
+        self._unrecorded = due
+        if len(due) > MAX_LINES:
+            self.lines, self._unrecorded = None, {}
+            self._lines = None  # the next record holds them all, if it can
+            return
+        self.lines = PromptLines(complete, tuple(line for line, _ in due.values()))
+
+    def lines_recorded(self) -> None:
+        """The record of the last :meth:`measure` was written with its :attr:`lines`. (A record
+        not written leaves the lines it held to the next one.)"""
+        if self.lines is None:
+            return
+        if self.lines.complete or self._lines is None:
+            self._lines = {}
+        self._lines.update((i, digest) for i, (_, digest) in self._unrecorded.items())
+        self._unrecorded = {}
 
     def next_record(
         self,
@@ -496,6 +609,7 @@ class RequestMeter:
         parts: tuple[int, int, int, int],
         digest: str,
         marks: tuple[Mark, ...] | None = None,
+        lines: PromptLines | None = None,
     ) -> RequestRecord:
         """The record that follows :attr:`last` (not yet remembered: :meth:`keep_last` does)."""
         last = self.last
@@ -519,6 +633,7 @@ class RequestMeter:
             cost_managed=(last.cost_managed if last else 0.0)
             + cache_cost(managed, shared, rules, alive=alive),
             marks=marks,
+            lines=lines,
         )
 
     def keep_last(self, record: RequestRecord | None) -> None:

@@ -4,6 +4,10 @@
 is built from fresh reads, decided, and committed as one transaction whose preconditions are the
 versions it read; on a conflict the runner catches up with whatever the other writer committed and
 decides again, a bounded number of times.
+
+Within :meth:`SessionRunner.batch` the commands of one request (an ingest's messages, tool calls,
+reads and edits) are decided one after another as always, each on what the ones before it
+leave, but committed together, as one transaction, when the batch ends (decision 0077).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from itertools import chain
 from typing import Any, Final
 
@@ -65,6 +70,7 @@ __all__ = [
     "MAX_ATTEMPTS",
     "MAX_CONTENDED_ATTEMPTS",
     "PIPELINE_DEPTH",
+    "BatchProgress",
     "Contention",
     "OpenSession",
     "Reads",
@@ -161,6 +167,9 @@ class OpenSession:
     marks_from: int = -1
     """:attr:`marks` holds every mark after this log position (-1: the position the session
     was opened at)."""
+    batch: Any = None
+    """The commands decided but not yet committed (``_Batch``), inside
+    :meth:`SessionRunner.batch`; None outside one."""
 
     def __attrs_post_init__(self) -> None:
         if self.marks_from < 0:
@@ -357,6 +366,103 @@ class _InFlight:
     reads: Reads
 
 
+@attrs.define
+class BatchProgress:
+    """How much of what a batch's caller recorded is committed (``SessionRunner.batch``):
+    the caller counts the units it finished in :attr:`done` (an ingest: messages); each
+    commit of the batch makes every unit finished by then :attr:`committed`. A unit whose
+    commands straddle a commit counts only once all of them are committed."""
+
+    done: int = 0
+    committed: int = 0
+
+
+@attrs.define
+class _Batch:
+    """Commands a batch decided and the session moved on by, not yet committed
+    (:meth:`SessionRunner.batch`), and what the session was before them."""
+
+    state: SessionState
+    seq: int
+    snapshot_bytes: int
+    log_bytes_since_snapshot: int
+    system_prompt: SystemPromptObject
+    marks: list[Mark]
+    marks_from: int
+    builds: list[CommandBuilder] = attrs.field(factory=list)
+    pending: list[_Prepared] = attrs.field(factory=list)
+    writes: set[str] = attrs.field(factory=set)
+    """Ids of the documents the pending commands write."""
+    prior: dict[str, tuple[ContentObject | None, bool]] = attrs.field(factory=dict)
+    """The object cache's entry (and whether it was hollow) before the batch changed it."""
+    progress: BatchProgress = attrs.field(factory=lambda: BatchProgress())
+
+    @classmethod
+    def of(cls, session: OpenSession) -> _Batch:
+        return cls(
+            session.state,
+            session.seq,
+            session.snapshot_bytes,
+            session.log_bytes_since_snapshot,
+            session.system_prompt,
+            list(session.marks),
+            session.marks_from,
+        )
+
+    def restart(self, session: OpenSession) -> None:
+        """Empty, from where ``session`` is now."""
+        fresh = _Batch.of(session)
+        for field in attrs.fields(_Batch):
+            if field.name != "progress":
+                setattr(self, field.name, getattr(fresh, field.name))
+
+    def keep_prior(self, session: OpenSession, object_ids: Iterable[str]) -> None:
+        objects = session.objects
+        for object_id in object_ids:
+            if object_id not in self.prior:
+                self.prior[object_id] = (objects.meta(object_id), objects.hollow(object_id))
+
+    def add(self, session: OpenSession, build: CommandBuilder, prepared: _Prepared) -> None:
+        self.keep_prior(session, [*prepared.written, *prepared.reads.objects])
+        self.builds.append(build)
+        self.pending.append(prepared)
+        self.writes.update(str(doc["xt/id"]) for doc in prepared.puts)
+
+    def transaction(self) -> tuple[list[Document], list[Expect]]:
+        """Every pending document, and the preconditions on what the store holds now: one
+        per document, none on what an earlier command of the batch writes (the command saw
+        that version in the batch, where it is)."""
+        puts: list[Document] = []
+        expect: list[Expect] = []
+        written: set[str] = set()
+        expected: set[str] = set()
+        for prepared in self.pending:
+            for condition in prepared.expect:
+                if condition.object_id not in written and condition.object_id not in expected:
+                    expected.add(condition.object_id)
+                    expect.append(condition)
+            puts += prepared.puts
+            written.update(str(doc["xt/id"]) for doc in prepared.puts)
+        return puts, expect
+
+    def roll_back(self, session: OpenSession) -> None:
+        """Put ``session`` back where the batch found it (nothing pending was committed)."""
+        session.state, session.seq = self.state, self.seq
+        session.snapshot_bytes = self.snapshot_bytes
+        session.log_bytes_since_snapshot = self.log_bytes_since_snapshot
+        session.system_prompt = self.system_prompt
+        session.marks[:] = self.marks
+        session.marks_from = self.marks_from
+        for object_id, (obj, hollow) in self.prior.items():
+            if obj is None:
+                session.objects.pop(object_id, None)
+            elif hollow:
+                session.objects.hold_hollow(obj)
+            else:
+                session.objects[object_id] = obj
+        session.reset_rendering()
+
+
 def _outcome(item: _InFlight) -> Receipt | StoreError:
     assert item.submission is not None
     try:
@@ -516,6 +622,8 @@ class SessionRunner:
         Returns the events (empty when the command changes nothing, in which case nothing is
         written). Domain errors from building or deciding propagate and change nothing.
         """
+        if session.batch is not None:
+            return self._execute_batched(session, session.batch, build)
         command_id = self.ids.new_id()
         contention = Contention()
         loaded, session.loaded = session.loaded, {}
@@ -631,6 +739,90 @@ class SessionRunner:
             elif isinstance(version, FileObject | ToolcallObject):
                 session.remember(version)
 
+    # -- batches ---------------------------------------------------------------------------
+
+    @contextmanager
+    def batch(self, session: OpenSession) -> Iterator[BatchProgress]:
+        """Commit the commands executed on ``session`` inside this block together, in one
+        transaction when it ends (decision 0077). The caller holds the session's lock
+        throughout; a batch inside a batch is part of it.
+
+        Each command is decided as :meth:`execute` decides it, on what the ones before it
+        leave (their versions are read from the batch, not the store), and the session moves
+        on at once, as if it had been committed: what the caller reads between commands is
+        the same. Each command keeps its own log entry. Two commands that write the same
+        document (a file read and then edited, two snapshots) go in two transactions: the
+        batch commits what it holds before the second. When the transaction is refused
+        (another writer came first), the session goes back to where the batch found it,
+        catches up, and the commands are executed again one by one, as :meth:`execute` does
+        (fresh reads, bounded retries); when the store fails, the session goes back too, is
+        marked stale and the error is raised. When the block raises, what was decided before
+        is committed, then the error is raised. What it yields counts what the caller recorded
+        and what of it is committed (:class:`BatchProgress`)."""
+        if session.batch is not None:
+            yield session.batch.progress
+            return
+        session.batch = _Batch.of(session)
+        try:
+            yield session.batch.progress
+        finally:
+            batch, session.batch = session.batch, None
+            self._flush(session, batch)
+
+    def _execute_batched(
+        self, session: OpenSession, batch: _Batch, build: CommandBuilder
+    ) -> tuple[e.Event, ...]:
+        if session.stale:
+            self.catch_up(session)
+        loaded, session.loaded = session.loaded, {}
+        reads = Reads(self.store, overlay=batch.pending)
+        reads.seed(loaded)
+        command = build(reads, session.state)
+        events, after = decide_and_fold(session.state, command)
+        if not events:
+            batch.keep_prior(session, reads.objects)
+            self._refresh(session, reads, session.state)
+            return events
+        base = _Base.of(session)
+        prepared = self._prepare(base, command, self.ids.new_id(), events, after, reads)
+        if batch.writes.intersection(str(doc["xt/id"]) for doc in prepared.puts):
+            # A document the batch already writes: what it holds goes first, and the command
+            # is decided again on top of it.
+            self._flush(session, batch)
+            return self._execute_batched(session, batch, build)
+        batch.add(session, build, prepared)
+        self._apply(session, prepared)
+        return events
+
+    def _flush(self, session: OpenSession, batch: _Batch) -> None:
+        """Commit what ``batch`` holds, in one transaction; the batch is empty afterwards."""
+        if not batch.pending:
+            return
+        builds = list(batch.builds)
+        puts, expect = batch.transaction()
+        try:
+            self.store.commit(puts, expect)
+        except ConflictError:
+            batch.roll_back(session)
+            self.catch_up(session)
+            batch.restart(session)
+            saved, session.batch = session.batch, None
+            try:
+                for build in builds:  # one by one, the ordinary way
+                    self.execute(session, build)
+            finally:
+                session.batch = saved
+                batch.restart(session)
+            batch.progress.committed = batch.progress.done
+            return
+        except StoreError:
+            batch.roll_back(session)
+            batch.restart(session)
+            session.stale = True
+            raise
+        batch.progress.committed = batch.progress.done
+        batch.restart(session)
+
     # -- pipelining ------------------------------------------------------------------------
 
     def execute_pipelined(
@@ -650,6 +842,8 @@ class SessionRunner:
         """
         if depth < 1:
             raise InvalidInput("depth", depth, "must be at least 1")
+        if session.batch is not None:  # what a batch decided is committed first
+            self._flush(session, session.batch)
         if session.stale:
             self.catch_up(session)
         results: list[tuple[e.Event, ...]] = []

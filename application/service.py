@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from pyrsistent import thaw
@@ -21,13 +22,19 @@ from selfctx.application.policies import as_policy
 from selfctx.application.ports.clock import Clock
 from selfctx.application.ports.files import FileReader, FileRestorer
 from selfctx.application.ports.ids import IdSource
-from selfctx.application.ports.search import SearchHit, SearchIndex, SearchQuery, SearchUnavailable
+from selfctx.application.ports.search import (
+    Encounter,
+    SearchHit,
+    SearchIndex,
+    SearchQuery,
+    SearchUnavailable,
+)
 from selfctx.application.ports.store import ObjectStore, Version
 from selfctx.application.ports.summarizer import Summarizer, SummarizerError
 from selfctx.application.ports.tokenizer import Tokenizer
 from selfctx.application.ports.tracking import SourceTracker
 from selfctx.application.requests import RequestFacts, RequestRecord
-from selfctx.application.runner import OpenSession, SessionRunner
+from selfctx.application.runner import BatchProgress, OpenSession, SessionRunner
 from selfctx.application.settings import Settings
 from selfctx.application.usecases.assemble import AssembleContext, foreseen_collapses
 from selfctx.application.usecases.base import Deps
@@ -453,6 +460,16 @@ class ContextService:
         with session.lock:
             return foreseen_collapses(session, self._assemble.counter(session))
 
+    @contextmanager
+    def batch(self, session_id: str) -> Iterator[BatchProgress]:
+        """What is recorded in the session inside this block is committed together, in one
+        transaction when it ends (``SessionRunner.batch``, decision 0077): one request's
+        messages, calls, reads and edits cost one commit. Other threads wait for the session
+        until the block ends."""
+        session = self._open(session_id)
+        with session.lock, self._runner.batch(session) as progress:
+            yield progress
+
     def refresh(self, session_id: str) -> bool:
         """Fold whatever other writers (or a commit whose answer was lost) appended to the
         session's log since this service last wrote; True if there was anything."""
@@ -485,6 +502,11 @@ class ContextService:
     def log_position(self, session_id: str) -> int:
         """How many commands the session has recorded."""
         return self._open(session_id).seq
+
+    def cached_chars(self, session_id: str) -> int:
+        """Characters of object content the session holds in memory (at most the settings'
+        ``content_budget``; the rest is in the store)."""
+        return self._open(session_id).objects.chars
 
     def object(self, session_id: str, object_id: str) -> ContentObject:
         """The latest version of one of this session's objects (an id or a ``#n`` handle)."""
@@ -636,3 +658,11 @@ class ContextService:
         if self._search is None:
             raise SearchUnavailable("this service was built without a search index")
         return self._search.sessions_of(object_id)
+
+    def encounters(self, object_id: str) -> list[Encounter] | None:
+        """How each session met ``object_id`` (first encounter, active spans), from the search
+        index (caught up first); None when the index does not keep it. Raises
+        SearchUnavailable without an index."""
+        if self._search is None:
+            raise SearchUnavailable("this service was built without a search index")
+        return self._search.encounters(object_id)

@@ -112,6 +112,8 @@ def to_document(obj: StoredObject) -> dict[str, Any]:
         )
         if obj.superseded:  # left out when empty: documents written before it read the same
             doc["superseded"] = [[i, by] for i, by in obj.superseded]
+        if obj.excerpts:
+            doc["excerpts"] = [[i, text] for i, text in obj.excerpts]
         # Only when there are any: sessions that never checkpointed keep their shape.
         if obj.checkpoints:
             doc["checkpoints"] = list(obj.checkpoints)
@@ -204,6 +206,7 @@ def _from_document(doc: Mapping[str, Any]) -> StoredObject:
             last_used=tuple((str(i), int(n)) for i, n in doc.get("last_used", [])),
             use_clock=int(doc.get("use_clock", 0)),
             superseded=tuple((str(i), str(by)) for i, by in doc.get("superseded", [])),
+            excerpts=tuple((str(i), str(text)) for i, text in doc.get("excerpts", [])),
             checkpoints=tuple(str(label) for label in doc.get("checkpoints", [])),
             detached=tuple(str(i) for i in doc.get("detached", [])),
             compacted=int(doc.get("compacted", 0)),

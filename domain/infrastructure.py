@@ -112,6 +112,9 @@ class SessionObject:
     use_clock: int = 0
     superseded: tuple[tuple[str, str], ...] = ()
     """(output, later output) for every output collapsed as superseded, in index order."""
+    excerpts: tuple[tuple[str, str], ...] = ()
+    """(output, excerpt) for every collapsed output whose reference keeps some of its lines,
+    in index order (decision 0075)."""
     checkpoints: tuple[str, ...] = ()
     """Checkpoint labels, oldest first."""
     detached: tuple[str, ...] = ()
@@ -158,6 +161,7 @@ class SessionObject:
             superseded=tuple(
                 (i, state.superseded[i]) for i in state.ordered(pset(state.superseded))
             ),
+            excerpts=tuple((i, state.excerpts[i]) for i in state.ordered(pset(state.excerpts))),
             checkpoints=tuple(state.checkpoints),
             compacted=state.compacted,
             summary=state.summary,
@@ -194,6 +198,7 @@ def state_from_snapshot(session: SessionObject, chat: ChatObject) -> SessionStat
         last_used=pmap(dict(session.last_used)),
         use_clock=session.use_clock,
         superseded=pmap(dict(session.superseded)),
+        excerpts=pmap(dict(session.excerpts)),
         index=pvector(index),
         positions=pmap({object_id: n for n, object_id in enumerate(index)}),
         kinds=pmap(kinds),

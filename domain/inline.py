@@ -167,6 +167,9 @@ def _collapsed(
             newer = _changed_between(state, obj, later, objects)
             shows = "shows its lines in a newer version" if newer else "shows its lines again"
             line += f"; superseded: {handle(state, later)} {shows}"
+    kept = state.excerpts.get(obj.id)
+    if kept:  # part of the view stays (decision 0075)
+        return f"{line}; part kept below, activate {handle(state, obj.id)} for all]\n{kept}"
     return line + "]"
 
 
@@ -212,6 +215,7 @@ def _render_message(
     objects: Mapping[str, ContentObject],
     display_path: Callable[[Source], str],
     cache: InlineCache,
+    lines: Mapping[str, RenderedMessage],
 ) -> RenderedMessage:
     position = len(cache.messages)
     if isinstance(message, UserMessage):
@@ -234,6 +238,10 @@ def _render_message(
         return RenderedMessage("user", f"[context] {message.text}")
     assert isinstance(message, ToolResult)
     cache.place(message.toolcall_id, position)
+    if message.toolcall_id not in state.active:
+        recorded = lines.get(message.toolcall_id)
+        if recorded is not None:
+            return recorded
     obj = objects[message.toolcall_id]
     assert isinstance(obj, ToolcallObject)
     rendered = _tool_message(state, obj, objects, display_path, cache)
@@ -266,8 +274,12 @@ def render_inline(
     system_prompt: str,
     display_path: Callable[[Source], str],
     cache: InlineCache | None = None,
+    lines: Mapping[str, RenderedMessage] | None = None,
 ) -> AssembledContext:
-    """Assemble ``state`` in the inline layout (see the module docstring)."""
+    """Assemble ``state`` in the inline layout (see the module docstring). ``lines``: collapsed
+    outputs' messages as a request recorded them, by tool call id, used instead of rendering
+    them again (neither the output nor the files its line names need be held then)."""
+    lines = lines if lines is not None else {}
     cache = cache if cache is not None else InlineCache()
     first = _first_changed(state, cache)
     if first is not None:
@@ -286,7 +298,8 @@ def render_inline(
         turn = turns[number]
         for index in range(cache.counts[number], len(turn.messages)):
             message = turn.messages[index]
-            cache.messages.append(_render_message(state, message, objects, display_path, cache))
+            rendered = _render_message(state, message, objects, display_path, cache, lines)
+            cache.messages.append(rendered)
             cache.origin.append((number, index))
         cache.counts[number] = len(turn.messages)
     cache.active = state.active

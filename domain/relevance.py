@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 from pyrsistent import thaw
 
-from selfctx.domain.chat import AssistantMessage
+from selfctx.domain.chat import AssistantMessage, ToolResult
 from selfctx.domain.objects import ContentObject, FileObject, FileView, Source, ToolcallObject
 from selfctx.domain.session.state import SessionState
 
@@ -36,7 +36,9 @@ __all__ = [
     "FileNames",
     "Relevance",
     "RelevanceMemo",
+    "answer_names",
     "covers",
+    "identifiers",
     "json_strings",
     "name_tokens",
     "named_files",
@@ -310,6 +312,7 @@ def relevance(
     recent_messages: int,
     memo: RelevanceMemo | None = None,
     named_messages: int | None = None,
+    introduced: bool = False,
 ) -> Relevance:
     """Tiers of the active tool outputs, the working set, and which outputs are superseded.
 
@@ -352,8 +355,10 @@ def relevance(
         else:
             tiers[output.id] = UNUSED
     named: dict[str, float] = {}
+    if named_messages or introduced:
+        _introduced(state, objects, {o.id for o in active}, memo)
     if named_messages:
-        named = _named_outputs(state, objects, active, named_messages, memo)
+        named = _named_outputs(state, {o.id for o in active}, named_messages, memo)
         for output_id in named:
             if tiers.get(output_id) == UNUSED and output_id not in stale:
                 tiers[output_id] = KEEP
@@ -363,6 +368,39 @@ def relevance(
 
 def _names(text: str) -> set[str]:
     return set(_IDENTIFIER.findall(text[:_MAX_NAME_TEXT]))
+
+
+def identifiers(text: str) -> set[str]:
+    """The identifiers of ``text`` distinct enough to be names (a digit or an underscore in
+    them, four characters or more: ``friends_base``, ``L060``), as the agent's messages are read
+    for them."""
+    return set(_IDENTIFIER.findall(text))
+
+
+def answer_names(
+    state: SessionState, output_id: str, start: tuple[int, int] | None = None
+) -> set[str]:
+    """The identifiers the agent named (its text and call arguments) in its answer to the
+    output ``output_id``: the first message it wrote after it saw the output (none yet: empty).
+    ``start`` (a turn and a message index in it at or before the output's result, such as the
+    message that made the call) spares reading the turn from its beginning."""
+    turn = state.toolcall_turn.get(output_id)
+    if turn is None:
+        return set()
+    first = start[1] if start is not None and start[0] == turn else 0
+    found = False
+    for number in range(turn, len(state.turns)):
+        messages = state.turns[number].messages
+        for message in messages[first if number == turn else 0 :]:
+            if isinstance(message, ToolResult) and message.toolcall_id == output_id:
+                found = True
+            elif found and isinstance(message, AssistantMessage):
+                said = _names(message.text)
+                for call in message.tool_calls:
+                    for text in json_strings(thaw(call.arguments)):
+                        said |= _names(text)
+                return said
+    return set()
 
 
 def _said(state: SessionState, messages: int) -> Iterator[set[str]]:
@@ -383,18 +421,15 @@ def _said(state: SessionState, messages: int) -> Iterator[set[str]]:
             yield said
 
 
-def _named_outputs(
+def _introduced(
     state: SessionState,
     objects: Mapping[str, ContentObject],
-    active: list[ToolcallObject],
-    messages: int,
+    active_ids: set[str],
     memo: RelevanceMemo,
-) -> dict[str, float]:
-    """The active outputs whose introduced identifiers the agent's last ``messages`` messages
-    name, with their weights. Each output recorded since the last call is looked at once, in
-    order: the identifiers it shows that neither an earlier output nor the agent's calls had
-    shown are its own."""
-    active_ids = {o.id for o in active}
+) -> None:
+    """Note in ``memo.introduced`` the identifiers each active output brought into the session.
+    Each output recorded since the last call is looked at once, in order: the identifiers it
+    shows that neither an earlier output nor the agent's calls had shown are its own."""
     for object_id in state.index[memo.scanned :]:
         obj = objects.get(object_id)
         if not isinstance(obj, ToolcallObject):
@@ -406,6 +441,13 @@ def _named_outputs(
         if names and object_id in active_ids:
             memo.introduced[object_id] = frozenset(names)
     memo.scanned = len(state.index)
+
+
+def _named_outputs(
+    state: SessionState, active_ids: set[str], messages: int, memo: RelevanceMemo
+) -> dict[str, float]:
+    """The active outputs whose introduced identifiers (:func:`_introduced`) the agent's last
+    ``messages`` messages name, with their weights."""
     if not memo.introduced:
         return {}
     weights: dict[str, float] = {}

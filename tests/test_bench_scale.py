@@ -10,18 +10,22 @@ from selfctx.adapters.bench.scale import print_scale, run_scale
 
 def test_the_per_turn_figures_on_the_in_memory_store(capsys: pytest.CaptureFixture[str]) -> None:
     result = run_scale(
-        checkpoints=(4, 8), window=2, stores=("memory",), modes=("list", "append"),
+        checkpoints=(4, 8, 12), window=2, stores=("memory",), modes=("list", "append"),
         parts=("per_turn",),
     )  # fmt: skip
     for key in ("memory/list", "memory/append"):
         figures = result["per_turn"][key]
         assert "unsupported" not in figures
-        assert set(figures["checkpoints"]) == {"4", "8"}
+        assert set(figures["checkpoints"]) == {"4", "8", "12"}
         for f in figures["checkpoints"].values():
             assert f["cpu_ms"] > 0 and f["reference_ms"] > 0 and f["ratio"] is not None
+            assert f["cached_mchars"] > 0  # the server says what content it holds
+        assert figures["memory"]["turns"] == [4, 12]
         assert figures["memory"]["messages_mb_per_100_turns"] > 0
+        assert figures["memory_late"]["turns"] == [8, 12]
     print_scale(result)
-    assert "memory/append" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "memory/append" in out and "memory, turns 8-12" in out
 
 
 @pytest.mark.xtdb

@@ -204,3 +204,68 @@ def test_records_read_back_whatever_a_document_holds() -> None:
     assert back.facts.model == ("m x" + "y" * 500)[:200]
     assert back.facts.note == "shown once"
     assert (back.total_naive, back.total_managed, back.seq) == (10, 5, 3)
+
+
+def test_a_record_keeps_the_collapsed_lines_it_sent_anew() -> None:
+    """The first record of a meter keeps every collapsed line of its prompt (complete); each
+    later one the collapsed lines unlike those recorded; a record not written leaves its lines
+    to the next; the ssot layout and a record beyond MAX_LINES keep none."""
+    from selfctx.application.requests import Line, PromptLines
+
+    count = len
+    user = RenderedMessage("user", "go")
+    a = RenderedMessage("tool", "[#1 collapsed: bash ok]", toolcall_id="a")
+    b = RenderedMessage("tool", "[#2]\nfull", toolcall_id="b")
+    meter = RequestMeter()
+    meter.measure(AssembledContext("s", (), (user, a, b), ()), count, lambda i: i == "b", True)
+    assert meter.lines == PromptLines(True, (Line("a", a.text, None, False),))
+    meter.lines_recorded()
+    meter.measure(AssembledContext("s", (), (user, a, b), ()), count, lambda i: i == "b", True)
+    assert meter.lines == PromptLines(False, ())
+    meter.lines_recorded()
+    b2 = RenderedMessage("tool", "[#2 collapsed: bash ok]", toolcall_id="b")
+    a2 = attrs.evolve(a)  # rendered anew, the same text: not kept again
+    sizes = {"a": 7, "b": 4}.get
+    later = AssembledContext("s", (), (user, a2, b2), ())
+    meter.measure(later, count, lambda _: False, True, sizes)
+    assert meter.lines == PromptLines(False, (Line("b", b2.text, 4, False),))
+    # not written (a failed commit): the next record keeps them
+    meter.measure(later, count, lambda _: False, True, sizes)
+    assert meter.lines == PromptLines(False, (Line("b", b2.text, 4, False),))
+    meter.lines_recorded()
+    record = meter.next_record(
+        at="2025-01-01T00:00:00Z",
+        seq=1,
+        facts=RequestFacts(),
+        managed=1,
+        shared=0,
+        parts=(1, 0, 0, 0),
+        digest="d",
+        lines=meter.lines,
+    )
+    again = record_from_document(request_document("s", record))
+    assert again is not None and again.lines == record.lines
+    broken = request_document("s", record)
+    assert broken["record"]["lines"]["shown"] == [["b", b2.text, 4, False]]
+    broken["record"]["lines"]["shown"] = [["b"]]
+    assert record_from_document(broken).lines is None  # type: ignore[union-attr]
+    ssot = RequestMeter()
+    ssot.measure(AssembledContext("s", (), (user, a), ()), count, lambda _: False, False)
+    assert ssot.lines is None
+
+
+def test_a_record_beyond_max_lines_keeps_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("selfctx.application.requests.MAX_LINES", 1)
+    count = len
+    tools = tuple(
+        RenderedMessage("tool", f"[#{k} collapsed]", toolcall_id=f"t{k}") for k in range(3)
+    )
+    meter = RequestMeter()
+    meter.measure(AssembledContext("s", (), tools[:1], ()), count, lambda _: False, True)
+    assert meter.lines is not None and meter.lines.complete
+    meter.lines_recorded()
+    meter.measure(AssembledContext("s", (), tools, ()), count, lambda _: False, True)
+    assert meter.lines is None
+    meter.lines_recorded()
+    meter.measure(AssembledContext("s", (), tools, ()), count, lambda _: False, True)
+    assert meter.lines is None  # all three again, a complete set: still too many

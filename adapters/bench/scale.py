@@ -10,9 +10,12 @@ given as a ratio to that reference, which is what stays meaningful on a shared m
 * **per turn**: one session, on the in-memory store and on a RocksDB XTDB node, whole list
   resent each turn (``ingest`` with ``messages``) and in the append form (only the new messages
   with the digest of what they extend). At each checkpoint turn the median over a window of
-  turns of: server CPU per turn (ingest + assemble), wall time per turn, the reference. Also
-  the server's resident memory against the messages' bytes, and on XTDB the node's data on disk
-  (after a clean stop) against the messages' bytes.
+  turns of: server CPU per turn (ingest + assemble), wall time per turn, the reference
+  (measured on the turn's whole list just before and just after the turn, so that it sees the
+  machine the turn saw). Also the server's resident memory against the messages' bytes, over
+  the whole run and between the last two checkpoints (with the content the server holds in
+  memory beside each: once that cache is full, what still grows is kept per message), and on
+  XTDB the node's data on disk (after a clean stop) against the messages' bytes.
 * **agents**: N servers, one session each, on one node, sharing a workspace of edited files,
   each running turns as fast as it can: turns per second over all of them, p50 of a turn, and
   the node's HTTP requests per turn. ``--cluster`` runs them on two nodes over one PostgreSQL.
@@ -110,6 +113,7 @@ def _one_session(
     try:
         client.call("session.open", session_id=SESSION, policy="relevance")
         rss_at: dict[int, int] = {0: client.rss()}
+        cached_at: dict[int, int | None] = {0: 0}
         bytes_at: dict[int, int] = {0: 0}
         digest: Any = None
         sent = 0
@@ -122,6 +126,10 @@ def _one_session(
             sent += message_bytes(new)
             measured = any(c - window < turn <= c for c in checkpoints)
             line = client.encode("ingest", _session_params(mode, agent, new, digest))
+            full = b""
+            if measured:  # the reference on this turn's whole list, before and after the turn
+                full = client.encode("ingest", {"session_id": SESSION, "messages": agent.messages})
+                ref.append(reference_ns(full))
             began_cpu, began = client.cpu_ns(), time.perf_counter()
             try:
                 result = client.send(line)
@@ -130,16 +138,16 @@ def _one_session(
                     out["unsupported"] = f"{exc.kind}: {exc}"
                     return out
                 raise
-            client.call("assemble", session_id=SESSION)
+            assembled = client.call("assemble", session_id=SESSION)
             spent_wall, spent_cpu = time.perf_counter() - began, client.cpu_ns() - began_cpu
             digest = result.get("digest")
             if measured:
                 cpu.append(spent_cpu)
                 wall.append(spent_wall)
-                full = client.encode("ingest", {"session_id": SESSION, "messages": agent.messages})
                 ref.append(reference_ns(full))
             if turn in checkpoints:
                 rss_at[turn] = client.rss()
+                cached_at[turn] = assembled.get("stats", {}).get("cached_chars")
                 bytes_at[turn] = sent
                 c_ms = statistics.median(cpu) / 1e6
                 r_ms = statistics.median(ref) / 1e6
@@ -151,24 +159,43 @@ def _one_session(
                     "ratio": round(c_ms / r_ms, 2) if r_ms else None,
                     "rss_mb": round(rss_at[turn] / 1e6, 1),
                     "messages_mb": round(sent / 1e6, 2),
+                    "cached_mchars": _mega(cached_at[turn]),
                 }
                 progress(f"{store} {mode}: turn {turn}: {out['checkpoints'][str(turn)]}")
                 cpu, wall, ref = [], [], []
         first, final = min(checkpoints), last
         if first == final:  # one checkpoint: the growth since the session was opened
             first = 0
-        grown = rss_at[final] - rss_at[first]
-        seen = bytes_at[final] - bytes_at[first]
-        out["memory"] = {
-            "rss_growth_mb_per_100_turns": round(grown / 1e6 / (final - first) * 100, 2),
-            "messages_mb_per_100_turns": round(seen / 1e6 / (final - first) * 100, 2),
-            "ratio": round(grown / seen, 2) if seen else None,
-        }
+        out["memory"] = _growth(rss_at, bytes_at, first, final)
+        if len(checkpoints) > 2:
+            # Between the last two checkpoints: once the content cache has filled (its size is
+            # beside each checkpoint), what still grows is what the session keeps per message.
+            before = sorted(checkpoints)[-2]
+            out["memory_late"] = _growth(rss_at, bytes_at, before, final)
         out["messages_bytes"] = sent
         out["turns"] = last
     finally:
         client.close()
     return out
+
+
+def _mega(chars: int | None) -> float | None:
+    return None if chars is None else round(chars / 1e6, 2)
+
+
+def _growth(
+    rss_at: dict[int, int], bytes_at: dict[int, int], first: int, final: int
+) -> dict[str, Any]:
+    """The server's resident memory growth from turn ``first`` to ``final``, against the
+    bytes of the messages sent meanwhile."""
+    grown = rss_at[final] - rss_at[first]
+    seen = bytes_at[final] - bytes_at[first]
+    return {
+        "turns": [first, final],
+        "rss_growth_mb_per_100_turns": round(grown / 1e6 / (final - first) * 100, 2),
+        "messages_mb_per_100_turns": round(seen / 1e6 / (final - first) * 100, 2),
+        "ratio": round(grown / seen, 2) if seen else None,
+    }
 
 
 def _per_turn(
@@ -556,7 +583,7 @@ def print_scale(result: dict[str, Any]) -> None:
         print("Per turn (median over the window ending at each turn; CPU: the server's)")
         print(
             f"{'store/form':<16} {'turn':>6} {'CPU ms':>8} {'wall ms':>8} {'ref ms':>7} "
-            f"{'CPU/ref':>8} {'RSS MB':>7} {'msgs MB':>8}"
+            f"{'CPU/ref':>8} {'RSS MB':>7} {'msgs MB':>8} {'cached Mchars':>14}"
         )
         for key, figures in per_turn.items():
             if "unsupported" in figures:
@@ -566,14 +593,19 @@ def print_scale(result: dict[str, Any]) -> None:
                 print(
                     f"{key:<16} {turn:>6} {f['cpu_ms']:>8} {f['wall_ms']:>8} "
                     f"{f['reference_ms']:>7} {f['ratio']:>8} {f['rss_mb']:>7} "
-                    f"{f['messages_mb']:>8}"
+                    f"{f['messages_mb']:>8} {_fmt(f.get('cached_mchars')):>14}"
                 )
-            memory = figures.get("memory", {})
-            print(
-                f"{'':<16} memory: +{memory.get('rss_growth_mb_per_100_turns')} MB per 100 turns"
-                f" against {memory.get('messages_mb_per_100_turns')} MB of messages"
-                f" ({memory.get('ratio')}x)"
-            )
+            for name in ("memory", "memory_late"):
+                memory = figures.get(name)
+                if not memory:
+                    continue
+                first, final = memory.get("turns", ["?", "?"])
+                print(
+                    f"{'':<16} memory, turns {first}-{final}: "
+                    f"+{memory.get('rss_growth_mb_per_100_turns')} MB per 100 turns"
+                    f" against {memory.get('messages_mb_per_100_turns')} MB of messages"
+                    f" ({memory.get('ratio')}x)"
+                )
             disk = figures.get("disk")
             if disk:
                 print(

@@ -35,6 +35,7 @@ from selfctx.adapters.harness.tools import called_context_tool
 from selfctx.application.persistence import entry_events
 from selfctx.application.ports.files import SourceUnavailable
 from selfctx.application.ports.store import StoreError
+from selfctx.application.runner import BatchProgress
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import ToolCallRequest, ToolResult
 from selfctx.domain.errors import DuplicateObject, InvalidInput, SelfContextError
@@ -190,21 +191,27 @@ class Ingestor:
             )
         plan = self.cursor.plan(messages, start)
         self._refuse_taken_ids([c for item in plan.new for c in item.calls])
-        if prompt is not None:
-            self._lead = len(prompt)
-            if prompt:
-                text = "\n\n".join(m.text for m in prompt)
-                self.service.set_system_prompt(self.session_id, text)
-        consumed = 0
+        progress = BatchProgress()
         try:
-            for item in plan.new:
-                self._record(item)
-                self.cursor.recorded_one(item)
-                consumed += 1
+            # One transaction for all of it (decision 0077).
+            with self.service.batch(self.session_id) as progress:
+                if prompt is not None:
+                    self._lead = len(prompt)
+                    if prompt:
+                        text = "\n\n".join(m.text for m in prompt)
+                        self.service.set_system_prompt(self.session_id, text)
+                for item in plan.new:
+                    self._record(item)
+                    self.cursor.recorded_one(item)
+                    progress.done += 1
         except StoreError:
             self._resync = True
             raise
         finally:
+            # Recorded but not committed (the store failed): not consumed, and the cursor is
+            # rebuilt from the store on the next call.
+            consumed = progress.committed
+            self.cursor.total -= progress.done - consumed
             self.cursor.settle(plan, consumed)
         return IngestResult(
             consumed=consumed,

@@ -301,6 +301,7 @@ def _assemble(server: StdioServer, p: dict[str, Any]) -> RawJson:
         "messages": request.messages,
         "chars": request.chars,
         "log_position": server.service.log_position(harness.session_id),
+        "cached_chars": server.service.cached_chars(harness.session_id),
     }
     return RawJson(request.text[:-1] + ',"stats":' + ascii_dumps(stats) + "}")
 

@@ -31,6 +31,7 @@ from typing import Any, Final
 import attrs
 
 from selfctx.application.ports.search import (
+    Encounter,
     IndexBatch,
     IndexPosition,
     SearchEntry,
@@ -43,7 +44,7 @@ from selfctx.application.ports.search import (
 
 __all__ = ["RANK_WINDOW", "SCHEMA_VERSION", "SqliteSearchIndex", "fts5_available"]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 RANK_WINDOW: Final = 5_000
 """A query matching more rows than this is ranked among its most recent matches only."""
 _TITLE_WEIGHT: Final = 4.0
@@ -77,11 +78,15 @@ CREATE TABLE IF NOT EXISTS tags(name TEXT PRIMARY KEY, code INTEGER NOT NULL UNI
 CREATE TABLE IF NOT EXISTS members(
     session_id TEXT NOT NULL, object_id TEXT NOT NULL, PRIMARY KEY(session_id, object_id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS shown(
+    object_id TEXT NOT NULL, session_id TEXT NOT NULL, seq INTEGER NOT NULL,
+    k INTEGER NOT NULL, change TEXT NOT NULL, PRIMARY KEY(object_id, session_id, seq, k)
+) WITHOUT ROWID;
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
     title, body, scope, content='entries', content_rowid='id', tokenize='trigram'
 );
 """
-_TABLES: Final = ("fts", "entries", "files", "tags", "members", "meta")
+_TABLES: Final = ("fts", "entries", "files", "tags", "members", "shown", "meta")
 
 
 def fts5_available(connection: sqlite3.Connection) -> bool:
@@ -230,6 +235,13 @@ class SqliteSearchIndex(SearchIndex):
                 for entry in batch.entries:
                     self._insert(_clean(entry))
                 db.executemany(
+                    "INSERT OR IGNORE INTO shown VALUES (?, ?, ?, ?, ?)",
+                    [
+                        (_text(s.object_id), _text(s.session_id), s.seq, k, s.change)
+                        for k, s in enumerate(batch.shown)
+                    ],
+                )
+                db.executemany(
                     "INSERT OR REPLACE INTO meta VALUES (?, ?)",
                     [("tx_id", batch.position.tx_id), ("tx_time", batch.position.tx_time)],
                 )
@@ -357,6 +369,27 @@ class SqliteSearchIndex(SearchIndex):
                 (_text(object_id) or "",),
             ).fetchall()
         return [str(row[0]) for row in rows]
+
+    def encounters(self, object_id: str) -> list[Encounter] | None:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT session_id, seq, change FROM shown WHERE object_id = ?"
+                " ORDER BY session_id, seq, k",
+                (_text(object_id) or "",),
+            ).fetchall()
+        firsts: dict[str, int | None] = {}
+        spans: dict[str, list[tuple[int, int | None]]] = {}
+        for session_id, seq, change in rows:
+            sid = str(session_id)
+            firsts.setdefault(sid, None)
+            held = spans.setdefault(sid, [])
+            if change == "met" and firsts[sid] is None:
+                firsts[sid] = int(seq)
+            elif change == "on" and (not held or held[-1][1] is not None):
+                held.append((int(seq), None))
+            elif change == "off" and held and held[-1][1] is None:
+                held[-1] = (held[-1][0], int(seq))
+        return [Encounter(sid, first, tuple(spans[sid])) for sid, first in firsts.items()]
 
     def count(self) -> int:
         with self._lock:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -15,8 +15,10 @@ import attrs
 from selfctx.application.persistence import decode_events, entry_events, log_entry_id
 from selfctx.application.requests import (
     MARKED,
+    Line,
     Mark,
     RequestRecord,
+    context_digest,
     record_from_document,
     requests_id,
 )
@@ -26,7 +28,7 @@ from selfctx.domain.documents import from_document
 from selfctx.domain.errors import InvalidInput, SessionNotFound
 from selfctx.domain.inline import MAX_LISTED_FILES, render_inline
 from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
-from selfctx.domain.rendering import render_context
+from selfctx.domain.rendering import RenderedMessage, render_context
 from selfctx.domain.session.machine import fold
 from selfctx.domain.session.state import SessionState
 
@@ -122,6 +124,7 @@ class SessionHistory:
         self._kept: list[int] = []
         self._objects: dict[str, FileObject | ToolcallObject] = {}
         self._contexts: dict[tuple[int, int], PastContext] = {}
+        self._digests: dict[tuple[int, int], str] = {}
         self._preparing: threading.Thread | None = None
         self._loading = threading.Lock()
         """Held while objects are read, so that two pages do not read the same ones."""
@@ -274,20 +277,26 @@ class SessionHistory:
                 return
             seq = self.records[-1].seq
 
+            lean = self.lines_of(len(self.records)) is not None
+
             def read() -> None:
                 try:
-                    self._load_objects(self.state_at(seq))
+                    self._load_objects(self.state_at(seq), lean=lean)
                 except Exception:  # a page that needs them reads them itself, and says why
                     log.warning("session %s: reading ahead failed", self.session_id, exc_info=True)
 
             self._preparing = threading.Thread(target=read, daemon=True)
             self._preparing.start()
 
-    def _load_objects(self, state: SessionState) -> None:
+    def _load_objects(self, state: SessionState, *, lean: bool = False) -> None:
         """Read the objects of ``state``'s index a page of it needs and this history does not
         hold yet: every tool call (whole: on XTDB a pull of named fields costs more than the
         whole document), and under the inline layouts only the files a prompt names
-        (:func:`_files_named`), every file under ``ssot`` (its metadata block lists them all)."""
+        (:func:`_files_named`), every file under ``ssot`` (its metadata block lists them all).
+        ``lean``: the collapsed outputs come from a request's recorded lines, so not the files
+        only a collapsed line names. (Every tool call is still read: the working set and
+        supersession look at the outputs after each active one, and where an active file is
+        shown depends on whether any tool call read or named it.)"""
         kinds = state.kinds
         with self._loading:
             with self._lock:
@@ -308,7 +317,7 @@ class SessionHistory:
             self._read(calls)
             with self._lock:
                 if state.policy.inline_layout:
-                    named = _files_named(state, self._objects)
+                    named = _files_named(state, self._objects, listed=not lean)
                 else:
                     named = [i for i in state.index if kinds.get(i) != "toolcall"]
                 files = [i for i in named if i not in self._objects]
@@ -332,12 +341,32 @@ class SessionHistory:
             pass
         return None
 
-    def past(self, seq: int, tx_id: int | None) -> PastContext:
+    def lines_of(self, n: int) -> dict[str, Line] | None:
+        """The collapsed lines request ``n`` sent, by tool call id, from the records' lines
+        (:class:`PromptLines`): the latest complete set up to ``n`` updated by each record
+        after it. None when a record on the way kept none (written before records held lines,
+        or under the ``ssot`` layout)."""
+        out: dict[str, Line] = {}
+        for record in reversed(self.records[:n]):
+            lines = record.lines
+            if lines is None:
+                return None
+            for line in lines.shown:
+                out.setdefault(line.call_id, line)
+            if lines.complete:
+                return out
+        return None
+
+    def past(self, seq: int, tx_id: int | None, n: int | None = None) -> PastContext:
         """What ``ContextService.past_context`` gives, from this history's log and objects: the
         state at ``seq``, the objects as of ``tx_id`` (the transaction of ``seq`` if None), the
         context rendered from them. Objects are read from the store once: a tool call is never
         rewritten, and the inline layouts show files only through tool calls (by their paths,
-        which never change); the ``ssot`` layout's files are read as of ``tx_id`` every time."""
+        which never change); the ``ssot`` layout's files are read as of ``tx_id`` every time.
+
+        For request ``n`` whose record chain holds its collapsed lines (:meth:`lines_of`), those
+        lines are shown as recorded and the files only they name are not read; the result
+        stands if its digest is the one recorded, else the prompt is rebuilt whole."""
         store = self.service.store
         if tx_id is None:
             tx_id = store.history(log_entry_id(self.session_id, seq))[0].tx_id
@@ -347,7 +376,44 @@ class SessionHistory:
         if found is not None:
             return found
         state = self.state_at(seq)
-        self._load_objects(state)
+        lines = None
+        if n is not None and state.policy.inline_layout:
+            lines = self.lines_of(n)
+        shown = None
+        if lines is not None:
+            shown = {
+                i: RenderedMessage("tool", x.text, toolcall_id=i, is_error=x.is_error)
+                for i, x in lines.items()
+            }
+        past = self._render(state, seq, tx_id, shown)
+        digest = context_digest(past.context)
+        if n is not None and lines is not None and digest != self.records[n - 1].digest:
+            past = self._render(state, seq, tx_id, None)
+            digest = context_digest(past.context)
+        with self._lock:
+            self._contexts[key] = past
+            self._digests[key] = digest
+            while len(self._contexts) > CONTEXTS_KEPT:
+                del self._digests[next(iter(self._contexts))]
+                del self._contexts[next(iter(self._contexts))]
+        return past
+
+    def digest(self, past: PastContext) -> str:
+        """:func:`context_digest` of a context :meth:`past` gave (computed once)."""
+        with self._lock:
+            found = self._digests.get((past.seq, past.tx_id))
+        return found if found is not None else context_digest(past.context)
+
+    def _render(
+        self,
+        state: SessionState,
+        seq: int,
+        tx_id: int,
+        lines: Mapping[str, RenderedMessage] | None,
+    ) -> PastContext:
+        """The context of ``state`` with the objects as of ``tx_id`` (see :meth:`past`)."""
+        store = self.service.store
+        self._load_objects(state, lean=lines is not None)
         with self._lock:
             objects = {i: self._objects[i] for i in state.index if i in self._objects}
         if not state.policy.inline_layout:
@@ -359,15 +425,10 @@ class SessionHistory:
         text = prompt.content if isinstance(prompt, SystemPromptObject) else ""
         display = self.service.mounts.display_path
         if state.policy.inline_layout:
-            context = render_inline(state, objects, text, display)
+            context = render_inline(state, objects, text, display, lines=lines)
         else:
             context = render_context(state, objects, text, display)
-        past = PastContext(state, seq, tx_id, objects, context)
-        with self._lock:
-            self._contexts[key] = past
-            while len(self._contexts) > CONTEXTS_KEPT:
-                del self._contexts[next(iter(self._contexts))]
-        return past
+        return PastContext(state, seq, tx_id, objects, context)
 
     # -- questions ------------------------------------------------------------------------
 
@@ -435,7 +496,7 @@ class SessionHistory:
         i = bisect.bisect_right(txs, tx_id)
         return self.records[i].n if i < len(self.records) else None
 
-    def requests_between(self, spans: Iterable[list[int | None]]) -> list[tuple[int, int]]:
+    def requests_between(self, spans: Iterable[Sequence[int | None]]) -> list[tuple[int, int]]:
         """The requests (first, last) sent while an object was active in ``spans``."""
         seqs = [r.seq for r in self.records]
         out = []
@@ -471,10 +532,13 @@ def _record_marker(mark: Mark) -> Marker:
 
 
 def _files_named(
-    state: SessionState, objects: Mapping[str, FileObject | ToolcallObject]
+    state: SessionState,
+    objects: Mapping[str, FileObject | ToolcallObject],
+    *,
+    listed: bool = True,
 ) -> list[str]:
     """The files an inline prompt of ``state`` names or shows: the active and pinned ones, those
-    the tool calls' views show (the working set is found among them), and the first
+    the tool calls' views show (the working set is found among them), and (``listed``) the first
     ``MAX_LISTED_FILES`` of the session's files each tool call names (a collapsed output lists
     them by path)."""
     kinds = state.kinds
@@ -486,8 +550,9 @@ def _files_named(
         out.update(
             dict.fromkeys(v.file for v in call.file_views or () if kinds.get(v.file) == "file")
         )
-        refs = [r for r in call.file_refs or () if kinds.get(r) == "file"]
-        out.update(dict.fromkeys(refs[:MAX_LISTED_FILES]))
+        if listed:
+            refs = [r for r in call.file_refs or () if kinds.get(r) == "file"]
+            out.update(dict.fromkeys(refs[:MAX_LISTED_FILES]))
     return list(out)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -13,7 +13,7 @@ from pyrsistent import thaw
 
 from selfctx.adapters.ui.history import Collapse, Marker, SessionHistory, Sessions
 from selfctx.application.ports.search import SearchUnavailable
-from selfctx.application.requests import PARTS, RequestRecord, context_digest
+from selfctx.application.requests import PARTS, Line, RequestRecord
 from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput, SessionNotFound, UnknownObject
 from selfctx.domain.inline import handle
@@ -240,6 +240,11 @@ def _size(obj: FileObject | ToolcallObject | None) -> int | None:
     return len(obj.content or "") if obj is not None else None
 
 
+def _line_size(lines: Mapping[str, Line], object_id: str) -> int | None:
+    line = lines.get(object_id)
+    return line.size if line is not None else None
+
+
 def request_view(
     service: ContextService, sessions: Sessions, session_id: str, *, n: int | None, seq: int | None
 ) -> RequestView:
@@ -258,9 +263,10 @@ def request_view(
             seq = history.last_seq
     if not 1 <= seq <= history.last_seq:
         raise InvalidInput("log position", seq, f"the session has 1 to {history.last_seq}")
-    past = history.past(seq, record.tx_id if record else None)
+    past = history.past(seq, record.tx_id if record else None, record.n if record else None)
     state, objects, context = past.state, past.objects, past.context
-    digest = context_digest(context)
+    lines = history.lines_of(record.n) if record is not None else None
+    digest = history.digest(past)
 
     def why(object_id: str) -> str:
         collapse = history.collapse_before(object_id, seq)
@@ -269,7 +275,7 @@ def request_view(
         return reason_text(collapse, shown)
 
     items: list[PromptItem] = [PromptItem("system", context.system_prompt)]
-    pool = state.ordered(state.pool)
+    pool = state.ordered(state.pool) if context.metadata else []  # inline layouts: no block
     paired = len(pool) == len(context.metadata)
     for k, line in enumerate(context.metadata):
         object_id = pool[k] if paired else None
@@ -299,7 +305,7 @@ def request_view(
                 label=_label(state, object_id),
                 state="active" if active else "collapsed",
                 reason=None if active else why(object_id),
-                size=_size(obj),
+                size=_size(obj) if obj is not None or not lines else _line_size(lines, object_id),
             )
         )
     for block in context.active:
@@ -498,23 +504,35 @@ def _sessions_of(
             ids = service.sessions_with(object_id)
         except SearchUnavailable as exc:
             return [], f"the sessions that met it are not known here: {exc}"
+    try:  # when each session met it and where it was active, without reading their logs
+        known = {e.session_id: e for e in service.encounters(object_id) or ()}
+    except SearchUnavailable:
+        known = {}
     out = []
     for k, session_id in enumerate(ids):
         if k >= MAX_SESSIONS_DETAILED:
             out.append(Seen(session_id, None, "", None, (), False))
             continue
+        encounter = known.get(session_id)
         try:
-            history: SessionHistory = sessions.get(session_id).log()
+            history: SessionHistory = sessions.get(session_id)
+            if encounter is None or encounter.first_seq is None:
+                history.log()
         except SessionNotFound:
             continue
-        first = history.first_seen.get(object_id)
+        if encounter is not None and encounter.first_seq is not None:
+            first: int | None = encounter.first_seq
+            spans: Iterable[Sequence[int | None]] = encounter.spans
+        else:
+            first = history.first_seen.get(object_id)
+            spans = history.spans.get(object_id, ())
         out.append(
             Seen(
                 session_id,
                 first,
                 history.time_at(first) if first else "",
                 history.request_at(first) if first else None,
-                history.requests_between(history.spans.get(object_id, ())),
+                history.requests_between(spans),
                 True,
             )
         )

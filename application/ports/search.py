@@ -23,6 +23,7 @@ __all__ = [
     "MAX_LIMIT",
     "MAX_QUERY_CHARS",
     "ROLES",
+    "Encounter",
     "IndexBatch",
     "IndexPosition",
     "Kind",
@@ -32,6 +33,7 @@ __all__ = [
     "SearchIndex",
     "SearchQuery",
     "SearchUnavailable",
+    "Shown",
     "terms_of",
 ]
 
@@ -125,6 +127,29 @@ class Membership:
 
 
 @attrs.frozen
+class Shown:
+    """A session's log met an object (``met``: its first encounter), or made it active
+    (``on``) or collapsed it (``off``), at log position ``seq``: what an object's page says of
+    the sessions that met it, without reading their logs."""
+
+    session_id: str
+    object_id: str
+    seq: int
+    change: Literal["met", "on", "off"]
+
+
+@attrs.frozen
+class Encounter:
+    """How one session met an object: the log position of its first encounter (None: not
+    known to the index) and the spans ``(start, end)`` of log positions it was active (end
+    None: still)."""
+
+    session_id: str
+    first_seq: int | None
+    spans: tuple[tuple[int, int | None], ...]
+
+
+@attrs.frozen
 class IndexPosition:
     """The last transaction an index has taken in."""
 
@@ -142,6 +167,8 @@ class IndexBatch:
     entries: tuple[SearchEntry, ...]
     members: tuple[Membership, ...]
     position: IndexPosition
+    shown: tuple[Shown, ...] = ()
+    """Encounters, activations and collapses, in log order within each session."""
 
 
 @attrs.frozen
@@ -209,6 +236,11 @@ class SearchIndex(abc.ABC):
         """The sessions that have met file ``object_id`` (read or discovered it), sorted: the
         index's memberships. The default knows none."""
         return []
+
+    def encounters(self, object_id: str) -> list[Encounter] | None:
+        """How each session met ``object_id`` (:class:`Encounter`), sorted by session; None
+        when this index does not keep it (the logs say it then)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the index holds open."""

@@ -38,10 +38,11 @@ from selfctx.application.usecases.compaction import CompactChat
 from selfctx.application.usecases.shedding import files_to_shed, shedding_note
 from selfctx.domain.chat import AssistantMessage, ToolResult
 from selfctx.domain.errors import SelfContextError
+from selfctx.domain.excerpt import excerpt, excerpt_ranges
 from selfctx.domain.inline import handle, render_inline
 from selfctx.domain.objects import ToolcallObject
 from selfctx.domain.prompt_cache import ANTHROPIC
-from selfctx.domain.relevance import KEEP, SUPERSEDED, UNUSED
+from selfctx.domain.relevance import KEEP, SUPERSEDED, UNUSED, answer_names
 from selfctx.domain.rendering import (
     ActiveBlock,
     AssembledContext,
@@ -227,7 +228,8 @@ class AssembleContext:
             return False
         reasons = _record(session, chosen, "seen", plan)
         ordered = tuple(state.ordered(frozenset(chosen)))
-        command = c.CollapseToFit(ordered, "", plan.newer(chosen), reasons)
+        kept = _excerpts(session, chosen, plan)
+        command = c.CollapseToFit(ordered, "", plan.newer(chosen), reasons, kept)
         self._deps.runner.execute(session, lambda reads, st: command)
         return True
 
@@ -323,9 +325,57 @@ class AssembleContext:
             )
             note += "."
         reasons = _record(session, chosen, "batch" if batch else "budget", plan)
-        command = c.CollapseToFit(tuple(chosen), note, plan.newer(chosen), reasons)
+        kept = _excerpts(session, chosen, plan) if batch else ()
+        command = c.CollapseToFit(tuple(chosen), note, plan.newer(chosen), reasons, kept)
         self._deps.runner.execute(session, lambda reads, st: command)
         return True
+
+
+def _excerpts(
+    session: OpenSession, chosen: list[str], plan: CollapsePlan
+) -> tuple[tuple[str, str], ...]:
+    """For each of ``chosen`` (tool outputs about to collapse) that no later output shows again,
+    the lines its reference keeps showing (decision 0075): those holding an identifier the
+    output brought into the session that the agent named in its answer to it, with
+    ``excerpt_context`` lines around each, ``excerpt_lines`` at most."""
+    state = session.state
+    policy = state.policy
+    most = policy.excerpt_lines
+    if most is None:
+        return ()
+    introduced = session.relevance_memo.introduced
+    named: dict[str, frozenset[str]] = {}
+    for object_id in chosen:
+        if plan.always(object_id) or object_id in plan.stale:
+            continue  # a later output shows its lines, or a later call changed its files
+        own = introduced.get(object_id)
+        if own and (
+            said := own & answer_names(state, object_id, _call_message(session, object_id))
+        ):
+            named[object_id] = said
+    if not named:
+        return ()
+    objects = session.objects.showing(named)  # whole, whatever the memory held of them
+    out = []
+    for object_id, names in named.items():
+        obj = objects.get(object_id)
+        content = obj.content if isinstance(obj, ToolcallObject) else None
+        if not content:
+            continue
+        ranges = excerpt_ranges(content, names, context=policy.excerpt_context, most_lines=most)
+        if ranges:
+            out.append((object_id, excerpt(content, ranges)))
+    return tuple(out)
+
+
+def _call_message(session: OpenSession, object_id: str) -> tuple[int, int] | None:
+    """The turn and index of the message that made the call ``object_id``, as the inline
+    rendering placed it (None: not rendered), so that finding its answer reads from there."""
+    cache = session.inline_cache
+    position = cache.positions.get(object_id)
+    if position is None or position >= len(cache.origin):
+        return None
+    return cache.origin[position]
 
 
 def _record(

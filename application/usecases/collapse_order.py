@@ -103,7 +103,13 @@ def plan_collapse(
     if policy.name != "relevance":
         return NO_PLAN
     found = relevance(
-        state, objects, display_path, policy.recent_messages, memo, policy.named_messages
+        state,
+        objects,
+        display_path,
+        policy.recent_messages,
+        memo,
+        policy.named_messages,
+        introduced=policy.excerpt_lines is not None,
     )
     tiers = _ranked(state, objects, found, count, set(spared))
     foreseen = _ranked(state, objects, found, count, set()) if spared else tiers

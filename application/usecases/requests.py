@@ -25,6 +25,7 @@ from selfctx.application.requests import (
 from selfctx.application.runner import OpenSession
 from selfctx.application.usecases.base import Deps
 from selfctx.domain.inline import handle
+from selfctx.domain.objects import ToolcallObject
 from selfctx.domain.rendering import AssembledContext
 
 __all__ = ["ListRequests", "RecordRequest"]
@@ -64,7 +65,11 @@ class RecordRequest:
         meter, previous = known
         state = session.state
         tokens, shared, parts, digest = meter.measure(
-            context, count, state.active.__contains__, state.policy.inline_layout
+            context,
+            count,
+            state.active.__contains__,
+            state.policy.inline_layout,
+            lambda call_id: _size(session, call_id),
         )
         marks = self._marks(session, meter.last)
         at = self._deps.runner.clock.now()
@@ -78,6 +83,7 @@ class RecordRequest:
                 parts=parts,
                 digest=digest,
                 marks=marks,
+                lines=meter.lines,
             )
             doc = request_document(session.session_id, record)
             try:
@@ -87,6 +93,7 @@ class RecordRequest:
                 meter.keep_last(_record(previous))
                 continue
             meter.keep_last(record)
+            meter.lines_recorded()
             del session.marks[: sum(1 for m in session.marks if m.seq <= record.seq)]
             session.marks_from = max(session.marks_from, record.seq)
             with self._guard:
@@ -120,6 +127,11 @@ class RecordRequest:
                 mark = attrs.evolve(mark, fields={**mark.fields, "name": handle(state, object_id)})
             named.append(mark)
         return tuple(named)
+
+
+def _size(session: OpenSession, call_id: str) -> int | None:
+    obj = session.objects.meta(call_id)
+    return obj.content_length if isinstance(obj, ToolcallObject) else None
 
 
 def _record(doc: Document | None) -> RequestRecord | None:

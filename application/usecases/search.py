@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from selfctx.application.persistence import LOG_TYPE, entry_events
 from selfctx.application.ports.search import (
+    Encounter,
     IndexBatch,
     IndexPosition,
     Membership,
@@ -29,6 +30,7 @@ from selfctx.application.ports.search import (
     SearchHit,
     SearchIndex,
     SearchQuery,
+    Shown,
 )
 from selfctx.application.ports.store import Change, ObjectStore
 
@@ -74,11 +76,15 @@ class _Turns:
         return self._turns[session_id]
 
 
+_SHOWN: Final = {"ObjectEncountered": "met", "ObjectActivated": "on", "ObjectDeactivated": "off"}
+
+
 def _log_entries(
-    doc: Mapping[str, Any], tx_id: int, turns: _Turns, out: list[SearchEntry]
+    doc: Mapping[str, Any], tx_id: int, turns: _Turns, out: list[SearchEntry], shown: list[Shown]
 ) -> tuple[list[Membership], dict[str, int]]:
-    """A session-log entry's messages (appended to ``out``), file encounters, and the turn each
-    tool call it recorded belongs to."""
+    """A session-log entry's messages (appended to ``out``), file encounters, encounters,
+    activations and collapses (appended to ``shown``), and the turn each tool call it recorded
+    belongs to."""
     session_id = doc.get("session_id")
     seq = doc.get("seq")
     if not isinstance(session_id, str) or not isinstance(seq, int):
@@ -88,6 +94,9 @@ def _log_entries(
     toolcall_turns: dict[str, int] = {}
     for event in entry_events(doc):
         name = event.get("event")
+        change = _SHOWN.get(str(name))
+        if change is not None and isinstance(event.get("object_id"), str):
+            shown.append(Shown(session_id, event["object_id"], seq, change))  # type: ignore[arg-type]
         if name == "UserMessageRecorded":
             turn = turns.begin(session_id)
             out.append(
@@ -134,6 +143,7 @@ def batch_of(changes: Iterable[Change], index: SearchIndex, after: int | None) -
     none)."""
     entries: list[SearchEntry] = []
     members: list[Membership] = []
+    shown: list[Shown] = []
     last: Change | None = None
     turns = _Turns(index)
     for change in changes:
@@ -142,7 +152,7 @@ def batch_of(changes: Iterable[Change], index: SearchIndex, after: int | None) -
         # Log entries first: they say which turn the tool calls of the same commit belong to.
         for doc in change.documents:
             if doc.get("type") == LOG_TYPE:
-                found, turned = _log_entries(doc, change.tx_id, turns, entries)
+                found, turned = _log_entries(doc, change.tx_id, turns, entries, shown)
                 members += found
                 toolcall_turns.update(turned)
         for doc in change.documents:
@@ -181,7 +191,7 @@ def batch_of(changes: Iterable[Change], index: SearchIndex, after: int | None) -
     if last is None:
         return None
     position = IndexPosition(last.tx_id, last.tx_time)
-    return IndexBatch(after, tuple(entries), tuple(members), position)
+    return IndexBatch(after, tuple(entries), tuple(members), position, tuple(shown))
 
 
 class SearchHistory:
@@ -231,3 +241,9 @@ class SearchHistory:
         """The sessions that have met file ``object_id``, once the index has caught up."""
         self.catch_up()
         return self.index.sessions_of(object_id)
+
+    def encounters(self, object_id: str) -> list[Encounter] | None:
+        """How each session met ``object_id``, once the index has caught up (None: the index
+        does not keep it)."""
+        self.catch_up()
+        return self.index.encounters(object_id)

@@ -193,6 +193,9 @@ class CollapseToFit:
     reasons: tuple[tuple[str, str], ...] = ()
     """``(object, rule)``: which rule of the policy collapsed each object (a short code such as
     ``batch:unused``; see ``ObjectDeactivated.reason``), kept in its event for inspection."""
+    kept: tuple[tuple[str, str], ...] = ()
+    """``(object, excerpt)``: the lines of a collapsing tool output its reference keeps showing
+    (decision 0075)."""
 
 
 @attrs.frozen

@@ -162,6 +162,9 @@ class ObjectDeactivated:
     ``batch:over-keep``, ``batch:lru``, ``seen:unused``, ``seen:superseded``, ``shed``,
     ``budget``); None in entries written before it was kept. Changes no state: it is there so
     that a reader of the log can say why an output collapsed."""
+    kept: str | None = None
+    """The lines of a collapsing tool output its one-line reference still shows (an excerpt,
+    decision 0075), None: the reference alone."""
 
 
 @attrs.frozen

@@ -274,11 +274,12 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
             _require_content_object(state, object_id)
             return [e.ObjectUnpinned(object_id)] if object_id in state.pinned else []
         case c.CollapseToFit(
-            object_ids=object_ids, note=note, superseded=superseded, reasons=reasons
+            object_ids=object_ids, note=note, superseded=superseded, reasons=reasons, kept=kept
         ):
             out = []
             newer = dict(superseded)
             why = dict(reasons)
+            excerpts = {i: text for i, text in kept if text}
             for later in newer.values():
                 _require_content_object(state, later)
             for object_id in dict.fromkeys(object_ids):
@@ -289,7 +290,11 @@ def _decide_primary(state: SessionState, cmd: c.Command) -> list[e.Event]:
                     by = newer.get(object_id)
                     out.append(
                         e.ObjectDeactivated(
-                            object_id, by="budget", superseded_by=by, reason=why.get(object_id)
+                            object_id,
+                            by="budget",
+                            superseded_by=by,
+                            reason=why.get(object_id),
+                            kept=excerpts.get(object_id),
                         )
                     )
             if out and note:
@@ -426,8 +431,9 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
                 auto_active=auto_active,
                 last_used=state.last_used.set(object_id, state.use_clock + 1),
                 use_clock=state.use_clock + 1,
+                excerpts=state.excerpts.discard(object_id),
             )
-        case e.ObjectDeactivated(object_id=object_id, superseded_by=later):
+        case e.ObjectDeactivated(object_id=object_id, superseded_by=later, kept=excerpt):
             return attrs.evolve(
                 state,
                 active=state.active.discard(object_id),
@@ -435,6 +441,9 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
                 superseded=state.superseded.set(object_id, later)
                 if later is not None
                 else state.superseded,
+                excerpts=state.excerpts.set(object_id, excerpt)
+                if excerpt
+                else state.excerpts.discard(object_id),
             )
         case e.ContextNoteRecorded(text=text):
             return _append_to_current_turn(state, ContextNote(text))

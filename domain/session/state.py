@@ -78,6 +78,13 @@ class PolicyConfig:
     agent's last this many messages names an identifier the output brought into the session (one
     with a digit or underscore in it, that no earlier output and no call of the agent had shown):
     the agent works with what it showed (None: only files make the working set)."""
+    excerpt_lines: int | None = None
+    """``relevance``: a tool output that collapses once answered or in a batch keeps, below its
+    one-line reference, at most this many of its lines: those holding an identifier the agent
+    named after it saw the output, with ``excerpt_context`` lines around each (decision 0075;
+    None: the reference alone)."""
+    excerpt_context: int = 2
+    """Lines kept either side of each line an excerpt keeps for the name it holds."""
     payback_percent: int | None = None
     """A batch collapse is a cache break: the provider writes again everything after the first
     output it collapses. With this set, a batch takes only the outputs after the earliest point
@@ -115,7 +122,14 @@ class PolicyConfig:
         _positive_or_none(self.compaction_trigger_tokens, "compaction_trigger_tokens")
         for what in ("verbatim_window_tokens", "summary_budget_tokens"):
             _positive_or_none(getattr(self, what), what)
-        for what in ("clear_at_least", "keep_recent", "min_verbatim_exchanges", "recent_messages"):
+        _positive_or_none(self.excerpt_lines, "excerpt_lines")
+        for what in (
+            "clear_at_least",
+            "keep_recent",
+            "min_verbatim_exchanges",
+            "recent_messages",
+            "excerpt_context",
+        ):
             value = getattr(self, what)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise InvalidInput(what, value, "must be an integer >= 0")
@@ -177,6 +191,9 @@ class SessionState:
     superseded: PMap[str, str] = attrs.field(factory=pmap)
     """Tool outputs collapsed because a later output shows the same lines of their files again,
     with that later output (decision 0021): a fact about the two outputs, kept once made."""
+    excerpts: PMap[str, str] = attrs.field(factory=pmap)
+    """Collapsed tool outputs whose reference keeps some of their lines, with those lines
+    (decision 0075); an output leaves it when it is activated again."""
     compacted: int = 0
     """Turns before this one are compacted: the chat shows ``summary`` in their place (they stay
     in ``turns``)."""

@@ -149,6 +149,9 @@ COMMANDS = st.one_of(
     st.builds(  # a collapse that records which later output superseded an output (decision 0021)
         lambda a, b: c.CollapseToFit((a,), "collapsed", ((a, b),)), CALL_IDS, CALL_IDS
     ),
+    st.builds(  # a collapse whose reference keeps some of the output's lines (decision 0075)
+        lambda a, text: c.CollapseToFit((a,), "", kept=((a, text),)), CALL_IDS, TEXT
+    ),
     st.builds(c.Checkpoint, st.none() | TEXT),
     SUMMARIES.map(c.CompactChat),
 )
@@ -261,6 +264,29 @@ def test_a_snapshot_keeps_which_output_superseded_which() -> None:
     assert "superseded" not in old
     restored = from_document(old)
     assert isinstance(restored, SessionObject) and restored.superseded == ()
+
+
+def test_a_snapshot_keeps_the_lines_a_collapsed_output_still_shows() -> None:
+    prompt = SystemPromptObject.build("system_prompt:s", "p")
+    state = fold(decide(INITIAL, c.StartSession("s", prompt, "chat:s")))
+    call = ToolcallObject.build(
+        "t1", tool="x", args={}, output="a\nb", status="ok", chat_ref="chat:s"
+    )
+    state = fold(decide(state, c.RecordToolCall(call)), state)
+    state = fold(
+        decide(state, c.CollapseToFit(("t1",), "", kept=(("t1", "b\n[... 1 line]"),))), state
+    )
+    assert dict(state.excerpts) == {"t1": "b\n[... 1 line]"}
+    session = from_document(through_json(to_document(SessionObject.of(state, 5))))
+    chat = from_document(through_json(to_document(ChatObject.of(state))))
+    assert isinstance(session, SessionObject) and isinstance(chat, ChatObject)
+    assert state_from_snapshot(session, chat) == state
+    # activated again, it shows whole: the excerpt is gone, also after a later collapse
+    state = fold(decide(state, c.Activate("t1")), state)
+    assert dict(state.excerpts) == {}
+    state = fold(decide(state, c.Deactivate("t1")), state)
+    assert dict(state.excerpts) == {}
+    assert "excerpts" not in to_document(SessionObject.of(state, 6))
 
 
 def _started(*user_messages: str) -> SessionState:

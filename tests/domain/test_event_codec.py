@@ -54,6 +54,8 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
         seen_calls=st.none() | st.integers(1, 9),
         keep_tokens=st.none() | st.integers(1, 10**6),
         named_messages=st.none() | st.integers(1, 99),
+        excerpt_lines=st.none() | st.integers(1, 99),
+        excerpt_context=st.integers(0, 9),
         payback_percent=st.none() | st.integers(1, 10**4),
         checkpoint_every=st.none() | st.integers(1, 99),
     ),
@@ -107,6 +109,7 @@ FIELDS: dict[str, st.SearchStrategy[Any]] = {
     "files": st.lists(TEXT, max_size=3).map(tuple),
     "superseded_by": st.none() | TEXT,
     "reason": st.none() | TEXT,
+    "kept": st.none() | TEXT,
 }
 EVENT_TYPES = typing.get_args(e.Event)
 

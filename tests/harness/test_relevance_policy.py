@@ -20,6 +20,7 @@ from selfctx.application.settings import Settings
 from selfctx.application.tokens import ContextCounter
 from selfctx.application.usecases.assemble import _paying
 from selfctx.domain.objects import FileObject, ToolcallObject
+from selfctx.domain.relevance import answer_names
 from selfctx.domain.rendering import AssembledContext, RenderedMessage
 from tests.harness.conftest import (
     CONTAINER,
@@ -603,3 +604,73 @@ def test_each_recent_message_is_read_once_and_the_working_set_is_the_same() -> N
     again = rel.relevance(state, objects, display, state.policy.recent_messages, memo)
     assert fresh.working_set and fresh.working_set == again.working_set
     assert fresh.tiers == again.tiers
+
+
+def test_a_collapsed_output_keeps_the_lines_the_agent_named_from_it() -> None:
+    # decision 0075: a search prints lines of no file the agent names; its answer names an
+    # identifier that only this output showed. Collapsed once answered, the reference keeps
+    # the line naming it with the lines around it, and says how to get the rest back.
+    found = "".join(f"    field_{n} = models.CharField(max_length={n})\n" for n in range(40))
+
+    def run(**overrides: Any) -> tuple[HarnessSession, str]:
+        h = session(**overrides)
+        h.ingest(
+            [
+                o_user("fix"),
+                o_assistant("Searching.", bash("c1", "grep -rh CharField tests")),
+                o_tool("c1", mini(found)),
+                o_assistant("So `field_20` is the one; the settings next.", bash("c2", "ls")),
+                o_tool("c2", mini("a.py\n")),
+            ]
+        )
+        return h, shown(h)["c1"]
+
+    h, text = run(excerpt_lines=20, excerpt_context=2)
+    state = h.service.state("s1")
+    # the answer's names, read from the turn's start or from the message that made the call
+    turn = state.toolcall_turn[tc("c1")]
+    assert answer_names(state, tc("c1")) == {"field_20"}
+    assert answer_names(state, tc("c1"), (turn, 1)) == {"field_20"}
+    assert answer_names(state, tc("c2")) == set()  # not answered yet
+    label = f"#{state.positions[tc('c1')] + 1}"
+    reference, *rest = text.split("\n")
+    assert reference.startswith(f"[{label} collapsed: bash ok")
+    assert reference.endswith(f"; part kept below, activate {label} for all]")
+    lines = mini(found).split("\n")  # the output as recorded: ``field_20`` on its line 22
+    assert lines[22] == "    field_20 = models.CharField(max_length=20)"
+    assert rest == ["[... 20 lines]", *lines[20:25], f"[... {len(lines) - 25} lines]"]
+    # the whole output comes back byte-identical; active again, it has no excerpt
+    answer = h.handle("activate", {"id": label})
+    assert answer.ok and answer.message.split("\n", 1)[1] == mini(found)
+    h.service.activate("s1", tc("c1"))
+    assert tc("c1") not in h.service.state("s1").excerpts
+    assert found in shown(h)["c1"]
+    # without the setting, or without a name from the output in the answer: the reference alone
+    assert "\n" not in run(excerpt_lines=None)[1]
+    h = session(excerpt_lines=20)
+    h.ingest(
+        [
+            o_user("fix"),
+            o_assistant("Searching.", bash("c1", "grep -rh CharField tests")),
+            o_tool("c1", mini(found)),
+            o_assistant("Nothing there; the settings next.", bash("c2", "ls")),
+            o_tool("c2", mini("a.py\n")),
+        ]
+    )
+    assert "collapsed" in shown(h)["c1"] and "\n" not in shown(h)["c1"]
+
+
+def test_an_excerpt_keeps_no_name_the_agent_had_before_the_output() -> None:
+    # the name the agent searched for is on every line: it says nothing about which lines matter
+    found = "".join(f"    uses_marker = {n}\n" for n in range(40))
+    h = session(excerpt_lines=20)
+    h.ingest(
+        [
+            o_user("fix"),
+            o_assistant("Searching.", bash("c1", "grep -rh uses_marker tests")),
+            o_tool("c1", mini(found)),
+            o_assistant("`uses_marker` is everywhere; the settings next.", bash("c2", "ls")),
+            o_tool("c2", mini("a.py\n")),
+        ]
+    )
+    assert "collapsed" in shown(h)["c1"] and "\n" not in shown(h)["c1"]

@@ -149,3 +149,167 @@ def test_a_gap_too_long_to_read_leaves_the_marks_to_the_log(
     texts = [m.text for m in history.markers_by_request()[1]]
     assert texts == ["collapsed #1 (agent)", "activated #1"] * 20 + ["collapsed #1 (agent)"]
     assert history.seqs  # read from the log
+
+
+def _bench_session(tmp_path: Path, requests: int = 80) -> tuple[MemoryStore, Path]:
+    from selfctx.adapters.bench.ui import build_session
+
+    store = MemoryStore()
+    work = tmp_path / "work"
+    work.mkdir()
+    writer = build_service(store=store, workspace=str(work))
+    try:
+        build_session(writer, work, requests, 8 * requests, lambda _: None)
+    finally:
+        writer.close()
+    return store, work
+
+
+def test_a_request_is_shown_with_the_lines_it_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each record keeps the collapsed lines it sent anew (the first all of them); a request's
+    page shows them as recorded and reads no file only they name, and the context is the one
+    the store rebuilds (``selfctx show --at``) and was sent (the recorded digest)."""
+    from selfctx.adapters.bench.ui import SESSION
+    from selfctx.adapters.ui import views
+    from selfctx.adapters.ui.history import SessionHistory
+    from selfctx.application.requests import context_digest
+
+    store, work = _bench_session(tmp_path)
+    reader = build_service(store=store, workspace=str(work))
+    renders: list[bool] = []
+    render = SessionHistory._render
+
+    def spy(self: SessionHistory, state: object, seq: int, tx: int, lines: object) -> object:
+        renders.append(lines is not None)
+        return render(self, state, seq, tx, lines)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SessionHistory, "_render", spy)
+    sessions = Sessions(reader)
+    history = sessions.get(SESSION)
+    records = history.records
+    assert records[0].lines is not None and records[0].lines.complete
+    assert all(r.lines is not None and not r.lines.complete for r in records[1:])
+    collapsed = 0
+    chosen = (records[-1], *records[::7])
+    for record in chosen:
+        record = history.record(record.n)
+        past = history.past(record.seq, record.tx_id, record.n)
+        assert context_digest(past.context) == record.digest
+        rebuilt = reader.context_at(SESSION, record.seq, tx_id=record.tx_id)
+        assert past.context == rebuilt
+        lines = history.lines_of(record.n)
+        assert lines is not None
+        shown = {m.toolcall_id: m.text for m in rebuilt.chat if m.toolcall_id in lines}
+        assert shown == {i: x.text for i, x in lines.items() if i in shown}
+        collapsed = max(collapsed, len(shown))
+        # the page (sizes, reasons, working set, active and pinned) is the one rebuilt whole
+        lean = views.request_view(reader, sessions, SESSION, n=record.n, seq=None)
+        with monkeypatch.context() as whole:
+            whole.setattr(SessionHistory, "lines_of", lambda *_: None)
+            full = views.request_view(reader, Sessions(reader), SESSION, n=record.n, seq=None)
+        assert lean.identical and full.identical
+        assert lean.items == full.items and lean.working_set == full.working_set
+        assert (lean.active, lean.pinned) == (full.active, full.pinned)
+        assert all(i.size for i in lean.items if i.state == "collapsed")
+    assert collapsed > 10
+    assert renders == [True, False] * len(chosen)  # shown as recorded, never rebuilt whole
+    # files that only collapsed lines name were not read
+    fresh = Sessions(reader).get(SESSION)
+    last = fresh.record(len(records))
+    fresh.past(last.seq, last.tx_id, last.n)
+    state = reader.state_at(SESSION, last.seq).state
+    files = [i for i in state.index if state.kinds[i] == "file"]
+    assert len([i for i in files if i in fresh._objects]) < len(files) / 2
+    reader.close()
+
+
+def test_a_line_that_is_not_what_was_sent_rebuilds_the_prompt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import attrs
+
+    from selfctx.adapters.bench.ui import SESSION
+    from selfctx.application.requests import PromptLines, context_digest
+
+    store, work = _bench_session(tmp_path, 40)
+    reader = build_service(store=store, workspace=str(work))
+    history = Sessions(reader).get(SESSION)
+    last = history.record(len(history.records))
+    lines = history.lines_of(last.n)
+    assert lines
+    wrong = PromptLines(False, tuple(attrs.evolve(x, text=x.text + " ") for x in lines.values()))
+    history.records[-1] = attrs.evolve(last, lines=wrong)
+    past = history.past(last.seq, last.tx_id, last.n)
+    assert context_digest(past.context) == last.digest
+    assert past.context == reader.context_at(SESSION, last.seq, tx_id=last.tx_id)
+    reader.close()
+
+
+def test_records_written_without_lines_still_show_their_prompts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session recorded before records kept lines (none of its records holds any, or its
+    later ones do but none is complete) is rebuilt whole, as before."""
+    from selfctx.adapters.bench.ui import SESSION
+    from selfctx.adapters.ui import views
+    from selfctx.application.requests import RequestMeter
+
+    collect = RequestMeter._collect_lines
+
+    def old(self: RequestMeter, *args: object) -> None:
+        collect(self, *args)  # type: ignore[arg-type]
+        self.lines = None  # as a record written before lines existed: no key at all
+
+    monkeypatch.setattr(RequestMeter, "_collect_lines", old)
+    store, work = _bench_session(tmp_path, 40)
+    monkeypatch.undo()
+    stored = store.get(f"requests:{SESSION}")
+    assert stored is not None and stored["record"]["lines"] is None
+    later = build_service(store=store, workspace=str(work))
+    later.resume_session(SESSION)
+    for _ in range(2):  # the same session continued after an upgrade: its records keep lines
+        later.record_request(SESSION, later.assemble(SESSION))
+    later.close()
+    reader = build_service(store=store, workspace=str(work))
+    sessions = Sessions(reader)
+    history = sessions.get(SESSION)
+    assert history.records[0].lines is None and history.records[-1].lines is not None
+    for n in (1, 20, len(history.records) - 2, len(history.records)):
+        view = views.request_view(reader, sessions, SESSION, n=n, seq=None)
+        assert view.identical, n
+    assert history.lines_of(len(history.records)) is not None  # the first after: complete
+    assert history.lines_of(len(history.records) - 2) is None
+    reader.close()
+
+
+def test_the_sessions_that_met_an_object_come_from_the_index_as_from_the_logs(
+    tmp_path: Path,
+) -> None:
+    """The search index keeps when each session met an object and where it was active, so an
+    object's page reads no log; it says what the logs say."""
+    from selfctx.adapters.bench.ui import SESSION
+    from selfctx.adapters.ui import views
+
+    store, work = _bench_session(tmp_path, 60)
+    reader = build_service(store=store, workspace=str(work))
+    state = reader.state_at(SESSION, reader.requests(SESSION)[-1].seq).state
+    files = [i for i in state.index if state.kinds[i] == "file"]
+    wanted = [*files[:3], *files[-3:], *(i for i in state.index if state.kinds[i] == "toolcall")]
+    indexed = Sessions(reader)
+    for object_id in wanted:
+        seen = views.met_view(reader, indexed, object_id).sessions
+        from_log = Sessions(reader)
+        history = from_log.get(SESSION).log()
+        assert history.first_seen.get(object_id) is not None
+        encounter = {e.session_id: e for e in reader.encounters(object_id) or ()}.get(SESSION)
+        assert encounter is not None and encounter.first_seq == history.first_seen[object_id]
+        spans = [tuple(s) for s in history.spans.get(object_id, ())]
+        assert list(encounter.spans) == spans
+        if state.kinds[object_id] == "file":
+            assert seen and seen[0].first_seq == encounter.first_seq
+            assert list(seen[0].active) == history.requests_between(spans)
+    assert any(e.spans for i in wanted for e in reader.encounters(i) or ())
+    assert not indexed.get(SESSION).seqs  # the page read no log
+    reader.close()

@@ -146,7 +146,7 @@ class KillingTransport(httpx.BaseTransport):
 class AckingStore(ObjectStore):
     """Writes down every commit the store acknowledged: one JSON line per commit in ``acks``
     (appended with a single ``write``, so a kill leaves whole lines) and ``ack <command>`` on
-    stdout; ``on_ack`` is told each command's name."""
+    stdout for each command it holds; ``on_ack`` is told each command's name."""
 
     def __init__(
         self, inner: ObjectStore, acks: str, on_ack: Callable[[str], None] = lambda _: None
@@ -159,9 +159,10 @@ class AckingStore(ObjectStore):
         receipt = self.inner.commit(puts, expect)
         line = json.dumps({"tx": receipt.tx_id, "docs": {d["xt/id"]: doc_digest(d) for d in puts}})
         os.write(self.fd, (line + "\n").encode())
-        command = next((str(d["command"]) for d in puts if d.get("type") == LOG_TYPE), "")
-        print("ack", command, flush=True)
-        self.on_ack(command)
+        # One line per command: a commit holds every command of one ingest (decision 0077).
+        for command in [str(d["command"]) for d in puts if d.get("type") == LOG_TYPE] or [""]:
+            print("ack", command, flush=True)
+            self.on_ack(command)
         return receipt
 
     def get(self, object_id: str) -> Document | None:

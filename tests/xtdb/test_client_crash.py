@@ -13,7 +13,7 @@ After every kill:
 * the log is the uninterrupted replay's log (the same commands with the same events, in order)
   cut somewhere, apart from the resumes themselves, so the state rebuilt from it is the state
   after a prefix of the replay's commands; every command in it was acknowledged, except at most
-  the last one each killed client wrote (committed, its acknowledgement lost with the client).
+  the last commit each killed client wrote (committed, its acknowledgement lost with the client).
 
 At the end the last client replays to the end, and the session — its log, its state and the
 context it assembles — equals the uninterrupted replay's.
@@ -157,11 +157,14 @@ class Checker:
             for object_id in ack["docs"]
             if object_id.startswith(f"log:{self.session}:")
         }
-        # A command committed without its acknowledgement is the last a killed client wrote:
-        # the log ends there, or the next client's resume follows.
+        # Commands committed without their acknowledgement are the last commit a killed client
+        # wrote (one ingest's commands, decision 0077): only unacknowledged ones follow them
+        # until the log ends or the next client's resume.
         for n, entry in enumerate(log):
             if entry["seq"] not in acked_seqs:
-                assert n + 1 == len(log) or log[n + 1]["command"] == "Resume", entry["seq"]
+                later = log[n + 1 :]
+                upto = next((k for k, e in enumerate(later) if e["command"] == "Resume"), None)
+                assert all(e["seq"] not in acked_seqs for e in later[:upto]), entry["seq"]
         assert state_of(entries_of(self.store, self.session)) == state_of(reference[:done])
         assert done + resumes == len(log)
         return done

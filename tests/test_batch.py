@@ -1,0 +1,139 @@
+"""``ContextService.batch``: the commands of one request committed as one transaction
+(decision 0077), on every store of the contract; what a refused or failed transaction leaves."""
+
+from __future__ import annotations
+
+import pytest
+
+from selfctx.application.persistence import entry_events
+from selfctx.application.ports.store import StoreUnavailable
+from selfctx.application.service import ContextService
+from selfctx.domain.chat import ToolCallRequest
+from tests.conftest import MakeService
+from tests.support import WrappedStore, file_id
+
+
+@pytest.fixture
+def sid(ns: str, service: ContextService) -> str:
+    session_id = f"{ns}s1"
+    service.start_session(session_id, "You are careful.")
+    return session_id
+
+
+def a_turn(service: ContextService, sid: str, n: int, content: str = "x = 1\n") -> None:
+    """An assistant message with one call, its output, and the file it read."""
+    call = f"tc-{n}"
+    service.record_assistant_message(sid, f"step {n}", [ToolCallRequest(call, "bash", {"n": n})])
+    service.record_tool_call(sid, call, tool="bash", args={"n": n}, output=f"output {n}")
+    service.index_file(sid, "/p/a.py", content)
+
+
+def entries(store: WrappedStore, sid: str) -> list[tuple[int, str]]:
+    return [(int(e["seq"]), str(e["command"])) for e in store.session_log(sid)]
+
+
+def test_a_batch_is_one_transaction_with_a_log_entry_per_command(
+    service: ContextService, store: WrappedStore, sid: str, make_service: MakeService
+) -> None:
+    a_turn(service, sid, 1)  # the ordinary way: one commit per command
+    before, logged = store.commits, len(entries(store, sid))
+    assert before >= 3
+
+    with service.batch(sid) as progress:
+        a_turn(service, sid, 2, "x = 2\n")
+        progress.done += 1
+        # the session has moved on already: what is read between commands is up to date
+        assert "tc-2" in service.state(sid).index
+
+    assert store.commits == before + 1
+    assert progress.committed == 1
+    log = entries(store, sid)
+    assert [c for _, c in log[logged:]] == ["RecordAssistantMessage", "RecordToolCall", "IndexFile"]
+    assert [s for s, _ in log] == list(range(1, len(log) + 1))
+    # What another process loads from the store is what this one holds.
+    other = make_service()
+    other.resume_session(sid)
+    assert other.state(sid) == service.state(sid)
+    assert other.assemble(sid) == service.assemble(sid)
+
+
+def test_two_versions_of_one_document_go_in_two_transactions(
+    service: ContextService, store: WrappedStore, sid: str, host_id: str
+) -> None:
+    before = store.commits
+    with service.batch(sid):
+        service.index_file(sid, "/p/b.py", "one\n")
+        service.index_file(sid, "/p/b.py", "two\n")
+    assert store.commits == before + 2
+    fid = file_id(host_id, "/p/b.py")
+    assert [v.document["content"] for v in service.history(fid)] == ["one\n", "two\n"]
+
+
+def test_a_refused_batch_is_decided_again_command_by_command(
+    service: ContextService, store: WrappedStore, sid: str, make_service: MakeService, ns: str,
+    host_id: str,
+) -> None:  # fmt: skip
+    a_turn(service, sid, 1, "v1\n")
+    other = make_service()
+    other.start_session(f"{ns}s2", "Another session.")
+    interleaved: list[int] = []
+
+    def another_writer() -> None:
+        # Just before the batch's transaction: another session writes a new version of the
+        # file the batch read (once; its own commit passes through here too).
+        if not interleaved:
+            interleaved.append(store.commits)
+            other.index_file(f"{ns}s2", "/p/a.py", "v3\n")
+
+    store.on_commit = another_writer
+    with service.batch(sid):
+        a_turn(service, sid, 2, "v2\n")
+    store.on_commit = None
+
+    fid = file_id(host_id, "/p/a.py")
+    assert [v.document["content"] for v in service.history(fid)] == ["v1\n", "v3\n", "v2\n"]
+    # Refused as a whole, then each command on its own: nothing twice, nothing lost.
+    log = entries(store, sid)
+    assert [c for _, c in log].count("RecordToolCall") == 2
+    assert [s for s, _ in log] == list(range(1, len(log) + 1))
+    assert service.object(sid, fid).content == "v2\n"
+    fresh = make_service()
+    fresh.resume_session(sid)
+    assert fresh.state(sid) == service.state(sid)
+
+
+def test_a_store_failure_at_the_end_leaves_the_session_as_the_store_has_it(
+    service: ContextService, store: WrappedStore, sid: str, make_service: MakeService
+) -> None:
+    a_turn(service, sid, 1)
+    state, logged = service.state(sid), entries(store, sid)
+    store.fail_commits = 1
+    with pytest.raises(StoreUnavailable), service.batch(sid) as progress:
+        a_turn(service, sid, 2, "x = 2\n")
+        progress.done += 1
+    assert progress.committed == 0
+    assert entries(store, sid) == logged
+    assert service.state(sid) == state
+    # and the session carries on
+    a_turn(service, sid, 2, "x = 2\n")
+    fresh = make_service()
+    fresh.resume_session(sid)
+    assert fresh.state(sid) == service.state(sid)
+    assert any(
+        event.get("object_id") == "tc-2"
+        for entry in store.session_log(sid)
+        for event in entry_events(entry)
+    )
+
+
+def test_what_a_batch_decided_before_an_error_is_kept(
+    service: ContextService, store: WrappedStore, sid: str
+) -> None:
+    before = store.commits
+    with pytest.raises(RuntimeError), service.batch(sid) as progress:
+        service.record_assistant_message(sid, "one", [])
+        progress.done += 1
+        raise RuntimeError("the caller failed")
+    assert store.commits == before + 1
+    assert progress.committed == 1
+    assert entries(store, sid)[-1][1] == "RecordAssistantMessage"
