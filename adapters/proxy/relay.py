@@ -488,7 +488,12 @@ class Relay:
                 raise _Refused(502, "a worker of the proxy failed to answer", path) from None
             if len(raw) > MAX_HEAD:
                 raise _Refused(502, "a worker of the proxy answered with an oversized head", path)
-            head = _parse_head(raw, request=False)
+            try:
+                head = _parse_head(raw, request=False)
+            except ValueError:
+                raise _Refused(
+                    502, "a worker of the proxy answered with a bad head", path
+                ) from None
             status = int(head.target)
             if status >= 200 or status == 101:
                 break
@@ -506,19 +511,24 @@ class Relay:
         first = raw.split(b"\r\n", 1)[0]
         writer.write(b"\r\n".join([first, *(n + b": " + v for n, v in fields)]) + b"\r\n\r\n")
         worker_keeps = "close" not in headers.get("connection", "").lower()
-        if bodyless:
-            await writer.drain()
-            return worker_keeps, True
-        if framed:
-            await _relay_chunked(reader, writer)
-            return worker_keeps, True
-        if length is not None:
-            await _relay_exactly(reader, writer, int(length))
-            return worker_keeps, True
-        while data := await reader.read(_READ):  # until the worker closes
-            writer.write(data)
-            await writer.drain()
-        return False, False
+        try:
+            if bodyless:
+                await writer.drain()
+                return worker_keeps, True
+            if framed:
+                await _relay_chunked(reader, writer)
+                return worker_keeps, True
+            if length is not None:
+                await _relay_exactly(reader, writer, int(length))
+                return worker_keeps, True
+            while data := await reader.read(_READ):  # until the worker closes
+                writer.write(data)
+                await writer.drain()
+            return False, False
+        except (ValueError, asyncio.LimitOverrunError, asyncio.IncompleteReadError):
+            # the answer was begun: a worker that breaks its framing ends the connection
+            log.warning("a worker of the proxy broke off its answer")
+            raise _Gone() from None
 
 
 async def _linger(incoming: _Incoming, writer: asyncio.StreamWriter) -> None:
