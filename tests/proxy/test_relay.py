@@ -228,3 +228,43 @@ def test_a_refused_large_body_still_gets_its_refusal() -> None:
         )
     assert answer.status_code == 403 and answer.json()["type"] == "error"
     assert workers[0].seen == []
+
+
+def test_a_worker_that_breaks_off_its_answer_ends_that_connection_only() -> None:
+    """A worker that promises 100 bytes and sends 5: the client's connection ends (it cannot be
+    told otherwise once the answer has begun); a worker's malformed head is a 502."""
+    answers = iter(
+        [
+            b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nshort",
+            b"HTTP/1.1 two hundred\r\n\r\n",
+        ]
+    )
+
+    async def broken(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(next(answers))
+        await writer.drain()
+        writer.close()
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(asyncio.start_server(broken, sock=sock))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    worker = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        with relay_in_thread(Relay([worker], SECRET)) as base, httpx.Client() as client:
+            try:
+                cut = client.get(base + "/v1/models")
+                cut_short = len(cut.content) < 100
+            except httpx.RemoteProtocolError:
+                cut_short = True
+            bad_head = client.get(base + "/v1/models")
+    finally:
+        loop.call_soon_threadsafe(server.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+    assert cut_short
+    assert bad_head.status_code == 502 and bad_head.json()["error"]["message"]
