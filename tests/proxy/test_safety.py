@@ -135,13 +135,14 @@ def test_browser_shaped_requests_are_refused(served: Any, tmp_path: Path) -> Non
     assert len(model.requests) == 1 and len(held) == 1  # only the agent's request went anywhere
 
 
+@SERVED
 def test_credentials_stay_out_of_logs_and_error_bodies(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    served: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     # an upstream that takes the key in its URL, and is down
     with (
-        proxy_for(f"http://127.0.0.1:9/gw?key={KEY}", tmp_path) as (_, base),
+        served(f"http://127.0.0.1:9/gw?key={KEY}", tmp_path) as (_, base),
         httpx.Client() as client,
     ):
         down = Agent("openai", base, headers={"authorization": f"Bearer {KEY}"}).send(client)
@@ -154,7 +155,7 @@ def test_credentials_stay_out_of_logs_and_error_bodies(
     }
     with (
         scripted([Step(error=(401, echo))]) as (_, up),
-        proxy_for(up, tmp_path) as (_, base),
+        served(up, tmp_path) as (_, base),
         httpx.Client() as client,
     ):
         rejected = Agent("openai", base, stream=True, headers={"authorization": f"Bearer {KEY}"})
