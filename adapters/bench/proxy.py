@@ -17,7 +17,9 @@ them all would pause for its collector, in either side's time).
   pass-through p95), and requests per second.
 
 Machines here are shared: the figures that carry are the ratios to the pass-through measured in
-the same run. ``--workers`` runs the proxy with that many worker processes (decision 0058).
+the same run. ``--workers`` runs the proxy with that many worker processes (decision 0058); the
+proxy's CPU time is its front's and its workers' together, and the front's alone is reported as
+``proxy_front``.
 """
 
 from __future__ import annotations
@@ -77,9 +79,8 @@ def _ms(values: Sequence[float]) -> dict[str, float]:
 def proxy_app(upstream: str, workspace: str, *, workers: int = 1, store: str = "memory") -> Any:
     """The proxy's ASGI application on ``store`` (``memory``, or an XTDB node's
     ``xtdb://host:port``) in front of ``upstream`` (both APIs there); with ``workers`` > 1, a
-    front and that many worker processes (``selfctx proxy`` processes, ending with this one)."""
-    from selfctx.adapters.proxy.workers import Front
-
+    front (``relay.Relay``, served by :func:`_serve`) and that many worker processes
+    (``selfctx proxy`` processes, ending with this one)."""
     if workers <= 1:
         from selfctx.adapters.bootstrap import build_service, open_store
         from selfctx.adapters.proxy import Proxy, ProxyConfig
@@ -94,7 +95,9 @@ def proxy_app(upstream: str, workspace: str, *, workers: int = 1, store: str = "
     argv = ["--store", store, "--workspace", workspace, "--log-level", "warning"]
     argv += ["--upstream-anthropic", upstream, "--upstream-openai", upstream]
     secret, urls = start_workers(workers, argv)
-    return Front(urls, secret).app
+    from selfctx.adapters.proxy.relay import Relay
+
+    return Relay(urls, secret)
 
 
 def _serve(kind: str, upstream: str, workers: int, store: str, ports: Any) -> None:
@@ -121,7 +124,10 @@ def _serve(kind: str, upstream: str, workers: int, store: str, ports: Any) -> No
         app = proxy_app(upstream, workspace, workers=workers, store=store)
     tune_collector()  # each a server, collected as selfctx proxy is
     ports.put(sock.getsockname()[1])
-    serve(app, sock, log_level="error")
+    if hasattr(app, "run"):  # the front of workers
+        app.run(sock)
+    else:
+        serve(app, sock, log_level="error")
 
 
 @attrs.frozen
@@ -133,6 +139,10 @@ class _Running:
         """CPU seconds used so far by the server's process and those it started (Linux; 0.0
         elsewhere)."""
         return sum(_cpu_of(pid) for pid in _family(self.pid))
+
+    def own_cpu(self) -> float:
+        """CPU seconds used so far by the server's process alone (with workers: the front)."""
+        return _cpu_of(self.pid)
 
 
 def _family(pid: int) -> list[int]:
@@ -213,16 +223,18 @@ def _one_client(size: int, requests: int, proxy: _Running, passthrough: _Running
         direct: list[float] = []
         through: list[float] = []
         content = b""
-        cpu = {"passthrough": 0.0, "proxy": 0.0}
+        cpu = {"passthrough": 0.0, "proxy": 0.0, "proxy_front": 0.0}
         for _ in range(requests):
             content = session.grow()
             for side, server, times in (
                 ("passthrough", passthrough, direct),
                 ("proxy", proxy, through),
             ):
-                before = server.cpu()
+                before, own = server.cpu(), server.own_cpu()
                 times.append(session.post(client, server.url, content))
                 cpu[side] += server.cpu() - before
+                if side == "proxy":
+                    cpu["proxy_front"] += server.own_cpu() - own
     added = [p - d for p, d in zip(through, direct, strict=True)]
     return {
         "objects": size,
@@ -246,7 +258,7 @@ def _concurrent(
             session.post(client, proxy.url, _body(session.messages))
     times: dict[str, list[float]] = {"passthrough": [], "proxy": []}
     spent: dict[str, float] = {"passthrough": 0.0, "proxy": 0.0}
-    cpu: dict[str, float] = {"passthrough": 0.0, "proxy": 0.0}
+    cpu: dict[str, float] = {"passthrough": 0.0, "proxy": 0.0, "proxy_front": 0.0}
     bodies = [[s.grow() for _ in range(requests)] for s in sessions]
 
     def run(side: str, server: _Running, rounds: range) -> None:
@@ -265,7 +277,7 @@ def _concurrent(
                 errors.append(exc)
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
-        before = server.cpu()
+        before, own = server.cpu(), server.own_cpu()
         started = time.perf_counter()
         for thread in threads:
             thread.start()
@@ -273,6 +285,8 @@ def _concurrent(
             thread.join()
         spent[side] += time.perf_counter() - started
         cpu[side] += server.cpu() - before
+        if side == "proxy":
+            cpu["proxy_front"] += server.own_cpu() - own
         if errors:
             raise errors[0]
 
@@ -287,7 +301,8 @@ def _concurrent(
         out[f"{side}_per_s"] = round(len(times[side]) / spent[side], 1)
     out["added_p95_ms"] = round(out["proxy_ms"]["p95"] - out["passthrough_ms"]["p95"], 3)
     out["cpu_ms_per_request"] = {
-        side: round(spent_cpu / len(times[side]) * 1000, 2) for side, spent_cpu in cpu.items()
+        side: round(spent_cpu / len(times[side.removesuffix("_front")]) * 1000, 2)
+        for side, spent_cpu in cpu.items()
     }
     return out
 

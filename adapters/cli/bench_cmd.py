@@ -532,6 +532,7 @@ def _proxy(args: argparse.Namespace) -> int:
             f"{run['objects']:>8} {run['requests']:>9} {run['added_ms']['p50']:>13.2f} "
             f"{run['added_ms']['p95']:>13.2f} {run['passthrough_ms']['p50']:>17.2f} "
             f"{run['proxy_ms']['p50']:>13.2f} {cpu['proxy']:>6.1f} vs {cpu['passthrough']:.1f}"
+            + (f" (front {cpu['proxy_front']:.1f})" if result["workers"] > 1 else "")
         )
     together = result["concurrent"]
     if together:

@@ -171,9 +171,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _front(args: argparse.Namespace, sock: Any, config: Any) -> int:
     """``--workers N``: start N workers with the same settings and serve the front."""
-    from selfctx.adapters.proxy.serving import serve
+    from selfctx.adapters.proxy.relay import Relay
     from selfctx.adapters.proxy.spawn import start_workers
-    from selfctx.adapters.proxy.workers import Front
     from selfctx.adapters.xtdb import ensure_local_node
 
     store = args.store
@@ -196,7 +195,13 @@ def _front(args: argparse.Namespace, sock: Any, config: Any) -> int:
         secret, workers = start_workers(args.workers, argv)
     except RuntimeError as exc:
         raise InvalidInput("workers", args.workers, str(exc)) from None
-    front = Front(workers, secret, token=config.token, hosts=config.hosts)
+    front = Relay(
+        workers,
+        secret,
+        token=config.token,
+        hosts=config.hosts,
+        max_body_bytes=config.max_body_bytes,
+    )
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{sock.getsockname()[1]}"
     policy = args.policy or "default"
@@ -204,7 +209,7 @@ def _front(args: argparse.Namespace, sock: Any, config: Any) -> int:
     print(_banner(base, config, store + note, policy), flush=True)
     print(f"  {args.workers} worker processes: {', '.join(workers)}", flush=True)
     try:
-        serve(front.app, sock, log_level="warning")
+        front.run(sock)
     finally:
         sock.close()
     return 0

@@ -15,13 +15,13 @@ Every refusal is an error in the shape of the API the path belongs to (Anthropic
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["LOOPBACK_NAMES", "TOKEN_HEADER", "Guard"]
+__all__ = ["LOOPBACK_NAMES", "TOKEN_HEADER", "Guard", "authenticated", "refusal"]
 
 TOKEN_HEADER = "x-selfctx-token"
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
@@ -47,8 +47,64 @@ def _hostname(host: str) -> str:
     return host.rsplit(":", 1)[0].lower() if host.count(":") == 1 else host.lower()
 
 
+def refusal(
+    method: str,
+    path: str,
+    raw_path: bytes,
+    headers: Mapping[str, str],
+    hosts: Collection[str] | None = LOOPBACK_NAMES,
+) -> tuple[int, str] | None:
+    """Why a request is refused before any route sees it (status, message), or None.
+
+    ``path`` is the decoded path, ``raw_path`` the path as sent (without the query),
+    ``headers`` lower-case names; ``hosts`` the names the proxy answers to (None: any)."""
+    own = path.startswith(OWN_PREFIX)
+    host = headers.get("host", "")
+    if hosts is not None and _hostname(host) not in hosts:
+        return 403, "this proxy answers only to requests for its own address"
+    origin = headers.get("origin")
+    fetch_site = headers.get("sec-fetch-site", "none")
+    if own:
+        if origin is not None and origin.partition("://")[2] != host:
+            return 403, "cross-origin requests are refused"
+        if fetch_site not in ("none", "same-origin"):
+            return 403, "cross-site requests are refused"
+    else:
+        if origin is not None or fetch_site != "none":
+            return 403, "requests from web pages are refused (this is a model API for agents)"
+    raw = raw_path.lower()
+    if any(code in raw for code in _ENCODED) or any(
+        part in (".", "..") for part in path.split("/")
+    ):
+        return 400, "the path may not hold encoded slashes or dots, nor . or .. segments"
+    if method == "POST" and path.startswith(_JSON_POSTS):
+        kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if kind != "application/json":
+            return 415, "the body must be application/json"
+    return None
+
+
+def authenticated(
+    path: str, headers: Mapping[str, str], token: str
+) -> tuple[str | None, tuple[int, str] | None]:
+    """The proxy's token, from the ``x-selfctx-token`` header or a path that starts with
+    ``/t/TOKEN`` (for clients that take only a base URL): the path once that prefix is taken
+    off (None if it had none), and the refusal, if the token is missing or wrong."""
+    given = None
+    rest = None
+    if path.startswith("/t/"):
+        given, _, rest = path[3:].partition("/")
+        rest = "/" + rest
+    else:
+        given = headers.get(TOKEN_HEADER)
+    if given is None or not secrets.compare_digest(given.encode(), token.encode()):
+        return rest, (401, "missing or wrong proxy token")
+    return rest, None
+
+
 class Guard:
-    """The ASGI middleware in front of the proxy's application."""
+    """The ASGI middleware in front of the proxy's application (:func:`refusal`,
+    :func:`authenticated`)."""
 
     def __init__(
         self,
@@ -71,54 +127,15 @@ class Guard:
             return
         path: str = scope["path"]
         headers = _headers(scope)
-        refusal = self._refusal(scope, path, headers)
-        if refusal is None and self.token is not None:
-            scope, refusal = self._authenticated(scope, path, headers)
-        if refusal is not None:
-            status, message = refusal
+        raw_path = bytes(scope.get("raw_path") or path.encode())
+        refused = refusal(scope["method"], path, raw_path, headers, self.hosts)
+        if refused is None and self.token is not None:
+            rest, refused = authenticated(path, headers, self.token)
+            if rest is not None:
+                scope = dict(scope, path=rest, raw_path=rest.encode())
+        if refused is not None:
+            status, message = refused
             body = self.error(scope["path"], status, message)
             await JSONResponse(body, status)(scope, receive, send)
             return
         await self.inner(scope, receive, send)
-
-    def _refusal(self, scope: Scope, path: str, headers: dict[str, str]) -> tuple[int, str] | None:
-        own = path.startswith(OWN_PREFIX)
-        host = headers.get("host", "")
-        if self.hosts is not None and _hostname(host) not in self.hosts:
-            return 403, "this proxy answers only to requests for its own address"
-        origin = headers.get("origin")
-        fetch_site = headers.get("sec-fetch-site", "none")
-        if own:
-            if origin is not None and origin.partition("://")[2] != host:
-                return 403, "cross-origin requests are refused"
-            if fetch_site not in ("none", "same-origin"):
-                return 403, "cross-site requests are refused"
-        else:
-            if origin is not None or fetch_site != "none":
-                return 403, "requests from web pages are refused (this is a model API for agents)"
-        raw = bytes(scope.get("raw_path") or path.encode()).lower()
-        if any(code in raw for code in _ENCODED) or any(
-            part in (".", "..") for part in path.split("/")
-        ):
-            return 400, "the path may not hold encoded slashes or dots, nor . or .. segments"
-        if scope["method"] == "POST" and path.startswith(_JSON_POSTS):
-            kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-            if kind != "application/json":
-                return 415, "the body must be application/json"
-        return None
-
-    def _authenticated(
-        self, scope: Scope, path: str, headers: dict[str, str]
-    ) -> tuple[Scope, tuple[int, str] | None]:
-        """The token, from the ``x-selfctx-token`` header or a path that starts with
-        ``/t/TOKEN`` (for clients that take only a base URL; the prefix is taken off)."""
-        assert self.token is not None
-        given = None
-        if path.startswith("/t/"):
-            given, _, rest = path[3:].partition("/")
-            scope = dict(scope, path="/" + rest, raw_path=("/" + rest).encode())
-        else:
-            given = headers.get(TOKEN_HEADER)
-        if given is None or not secrets.compare_digest(given.encode(), self.token.encode()):
-            return scope, (401, "missing or wrong proxy token")
-        return scope, None

@@ -3,8 +3,9 @@
 The context manager's work for a request (parsing what is new, ingesting, rendering, encoding)
 holds Python's interpreter lock: one process serves one request's work at a time, however many
 cores the machine has. With ``selfctx proxy --workers N`` the process that listens is a *front*
-that forwards each request, unread, to one of N worker processes (each a whole proxy on a port of
-127.0.0.1 of its own, reached with a secret of the run), so N requests are worked on at once.
+(``relay.Relay``) that passes each request's bytes, unread but for its head, to one of N worker
+processes (each a whole proxy on a port of 127.0.0.1 of its own, reached with a secret of the
+run), so N requests are worked on at once.
 
 Each conversation's requests must reach the worker that holds its session (the parsed
 conversation, its renderings, its lock). A request's *routing key* is a digest of its credentials
@@ -21,16 +22,11 @@ from __future__ import annotations
 
 import collections
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
-from starlette.requests import Request
-
-from selfctx.adapters.proxy.app import error_body
-from selfctx.adapters.proxy.guard import LOOPBACK_NAMES, TOKEN_HEADER, Guard
-from selfctx.adapters.proxy.passthrough import PassThrough
 from selfctx.adapters.proxy.sessions import CREDENTIAL_HEADERS, SESSION_HEADER
 
-__all__ = ["ROUTING_HEADERS", "Front", "Workers", "routing_key"]
+__all__ = ["ROUTING_HEADERS", "Workers", "routing_key"]
 
 ROUTING_HEADERS = (
     *CREDENTIAL_HEADERS,
@@ -41,9 +37,6 @@ ROUTING_HEADERS = (
     "thread-id",
 )
 """What a request's worker is chosen by: the same for every request of one conversation."""
-_DROPPED = frozenset(
-    {"host", "content-length", "connection", "transfer-encoding", "keep-alive", TOKEN_HEADER}
-)
 
 
 def routing_key(headers: Mapping[str, str]) -> bytes:
@@ -76,27 +69,3 @@ class Workers:
             _key, forgotten = self._of.popitem(last=False)
             self.held[forgotten] -= 1
         return worker
-
-
-class Front(PassThrough):
-    """The listening process of a proxy with workers: :attr:`app` forwards each request to its
-    worker (``workers``: their base URLs) with the run's ``secret`` in ``x-selfctx-token``,
-    behind the same checks as a proxy (``guard.Guard``)."""
-
-    def __init__(
-        self,
-        workers: Sequence[str],
-        secret: str,
-        *,
-        token: str | None = None,
-        hosts: frozenset[str] | None = LOOPBACK_NAMES,
-    ) -> None:
-        super().__init__("")
-        self.workers = list(workers)
-        self.placed = Workers(len(self.workers))
-        self.secret = secret
-        self.app = Guard(self.app, error_body, token=token, hosts=hosts)
-
-    def _target(self, request: Request, body: bytes) -> tuple[str, dict[str, str]]:
-        worker = self.workers[self.placed.of(routing_key(request.headers))]
-        return worker, {TOKEN_HEADER: self.secret}

@@ -1,5 +1,6 @@
 """``selfctx bench proxy`` runs end to end (its servers, its clients) and reports each figure it
-names, the proxy's CPU per request beside the pass-through's included. It prints figures; this
+names, the proxy's CPU per request beside the pass-through's included (with workers, the front's
+apart). It prints figures; this
 test only checks that they are there."""
 
 from __future__ import annotations
@@ -11,9 +12,18 @@ def test_the_benchmark_reports_latency_cpu_and_throughput() -> None:
     result = run_proxy((5,), 2, clients=2, concurrent_size=5, concurrent_requests=2)
     assert result["store"] == "memory"
     (run,) = result["runs"]
-    assert set(run["cpu_ms_per_request"]) == {"passthrough", "proxy"}
+    assert set(run["cpu_ms_per_request"]) == {"passthrough", "proxy", "proxy_front"}
     assert run["requests"] == 2 and "p50" in run["added_ms"]
     together = result["concurrent"]
     assert together["clients"] == 2
-    assert set(together["cpu_ms_per_request"]) == {"passthrough", "proxy"}
+    assert set(together["cpu_ms_per_request"]) == {"passthrough", "proxy", "proxy_front"}
     assert together["proxy_per_s"] > 0 and together["passthrough_per_s"] > 0
+
+
+def test_with_workers_the_fronts_cpu_is_reported_apart() -> None:
+    result = run_proxy((5,), 2, clients=2, concurrent_size=5, concurrent_requests=2, workers=2)
+    assert result["workers"] == 2
+    cpu = result["runs"][0]["cpu_ms_per_request"]
+    # the front alone, and front and workers (in clock ticks: a tiny run may count 0 for both)
+    assert 0 <= cpu["proxy_front"] <= cpu["proxy"]
+    assert result["concurrent"]["proxy_per_s"] > 0

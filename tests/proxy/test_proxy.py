@@ -43,6 +43,28 @@ def proxy_for(
         service.close()
 
 
+@contextlib.contextmanager
+def front_for(
+    upstream: str, workspace: Path, store: MemoryStore | None = None, **config: Any
+) -> Iterator[tuple[Proxy, str]]:
+    """As :func:`proxy_for`, behind the front of ``selfctx proxy --workers`` (``relay.Relay``):
+    the proxy is its one worker, reached with the run's secret; the front has the token, if
+    any, and the checks."""
+    from selfctx.adapters.proxy.relay import Relay, relay_in_thread
+
+    secret = "the-run's-secret-0123456789"
+    token = config.pop("token", None)
+    with (
+        proxy_for(upstream, workspace, store, token=secret, **config) as (proxy, worker),
+        relay_in_thread(Relay([worker], secret, token=token)) as base,
+    ):
+        yield proxy, base
+
+
+SERVED = pytest.mark.parametrize("served", [proxy_for, front_for], ids=["one", "front"])
+"""A test of what the proxy refuses, for one process and for the front of workers."""
+
+
 def bash(command: str, text: str = "") -> Step:
     return Step(text, (("bash", {"command": command}),))
 
@@ -268,11 +290,12 @@ def test_keepalive_comments_while_the_answer_is_prepared(tmp_path: Path) -> None
     assert read_stream("anthropic", agent.raw[0])["content"][0]["text"] == "Slow answer."
 
 
-def test_a_token_is_required_when_configured(tmp_path: Path) -> None:
+@SERVED
+def test_a_token_is_required_when_configured(served: Any, tmp_path: Path) -> None:
     token = "t0ken-of-twenty-chars"
     with (
         scripted([Step("hi")]) as (_, up),
-        proxy_for(up, tmp_path, token=token) as (_, base),
+        served(up, tmp_path, token=token) as (_, base),
         httpx.Client() as client,
     ):
         refused = Agent("anthropic", base).send(client)

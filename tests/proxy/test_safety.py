@@ -22,7 +22,7 @@ from selfctx.adapters.proxy.scripted import Seen, Step
 from selfctx.adapters.proxy.serving import serve_in_thread
 from tests.proxy.drive import PATHS, Agent
 from tests.proxy.support import scripted
-from tests.proxy.test_proxy import proxy_for
+from tests.proxy.test_proxy import SERVED, proxy_for
 
 APIS = ["anthropic", "openai", "responses"]
 KEY = "sk-live-0123456789abcdefSECRET"
@@ -79,10 +79,11 @@ def test_a_client_that_left_is_not_served_further(stream: bool, tmp_path: Path) 
     assert len(model.requests) - before <= 2, len(model.requests) - before
 
 
-def test_browser_shaped_requests_are_refused(tmp_path: Path) -> None:
+@SERVED
+def test_browser_shaped_requests_are_refused(served: Any, tmp_path: Path) -> None:
     with (
         scripted([Step("hi")]) as (model, up),
-        proxy_for(up, tmp_path) as (proxy, base),
+        served(up, tmp_path) as (proxy, base),
         httpx.Client() as client,
     ):
         body = json.dumps(Agent("anthropic", base).body())
@@ -134,13 +135,14 @@ def test_browser_shaped_requests_are_refused(tmp_path: Path) -> None:
     assert len(model.requests) == 1 and len(held) == 1  # only the agent's request went anywhere
 
 
+@SERVED
 def test_credentials_stay_out_of_logs_and_error_bodies(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    served: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     # an upstream that takes the key in its URL, and is down
     with (
-        proxy_for(f"http://127.0.0.1:9/gw?key={KEY}", tmp_path) as (_, base),
+        served(f"http://127.0.0.1:9/gw?key={KEY}", tmp_path) as (_, base),
         httpx.Client() as client,
     ):
         down = Agent("openai", base, headers={"authorization": f"Bearer {KEY}"}).send(client)
@@ -153,7 +155,7 @@ def test_credentials_stay_out_of_logs_and_error_bodies(
     }
     with (
         scripted([Step(error=(401, echo))]) as (_, up),
-        proxy_for(up, tmp_path) as (_, base),
+        served(up, tmp_path) as (_, base),
         httpx.Client() as client,
     ):
         rejected = Agent("openai", base, stream=True, headers={"authorization": f"Bearer {KEY}"})
@@ -223,7 +225,8 @@ def test_a_nul_in_a_search_is_answered_to_the_model(api: str, tmp_path: Path) ->
     assert "done" in json.dumps(agent.responses[-1])
 
 
-def test_paths_stay_under_the_upstreams_prefix(tmp_path: Path) -> None:
+@SERVED
+def test_paths_stay_under_the_upstreams_prefix(served: Any, tmp_path: Path) -> None:
     seen: list[str] = []
 
     async def anything(request: Request) -> JSONResponse:
@@ -233,9 +236,10 @@ def test_paths_stay_under_the_upstreams_prefix(tmp_path: Path) -> None:
     upstream = Starlette(routes=[Route("/{path:path}", anything, methods=["GET", "POST"])])
     with (
         serve_in_thread(upstream) as up,
-        proxy_for(
-            up + "/gateway/anthropic", tmp_path, upstream_openai=up + "/gateway/openai/v1"
-        ) as (_, base),
+        served(up + "/gateway/anthropic", tmp_path, upstream_openai=up + "/gateway/openai/v1") as (
+            _,
+            base,
+        ),
         httpx.Client() as client,
     ):
         fine = client.get(base + "/v1/models")

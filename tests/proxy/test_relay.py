@@ -1,0 +1,270 @@
+"""The front of ``selfctx proxy --workers N`` (``relay.Relay``): bytes relayed both ways, each
+request of a kept-alive connection placed by its own key, streams passed on as they come,
+chunked bodies, bounded heads and bodies, and a client that leaves takes its request with it.
+What it refuses is tested beside the one-process proxy (``SERVED`` in test_proxy and
+test_safety)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from selfctx.adapters.proxy.relay import MAX_HEAD, Relay, relay_in_thread
+from selfctx.adapters.proxy.serving import serve_in_thread
+
+SECRET = "the-run's-secret-0123456789"
+
+
+class _Worker:
+    """A stand-in worker that records what reaches it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.seen: list[tuple[str, dict[str, str], bytes]] = []
+        self.left = threading.Event()
+        self.app = Starlette(
+            routes=[
+                Route("/stream", self._stream),
+                Route("/slow", self._slow, methods=["POST"]),
+                Route("/{path:path}", self._echo, methods=["GET", "POST"]),
+            ]
+        )
+
+    async def _echo(self, request: Request) -> Response:
+        body = await request.body()
+        self.seen.append((request.url.path, dict(request.headers), body))
+        return JSONResponse({"worker": self.name, "bytes": len(body)})
+
+    async def _stream(self, request: Request) -> Response:
+        async def events() -> AsyncIterator[bytes]:
+            for n in range(3):
+                yield f"data: {n} {time.monotonic()}\n\n".encode()
+                await asyncio.sleep(0.4)
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def _slow(self, request: Request) -> Response:
+        await request.body()
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        self.left.set()
+        return Response(status_code=499)
+
+
+@contextlib.contextmanager
+def _front(count: int = 2, **options: Any) -> Iterator[tuple[list[_Worker], str]]:
+    workers = [_Worker(f"w{n}") for n in range(count)]
+    with contextlib.ExitStack() as stack:
+        urls = [stack.enter_context(serve_in_thread(w.app)) for w in workers]
+        base = stack.enter_context(relay_in_thread(Relay(urls, SECRET, **options)))
+        yield workers, base
+
+
+def _raw(base: str) -> socket.socket:
+    host, port = base.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _read_answer(sock: socket.socket, buffer: bytearray) -> tuple[bytes, bytes]:
+    """One answer with a content-length from ``sock``: its head and body."""
+    while b"\r\n\r\n" not in buffer:
+        data = sock.recv(65536)
+        assert data, bytes(buffer)
+        buffer += data
+    end = buffer.index(b"\r\n\r\n") + 4
+    head = bytes(buffer[:end])
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    while len(buffer) < end + length:
+        buffer += sock.recv(65536)
+    body = bytes(buffer[end : end + length])
+    del buffer[: end + length]
+    return head, body
+
+
+def _post(path: str, session: str, body: bytes = b"{}", port: int = 0) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
+        f"x-selfctx-session: {session}\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def test_one_kept_alive_connection_reaches_each_conversations_worker() -> None:
+    with _front() as (workers, base):
+        port = int(base.rsplit(":", 1)[1])
+        sock = _raw(base)
+        buffer = bytearray()
+        answers = []
+        # the first two pipelined in one write: each head is read and placed on its own
+        sock.sendall(_post("/v1/chat/completions", "a", port=port) + _post("/v1/x", "b", port=port))
+        answers += [_read_answer(sock, buffer), _read_answer(sock, buffer)]
+        for session in ("a", "b", "a"):
+            sock.sendall(_post("/v1/chat/completions", session, b'{"n": 1}', port))
+            answers.append(_read_answer(sock, buffer))
+        sock.close()
+    served = [json.loads(body)["worker"] for _, body in answers]
+    assert served[0] != served[1]
+    assert served[2:] == [served[0], served[1], served[0]]
+    assert all(head.startswith(b"HTTP/1.1 200") for head, _ in answers)
+    assert sorted(len(w.seen) for w in workers) == [2, 3]
+    for worker in workers:
+        for _, headers, _ in worker.seen:
+            assert headers["x-selfctx-token"] == SECRET  # the run's secret, added by the front
+
+
+def test_a_stream_flows_event_by_event() -> None:
+    with _front(1) as (_, base), httpx.Client() as client:
+        arrived = []
+        with client.stream("GET", base + "/stream") as answer:
+            assert answer.headers["content-type"].startswith("text/event-stream")
+            for line in answer.iter_lines():
+                if line.startswith("data: "):
+                    arrived.append((time.monotonic(), float(line.split()[2])))
+    assert len(arrived) == 3
+    # each event reached the client before the worker wrote the next (0.4 s later)
+    for (got, _), (_, next_sent) in itertools.pairwise(arrived):
+        assert got < next_sent
+
+
+def test_a_chunked_body_reaches_the_worker_whole() -> None:
+    parts = [b'{"messages": [', b'"' + b"x" * 100_000 + b'"', b"]}"]
+    with _front(1) as (workers, base), httpx.Client() as client:
+        answer = client.post(
+            base + "/v1/chat/completions",
+            content=iter(parts),  # an iterator: httpx sends it chunked
+            headers={"content-type": "application/json", "x-selfctx-token": "the client's"},
+        )
+    assert answer.status_code == 200, answer.text
+    path, headers, body = workers[0].seen[0]
+    assert path == "/v1/chat/completions" and body == b"".join(parts)
+    assert headers["content-length"] == str(len(body)) and "transfer-encoding" not in headers
+    assert headers["x-selfctx-token"] == SECRET
+
+
+def test_oversized_heads_and_bodies_are_refused_before_any_worker() -> None:
+    with _front(1, max_body_bytes=1000) as (workers, base), httpx.Client() as client:
+        long_head = client.post(
+            base + "/v1/messages",
+            content=b"{}",
+            headers={"content-type": "application/json", "x-long": "y" * (MAX_HEAD + 10)},
+        )
+        long_body = client.post(
+            base + "/v1/messages",
+            content=b"{" + b" " * 2000 + b"}",
+            headers={"content-type": "application/json"},
+        )
+        long_chunked = client.post(
+            base + "/v1/chat/completions",
+            content=iter([b"{", b" " * 2000, b"}"]),
+            headers={"content-type": "application/json"},
+        )
+        sock = _raw(base)
+        sock.sendall(b"GET / HTTP/1.1\r\nhost: 127.0.0.1\r\n" + b"x: y\r\n" * 200 + b"\r\n")
+        many_fields = _read_answer(sock, bytearray())
+        sock.close()
+    assert long_head.status_code == 431
+    assert long_body.status_code == 413 and long_body.json()["type"] == "error"  # Anthropic's
+    assert long_chunked.status_code == 413 and long_chunked.json()["error"]["message"]
+    assert many_fields[0].startswith(b"HTTP/1.1 431")
+    assert workers[0].seen == []
+
+
+def test_a_malformed_request_gets_a_400() -> None:
+    with _front(1) as (workers, base):
+        sock = _raw(base)
+        sock.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: 127.0.0.1\r\n bad: folded\r\n\r\n")
+        head, body = _read_answer(sock, bytearray())
+        sock.close()
+    assert head.startswith(b"HTTP/1.1 400") and json.loads(body)["error"]["message"]
+    assert workers[0].seen == []
+
+
+def test_a_client_that_leaves_takes_its_worker_request_with_it() -> None:
+    with _front(1) as (workers, base):
+        port = int(base.rsplit(":", 1)[1])
+        sock = _raw(base)
+        sock.sendall(_post("/slow", "a", b"{}", port))
+        time.sleep(0.3)
+        assert not workers[0].left.is_set()
+        sock.close()
+        assert workers[0].left.wait(5)  # the worker saw its client leave
+
+
+def test_an_unreachable_worker_is_a_502_in_the_providers_shape() -> None:
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()
+    relay = Relay([f"http://127.0.0.1:{port}"], SECRET)
+    with relay_in_thread(relay) as base, httpx.Client() as client:
+        answer = client.post(
+            base + "/v1/chat/completions",
+            content=b"{}",
+            headers={"content-type": "application/json", "authorization": "Bearer sk-secret"},
+        )
+    assert answer.status_code == 502 and answer.json()["error"]["message"]
+    assert "sk-secret" not in answer.text
+
+
+def test_a_refused_large_body_still_gets_its_refusal() -> None:
+    """Refused before its 8 MB body is read, the client still reads the 403 (no reset)."""
+    with _front(1) as (workers, base), httpx.Client() as client:
+        answer = client.post(
+            base + "/v1/messages",
+            content=b"{" + b" " * 8_000_000 + b"}",
+            headers={"content-type": "application/json", "origin": "http://evil.example"},
+        )
+    assert answer.status_code == 403 and answer.json()["type"] == "error"
+    assert workers[0].seen == []
+
+
+def test_a_worker_that_breaks_off_its_answer_ends_that_connection_only() -> None:
+    """A worker that promises 100 bytes and sends 5: the client's connection ends (it cannot be
+    told otherwise once the answer has begun); a worker's malformed head is a 502."""
+    answers = iter(
+        [
+            b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nshort",
+            b"HTTP/1.1 two hundred\r\n\r\n",
+        ]
+    )
+
+    async def broken(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(next(answers))
+        await writer.drain()
+        writer.close()
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(asyncio.start_server(broken, sock=sock))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    worker = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        with relay_in_thread(Relay([worker], SECRET)) as base, httpx.Client() as client:
+            try:
+                cut = client.get(base + "/v1/models")
+                cut_short = len(cut.content) < 100
+            except httpx.RemoteProtocolError:
+                cut_short = True
+            bad_head = client.get(base + "/v1/models")
+    finally:
+        loop.call_soon_threadsafe(server.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+    assert cut_short
+    assert bad_head.status_code == 502 and bad_head.json()["error"]["message"]
