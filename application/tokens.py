@@ -13,6 +13,7 @@ import itertools
 import json
 import operator
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from pyrsistent import thaw
 
@@ -52,6 +53,15 @@ class TokenCounts:
         return len(self._counts)
 
 
+_JSON = json.JSONEncoder(ensure_ascii=False)
+"""``json.dumps(value, ensure_ascii=False)``, without building an encoder for each call."""
+
+
+def _arguments_text(arguments: Any) -> str:
+    """A call's arguments as the text a provider tokenizes."""
+    return _JSON.encode(thaw(arguments))
+
+
 def context_texts(context: AssembledContext) -> Iterator[str]:
     """Every text of the context that a provider would tokenize, in prompt order."""
     yield context.system_prompt
@@ -61,7 +71,7 @@ def context_texts(context: AssembledContext) -> Iterator[str]:
         yield message.text
         for call in message.tool_calls:
             yield call.name
-            yield json.dumps(thaw(call.arguments), ensure_ascii=False)
+            yield _arguments_text(call.arguments)
     for block in context.active:
         yield block.text
 
@@ -75,7 +85,7 @@ def _message_texts(message: RenderedMessage) -> Iterator[str]:
     yield message.text
     for call in message.tool_calls:
         yield call.name
-        yield json.dumps(thaw(call.arguments), ensure_ascii=False)
+        yield _arguments_text(call.arguments)
 
 
 def identical_prefix(old: Sequence[object], new: Sequence[object]) -> int:

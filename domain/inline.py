@@ -63,9 +63,22 @@ def _shorten(value: Any, label: str) -> Any:
     return value
 
 
+def _long(value: Any) -> bool:
+    """Whether ``_shorten`` would change ``value``."""
+    if isinstance(value, str):
+        return len(value) > MAX_COLLAPSED_ARGUMENT
+    if isinstance(value, Mapping):
+        return any(_long(v) for v in value.values())
+    if isinstance(value, Sequence):
+        return any(_long(v) for v in value)
+    return False
+
+
 def compact_call(call: ToolCallRequest, label: str) -> ToolCallRequest:
     """A collapsed call's request with its long string arguments shortened (the full arguments
-    stay in the toolcall object)."""
+    stay in the toolcall object); the call itself when none is long."""
+    if not _long(call.arguments):
+        return call
     return ToolCallRequest(call.id, call.name, _shorten(call.arguments, label))
 
 

@@ -24,9 +24,14 @@ CONVERSATION_KEYS: Final = ("messages", "input", "system")
 T = TypeVar("T")
 
 
+_ASCII: Final = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+"""One encoder for every call: ``json.dumps`` with options builds a new one each time, which
+costs as much as encoding a short message."""
+
+
 def ascii_dumps(value: Any) -> str:
     """Compact ASCII JSON (what the JSON-RPC server writes)."""
-    return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return _ASCII.encode(value)
 
 
 class IdentityMemo(Generic[T]):

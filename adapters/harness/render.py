@@ -57,11 +57,15 @@ class InvalidRequest(InvalidInput):
     kind = "invalid_provider_request"
 
 
+_JSON = json.JSONEncoder(ensure_ascii=False)
+"""``json.dumps(value, ensure_ascii=False)``, without building an encoder for each call."""
+
+
 def _arguments_json(arguments: Mapping[str, Any]) -> str:
     plain = thaw(arguments)
     if set(plain) == {"_raw", "_error"} and isinstance(plain["_raw"], str):
         return plain["_raw"]  # the model's own (invalid) JSON, given back as it was
-    return json.dumps(plain, ensure_ascii=False)
+    return _JSON.encode(plain)
 
 
 def _plain(block: Mapping[str, Any]) -> dict[str, Any]:

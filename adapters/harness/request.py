@@ -348,7 +348,13 @@ class RequestCache:
 
 
 def _final_openai(message: RenderedMessage) -> _Item:
-    return _item(_openai_message(message))
+    value = _openai_message(message)
+    if message.role != "user":
+        # A tool or assistant message's only text is its ``content`` (calls' arguments are not
+        # text the model reads): counted without walking the item (text_chars gives the same).
+        content = value["content"]
+        return _Item(value, ascii_dumps(value), len(content) if isinstance(content, str) else 0)
+    return _item(value)
 
 
 def _final_responses(message: RenderedMessage) -> list[_Item]:
