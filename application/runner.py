@@ -375,6 +375,10 @@ class BatchProgress:
 
     done: int = 0
     committed: int = 0
+    redone: bool = False
+    """A commit of the batch was refused (another writer came first): its commands were
+    executed again one by one, on what that writer left, so what was read inside the block
+    before the commit may differ from what is stored."""
 
 
 @attrs.define
@@ -814,6 +818,7 @@ class SessionRunner:
                 session.batch = saved
                 batch.restart(session)
             batch.progress.committed = batch.progress.done
+            batch.progress.redone = True
             return
         except StoreError:
             batch.roll_back(session)
