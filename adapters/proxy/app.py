@@ -467,9 +467,16 @@ class Proxy:
         def hand() -> None:  # in the thread, inside the ingest's transaction
             content = self._content(turn)
             loop.call_soon_threadsafe(_resolve, ready, content)
-            self._record_logged(turn)  # its record (decision 0055), while it goes upstream
 
-        commit = asyncio.ensure_future(anyio.to_thread.run_sync(self._ingest, turn, hand))
+        def prepare() -> IngestResult:
+            result = self._ingest(turn, hand)
+            if not result.redone:
+                # The request's record (decision 0055), after what it was built from (a page
+                # of the inspector reads the store as of the record's transaction).
+                self._record_logged(turn)
+            return result
+
+        commit = asyncio.ensure_future(anyio.to_thread.run_sync(prepare))
         try:
             either: set[asyncio.Future[Any]] = {ready, commit}
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
@@ -654,7 +661,7 @@ class Proxy:
         first = turn.sent
         again = await anyio.to_thread.run_sync(self._content, turn)
         if again == first:
-            turn.recorded = None  # recorded already: the same request
+            await self._recording(turn)
             return answer
         await _drop(answer)
         log.info(
