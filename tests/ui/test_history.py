@@ -181,9 +181,11 @@ def test_a_request_is_shown_with_the_lines_it_recorded(
     renders: list[bool] = []
     render = SessionHistory._render
 
-    def spy(self: SessionHistory, state: object, seq: int, tx: int, lines: object) -> object:
+    def spy(
+        self: SessionHistory, state: object, seq: int, tx: int, lines: object, **kw: bool
+    ) -> object:
         renders.append(lines is not None)
-        return render(self, state, seq, tx, lines)  # type: ignore[arg-type]
+        return render(self, state, seq, tx, lines, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(SessionHistory, "_render", spy)
     sessions = Sessions(reader)
