@@ -5,6 +5,7 @@ once and then only from where it ended."""
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import threading
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
@@ -122,6 +123,10 @@ class SessionHistory:
         self._states: dict[int, SessionState] = {}
         """States rebuilt lately, by log position (``_kept``: their positions, sorted)."""
         self._kept: list[int] = []
+        self._txs: dict[int, int] = {}
+        """The transaction of each log position a state was rebuilt at."""
+        self._ahead: dict[int, threading.Thread] = {}
+        """States being rebuilt on threads of their own (:meth:`ahead`), by log position."""
         self._objects: dict[str, FileObject | ToolcallObject] = {}
         self._contexts: dict[tuple[int, int], PastContext] = {}
         self._digests: dict[tuple[int, int], str] = {}
@@ -129,18 +134,29 @@ class SessionHistory:
         self._loading = threading.Lock()
         """Held while objects are read, so that two pages do not read the same ones."""
 
-    def refresh(self) -> SessionHistory:
+    def refresh(self, *, n: int | None = None, seq: int | None = None) -> SessionHistory:
         """Read what the records gained since the last call (their latest version; their
         history only when more than one is new), and the log's new entries if the log was
         read (by their ids, ``log:{session}:{seq}``: a lookup, whatever the log's length).
         While every record holds its marks (``RequestRecord.marks``) the timeline and the
-        requests' pages need no log: it is read when a page asks for what only it says."""
+        requests' pages need no log: it is read when a page asks for what only it says.
+
+        A page that knows the log position it shows (``seq``, or request ``n`` when it is the
+        latest) has its state rebuilt meanwhile (:meth:`ahead`): on XTDB the node reads the
+        records and the state's documents at once."""
         store = self.service.store
+        if seq is not None:
+            self.ahead(seq)
         with self._lock:
             if not self._checked:
                 validate_session_id(self.session_id)
             known = len(self.records)
-            if known == 0:  # nothing read yet: every record at once (one read, not two)
+            if known == 0:  # nothing read yet: every record at once
+                if n is not None:
+                    doc = store.get(requests_id(self.session_id))
+                    latest = record_from_document(doc) if doc is not None else None
+                    if latest is not None and latest.n == n:
+                        self.ahead(latest.seq, locked=True)
                 self.records = self.service.requests(self.session_id)
                 doc = None
             else:
@@ -250,6 +266,10 @@ class SessionHistory:
         with self._lock:
             if not 1 <= seq <= self.last_seq:
                 raise InvalidInput("log position", seq, f"the session has 1 to {self.last_seq}")
+            rebuilding = self._ahead.get(seq)
+        if rebuilding is not None:
+            rebuilding.join()
+        with self._lock:
             k = bisect.bisect_right(self._kept, seq) - 1
             start = self._kept[k] if k >= 0 else None
             near = start is not None and seq - start <= STATE_EVERY
@@ -266,13 +286,40 @@ class SessionHistory:
             state = self._open_state(seq) or self._rebuilt(seq)
         for entry in entries:
             state = fold(decode_events(entry_events(entry)), state)
+        self._keep(seq, state)
+        return state
+
+    def _keep(self, seq: int, state: SessionState) -> None:
         with self._lock:
             if seq not in self._states:
                 bisect.insort(self._kept, seq)
                 self._states[seq] = state
                 while len(self._kept) > STATES_KEPT:
                     del self._states[self._kept.pop(0)]
-        return state
+
+    def ahead(self, seq: int, *, locked: bool = False) -> None:
+        """Start rebuilding the state at log position ``seq`` on a thread of its own, and
+        reading its objects, unless it is held or being rebuilt (``locked``: the caller holds
+        the lock). :meth:`state_at` waits for it; a position the session does not have fails
+        there, not here."""
+
+        def rebuild() -> None:
+            try:
+                state = self._open_state(seq) or self._rebuilt(seq)
+                self._keep(seq, state)
+                self._load_objects(state, lean=True)
+            except Exception:  # the page rebuilds it itself, and says what is wrong
+                log.debug("session %s: rebuilding %d ahead failed", self.session_id, seq)
+            finally:
+                with self._lock:
+                    self._ahead.pop(seq, None)
+
+        with self._lock if not locked else _NO_LOCK:
+            if seq < 1 or seq in self._states or seq in self._ahead:
+                return
+            thread = threading.Thread(target=rebuild, daemon=True)
+            self._ahead[seq] = thread
+        thread.start()
 
     def _rebuilt(self, seq: int) -> SessionState:
         """The state at ``seq`` rebuilt from the store (``ContextService.state_at``); the
@@ -288,7 +335,10 @@ class SessionHistory:
 
             threading.Thread(target=read, daemon=True).start()
 
-        return self.service.state_at(self.session_id, seq, on_snapshot=read_ahead).state
+        past = self.service.state_at(self.session_id, seq, on_snapshot=read_ahead)
+        with self._lock:
+            self._txs[seq] = past.tx_id
+        return past.state
 
     def prepare(self) -> None:
         """Read, on a thread of its own, what a page of the session's latest request needs
@@ -427,7 +477,11 @@ class SessionHistory:
         position that is no request's takes the lines :meth:`lines_at` gives."""
         store = self.service.store
         if tx_id is None:
-            tx_id = store.history(log_entry_id(self.session_id, seq))[0].tx_id
+            self.state_at(seq)  # its transaction is known once it is rebuilt
+            with self._lock:
+                tx_id = self._txs.get(seq)
+            if tx_id is None:
+                tx_id = store.history(log_entry_id(self.session_id, seq))[0].tx_id
         key = (seq, tx_id)
         with self._lock:
             found = self._contexts.get(key)
@@ -624,6 +678,9 @@ def _files_named(
     return list(out)
 
 
+_NO_LOCK = contextlib.nullcontext()
+
+
 class _Background:
     """One call made on a thread of its own (a store read beside others); :meth:`result`
     waits for it and returns what it returned or raises what it raised."""
@@ -664,7 +721,11 @@ class Sessions:
         self._lock = threading.Lock()
         self._held: dict[str, SessionHistory] = {}
 
-    def get(self, session_id: str) -> SessionHistory:
+    def get(
+        self, session_id: str, *, n: int | None = None, seq: int | None = None
+    ) -> SessionHistory:
+        """The history of ``session_id``, brought up to date (``n``, ``seq``: the request or
+        the log position the page shows, if it knows; see :meth:`SessionHistory.refresh`)."""
         with self._lock:
             found = self._held.pop(session_id, None)
             if found is None:
@@ -672,4 +733,4 @@ class Sessions:
             self._held[session_id] = found
             while len(self._held) > self.limit:
                 del self._held[next(iter(self._held))]
-        return found.refresh()
+        return found.refresh(n=n, seq=seq)
