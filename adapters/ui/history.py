@@ -126,11 +126,14 @@ class SessionHistory:
         self._txs: dict[int, int] = {}
         """The transaction of each log position a state was rebuilt at."""
         self._ahead: dict[int, threading.Thread] = {}
+        self._finding: dict[int, threading.Thread] = {}
+        """Requests whose log position is being found (:meth:`ahead_request`), by number."""
         """States being rebuilt on threads of their own (:meth:`ahead`), by log position."""
         self._objects: dict[str, FileObject | ToolcallObject] = {}
         self._contexts: dict[tuple[int, int], PastContext] = {}
         self._digests: dict[tuple[int, int], str] = {}
         self._preparing: threading.Thread | None = None
+        self._refreshing = threading.Lock()
         self._loading = threading.Lock()
         """Held while objects are read, so that two pages do not read the same ones."""
 
@@ -141,44 +144,48 @@ class SessionHistory:
         While every record holds its marks (``RequestRecord.marks``) the timeline and the
         requests' pages need no log: it is read when a page asks for what only it says.
 
-        A page that knows the log position it shows (``seq``, or request ``n`` when it is the
-        latest) has its state rebuilt meanwhile (:meth:`ahead`): on XTDB the node reads the
-        records and the state's documents at once."""
+        A page that knows the log position it shows (``seq``) or the request (``n``) has its
+        state rebuilt meanwhile (:meth:`ahead`, :meth:`ahead_request`): on XTDB the node reads
+        the records and the state's documents at once."""
         store = self.service.store
         if seq is not None:
             self.ahead(seq)
-        with self._lock:
+        # Refreshes take turns; the records are read without the lock, which the threads
+        # rebuilding a state ahead take meanwhile.
+        with self._refreshing:
             if not self._checked:
                 validate_session_id(self.session_id)
             known = len(self.records)
             if known == 0:  # nothing read yet: every record at once
                 if n is not None:
-                    doc = store.get(requests_id(self.session_id))
-                    latest = record_from_document(doc) if doc is not None else None
-                    if latest is not None and latest.n == n:
-                        self.ahead(latest.seq, locked=True)
-                self.records = self.service.requests(self.session_id)
-                doc = None
+                    self.ahead_request(n)
+                records, latest = self.service.requests(self.session_id), None
             else:
                 doc = store.get(requests_id(self.session_id))
-            latest = record_from_document(doc) if doc is not None else None
-            if latest is None:
-                pass
-            elif latest.n == known + 1:
-                self.records.append(latest)  # its transaction is read when it is needed
-            elif latest.n != known:
-                self.records = self.service.requests(self.session_id)
-            if self._log_read:
-                for entry in self._tail(self.last_seq):
-                    self._take(entry)
-            elif not self._summarised():
-                self._read_log()
-            else:  # the log's end: what follows the latest record's position, by id
-                start = max(self.last_seq, self.records[-1].seq)
-                tail = self._tail(start)
-                self.last_seq = int(tail[-1]["seq"]) if tail else start
-            self._checked = True
+                latest = record_from_document(doc) if doc is not None else None
+                records = self.records
+                if latest is not None and latest.n not in (known, known + 1):
+                    records, latest = self.service.requests(self.session_id), None
+            with self._lock:
+                if latest is not None and latest.n == known + 1:
+                    self.records.append(latest)  # its transaction is read when it is needed
+                else:
+                    self.records = records
+                self._catch_up()
+                self._checked = True
         return self
+
+    def _catch_up(self) -> None:
+        """Follow the log to its end, as far as it is read (the caller holds the lock)."""
+        if self._log_read:
+            for entry in self._tail(self.last_seq):
+                self._take(entry)
+        elif not self._summarised():
+            self._read_log()
+        else:  # the log's end: what follows the latest record's position, by id
+            start = max(self.last_seq, self.records[-1].seq)
+            tail = self._tail(start)
+            self.last_seq = int(tail[-1]["seq"]) if tail else start
 
     def _summarised(self) -> bool:
         """Every record holds its marks (and there is one): the log need not be read."""
@@ -296,6 +303,37 @@ class SessionHistory:
                 self._states[seq] = state
                 while len(self._kept) > STATES_KEPT:
                     del self._states[self._kept.pop(0)]
+
+    def ahead_request(self, n: int, *, locked: bool = False) -> None:
+        """Find request ``n``'s log position on a thread of its own, without the records'
+        history (its version's transaction, then that version alone), and rebuild the state
+        there (:meth:`ahead`); :meth:`settle` waits for the first part."""
+
+        def find() -> None:
+            try:
+                store, doc_id = self.service.store, requests_id(self.session_id)
+                receipts = store.version_receipts(doc_id)
+                if 1 <= n <= len(receipts):
+                    doc = store.get_as_of(doc_id, receipts[n - 1].tx_id)
+                    record = record_from_document(doc) if doc is not None else None
+                    if record is not None and record.n == n:  # else: the page finds it
+                        self.ahead(record.seq)
+            except Exception:  # the page reads the records, and says what is wrong
+                log.debug("session %s: finding request %d ahead failed", self.session_id, n)
+
+        with self._lock if not locked else _NO_LOCK:
+            if n < 1 or n in self._finding:
+                return
+            thread = threading.Thread(target=find, daemon=True)
+            self._finding[n] = thread
+        thread.start()
+
+    def settle(self, n: int) -> None:
+        """Wait until request ``n``'s position is found, if :meth:`ahead_request` looks."""
+        with self._lock:
+            finding = self._finding.pop(n, None)
+        if finding is not None:
+            finding.join()
 
     def ahead(self, seq: int, *, locked: bool = False) -> None:
         """Start rebuilding the state at log position ``seq`` on a thread of its own, and

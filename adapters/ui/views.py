@@ -255,6 +255,7 @@ def request_view(
     if n is not None:
         record = history.record(n)
         seq = record.seq
+        history.settle(n)
     elif seq is None:
         if history.records:
             record = history.record(len(history.records))
