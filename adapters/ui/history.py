@@ -343,6 +343,8 @@ class SessionHistory:
 
         def rebuild() -> None:
             try:
+                if self.service.store.get(log_entry_id(self.session_id, seq)) is None:
+                    return  # no such position: the page says so, having read nothing more
                 state = self._open_state(seq) or self._rebuilt(seq)
                 self._keep(seq, state)
                 self._load_objects(state, lean=True)

@@ -390,3 +390,33 @@ def test_a_log_position_after_collapses_compaction_and_rollback(tmp_path: Path) 
     call(21)
     send()
     assert _every_position_as_rebuilt(service, sid) > 10
+
+
+def test_a_position_the_session_does_not_have_reads_no_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page rebuilds its state while the records are read, before it knows the session's
+    length: a position past the log is refused without reading the session's snapshots."""
+    import threading
+
+    from selfctx.adapters.bench.ui import SESSION
+    from selfctx.adapters.ui import views
+    from selfctx.domain.errors import InvalidInput
+
+    store, work = _bench_session(tmp_path, 20)
+    reader = build_service(store=store, workspace=str(work))
+    asked: list[str] = []
+    history = MemoryStore.history
+
+    def spy(self: MemoryStore, object_id: str) -> object:
+        asked.append(object_id)
+        return history(self, object_id)
+
+    monkeypatch.setattr(MemoryStore, "history", spy)
+    before = set(threading.enumerate())
+    with pytest.raises(InvalidInput):
+        views.request_view(reader, Sessions(reader), SESSION, n=None, seq=10**9)
+    for thread in set(threading.enumerate()) - before:
+        thread.join(10)
+    assert not [i for i in asked if not i.startswith(("requests:", "log:"))]
+    reader.close()
