@@ -148,7 +148,7 @@ class SessionHistory:
         state rebuilt meanwhile (:meth:`ahead`, :meth:`ahead_request`): on XTDB the node reads
         the records and the state's documents at once."""
         store = self.service.store
-        if seq is not None:
+        if seq is not None and store.reads_wait:
             self.ahead(seq)
         # Refreshes take turns; the records are read without the lock, which the threads
         # rebuilding a state ahead take meanwhile.
@@ -157,7 +157,7 @@ class SessionHistory:
                 validate_session_id(self.session_id)
             known = len(self.records)
             if known == 0:  # nothing read yet: every record at once
-                if n is not None:
+                if n is not None and store.reads_wait:
                     self.ahead_request(n)
                 records, latest = self.service.requests(self.session_id), None
             else:
@@ -375,7 +375,8 @@ class SessionHistory:
 
             threading.Thread(target=read, daemon=True).start()
 
-        past = self.service.state_at(self.session_id, seq, on_snapshot=read_ahead)
+        wait = self.service.store.reads_wait
+        past = self.service.state_at(self.session_id, seq, on_snapshot=read_ahead if wait else None)
         with self._lock:
             self._txs[seq] = past.tx_id
         return past.state
@@ -571,7 +572,9 @@ class SessionHistory:
         ``lean``: ``lines`` holds every collapsed output's line (else only some may be given:
         the others are rendered, from the files they name)."""
         store = self.service.store
-        prompt_read = _Background(store.get_as_of, state.system_prompt_id, tx_id)
+        prompt_read = _Background(
+            store.get_as_of, state.system_prompt_id, tx_id, apart=store.reads_wait
+        )
         if lines is None:
             self._load_objects(state)
         else:
@@ -722,15 +725,19 @@ _NO_LOCK = contextlib.nullcontext()
 
 
 class _Background:
-    """One call made on a thread of its own (a store read beside others); :meth:`result`
-    waits for it and returns what it returned or raises what it raised."""
+    """One call made on a thread of its own (a store read beside others; ``apart`` False: made
+    at once, here); :meth:`result` waits for it and returns what it returned or raises what it
+    raised."""
 
-    def __init__(self, call: Callable[..., Any], *args: Any) -> None:
+    def __init__(self, call: Callable[..., Any], *args: Any, apart: bool = True) -> None:
         self._call, self._args = call, args
         self._value: Any = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        if apart:
+            self._thread.start()
+        else:
+            self._run()
 
     def _run(self) -> None:
         try:
@@ -739,7 +746,8 @@ class _Background:
             self._error = exc
 
     def result(self) -> Any:
-        self._thread.join()
+        if self._thread.is_alive() or self._thread.ident is not None:
+            self._thread.join()
         if self._error is not None:
             raise self._error
         return self._value

@@ -117,6 +117,7 @@ _DELETED = "0" * 40
 
 
 class XtdbStore(ObjectStore):
+    reads_wait = True
     """:class:`ObjectStore` on an XTDB 1.x node reached through ``client``.
 
     ``timeout`` (seconds) bounds every method: a stopped or hung node makes the call raise

@@ -151,10 +151,19 @@ def test_a_gap_too_long_to_read_leaves_the_marks_to_the_log(
     assert history.seqs  # read from the log
 
 
-def _bench_session(tmp_path: Path, requests: int = 80) -> tuple[MemoryStore, Path]:
+class _WaitingStore(MemoryStore):
+    """The in-memory store, said to wait on its reads as a database server's client does: the
+    inspector then reads beside what it waits for (on threads), as it does on XTDB."""
+
+    reads_wait = True
+
+
+def _bench_session(
+    tmp_path: Path, requests: int = 80, *, waits: bool = False
+) -> tuple[MemoryStore, Path]:
     from selfctx.adapters.bench.ui import build_session
 
-    store = MemoryStore()
+    store = _WaitingStore() if waits else MemoryStore()
     work = tmp_path / "work"
     work.mkdir()
     writer = build_service(store=store, workspace=str(work))
@@ -176,7 +185,7 @@ def test_a_request_is_shown_with_the_lines_it_recorded(
     from selfctx.adapters.ui.history import SessionHistory
     from selfctx.application.requests import context_digest
 
-    store, work = _bench_session(tmp_path)
+    store, work = _bench_session(tmp_path, waits=True)
     reader = build_service(store=store, workspace=str(work))
     renders: list[bool] = []
     render = SessionHistory._render
@@ -335,20 +344,26 @@ def _every_position_as_rebuilt(service: object, session_id: str) -> int:
     return took
 
 
-def test_a_log_position_shows_the_lines_the_requests_recorded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("waits", [False, True])
+def test_a_log_position_shows_the_lines_the_requests_recorded(tmp_path: Path, waits: bool) -> None:
     """Between two requests the earlier one's lines are shown, but those the later one sent
     anew and those of outputs collapsed or activated on the way, which are rendered again: at
     every position of a session the context is the one the store rebuilds whole."""
     from selfctx.adapters.bench.ui import SESSION
 
-    store, work = _bench_session(tmp_path, 40)
+    store, work = _bench_session(tmp_path, 40, waits=waits)
     reader = build_service(store=store, workspace=str(work))
     assert _every_position_as_rebuilt(reader, SESSION) > 100
     reader.close()
 
 
-def test_a_log_position_after_collapses_compaction_and_rollback(tmp_path: Path) -> None:
-    service = build_service(store=MemoryStore(), workspace=str(tmp_path))
+@pytest.mark.parametrize("waits", [False, True])
+def test_a_log_position_after_collapses_compaction_and_rollback(
+    tmp_path: Path, waits: bool
+) -> None:
+    service = build_service(
+        store=_WaitingStore() if waits else MemoryStore(), workspace=str(tmp_path)
+    )
     sid = "positions"
     policy = policy_by_name("inline", verbatim_window_tokens=50, min_verbatim_exchanges=1)
     service.start_session(sid, "You are careful.", policy=policy)
@@ -403,7 +418,7 @@ def test_a_position_the_session_does_not_have_reads_no_snapshot(
     from selfctx.adapters.ui import views
     from selfctx.domain.errors import InvalidInput
 
-    store, work = _bench_session(tmp_path, 20)
+    store, work = _bench_session(tmp_path, 20, waits=True)
     reader = build_service(store=store, workspace=str(work))
     asked: list[str] = []
     history = MemoryStore.history
