@@ -169,17 +169,6 @@ class StoreContract:
         latest = store.latest_tx()
         assert latest is not None and latest.tx_id >= r3.tx_id
 
-    def test_version_receipts_are_the_history_without_documents(
-        self, store: ObjectStore, ns: str
-    ) -> None:
-        a = ns + "receipts"
-        assert store.version_receipts(a) == []
-        written = [store.commit([{"xt/id": a, "v": v}]) for v in (1, 2, 2)]
-        receipts = store.version_receipts(a)
-        assert [r.tx_id for r in receipts] == [r.tx_id for r in written]
-        assert [r.tx_id for r in receipts] == [v.tx_id for v in store.history(a)]
-        assert store.get_as_of(a, receipts[1].tx_id) == {"xt/id": a, "v": 2}
-
     # -- atomic commits and preconditions ----------------------------------------------------
 
     def test_failed_precondition_writes_nothing(self, store: ObjectStore, ns: str) -> None:

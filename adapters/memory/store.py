@@ -78,9 +78,6 @@ class MemoryStore(ObjectStore):
                 out[object_id] = json.loads(versions[-1][2])
         return out
 
-    def version_receipts(self, object_id: str) -> list[Receipt]:
-        return [Receipt(tx_id, tx_time) for tx_id, tx_time, _ in self._versions.get(object_id, ())]
-
     def history(self, object_id: str) -> list[Version]:
         return [
             Version(tx_id=tx_id, tx_time=tx_time, document=json.loads(text))

@@ -382,10 +382,8 @@ class XtdbClient:
             raise self._shape_error("entity", answer)
         return answer
 
-    def entity_history(
-        self, eid: str, *, valid_time: str, timeout: float, docs: bool = True
-    ) -> list[Any]:
-        """Every version of ``eid``, ascending, with documents (``docs``) or without.
+    def entity_history(self, eid: str, *, valid_time: str, timeout: float) -> list[Any]:
+        """Every version of ``eid``, ascending, with documents.
 
         With corrections: two transactions in the same millisecond get the same default valid
         time, and without corrections XTDB lists only the later one of them.
@@ -394,7 +392,7 @@ class XtdbClient:
             "eid": eid,
             "history": "true",
             "sort-order": "asc",
-            "with-docs": "true" if docs else "false",
+            "with-docs": "true",
             "with-corrections": "true",
             "valid-time": valid_time,
         }

@@ -112,10 +112,6 @@ def _check(doc: Document) -> dict[str, Any]:
     return dict(doc)
 
 
-_DELETED = "0" * 40
-"""The content hash XTDB lists for a delete."""
-
-
 class XtdbStore(ObjectStore):
     reads_wait = True
     """:class:`ObjectStore` on an XTDB 1.x node reached through ``client``.
@@ -203,17 +199,6 @@ class XtdbStore(ObjectStore):
             if isinstance(e.get("doc"), dict)  # a delete has no document
         ]
         return sorted(versions, key=lambda v: v.tx_id)
-
-    def version_receipts(self, object_id: str) -> list[Receipt]:
-        entries = self.client.entity_history(
-            text.encode_str(object_id), valid_time=_VALID_TIME, timeout=self.timeout, docs=False
-        )
-        receipts = [
-            Receipt(tx_id=e["txId"], tx_time=str(e.get("txTime")))
-            for e in entries
-            if e.get("contentHash") != _DELETED  # a delete is no version (as in history)
-        ]
-        return sorted(receipts, key=lambda r: r.tx_id)
 
     def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
         after = max(0, int(after_seq))

@@ -242,11 +242,6 @@ class ObjectStore(abc.ABC):
     def history(self, object_id: str) -> list[Version]:
         """Every version of ``object_id``, oldest first; empty if it was never written."""
 
-    def version_receipts(self, object_id: str) -> list[Receipt]:
-        """The transaction of every version of ``object_id``, oldest first: :meth:`history`
-        without the documents (a store may answer it at less cost)."""
-        return [Receipt(v.tx_id, v.tx_time) for v in self.history(object_id)]
-
     @abc.abstractmethod
     def get_as_of(self, object_id: str, tx_id: int) -> Document | None:
         """The version of ``object_id`` that was latest right after transaction ``tx_id``."""
