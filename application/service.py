@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -523,9 +523,17 @@ class ContextService:
         with session.lock:
             return dict(session.objects)
 
-    def state_at(self, session_id: str, seq: int) -> PastState:
-        """The session as it was right after its ``seq``-th command, rebuilt from the store."""
-        return self._state_at(validate_session_id(session_id), seq)
+    def state_at(
+        self,
+        session_id: str,
+        seq: int,
+        *,
+        on_snapshot: Callable[[SessionState], None] | None = None,
+    ) -> PastState:
+        """The session as it was right after its ``seq``-th command, rebuilt from the store
+        (``on_snapshot``: called with the stored snapshot it starts from, before the commands
+        after it are applied, so that a caller may read that state's objects meanwhile)."""
+        return self._state_at(validate_session_id(session_id), seq, on_snapshot)
 
     def context_at(
         self, session_id: str, seq: int, *, tx_id: int | None = None
