@@ -144,20 +144,29 @@ class AssembleContext:
         ):
             return context
         count = self._counter(session)
-        if policy.seen_calls is not None and self._collapse_seen(session, count):
-            context = self.render(session)
+        planned: CollapsePlan | None = None
+        if policy.seen_calls is not None:
+            before = session.state
+            if self._collapse_seen(session, count):
+                context = self.render(session)
+            elif session.state is before:
+                # nothing collapsed: its plan is the plan of this very state, with the same
+                # newest outputs spared (decision 0080)
+                planned = session.plan
         total = self.tokens(session, context)
         trigger = policy.trigger_tokens
         if trigger is not None and total > trigger:
             spared = _newest_toolcalls(session, policy.keep_recent)
-            plan = plan_collapse(
-                session.state,
-                session.working_objects(),
-                self._deps.mounts.display_path,
-                count,
-                spared,
-                session.relevance_memo,
-            )
+            plan = planned
+            if plan is None:
+                plan = plan_collapse(
+                    session.state,
+                    session.working_objects(),
+                    self._deps.mounts.display_path,
+                    count,
+                    spared,
+                    session.relevance_memo,
+                )
             session.plan = plan
             goal = max(policy.clear_at_least, total - trigger)
             plan = _displaced_now(session, plan, spared, count)
