@@ -188,7 +188,6 @@ def test_a_call_id_another_session_recorded_is_a_call_of_its_own() -> None:
     assert tc("c1") != tc("c1", session_id="other")
 
 
-
 def test_an_object_id_another_session_holds_refuses_the_list_and_records_none_of_it() -> None:
     # Object ids are digests no other session produces; a store that holds one all the same
     # (written by hand, or by a client that took the id) refuses the list's transaction, and
