@@ -64,7 +64,7 @@ from selfctx.domain.rendering import RenderCache
 from selfctx.domain.session import events as e
 from selfctx.domain.session.commands import Command
 from selfctx.domain.session.machine import decide_and_fold, fold
-from selfctx.domain.session.state import SessionState
+from selfctx.domain.session.state import SessionState, members
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -158,6 +158,9 @@ class OpenSession:
     collapses: dict[str, Any] = attrs.field(factory=dict)
     """Why assembly collapsed each output it collapsed, in this process (``CollapseRecord`` of
     ``selfctx.application.usecases.collapse_order``): a diagnosis, never stored."""
+    argument_tokens: dict[str, tuple[str, int]] = attrs.field(factory=dict)
+    """Tokens of active tool calls' arguments as JSON, by object id, with the version's hash
+    (what a batch weighs at every request)."""
     plan: Any = None
     """The collapse plan of the last assembly (``CollapsePlan``; None if it made none): what
     the next request is expected to collapse (``foreseen_collapses``)."""
@@ -194,7 +197,8 @@ class OpenSession:
         session's index reads nothing again from the store (``ObjectCache.showing``)."""
         state = self.state
         recent = max(state.policy.recent_messages, RECENT_OUTPUTS)
-        live = set(state.active) | set(state.pinned)
+        live = set(members(state.active))
+        live |= members(state.pinned)
         seen = 0
         for turn in reversed(state.turns):
             for message in reversed(turn.messages):

@@ -50,7 +50,7 @@ from selfctx.domain.rendering import (
     render_context,
 )
 from selfctx.domain.session import commands as c
-from selfctx.domain.session.state import SessionState
+from selfctx.domain.session.state import SessionState, members
 
 __all__ = ["AssembleContext", "BudgetExceeded", "foreseen_collapses"]
 
@@ -265,11 +265,11 @@ class AssembleContext:
         policy = state.policy
         inline = policy.inline_layout
         batch = spared is not None
-        auto = state.auto_active
+        auto, pinned = members(state.auto_active), members(state.pinned)
         sizes: dict[str, int] = {}
         for object_id in state.active:
             obj = session.objects[object_id]
-            if object_id in state.pinned or (batch and object_id in (spared or ())):
+            if object_id in pinned or (batch and object_id in (spared or ())):
                 continue
             if never and object_id in never:
                 continue
@@ -279,11 +279,11 @@ class AssembleContext:
                 # forces it out), or it shows a file the agent works on
                 continue
             if isinstance(obj, ToolcallObject):
-                if any(ref in state.pinned for ref in obj.file_refs or ()):
+                if any(ref in pinned for ref in obj.file_refs or ()):
                     continue  # it shows a pinned file
                 size = count(obj.content or "")
                 if inline:  # its long arguments are shortened too
-                    size += count(json.dumps(thaw(obj.args), ensure_ascii=False)) // 2
+                    size += _argument_tokens(session, obj, count) // 2
             elif inline and (batch or object_id in session.inline_cache.viewed):
                 continue  # inline shows files through the tool messages that read them; one
                 # that none shows is shown after the chat, and only a budget takes it
@@ -511,6 +511,22 @@ def foreseen_collapses(session: OpenSession, count: Callable[[str], int]) -> fro
     if batch < state.policy.clear_at_least:
         displaced.clear()
     return frozenset(answered | displaced)
+
+
+def _argument_tokens(session: OpenSession, obj: ToolcallObject, count: Callable[[str], int]) -> int:
+    """Tokens of a tool call's arguments as JSON, remembered by version: a batch weighs every
+    active output at every request (the memo keeps what is active, decision 0080)."""
+    memo = session.argument_tokens
+    held = memo.get(obj.id)
+    if held is not None and held[0] == obj.object_hash:
+        return held[1]
+    n = count(json.dumps(thaw(obj.args), ensure_ascii=False))
+    if len(memo) >= 2 * len(session.state.active) + 16:
+        active = members(session.state.active)
+        for object_id in [i for i in memo if i not in active]:
+            del memo[object_id]
+    memo[obj.id] = (obj.object_hash, n)
+    return n
 
 
 def _newest_toolcalls(session: OpenSession, keep: int) -> set[str]:
