@@ -18,7 +18,8 @@ the prompt (never out of the store) and says so in the first line.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 import attrs
 from pyrsistent import thaw
@@ -30,6 +31,7 @@ from selfctx.application.tokens import ContextCounter, context_tokens
 from selfctx.application.usecases.base import Deps
 from selfctx.application.usecases.collapse_order import (
     NO_PLAN,
+    OVER_KEEP,
     CollapsePlan,
     CollapseRecord,
     plan_collapse,
@@ -53,6 +55,11 @@ from selfctx.domain.session import commands as c
 from selfctx.domain.session.state import SessionState, members
 
 __all__ = ["AssembleContext", "BudgetExceeded", "foreseen_collapses"]
+
+_V = TypeVar("_V")
+
+_ROOM = (KEEP, OVER_KEEP)
+"""Tiers of the outputs that show the working set: they share the room of the kept ones."""
 
 
 class BudgetExceeded(SelfContextError):
@@ -149,6 +156,7 @@ class AssembleContext:
             before = session.state
             if self._collapse_seen(session, count):
                 context = self.render(session)
+                planned = _after_seen(session, before)
             elif session.state is before:
                 # nothing collapsed: its plan is the plan of this very state, with the same
                 # newest outputs spared (decision 0080)
@@ -511,6 +519,52 @@ def foreseen_collapses(session: OpenSession, count: Callable[[str], int]) -> fro
     if batch < state.policy.clear_at_least:
         displaced.clear()
     return frozenset(answered | displaced)
+
+
+def _after_seen(session: OpenSession, before: SessionState) -> CollapsePlan | None:
+    """The plan of the state the seen collapse left, from the plan it made on ``before``
+    (None: plan again). That collapse changes only the active set, and only by outputs that
+    the plan does not keep: the facts the plan is made of (what later outputs show again,
+    which files changed, the working set's weights, the identifiers each output brought in)
+    belong to the outputs and the chat, and the room of the kept ones is taken by the same
+    outputs, so the plan of what stays active is the old one without the collapsed outputs
+    (decision 0080)."""
+    plan, after = session.plan, session.state
+    if not isinstance(plan, CollapsePlan) or not plan.tiers:
+        return None
+    if not (
+        after.turns is before.turns
+        and after.index is before.index
+        and after.positions is before.positions
+        and after.toolcall_turn is before.toolcall_turn
+        and after.policy is before.policy
+    ):
+        return None
+    active = members(after.active)
+    gone = members(before.active) - active
+    if any(plan.tiers.get(i) in _ROOM or plan.foreseen.get(i) in _ROOM for i in gone):
+        return None  # it took room among the kept ones: their ranks may change, plan again
+    if not _shown(session, gone) <= _shown(session, active):
+        return None  # a file only it showed leaves the working set's candidates: plan again
+    session.relevance_memo.forget(active)  # what planning again would forget
+
+    def kept(table: Mapping[str, _V]) -> dict[str, _V]:
+        return {i: v for i, v in table.items() if i in active}
+
+    tiers = kept(plan.tiers)
+    foreseen = tiers if plan.foreseen is plan.tiers else kept(plan.foreseen)
+    working = frozenset(i for i in plan.working if i in active)
+    return CollapsePlan(tiers, kept(plan.superseded), working, kept(plan.stale), foreseen)
+
+
+def _shown(session: OpenSession, object_ids: Iterable[str]) -> set[str]:
+    """The files the views of these tool outputs show (not those they changed)."""
+    out: set[str] = set()
+    for object_id in object_ids:
+        obj = session.objects.meta(object_id)
+        if isinstance(obj, ToolcallObject):
+            out.update(v.file for v in obj.file_views or () if v.kind != "change")
+    return out
 
 
 def _argument_tokens(session: OpenSession, obj: ToolcallObject, count: Callable[[str], int]) -> int:
