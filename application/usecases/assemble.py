@@ -151,21 +151,19 @@ class AssembleContext:
         ):
             return context
         count = self._counter(session)
-        planned: CollapsePlan | None = None
-        if policy.seen_calls is not None:
-            before = session.state
-            if self._collapse_seen(session, count):
-                context = self.render(session)
-                planned = _after_seen(session, before)
-            elif session.state is before:
-                # nothing collapsed: its plan is the plan of this very state, with the same
-                # newest outputs spared (decision 0080)
-                planned = session.plan
+        before, collapsed = session.state, False
+        if policy.seen_calls is not None and self._collapse_seen(session, count):
+            context = self.render(session)
+            collapsed = True
         total = self.tokens(session, context)
         trigger = policy.trigger_tokens
         if trigger is not None and total > trigger:
             spared = _newest_toolcalls(session, policy.keep_recent)
-            plan = planned
+            # the seen collapse's plan, when it made one, is this state's plan as it is (it
+            # collapsed nothing) or without what it collapsed (decision 0080)
+            plan = _after_seen(session, before) if collapsed else None
+            if not collapsed and session.plan is not None and session.state is before:
+                plan = session.plan
             if plan is None:
                 plan = plan_collapse(
                     session.state,
