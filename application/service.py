@@ -461,13 +461,17 @@ class ContextService:
             return foreseen_collapses(session, self._assemble.counter(session))
 
     @contextmanager
-    def batch(self, session_id: str) -> Iterator[BatchProgress]:
+    def batch(
+        self, session_id: str, refused: Callable[[], None] | None = None
+    ) -> Iterator[BatchProgress]:
         """What is recorded in the session inside this block is committed together, in one
         transaction when it ends (``SessionRunner.batch``, decision 0077): one request's
         messages, calls, reads and edits cost one commit. Other threads wait for the session
-        until the block ends."""
+        until the block ends. ``refused`` is called if the store refuses the transaction,
+        before its commands are executed again one by one; when it raises, nothing of the
+        block is recorded."""
         session = self._open(session_id)
-        with session.lock, self._runner.batch(session) as progress:
+        with session.lock, self._runner.batch(session, refused) as progress:
             yield progress
 
     def refresh(self, session_id: str) -> bool:

@@ -126,7 +126,8 @@ class Ingestor:
 
     def _refuse_taken_ids(self, calls: Sequence[ToolCallRequest]) -> None:
         """Object ids are digests no other session produces; should one be held all the same,
-        it is refused here, before anything of the list is recorded."""
+        the list's transaction is refused (each new call's document must not exist yet), and
+        this names the id before anything of the list is recorded."""
         taken = self.service.taken_ids(self.session_id, [c.id for c in calls])
         if taken:
             raise DuplicateObject(taken[0], "another object already has this id")
@@ -209,11 +210,13 @@ class Ingestor:
                 "start", start, f"the chat last seen has {len(self.cursor.view)} messages"
             )
         plan = self.cursor.plan(messages, start)
-        self._refuse_taken_ids([c for item in plan.new for c in item.calls])
+        calls = [c for item in plan.new for c in item.calls]
         progress = BatchProgress()
         try:
-            # One transaction for all of it (decision 0077).
-            with self.service.batch(self.session_id) as progress:
+            # One transaction for all of it (decision 0077). Its preconditions refuse a call id
+            # some other object holds; only then is the store asked which (decision 0080).
+            refused = (lambda: self._refuse_taken_ids(calls)) if calls else None
+            with self.service.batch(self.session_id, refused) as progress:
                 if prompt is not None:
                     self._lead = len(prompt)
                     if prompt:
