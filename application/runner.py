@@ -64,7 +64,7 @@ from selfctx.domain.rendering import RenderCache
 from selfctx.domain.session import events as e
 from selfctx.domain.session.commands import Command
 from selfctx.domain.session.machine import decide_and_fold, fold
-from selfctx.domain.session.state import SessionState
+from selfctx.domain.session.state import SessionState, members
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -158,6 +158,9 @@ class OpenSession:
     collapses: dict[str, Any] = attrs.field(factory=dict)
     """Why assembly collapsed each output it collapsed, in this process (``CollapseRecord`` of
     ``selfctx.application.usecases.collapse_order``): a diagnosis, never stored."""
+    argument_tokens: dict[str, tuple[str, int]] = attrs.field(factory=dict)
+    """Tokens of active tool calls' arguments as JSON, by object id, with the version's hash
+    (what a batch weighs at every request)."""
     plan: Any = None
     """The collapse plan of the last assembly (``CollapsePlan``; None if it made none): what
     the next request is expected to collapse (``foreseen_collapses``)."""
@@ -194,7 +197,8 @@ class OpenSession:
         session's index reads nothing again from the store (``ObjectCache.showing``)."""
         state = self.state
         recent = max(state.policy.recent_messages, RECENT_OUTPUTS)
-        live = set(state.active) | set(state.pinned)
+        live = set(members(state.active))
+        live |= members(state.pinned)
         seen = 0
         for turn in reversed(state.turns):
             for message in reversed(turn.messages):
@@ -375,6 +379,10 @@ class BatchProgress:
 
     done: int = 0
     committed: int = 0
+    redone: bool = False
+    """A commit of the batch was refused (another writer came first): its commands were
+    executed again one by one, on what that writer left, so what was read inside the block
+    before the commit may differ from what is stored."""
 
 
 @attrs.define
@@ -396,6 +404,9 @@ class _Batch:
     prior: dict[str, tuple[ContentObject | None, bool]] = attrs.field(factory=dict)
     """The object cache's entry (and whether it was hollow) before the batch changed it."""
     progress: BatchProgress = attrs.field(factory=lambda: BatchProgress())
+    checks: list[Callable[[], None]] = attrs.field(factory=list)
+    """What to check when the store refuses the transaction, before the commands are executed
+    again one by one (:meth:`SessionRunner.batch`)."""
 
     @classmethod
     def of(cls, session: OpenSession) -> _Batch:
@@ -413,7 +424,7 @@ class _Batch:
         """Empty, from where ``session`` is now."""
         fresh = _Batch.of(session)
         for field in attrs.fields(_Batch):
-            if field.name != "progress":
+            if field.name not in ("progress", "checks"):
                 setattr(self, field.name, getattr(fresh, field.name))
 
     def keep_prior(self, session: OpenSession, object_ids: Iterable[str]) -> None:
@@ -742,7 +753,9 @@ class SessionRunner:
     # -- batches ---------------------------------------------------------------------------
 
     @contextmanager
-    def batch(self, session: OpenSession) -> Iterator[BatchProgress]:
+    def batch(
+        self, session: OpenSession, refused: Callable[[], None] | None = None
+    ) -> Iterator[BatchProgress]:
         """Commit the commands executed on ``session`` inside this block together, in one
         transaction when it ends (decision 0077). The caller holds the session's lock
         throughout; a batch inside a batch is part of it.
@@ -758,11 +771,20 @@ class SessionRunner:
         (fresh reads, bounded retries); when the store fails, the session goes back too, is
         marked stale and the error is raised. When the block raises, what was decided before
         is committed, then the error is raised. What it yields counts what the caller recorded
-        and what of it is committed (:class:`BatchProgress`)."""
+        and what of it is committed (:class:`BatchProgress`).
+
+        ``refused`` is called when the store refuses the transaction, once the session is back
+        where the batch found it and has caught up, before the commands are executed again: it
+        may raise, and then nothing the batch held is recorded (a check that would cost a round
+        trip on every batch costs one only when a transaction is refused, decision 0080)."""
         if session.batch is not None:
+            if refused is not None:
+                session.batch.checks.append(refused)
             yield session.batch.progress
             return
         session.batch = _Batch.of(session)
+        if refused is not None:
+            session.batch.checks.append(refused)
         try:
             yield session.batch.progress
         finally:
@@ -806,6 +828,8 @@ class SessionRunner:
             batch.roll_back(session)
             self.catch_up(session)
             batch.restart(session)
+            for check in batch.checks:
+                check()  # raising: nothing of the batch is recorded
             saved, session.batch = session.batch, None
             try:
                 for build in builds:  # one by one, the ordinary way
@@ -814,6 +838,7 @@ class SessionRunner:
                 session.batch = saved
                 batch.restart(session)
             batch.progress.committed = batch.progress.done
+            batch.progress.redone = True
             return
         except StoreError:
             batch.roll_back(session)

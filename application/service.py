@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -461,13 +461,17 @@ class ContextService:
             return foreseen_collapses(session, self._assemble.counter(session))
 
     @contextmanager
-    def batch(self, session_id: str) -> Iterator[BatchProgress]:
+    def batch(
+        self, session_id: str, refused: Callable[[], None] | None = None
+    ) -> Iterator[BatchProgress]:
         """What is recorded in the session inside this block is committed together, in one
         transaction when it ends (``SessionRunner.batch``, decision 0077): one request's
         messages, calls, reads and edits cost one commit. Other threads wait for the session
-        until the block ends."""
+        until the block ends. ``refused`` is called if the store refuses the transaction,
+        before its commands are executed again one by one; when it raises, nothing of the
+        block is recorded."""
         session = self._open(session_id)
-        with session.lock, self._runner.batch(session) as progress:
+        with session.lock, self._runner.batch(session, refused) as progress:
             yield progress
 
     def refresh(self, session_id: str) -> bool:
@@ -523,9 +527,17 @@ class ContextService:
         with session.lock:
             return dict(session.objects)
 
-    def state_at(self, session_id: str, seq: int) -> PastState:
-        """The session as it was right after its ``seq``-th command, rebuilt from the store."""
-        return self._state_at(validate_session_id(session_id), seq)
+    def state_at(
+        self,
+        session_id: str,
+        seq: int,
+        *,
+        on_snapshot: Callable[[SessionState], None] | None = None,
+    ) -> PastState:
+        """The session as it was right after its ``seq``-th command, rebuilt from the store
+        (``on_snapshot``: called with the stored snapshot it starts from, before the commands
+        after it are applied, so that a caller may read that state's objects meanwhile)."""
+        return self._state_at(validate_session_id(session_id), seq, on_snapshot)
 
     def context_at(
         self, session_id: str, seq: int, *, tx_id: int | None = None

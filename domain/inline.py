@@ -27,7 +27,7 @@ from selfctx.domain.compaction import summary_text
 from selfctx.domain.objects import ContentObject, FileObject, Source, ToolcallObject
 from selfctx.domain.relevance import superseded_by
 from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage, field
-from selfctx.domain.session.state import SessionState
+from selfctx.domain.session.state import SessionState, members
 
 __all__ = ["INLINE_GUIDE", "InlineCache", "compact_call", "handle", "inline_guide", "render_inline"]
 
@@ -272,9 +272,7 @@ def _first_changed(state: SessionState, cache: InlineCache) -> int | None:
     first = cache.stale_from
     if previous is not state.active:
         assert isinstance(previous, type(state.active))
-        changed = [i for i in previous if i not in state.active]
-        changed += [i for i in state.active if i not in previous]
-        for object_id in changed:
+        for object_id in members(previous) ^ members(state.active):
             position = cache.positions.get(object_id)
             if position is not None and (first is None or position < first):
                 first = position
@@ -340,7 +338,7 @@ def _files_shown_by_no_output(
             cache.viewed.update(obj.file_refs or ())
     cache.scanned = len(index)
     kinds = state.kinds
-    files = [i for i in state.active if kinds.get(i) == "file" and i not in cache.viewed]
+    files = [i for i in members(state.active) - cache.viewed if kinds.get(i) == "file"]
     return tuple(
         ActiveBlock(i, obj.content)
         for i in sorted(files, key=state.positions.__getitem__)

@@ -223,7 +223,8 @@ class RenderCache:
     """Messages of the last rendered turn already in ``chat``."""
 
     def invalidate(self, object_id: str) -> None:
-        self.stale.add(object_id)
+        if self.line_ids:  # (nothing rendered, nothing stale: a session of another layout)
+            self.stale.add(object_id)
 
 
 def _metadata(

@@ -47,6 +47,7 @@ def test_a_batch_is_one_transaction_with_a_log_entry_per_command(
 
     assert store.commits == before + 1
     assert progress.committed == 1
+    assert not progress.redone
     log = entries(store, sid)
     assert [c for _, c in log[logged:]] == ["RecordAssistantMessage", "RecordToolCall", "IndexFile"]
     assert [s for s, _ in log] == list(range(1, len(log) + 1))
@@ -86,9 +87,11 @@ def test_a_refused_batch_is_decided_again_command_by_command(
             other.index_file(f"{ns}s2", "/p/a.py", "v3\n")
 
     store.on_commit = another_writer
-    with service.batch(sid):
+    with service.batch(sid) as progress:
         a_turn(service, sid, 2, "v2\n")
+        assert not progress.redone
     store.on_commit = None
+    assert progress.redone  # what the block read may differ from what is stored
 
     fid = file_id(host_id, "/p/a.py")
     assert [v.document["content"] for v in service.history(fid)] == ["v1\n", "v3\n", "v2\n"]
@@ -136,4 +139,5 @@ def test_what_a_batch_decided_before_an_error_is_kept(
         raise RuntimeError("the caller failed")
     assert store.commits == before + 1
     assert progress.committed == 1
+    assert not progress.redone
     assert entries(store, sid)[-1][1] == "RecordAssistantMessage"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import operator
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -57,6 +57,9 @@ class IngestResult:
     digest: str = attrs.field(default="", eq=False)
     """The digest of the list as given: what the next call names to append to it (not part of
     equality: it names a list, not what was recorded)."""
+    redone: bool = attrs.field(default=False, eq=False)
+    """Its commit was refused and its messages recorded again on what another writer left
+    (``BatchProgress.redone``): what ``before_commit`` read may differ from what is stored."""
 
 
 _AFTER_CALL = frozenset({"Discover", "IndexFile", "Resume"})
@@ -123,14 +126,17 @@ class Ingestor:
 
     def _refuse_taken_ids(self, calls: Sequence[ToolCallRequest]) -> None:
         """Object ids are digests no other session produces; should one be held all the same,
-        it is refused here, before anything of the list is recorded."""
+        the list's transaction is refused (each new call's document must not exist yet), and
+        this names the id before anything of the list is recorded."""
         taken = self.service.taken_ids(self.session_id, [c.id for c in calls])
         if taken:
             raise DuplicateObject(taken[0], "another object already has this id")
 
     # -- recording -------------------------------------------------------------------------
 
-    def ingest(self, messages: Sequence[Message]) -> IngestResult:
+    def ingest(
+        self, messages: Sequence[Message], *, before_commit: Callable[[], None] | None = None
+    ) -> IngestResult:
         """Record what is new in ``messages`` (the harness's whole list, parsed).
 
         A list that begins with the very message objects of the last one (a harness that keeps
@@ -146,11 +152,17 @@ class Ingestor:
         if self.needs_whole(start, messages[start:]):
             start = 0
         self._last = []
-        result = self.ingest_from(start, messages[start:])
+        result = self.ingest_from(start, messages[start:], before_commit=before_commit)
         self._last = list(messages)
         return result
 
-    def ingest_from(self, start: int, messages: Sequence[Message]) -> IngestResult:
+    def ingest_from(
+        self,
+        start: int,
+        messages: Sequence[Message],
+        *,
+        before_commit: Callable[[], None] | None = None,
+    ) -> IngestResult:
         """Record what is new in a list whose first ``start`` messages are those of the list
         last given (not given again: the harness sent them unchanged) and whose others are
         ``messages``. The list's leading system messages are its system prompt; the rest is the
@@ -167,7 +179,8 @@ class Ingestor:
             chat_start, chat = 0, messages[lead:]
         else:
             chat_start, chat = start - self._lead, messages
-        return self.ingest_chat(chat_start, chat, prompt=messages[:lead] if start == 0 else None)
+        prompt = messages[:lead] if start == 0 else None
+        return self.ingest_chat(chat_start, chat, prompt=prompt, before_commit=before_commit)
 
     def ingest_chat(
         self,
@@ -175,11 +188,18 @@ class Ingestor:
         messages: Sequence[Message],
         *,
         prompt: Sequence[Message] | None = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> IngestResult:
         """Record what is new in a chat (a list without its leading system messages) whose
         first ``start`` messages are the cursor's (the append form names them by their digest)
         and whose others are ``messages``; ``prompt``, the list's leading system messages, when
-        the list was given from its start (their text becomes the system prompt)."""
+        the list was given from its start (their text becomes the system prompt).
+
+        ``before_commit`` is called once all of it is recorded and before it is committed, in
+        the same transaction (decision 0078): what it reads is the session with these messages,
+        what it records is committed with them. The proxy builds the managed request there and
+        sends it while the commit is made. Should the commit be refused, the result's
+        ``redone`` says so."""
         if self._resync:
             self.service.refresh(self.session_id)
             self.cursor = self._new_cursor()
@@ -190,11 +210,13 @@ class Ingestor:
                 "start", start, f"the chat last seen has {len(self.cursor.view)} messages"
             )
         plan = self.cursor.plan(messages, start)
-        self._refuse_taken_ids([c for item in plan.new for c in item.calls])
+        calls = [c for item in plan.new for c in item.calls]
         progress = BatchProgress()
         try:
-            # One transaction for all of it (decision 0077).
-            with self.service.batch(self.session_id) as progress:
+            # One transaction for all of it (decision 0077). Its preconditions refuse a call id
+            # some other object holds; only then is the store asked which (decision 0080).
+            refused = (lambda: self._refuse_taken_ids(calls)) if calls else None
+            with self.service.batch(self.session_id, refused) as progress:
                 if prompt is not None:
                     self._lead = len(prompt)
                     if prompt:
@@ -204,6 +226,8 @@ class Ingestor:
                     self._record(item)
                     self.cursor.recorded_one(item)
                     progress.done += 1
+                if before_commit is not None:
+                    before_commit()
         except StoreError:
             self._resync = True
             raise
@@ -218,6 +242,7 @@ class Ingestor:
             diverged=plan.diverged,
             total=self.total,
             digest=self.cursor.digest(plan.end),
+            redone=progress.redone,
         )
 
     def digest(self) -> str:

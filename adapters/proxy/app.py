@@ -35,6 +35,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp
 
 from selfctx.adapters.harness.ids import emitted_id
+from selfctx.adapters.harness.ingest import IngestResult
 from selfctx.adapters.harness.messages import MalformedMessage, Message
 from selfctx.adapters.harness.request import RequestCache
 from selfctx.adapters.harness.session import HarnessSession
@@ -171,6 +172,13 @@ class _Turn:
     """The client's text messages (``rebuilt.client_texts``)."""
     gone: asyncio.Event = attrs.field(factory=asyncio.Event)
     """Set when the client has left: no more rounds are asked for it."""
+    commit: asyncio.Future[IngestResult] | None = None
+    """The commit of what the client's conversation added, made in a worker thread while the
+    first request goes upstream (decision 0078), until ``_open`` has waited for it."""
+    raw: bytes = b""
+    """The client's request."""
+    sent: bytes = b""
+    """The first request sent upstream (compared with one built again after a refused commit)."""
     started: float = attrs.field(factory=time.monotonic)
 
     @property
@@ -188,6 +196,17 @@ class _Outcome:
 
 class _Gone(Exception):
     """The client left: the exchange stops asking the model."""
+
+
+class _Unstored(Exception):
+    """What the client's conversation added could not be stored (the store failed while the
+    request was upstream): the session went back to what it was, and the answer, built from
+    what was not kept, is not given to the client (decision 0078)."""
+
+
+def _resolve(future: asyncio.Future[bytes], value: bytes) -> None:
+    if not future.done():
+        future.set_result(value)
 
 
 class Proxy:
@@ -333,6 +352,8 @@ class Proxy:
             except _Gone:
                 self._log(turn, 499)
                 return Response(status_code=499)
+            except _Unstored:  # the client's own request, as when the conversation is refused
+                return await self._forward(provider, "POST", url, headers, raw, "unmanaged")
             if isinstance(first, Response):
                 self._log(turn, first.status_code)
                 return first
@@ -431,30 +452,65 @@ class Proxy:
         return lambda items: self.counter(list(items))
 
     async def _prepare(self, turn: _Turn, raw: bytes) -> bytes | None:
-        """Ingest the client's conversation and build the managed request, in one trip to a
-        worker thread: its bytes, or the client's own (``raw``) when the managed request would be
-        larger (None: the context manager refused the conversation, which is then sent as it
-        came)."""
+        """Ingest the client's conversation and build the managed request in a worker thread:
+        its bytes, or the client's own (``raw``) when the managed request would be larger (None:
+        the context manager refused the conversation, which is then sent as it came).
 
-        def prepare() -> bytes | None:
-            try:
-                content = dumps(self._ingest(turn))
-            except SelfContextError as exc:
-                log.warning("session %s: left unmanaged: %s", turn.session_id, exc)
-                return None
-            if self.config.never_larger and len(content) > len(raw):
-                # Never larger than what the client sent: its own request, unchanged.
-                turn.as_sent = True
-                turn.upstream_bytes = len(raw)
-                return raw
-            turn.upstream_bytes = len(content)
-            return content
+        The request is handed over as soon as it is built, before what the conversation added
+        is committed: the thread goes on to commit it while the request goes upstream
+        (``turn.commit``, which ``_open`` waits for before anything reaches the client;
+        decision 0078)."""
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[bytes] = loop.create_future()
+        turn.raw = raw
 
-        return await anyio.to_thread.run_sync(prepare)
+        def hand() -> None:  # in the thread, inside the ingest's transaction
+            content = self._content(turn)
+            loop.call_soon_threadsafe(_resolve, ready, content)
 
-    def _ingest(self, turn: _Turn) -> dict[str, Any]:
-        """Record what is new in the client's conversation; the managed request (in a worker
-        thread; raises ``SelfContextError`` if the context manager refuses the conversation)."""
+        def prepare() -> IngestResult:
+            result = self._ingest(turn, hand)
+            if not result.redone:
+                # The request's record (decision 0055), after what it was built from (a page
+                # of the inspector reads the store as of the record's transaction).
+                self._record_logged(turn)
+            return result
+
+        commit = asyncio.ensure_future(anyio.to_thread.run_sync(prepare))
+        try:
+            either: set[asyncio.Future[Any]] = {ready, commit}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            await asyncio.wait({commit})  # the session's lock is not released before it ends
+            raise
+        if ready.done():  # handed before the thread ended (its result is scheduled after)
+            turn.commit = commit
+            turn.sent = ready.result()
+            return turn.sent
+        try:
+            commit.result()
+        except SelfContextError as exc:
+            log.warning("session %s: left unmanaged: %s", turn.session_id, exc)
+        return None
+
+    def _content(self, turn: _Turn) -> bytes:
+        """The first request to send upstream for ``turn`` (in a worker thread)."""
+        raw = turn.raw
+        content = dumps(self._build(turn))
+        if self.config.never_larger and len(content) > len(raw):
+            # Never larger than what the client sent: its own request, unchanged.
+            turn.as_sent = True
+            turn.upstream_bytes = len(raw)
+            return raw
+        turn.as_sent = False
+        turn.upstream_bytes = len(content)
+        return content
+
+    def _ingest(self, turn: _Turn, hand: Callable[[], None]) -> IngestResult:
+        """Record what is new in the client's conversation and call ``hand`` (which builds the
+        managed request) before it is committed (in a worker thread; raises
+        ``SelfContextError`` if the context manager refuses the conversation, or the store
+        fails)."""
         session = turn.session
         parsed = session.parsed
         items, system = turn.provider.conversation(turn.body)
@@ -466,11 +522,11 @@ class Proxy:
         session.sent.update(parsed.added)
         session.withdrawn = session.withdrawn or parsed.withdrew
         ingestor = session.harness.ingestor
-        ingestor.ingest(turn.messages)
         if session.pending:  # context calls made beside the client's last calls
+            ingestor.ingest(turn.messages)
             turn.extra, session.pending = session.pending, []
-            ingestor.ingest([*turn.messages, *turn.extra])
-        return self._build(turn)
+            return ingestor.ingest([*turn.messages, *turn.extra], before_commit=hand)
+        return ingestor.ingest(turn.messages, before_commit=hand)
 
     async def _managed(self, turn: _Turn, *, last: bool = False) -> bytes:
         """The next round's request, after the proxy answered context calls."""
@@ -524,8 +580,11 @@ class Proxy:
         upstream: the session's lock is held until it is written, so the records of a session
         are in order and complete before its next request is read; one that cannot be written
         is reported in the log and the exchange goes on (decision 0074)."""
+        await anyio.to_thread.run_sync(self._record_logged, turn)
+
+    def _record_logged(self, turn: _Turn) -> None:
         try:
-            await anyio.to_thread.run_sync(self._record, turn)
+            self._record(turn)
         except Exception as exc:
             log.warning(
                 "session %s: the record of this request was not written: %s",
@@ -556,12 +615,60 @@ class Proxy:
     async def _open(self, turn: _Turn, content: bytes) -> httpx.Response | Response:
         """Send ``content`` upstream; a response whose status is not 2xx, or an unreachable
         upstream, becomes the client's answer at once (the former exactly as the provider shaped
-        it). The request's record is written meanwhile (``_recording``)."""
-        recording = asyncio.ensure_future(self._recording(turn))
+        it). The request's record is written meanwhile (``_recording``), and what the client's
+        conversation added is committed (``turn.commit``): the answer waits for both."""
+        commit, turn.commit = turn.commit, None
+        recording = None if turn.recorded is None else asyncio.ensure_future(self._recording(turn))
         try:
-            return await self._send(turn, content)
+            answer = await self._send(turn, content)
         finally:
-            await recording
+            if recording is not None:
+                await recording
+            if commit is not None:
+                await asyncio.wait({commit})
+        if commit is None:
+            return answer
+        return await self._settled(turn, commit, answer)
+
+    async def _settled(
+        self,
+        turn: _Turn,
+        commit: asyncio.Future[IngestResult],
+        answer: httpx.Response | Response,
+    ) -> httpx.Response | Response:
+        """``answer`` once the commit made beside its request is known (decision 0078). A
+        store that failed rolled the session back: the answer is dropped and ``_Unstored``
+        raised (the client's own request is sent instead; the next request records the
+        conversation again). A commit refused because another writer came first was made
+        again on what that writer left: the request is built again, and if it differs from
+        the one sent, the answer is dropped and the new request sent in its place."""
+        try:
+            result = commit.result()
+        except SelfContextError as exc:
+            await _drop(answer)
+            log.warning(
+                "session %s: what the conversation added could not be stored (%s): the "
+                "client's own request is sent",
+                turn.session_id,
+                redact(str(exc)),
+            )
+            raise _Unstored from exc
+        except BaseException:
+            await _drop(answer)
+            raise
+        if not result.redone:
+            return answer
+        first = turn.sent
+        again = await anyio.to_thread.run_sync(self._content, turn)
+        if again == first:
+            await self._recording(turn)
+            return answer
+        await _drop(answer)
+        log.info(
+            "session %s: another writer came first: the request is sent again", turn.session_id
+        )
+        turn.sent = again
+        return await self._open(turn, again)
 
     async def _send(self, turn: _Turn, content: bytes) -> httpx.Response | Response:
         client = self.client()
@@ -859,6 +966,11 @@ class Proxy:
             return _error(provider, 502, f"the upstream {url} is unreachable: {exc!r}")
         log.info("%s %s status=%d (%s)", method, url.split("?")[0], upstream.status_code, note)
         return relayed(upstream, _HOP, decoded=True)
+
+
+async def _drop(answer: httpx.Response | Response) -> None:
+    if isinstance(answer, httpx.Response):
+        await answer.aclose()
 
 
 async def _to_ui(request: Request) -> Response:

@@ -5,9 +5,10 @@ once and then only from where it ended."""
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -122,41 +123,69 @@ class SessionHistory:
         self._states: dict[int, SessionState] = {}
         """States rebuilt lately, by log position (``_kept``: their positions, sorted)."""
         self._kept: list[int] = []
+        self._txs: dict[int, int] = {}
+        """The transaction of each log position a state was rebuilt at."""
+        self._ahead: dict[int, threading.Thread] = {}
+        self._finding: dict[int, threading.Thread] = {}
+        """Requests whose log position is being found (:meth:`ahead_request`), by number."""
+        """States being rebuilt on threads of their own (:meth:`ahead`), by log position."""
         self._objects: dict[str, FileObject | ToolcallObject] = {}
         self._contexts: dict[tuple[int, int], PastContext] = {}
         self._digests: dict[tuple[int, int], str] = {}
         self._preparing: threading.Thread | None = None
+        self._refreshing = threading.Lock()
         self._loading = threading.Lock()
         """Held while objects are read, so that two pages do not read the same ones."""
 
-    def refresh(self) -> SessionHistory:
+    def refresh(self, *, n: int | None = None, seq: int | None = None) -> SessionHistory:
         """Read what the records gained since the last call (their latest version; their
         history only when more than one is new), and the log's new entries if the log was
         read (by their ids, ``log:{session}:{seq}``: a lookup, whatever the log's length).
         While every record holds its marks (``RequestRecord.marks``) the timeline and the
-        requests' pages need no log: it is read when a page asks for what only it says."""
+        requests' pages need no log: it is read when a page asks for what only it says.
+
+        A page that knows the log position it shows (``seq``) or the request (``n``) has its
+        state rebuilt meanwhile (:meth:`ahead`, :meth:`ahead_request`): on XTDB the node reads
+        the records and the state's documents at once."""
         store = self.service.store
-        with self._lock:
+        if seq is not None and store.reads_wait:
+            self.ahead(seq)
+        # Refreshes take turns; the records are read without the lock, which the threads
+        # rebuilding a state ahead take meanwhile.
+        with self._refreshing:
             if not self._checked:
                 validate_session_id(self.session_id)
-            doc = store.get(requests_id(self.session_id))
-            latest = record_from_document(doc) if doc is not None else None
             known = len(self.records)
-            if latest is not None and latest.n == known + 1:
-                self.records.append(latest)  # its transaction is read when it is needed
-            elif latest is not None and latest.n != known:
-                self.records = self.service.requests(self.session_id)
-            if self._log_read:
-                for entry in self._tail(self.last_seq):
-                    self._take(entry)
-            elif not self._summarised():
-                self._read_log()
-            else:  # the log's end: what follows the latest record's position, by id
-                start = max(self.last_seq, self.records[-1].seq)
-                tail = self._tail(start)
-                self.last_seq = int(tail[-1]["seq"]) if tail else start
-            self._checked = True
+            if known == 0:  # nothing read yet: every record at once
+                if n is not None and store.reads_wait:
+                    self.ahead_request(n)
+                records, latest = self.service.requests(self.session_id), None
+            else:
+                doc = store.get(requests_id(self.session_id))
+                latest = record_from_document(doc) if doc is not None else None
+                records = self.records
+                if latest is not None and latest.n not in (known, known + 1):
+                    records, latest = self.service.requests(self.session_id), None
+            with self._lock:
+                if latest is not None and latest.n == known + 1:
+                    self.records.append(latest)  # its transaction is read when it is needed
+                else:
+                    self.records = records
+                self._catch_up()
+                self._checked = True
         return self
+
+    def _catch_up(self) -> None:
+        """Follow the log to its end, as far as it is read (the caller holds the lock)."""
+        if self._log_read:
+            for entry in self._tail(self.last_seq):
+                self._take(entry)
+        elif not self._summarised():
+            self._read_log()
+        else:  # the log's end: what follows the latest record's position, by id
+            start = max(self.last_seq, self.records[-1].seq)
+            tail = self._tail(start)
+            self.last_seq = int(tail[-1]["seq"]) if tail else start
 
     def _summarised(self) -> bool:
         """Every record holds its marks (and there is one): the log need not be read."""
@@ -244,6 +273,10 @@ class SessionHistory:
         with self._lock:
             if not 1 <= seq <= self.last_seq:
                 raise InvalidInput("log position", seq, f"the session has 1 to {self.last_seq}")
+            rebuilding = self._ahead.get(seq)
+        if rebuilding is not None:
+            rebuilding.join()
+        with self._lock:
             k = bisect.bisect_right(self._kept, seq) - 1
             start = self._kept[k] if k >= 0 else None
             near = start is not None and seq - start <= STATE_EVERY
@@ -257,16 +290,95 @@ class SessionHistory:
             if len(entries) != seq - start:
                 raise InvalidInput("log position", seq, "the session's log has a gap there")
         else:
-            state = self._open_state(seq) or self.service.state_at(self.session_id, seq).state
+            state = self._open_state(seq) or self._rebuilt(seq)
         for entry in entries:
             state = fold(decode_events(entry_events(entry)), state)
+        self._keep(seq, state)
+        return state
+
+    def _keep(self, seq: int, state: SessionState) -> None:
         with self._lock:
             if seq not in self._states:
                 bisect.insort(self._kept, seq)
                 self._states[seq] = state
                 while len(self._kept) > STATES_KEPT:
                     del self._states[self._kept.pop(0)]
-        return state
+
+    def ahead_request(self, n: int, *, locked: bool = False) -> None:
+        """If request ``n`` is the latest, rebuild the state at its log position on a thread
+        of its own (:meth:`ahead`): the latest record is one read, the records' history all
+        of them. (Finding another request's position without that history costs the store
+        about half as much again: measured, the page gained nothing.) :meth:`settle` waits
+        for the look."""
+
+        def find() -> None:
+            try:
+                doc = self.service.store.get(requests_id(self.session_id))
+                record = record_from_document(doc) if doc is not None else None
+                if record is not None and record.n == n:
+                    self.ahead(record.seq)
+            except Exception:  # the page reads the records, and says what is wrong
+                log.debug("session %s: finding request %d ahead failed", self.session_id, n)
+
+        with self._lock if not locked else _NO_LOCK:
+            if n < 1 or n in self._finding:
+                return
+            thread = threading.Thread(target=find, daemon=True)
+            self._finding[n] = thread
+        thread.start()
+
+    def settle(self, n: int) -> None:
+        """Wait until request ``n``'s position is found, if :meth:`ahead_request` looks."""
+        with self._lock:
+            finding = self._finding.pop(n, None)
+        if finding is not None:
+            finding.join()
+
+    def ahead(self, seq: int, *, locked: bool = False) -> None:
+        """Start rebuilding the state at log position ``seq`` on a thread of its own, and
+        reading its objects, unless it is held or being rebuilt (``locked``: the caller holds
+        the lock). :meth:`state_at` waits for it; a position the session does not have fails
+        there, not here."""
+
+        def rebuild() -> None:
+            try:
+                if self.service.store.get(log_entry_id(self.session_id, seq)) is None:
+                    return  # no such position: the page says so, having read nothing more
+                state = self._open_state(seq) or self._rebuilt(seq)
+                self._keep(seq, state)
+                self._load_objects(state, lean=True)
+            except Exception:  # the page rebuilds it itself, and says what is wrong
+                log.debug("session %s: rebuilding %d ahead failed", self.session_id, seq)
+            finally:
+                with self._lock:
+                    self._ahead.pop(seq, None)
+
+        with self._lock if not locked else _NO_LOCK:
+            if seq < 1 or seq in self._states or seq in self._ahead:
+                return
+            thread = threading.Thread(target=rebuild, daemon=True)
+            self._ahead[seq] = thread
+        thread.start()
+
+    def _rebuilt(self, seq: int) -> SessionState:
+        """The state at ``seq`` rebuilt from the store (``ContextService.state_at``); the
+        objects of the snapshot it starts from are read on a thread of their own meanwhile
+        (on XTDB the node reads them while this process reads and applies the log entries)."""
+
+        def read_ahead(snapshot: SessionState) -> None:
+            def read() -> None:
+                try:
+                    self._load_objects(snapshot, lean=True)
+                except Exception:  # the page reads what it needs itself, and says why
+                    log.warning("session %s: reading ahead failed", self.session_id, exc_info=True)
+
+            threading.Thread(target=read, daemon=True).start()
+
+        wait = self.service.store.reads_wait
+        past = self.service.state_at(self.session_id, seq, on_snapshot=read_ahead if wait else None)
+        with self._lock:
+            self._txs[seq] = past.tx_id
+        return past.state
 
     def prepare(self) -> None:
         """Read, on a thread of its own, what a page of the session's latest request needs
@@ -288,15 +400,18 @@ class SessionHistory:
             self._preparing = threading.Thread(target=read, daemon=True)
             self._preparing.start()
 
-    def _load_objects(self, state: SessionState, *, lean: bool = False) -> None:
+    def _load_objects(
+        self, state: SessionState, *, lean: bool = False, lined: Container[str] = ()
+    ) -> None:
         """Read the objects of ``state``'s index a page of it needs and this history does not
         hold yet: every tool call (whole: on XTDB a pull of named fields costs more than the
         whole document), and under the inline layouts only the files a prompt names
         (:func:`_files_named`), every file under ``ssot`` (its metadata block lists them all).
         ``lean``: the collapsed outputs come from a request's recorded lines, so not the files
-        only a collapsed line names. (Every tool call is still read: the working set and
-        supersession look at the outputs after each active one, and where an active file is
-        shown depends on whether any tool call read or named it.)"""
+        only a collapsed line names; ``lined``: only those of the tool calls in it do. (Every
+        tool call is still read: the working set and supersession look at the outputs after
+        each active one, and where an active file is shown depends on whether any tool call
+        read or named it.)"""
         kinds = state.kinds
         with self._loading:
             with self._lock:
@@ -317,7 +432,9 @@ class SessionHistory:
             self._read(calls)
             with self._lock:
                 if state.policy.inline_layout:
-                    named = _files_named(state, self._objects, listed=not lean)
+                    named = _files_named(
+                        state, self._objects, listed=lambda i: not lean and i not in lined
+                    )
                 else:
                     named = [i for i in state.index if kinds.get(i) != "toolcall"]
                 files = [i for i in named if i not in self._objects]
@@ -357,6 +474,36 @@ class SessionHistory:
                 return out
         return None
 
+    def lines_at(self, seq: int) -> tuple[dict[str, Line] | None, RequestRecord | None]:
+        """The collapsed lines of the context at log position ``seq`` that the records say, and
+        the request whose digest the context must have (None: nothing to check it against).
+        At a request's position, that request's lines (:meth:`lines_of`). Between request
+        ``r`` and the next one, ``r``'s lines but those of the outputs the next one sent anew
+        (their line changed meanwhile) or that its marks collapsed or activated up to ``seq``:
+        those are rendered again. None at a compaction or a rollback on the way, after the
+        last request (what changed since is recorded by no request), or without lines."""
+        i = bisect.bisect_right([r.seq for r in self.records], seq)
+        if i == 0:
+            return None, None
+        before = self.records[i - 1]
+        lines = self.lines_of(before.n)
+        if lines is None or before.seq == seq:
+            return lines, before
+        if i == len(self.records):
+            return None, None
+        after = self.records[i]
+        if after.lines is None or after.marks is None:
+            return None, None
+        for mark in after.marks:
+            if mark.seq > seq:
+                continue
+            if mark.event in ("ChatCompacted", "RolledBack"):
+                return None, None
+            lines.pop(mark.fields.get("object_id", ""), None)
+        for line in after.lines.shown:
+            lines.pop(line.call_id, None)
+        return lines, None
+
     def past(self, seq: int, tx_id: int | None, n: int | None = None) -> PastContext:
         """What ``ContextService.past_context`` gives, from this history's log and objects: the
         state at ``seq``, the objects as of ``tx_id`` (the transaction of ``seq`` if None), the
@@ -366,28 +513,35 @@ class SessionHistory:
 
         For request ``n`` whose record chain holds its collapsed lines (:meth:`lines_of`), those
         lines are shown as recorded and the files only they name are not read; the result
-        stands if its digest is the one recorded, else the prompt is rebuilt whole."""
+        stands if its digest is the one recorded, else the prompt is rebuilt whole. A log
+        position that is no request's takes the lines :meth:`lines_at` gives."""
         store = self.service.store
         if tx_id is None:
-            tx_id = store.history(log_entry_id(self.session_id, seq))[0].tx_id
+            self.state_at(seq)  # its transaction is known once it is rebuilt
+            with self._lock:
+                tx_id = self._txs.get(seq)
+            if tx_id is None:
+                tx_id = store.history(log_entry_id(self.session_id, seq))[0].tx_id
         key = (seq, tx_id)
         with self._lock:
             found = self._contexts.get(key)
         if found is not None:
             return found
         state = self.state_at(seq)
-        lines = None
+        lines, exact = None, None
         if n is not None and state.policy.inline_layout:
-            lines = self.lines_of(n)
+            lines, exact = self.lines_of(n), self.records[n - 1]
+        elif state.policy.inline_layout:
+            lines, exact = self.lines_at(seq)
         shown = None
         if lines is not None:
             shown = {
                 i: RenderedMessage("tool", x.text, toolcall_id=i, is_error=x.is_error)
                 for i, x in lines.items()
             }
-        past = self._render(state, seq, tx_id, shown)
+        past = self._render(state, seq, tx_id, shown, lean=n is not None)
         digest = context_digest(past.context)
-        if n is not None and lines is not None and digest != self.records[n - 1].digest:
+        if exact is not None and lines is not None and digest != exact.digest:
             past = self._render(state, seq, tx_id, None)
             digest = context_digest(past.context)
         with self._lock:
@@ -410,17 +564,27 @@ class SessionHistory:
         seq: int,
         tx_id: int,
         lines: Mapping[str, RenderedMessage] | None,
+        *,
+        lean: bool = True,
     ) -> PastContext:
-        """The context of ``state`` with the objects as of ``tx_id`` (see :meth:`past`)."""
+        """The context of ``state`` with the objects as of ``tx_id`` (see :meth:`past`);
+        ``lean``: ``lines`` holds every collapsed output's line (else only some may be given:
+        the others are rendered, from the files they name)."""
         store = self.service.store
-        self._load_objects(state, lean=lines is not None)
+        prompt_read = _Background(
+            store.get_as_of, state.system_prompt_id, tx_id, apart=store.reads_wait
+        )
+        if lines is None:
+            self._load_objects(state)
+        else:
+            self._load_objects(state, lean=lean, lined=lines)
         with self._lock:
             objects = {i: self._objects[i] for i in state.index if i in self._objects}
         if not state.policy.inline_layout:
             files = [i for i in state.pool if isinstance(objects.get(i), FileObject)]
             for object_id, doc in store.get_many_as_of(files, tx_id).items():
                 objects[object_id] = _content_object(doc)
-        prompt_doc = store.get_as_of(state.system_prompt_id, tx_id)
+        prompt_doc = prompt_read.result()
         prompt = from_document(prompt_doc) if prompt_doc is not None else None
         text = prompt.content if isinstance(prompt, SystemPromptObject) else ""
         display = self.service.mounts.display_path
@@ -535,12 +699,12 @@ def _files_named(
     state: SessionState,
     objects: Mapping[str, FileObject | ToolcallObject],
     *,
-    listed: bool = True,
+    listed: Callable[[str], bool] = lambda _: True,
 ) -> list[str]:
     """The files an inline prompt of ``state`` names or shows: the active and pinned ones, those
-    the tool calls' views show (the working set is found among them), and (``listed``) the first
-    ``MAX_LISTED_FILES`` of the session's files each tool call names (a collapsed output lists
-    them by path)."""
+    the tool calls' views show (the working set is found among them), and the first
+    ``MAX_LISTED_FILES`` of the session's files each tool call that ``listed`` says names (a
+    collapsed output lists them by path)."""
     kinds = state.kinds
     out = dict.fromkeys(i for i in (*state.active, *state.pinned) if kinds.get(i) == "file")
     for object_id in state.index:
@@ -550,10 +714,42 @@ def _files_named(
         out.update(
             dict.fromkeys(v.file for v in call.file_views or () if kinds.get(v.file) == "file")
         )
-        if listed:
+        if listed(object_id):
             refs = [r for r in call.file_refs or () if kinds.get(r) == "file"]
             out.update(dict.fromkeys(refs[:MAX_LISTED_FILES]))
     return list(out)
+
+
+_NO_LOCK = contextlib.nullcontext()
+
+
+class _Background:
+    """One call made on a thread of its own (a store read beside others; ``apart`` False: made
+    at once, here); :meth:`result` waits for it and returns what it returned or raises what it
+    raised."""
+
+    def __init__(self, call: Callable[..., Any], *args: Any, apart: bool = True) -> None:
+        self._call, self._args = call, args
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        if apart:
+            self._thread.start()
+        else:
+            self._run()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._call(*self._args)
+        except BaseException as exc:  # handed to the caller of result()
+            self._error = exc
+
+    def result(self) -> Any:
+        if self._thread.is_alive() or self._thread.ident is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def _content_object(doc: Mapping[str, Any]) -> FileObject | ToolcallObject:
@@ -572,7 +768,11 @@ class Sessions:
         self._lock = threading.Lock()
         self._held: dict[str, SessionHistory] = {}
 
-    def get(self, session_id: str) -> SessionHistory:
+    def get(
+        self, session_id: str, *, n: int | None = None, seq: int | None = None
+    ) -> SessionHistory:
+        """The history of ``session_id``, brought up to date (``n``, ``seq``: the request or
+        the log position the page shows, if it knows; see :meth:`SessionHistory.refresh`)."""
         with self._lock:
             found = self._held.pop(session_id, None)
             if found is None:
@@ -580,4 +780,4 @@ class Sessions:
             self._held[session_id] = found
             while len(self._held) > self.limit:
                 del self._held[next(iter(self._held))]
-        return found.refresh()
+        return found.refresh(n=n, seq=seq)

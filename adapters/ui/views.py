@@ -250,11 +250,12 @@ def request_view(
 ) -> RequestView:
     """Request ``n`` of the session as it was sent, or the context at log position ``seq``
     (the latest when both are None)."""
-    history = sessions.get(session_id)
+    history = sessions.get(session_id, n=n, seq=seq)
     record = None
     if n is not None:
         record = history.record(n)
         seq = record.seq
+        history.settle(n)
     elif seq is None:
         if history.records:
             record = history.record(len(history.records))

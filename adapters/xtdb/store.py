@@ -113,6 +113,7 @@ def _check(doc: Document) -> dict[str, Any]:
 
 
 class XtdbStore(ObjectStore):
+    reads_wait = True
     """:class:`ObjectStore` on an XTDB 1.x node reached through ``client``.
 
     ``timeout`` (seconds) bounds every method: a stopped or hung node makes the call raise

@@ -196,6 +196,11 @@ class ObjectStore(abc.ABC):
     object. Transaction ids increase; ``as_of`` and ``history`` are by transaction.
     """
 
+    reads_wait: bool = False
+    """Reads wait on another process (a database server): a reader gains by making several at
+    once, or by working while one is answered. False for a store in this process, whose reads
+    are this process's own work (threads would only take turns)."""
+
     @abc.abstractmethod
     def get(self, object_id: str) -> Document | None:
         """Return the latest version of ``object_id``, or None if it was never written."""

@@ -18,7 +18,8 @@ the prompt (never out of the store) and says so in the first line.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 import attrs
 from pyrsistent import thaw
@@ -30,6 +31,7 @@ from selfctx.application.tokens import ContextCounter, context_tokens
 from selfctx.application.usecases.base import Deps
 from selfctx.application.usecases.collapse_order import (
     NO_PLAN,
+    OVER_KEEP,
     CollapsePlan,
     CollapseRecord,
     plan_collapse,
@@ -50,9 +52,14 @@ from selfctx.domain.rendering import (
     render_context,
 )
 from selfctx.domain.session import commands as c
-from selfctx.domain.session.state import SessionState
+from selfctx.domain.session.state import SessionState, members
 
 __all__ = ["AssembleContext", "BudgetExceeded", "foreseen_collapses"]
+
+_V = TypeVar("_V")
+
+_ROOM = (KEEP, OVER_KEEP)
+"""Tiers of the outputs that show the working set: they share the room of the kept ones."""
 
 
 class BudgetExceeded(SelfContextError):
@@ -144,20 +151,28 @@ class AssembleContext:
         ):
             return context
         count = self._counter(session)
+        before, collapsed = session.state, False
         if policy.seen_calls is not None and self._collapse_seen(session, count):
             context = self.render(session)
+            collapsed = True
         total = self.tokens(session, context)
         trigger = policy.trigger_tokens
         if trigger is not None and total > trigger:
             spared = _newest_toolcalls(session, policy.keep_recent)
-            plan = plan_collapse(
-                session.state,
-                session.working_objects(),
-                self._deps.mounts.display_path,
-                count,
-                spared,
-                session.relevance_memo,
-            )
+            # the seen collapse's plan, when it made one, is this state's plan as it is (it
+            # collapsed nothing) or without what it collapsed (decision 0080)
+            plan = _after_seen(session, before) if collapsed else None
+            if not collapsed and session.plan is not None and session.state is before:
+                plan = session.plan
+            if plan is None:
+                plan = plan_collapse(
+                    session.state,
+                    session.working_objects(),
+                    self._deps.mounts.display_path,
+                    count,
+                    spared,
+                    session.relevance_memo,
+                )
             session.plan = plan
             goal = max(policy.clear_at_least, total - trigger)
             plan = _displaced_now(session, plan, spared, count)
@@ -256,11 +271,11 @@ class AssembleContext:
         policy = state.policy
         inline = policy.inline_layout
         batch = spared is not None
-        auto = state.auto_active
+        auto, pinned = members(state.auto_active), members(state.pinned)
         sizes: dict[str, int] = {}
         for object_id in state.active:
             obj = session.objects[object_id]
-            if object_id in state.pinned or (batch and object_id in (spared or ())):
+            if object_id in pinned or (batch and object_id in (spared or ())):
                 continue
             if never and object_id in never:
                 continue
@@ -270,11 +285,11 @@ class AssembleContext:
                 # forces it out), or it shows a file the agent works on
                 continue
             if isinstance(obj, ToolcallObject):
-                if any(ref in state.pinned for ref in obj.file_refs or ()):
+                if any(ref in pinned for ref in obj.file_refs or ()):
                     continue  # it shows a pinned file
                 size = count(obj.content or "")
                 if inline:  # its long arguments are shortened too
-                    size += count(json.dumps(thaw(obj.args), ensure_ascii=False)) // 2
+                    size += _argument_tokens(session, obj, count) // 2
             elif inline and (batch or object_id in session.inline_cache.viewed):
                 continue  # inline shows files through the tool messages that read them; one
                 # that none shows is shown after the chat, and only a budget takes it
@@ -502,6 +517,68 @@ def foreseen_collapses(session: OpenSession, count: Callable[[str], int]) -> fro
     if batch < state.policy.clear_at_least:
         displaced.clear()
     return frozenset(answered | displaced)
+
+
+def _after_seen(session: OpenSession, before: SessionState) -> CollapsePlan | None:
+    """The plan of the state the seen collapse left, from the plan it made on ``before``
+    (None: plan again). That collapse changes only the active set, and only by outputs that
+    the plan does not keep: the facts the plan is made of (what later outputs show again,
+    which files changed, the working set's weights, the identifiers each output brought in)
+    belong to the outputs and the chat, and the room of the kept ones is taken by the same
+    outputs, so the plan of what stays active is the old one without the collapsed outputs
+    (decision 0080)."""
+    plan, after = session.plan, session.state
+    if not isinstance(plan, CollapsePlan) or not plan.tiers:
+        return None
+    if not (
+        after.turns is before.turns
+        and after.index is before.index
+        and after.positions is before.positions
+        and after.toolcall_turn is before.toolcall_turn
+        and after.policy is before.policy
+    ):
+        return None
+    active = members(after.active)
+    gone = members(before.active) - active
+    if any(plan.tiers.get(i) in _ROOM or plan.foreseen.get(i) in _ROOM for i in gone):
+        return None  # it took room among the kept ones: their ranks may change, plan again
+    if not _shown(session, gone) <= _shown(session, active):
+        return None  # a file only it showed leaves the working set's candidates: plan again
+    session.relevance_memo.forget(active)  # what planning again would forget
+
+    def kept(table: Mapping[str, _V]) -> dict[str, _V]:
+        return {i: v for i, v in table.items() if i in active}
+
+    tiers = kept(plan.tiers)
+    foreseen = tiers if plan.foreseen is plan.tiers else kept(plan.foreseen)
+    working = frozenset(i for i in plan.working if i in active)
+    return CollapsePlan(tiers, kept(plan.superseded), working, kept(plan.stale), foreseen)
+
+
+def _shown(session: OpenSession, object_ids: Iterable[str]) -> set[str]:
+    """The files the views of these tool outputs show (not those they changed)."""
+    out: set[str] = set()
+    for object_id in object_ids:
+        obj = session.objects.meta(object_id)
+        if isinstance(obj, ToolcallObject):
+            out.update(v.file for v in obj.file_views or () if v.kind != "change")
+    return out
+
+
+def _argument_tokens(session: OpenSession, obj: ToolcallObject, count: Callable[[str], int]) -> int:
+    """Tokens of a tool call's arguments as JSON, remembered by version: a batch weighs every
+    active output at every request (the memo keeps what is active, decision 0080)."""
+    memo = session.argument_tokens
+    held = memo.get(obj.id)
+    if held is not None and held[0] == obj.object_hash:
+        return held[1]
+    n = count(json.dumps(thaw(obj.args), ensure_ascii=False))
+    if len(memo) >= 2 * len(session.state.active) + 16:
+        active = members(session.state.active)
+        for object_id in [i for i in memo if i not in active]:
+            del memo[object_id]
+    memo[obj.id] = (obj.object_hash, n)
+    return n
 
 
 def _newest_toolcalls(session: OpenSession, keep: int) -> set[str]:

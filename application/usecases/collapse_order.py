@@ -24,7 +24,7 @@ from selfctx.domain.relevance import (
 )
 from selfctx.domain.session.state import SessionState
 
-__all__ = ["NO_PLAN", "CollapsePlan", "CollapseRecord", "plan_collapse"]
+__all__ = ["NO_PLAN", "OVER_KEEP", "CollapsePlan", "CollapseRecord", "plan_collapse"]
 
 OVER_KEEP = (UNUSED + KEEP) / 2
 """Tier of a working-set output beyond ``keep_tokens``: after the unused ones."""

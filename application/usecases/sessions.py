@@ -4,7 +4,7 @@ it was."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import attrs
@@ -181,11 +181,18 @@ class StateAt:
     def __init__(self, deps: Deps) -> None:
         self._deps = deps
 
-    def __call__(self, session_id: str, seq: int) -> PastState:
+    def __call__(
+        self,
+        session_id: str,
+        seq: int,
+        on_snapshot: Callable[[SessionState], None] | None = None,
+    ) -> PastState:
+        """``on_snapshot``: called with the snapshot's state before the log entries after it are
+        folded into it (a caller may start reading that state's objects meanwhile)."""
         if not isinstance(seq, int) or isinstance(seq, bool):
             raise InvalidInput("log position", seq, "must be an integer")
         store = self._deps.runner.store
-        fast = self._from_entry(session_id, seq) if seq > 0 else None
+        fast = self._from_entry(session_id, seq, on_snapshot) if seq > 0 else None
         if fast is not None:
             return fast
         history = store.history(session_id_for(session_id))
@@ -214,7 +221,12 @@ class StateAt:
             raise InvalidInput("log position", seq, "after the session's last command")
         return PastState(state=state, seq=seq, tx_id=tx_id)
 
-    def _from_entry(self, session_id: str, seq: int) -> PastState | None:
+    def _from_entry(
+        self,
+        session_id: str,
+        seq: int,
+        on_snapshot: Callable[[SessionState], None] | None = None,
+    ) -> PastState | None:
         """The state at ``seq`` from the snapshot in force when log entry ``seq`` was committed
         (one version, read as of that transaction) and the entries between them, read by id:
         the work grows with the distance to that snapshot, not with the session's length nor
@@ -225,22 +237,25 @@ class StateAt:
         if not versions:
             return None
         tx_id = versions[0].tx_id
-        snap_doc = store.get_as_of(session_id_for(session_id), tx_id)
+        # The chat is written with every snapshot and only then: as of the same transaction it
+        # is the snapshot's chat (both in one read).
+        snap_id, chat_id = session_id_for(session_id), chat_id_for(session_id)
+        docs = store.get_many_as_of([snap_id, chat_id], tx_id)
+        snap_doc, chat_doc = docs.get(snap_id), docs.get(chat_id)
         if snap_doc is None or int(snap_doc.get("seq", -1)) > seq:
             return None
         snap_seq = int(snap_doc["seq"])
-        # The chat is written with every snapshot and only then: as of the same transaction it
-        # is the snapshot's chat.
-        chat_doc = store.get_as_of(chat_id_for(session_id), tx_id)
         session_obj = from_document(snap_doc)
         chat_obj = from_document(chat_doc) if chat_doc is not None else None
         if not isinstance(session_obj, SessionObject) or not isinstance(chat_obj, ChatObject):
             return None
+        state = state_from_snapshot(session_obj, chat_obj)
+        if on_snapshot is not None:
+            on_snapshot(state)
         ids = [log_entry_id(session_id, k) for k in range(snap_seq + 1, seq + 1)]
         found = store.get_many(ids)
         if len(found) != len(ids):
             return None
-        state = state_from_snapshot(session_obj, chat_obj)
         for entry_id in ids:
             state = fold(decode_events(entry_events(found[entry_id])), state)
         return PastState(state=state, seq=seq, tx_id=tx_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Final
 
 import attrs
@@ -10,7 +11,14 @@ from pyrsistent import PMap, PSet, PVector, pmap, pset, pvector
 from selfctx.domain.chat import Turn
 from selfctx.domain.errors import InvalidInput, UnknownPolicy
 
-__all__ = ["INITIAL", "POLICY_NAMES", "CollapseWindow", "PolicyConfig", "SessionState"]
+__all__ = [
+    "INITIAL",
+    "POLICY_NAMES",
+    "CollapseWindow",
+    "PolicyConfig",
+    "SessionState",
+    "members",
+]
 
 
 @attrs.frozen
@@ -220,3 +228,25 @@ class SessionState:
 
 
 INITIAL: Final = SessionState()
+
+
+_MEMBERS: dict[int, tuple[PSet[str], frozenset[str]]] = {}
+"""The last few sets :func:`members` was asked about, by identity, with their members."""
+_MEMBERS_HELD = 8
+
+
+def members(ids: PSet[str]) -> frozenset[str]:
+    """The members of one of a state's sets as a ``frozenset``, whose membership tests and set
+    operations run in C (a persistent set's take several Python calls each). The same set object
+    gives the same answer: the few asked for last are remembered by identity, so that the many
+    passes of one assembly over the active set convert it once (decision 0080)."""
+    held = _MEMBERS.get(id(ids))
+    if held is not None and held[0] is ids:
+        return held[1]
+    found = frozenset(ids)
+    if len(_MEMBERS) >= _MEMBERS_HELD:
+        # the oldest goes (another thread may have changed the table meanwhile: no matter)
+        with contextlib.suppress(RuntimeError, StopIteration):
+            _MEMBERS.pop(next(iter(_MEMBERS)), None)
+    _MEMBERS[id(ids)] = (ids, found)
+    return found

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from pyrsistent import thaw
+
 from selfctx.adapters.harness.render import _openai_message
 from selfctx.application.tokens import context_texts
 from selfctx.domain.chat import ToolCallRequest
@@ -33,7 +35,8 @@ def test_the_arguments_text_is_what_json_dumps_writes() -> None:
     call = ToolCallRequest("c1", "bash", arguments)
     message = RenderedMessage("assistant", "", (call,))
     item = _openai_message(message)
-    text = json.dumps(arguments, ensure_ascii=False)
+    text = json.dumps(thaw(call.arguments), ensure_ascii=False)  # a frozen map's own order
+    assert json.loads(text) == arguments and "é" in text
     assert item["tool_calls"][0]["function"]["arguments"] == text
     context = AssembledContext(system_prompt="", metadata=(), chat=(message,), active=())
     assert text in list(context_texts(context))

@@ -25,7 +25,7 @@ from selfctx.adapters.harness.render import (
 from selfctx.application import persistence
 from selfctx.application.usecases import chat as chat_usecase
 from selfctx.domain.chat import AssistantMessage, ToolCallRequest, ToolResult
-from selfctx.domain.errors import InvalidInput
+from selfctx.domain.errors import DuplicateObject, InvalidInput
 from selfctx.domain.identifiers import (
     RESERVED_PREFIXES,
     is_valid_toolcall_id,
@@ -186,6 +186,27 @@ def test_a_call_id_another_session_recorded_is_a_call_of_its_own() -> None:
     assert [t.content for t in toolcalls(h)] == ["mine"]
     assert [t.content for t in toolcalls(other)] == ["theirs"]
     assert tc("c1") != tc("c1", session_id="other")
+
+
+def test_an_object_id_another_session_holds_refuses_the_list_and_records_none_of_it() -> None:
+    # Object ids are digests no other session produces; a store that holds one all the same
+    # (written by hand, or by a client that took the id) refuses the list's transaction, and
+    # the ingest names the id without recording any of the list (decision 0080).
+    service = make_service()
+    open_harness(service, session_id="squatter")
+    service.record_tool_call("squatter", tc("c1"), tool="bash", args={}, output="theirs")
+    h = open_harness(service)
+    h.ingest([o_user("first")])
+    before = service.log_position(h.session_id)
+    with pytest.raises(DuplicateObject) as refused:
+        h.ingest([o_user("first"), o_assistant("", bash("c1", "ls")), o_tool("c1", "mine")])
+    assert refused.value.object_id == tc("c1")
+    assert service.log_position(h.session_id) == before
+    assert toolcalls(h) == []
+    # the session goes on: a list without the call is recorded as usual
+    h.ingest([o_user("first"), o_user("second")])
+    assert service.log_position(h.session_id) == before + 1
+    assert service.object("squatter", tc("c1")).content == "theirs"
 
 
 # -- reused ids ------------------------------------------------------------------------------

@@ -572,3 +572,31 @@ def test_a_store_failure_mid_list_loses_nothing_and_records_nothing_twice(
         ("user", "And the tests?"),
         ("assistant", "Done."),
     ]
+
+
+def test_before_commit_reads_the_new_messages_and_is_in_the_same_transaction() -> None:
+    """``before_commit`` (decision 0078) is called once, after everything new is recorded and
+    before it is committed: it reads the session with the new messages, and what it records is
+    committed with them, in one transaction."""
+    store = WrappedStore(MemoryStore())
+    service = build_service(store=store, clock=CountingClock(), ids=CountingIds())
+    h = open_harness(service)
+    h.ingest(base())
+    seen: list[tuple[int, list[str]]] = []
+    pinned: list[str] = []
+
+    def before_commit() -> None:
+        seen.append((store.commits, recorded_call_ids(service)))
+        last = service.state("s1").turns[-1].toolcall_ids[-1]  # c2's object
+        pinned.append(last)
+        service.pin("s1", last)  # decided in the batch: committed with the messages
+
+    commits = store.commits
+    more = [*base(), o_assistant("Now list.", bash("c2", "ls")), o_tool("c2", mini("b.py\n"))]
+    result = h.ingestor.ingest(parse_openai(more), before_commit=before_commit)
+    assert result.consumed == 2 and not result.redone
+    assert seen == [(commits, ["c1", "c2"])]
+    assert store.commits == commits + 1
+    fresh = build_service(store=store.inner, clock=CountingClock(), ids=CountingIds())
+    fresh.resume_session("s1")
+    assert pinned[0] in fresh.state("s1").pinned

@@ -81,7 +81,9 @@ def test_the_bytes_sent_are_the_managed_body_as_json(fmt: str, tmp_path: Path) -
             if n % 10 == 9:  # the client edits its history: a compaction of its own
                 items = [*system, first, *items[len(system) + 5 :]]
             turn = _Turn(provider, _body(fmt, items), {}, "http://upstream", session)
-            managed = proxy._ingest(turn)
+            built: list[dict[str, Any]] = []
+            proxy._ingest(turn, lambda: built.append(proxy._build(turn)))  # noqa: B023
+            managed = built[-1]
             assert json.loads(dumps(managed)) == managed
             if n % 5 == 0:  # and the model's own context call, answered by the proxy
                 again = proxy._build(turn)

@@ -20,6 +20,7 @@ from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.proxy import Proxy, ProxyConfig
 from selfctx.adapters.proxy.scripted import ScriptedModel, Seen, Step
 from selfctx.adapters.proxy.serving import serve_in_thread, tune_collector
+from selfctx.application.ports.store import ObjectStore
 from selfctx.domain.chat import AssistantMessage
 from tests.proxy.drive import PATHS, Agent, read_stream, tool_calls
 from tests.proxy.support import scripted
@@ -29,7 +30,7 @@ APIS = ["anthropic", "openai", "responses"]
 
 @contextlib.contextmanager
 def proxy_for(
-    upstream: str, workspace: Path, store: MemoryStore | None = None, **config: Any
+    upstream: str, workspace: Path, store: ObjectStore | None = None, **config: Any
 ) -> Iterator[tuple[Proxy, str]]:
     service = build_service(store=store or MemoryStore(), workspace=str(workspace))
     # the rounds' mechanics, tested on conversations too small to pay for the context tools
@@ -45,7 +46,7 @@ def proxy_for(
 
 @contextlib.contextmanager
 def front_for(
-    upstream: str, workspace: Path, store: MemoryStore | None = None, **config: Any
+    upstream: str, workspace: Path, store: ObjectStore | None = None, **config: Any
 ) -> Iterator[tuple[Proxy, str]]:
     """As :func:`proxy_for`, behind the front of ``selfctx proxy --workers`` (``relay.Relay``):
     the proxy is its one worker, reached with the run's secret; the front has the token, if

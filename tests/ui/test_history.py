@@ -151,10 +151,19 @@ def test_a_gap_too_long_to_read_leaves_the_marks_to_the_log(
     assert history.seqs  # read from the log
 
 
-def _bench_session(tmp_path: Path, requests: int = 80) -> tuple[MemoryStore, Path]:
+class _WaitingStore(MemoryStore):
+    """The in-memory store, said to wait on its reads as a database server's client does: the
+    inspector then reads beside what it waits for (on threads), as it does on XTDB."""
+
+    reads_wait = True
+
+
+def _bench_session(
+    tmp_path: Path, requests: int = 80, *, waits: bool = False
+) -> tuple[MemoryStore, Path]:
     from selfctx.adapters.bench.ui import build_session
 
-    store = MemoryStore()
+    store = _WaitingStore() if waits else MemoryStore()
     work = tmp_path / "work"
     work.mkdir()
     writer = build_service(store=store, workspace=str(work))
@@ -176,14 +185,16 @@ def test_a_request_is_shown_with_the_lines_it_recorded(
     from selfctx.adapters.ui.history import SessionHistory
     from selfctx.application.requests import context_digest
 
-    store, work = _bench_session(tmp_path)
+    store, work = _bench_session(tmp_path, waits=True)
     reader = build_service(store=store, workspace=str(work))
     renders: list[bool] = []
     render = SessionHistory._render
 
-    def spy(self: SessionHistory, state: object, seq: int, tx: int, lines: object) -> object:
+    def spy(
+        self: SessionHistory, state: object, seq: int, tx: int, lines: object, **kw: bool
+    ) -> object:
         renders.append(lines is not None)
-        return render(self, state, seq, tx, lines)  # type: ignore[arg-type]
+        return render(self, state, seq, tx, lines, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(SessionHistory, "_render", spy)
     sessions = Sessions(reader)
@@ -312,4 +323,115 @@ def test_the_sessions_that_met_an_object_come_from_the_index_as_from_the_logs(
             assert list(seen[0].active) == history.requests_between(spans)
     assert any(e.spans for i in wanted for e in reader.encounters(i) or ())
     assert not indexed.get(SESSION).seqs  # the page read no log
+    reader.close()
+
+
+def _every_position_as_rebuilt(service: object, session_id: str) -> int:
+    """Each log position's context from a fresh inspector history (the records' lines where
+    they say it) is the context the store rebuilds whole; how many took lines."""
+    from selfctx.adapters.ui.history import SessionHistory
+    from selfctx.application.service import ContextService
+
+    assert isinstance(service, ContextService)
+    took = 0
+    last = Sessions(service).get(session_id).log().last_seq
+    for seq in range(1, last + 1):
+        history = Sessions(service).get(session_id, seq=seq)
+        lines, _ = SessionHistory.lines_at(history, seq)
+        took += lines is not None
+        past = history.past(seq, None, None)
+        assert past.context == service.context_at(session_id, seq), seq
+    return took
+
+
+@pytest.mark.parametrize("waits", [False, True])
+def test_a_log_position_shows_the_lines_the_requests_recorded(tmp_path: Path, waits: bool) -> None:
+    """Between two requests the earlier one's lines are shown, but those the later one sent
+    anew and those of outputs collapsed or activated on the way, which are rendered again: at
+    every position of a session the context is the one the store rebuilds whole."""
+    from selfctx.adapters.bench.ui import SESSION
+
+    store, work = _bench_session(tmp_path, 40, waits=waits)
+    reader = build_service(store=store, workspace=str(work))
+    assert _every_position_as_rebuilt(reader, SESSION) > 100
+    reader.close()
+
+
+@pytest.mark.parametrize("waits", [False, True])
+def test_a_log_position_after_collapses_compaction_and_rollback(
+    tmp_path: Path, waits: bool
+) -> None:
+    service = build_service(
+        store=_WaitingStore() if waits else MemoryStore(), workspace=str(tmp_path)
+    )
+    sid = "positions"
+    policy = policy_by_name("inline", verbatim_window_tokens=50, min_verbatim_exchanges=1)
+    service.start_session(sid, "You are careful.", policy=policy)
+    calls: list[str] = []
+
+    def call(n: int) -> None:
+        request = ToolCallRequest(f"call_{n}", "bash", {"command": f"step {n}"})
+        service.record_assistant_message(sid, f"Step {n}.", (request,))
+        calls.append(
+            service.record_tool_call(
+                sid, f"call_{n}", tool="bash", args={"command": f"s {n}"}, output=f"o {n}\n" * 50
+            )
+        )
+
+    def send() -> None:
+        service.record_request(sid, service.assemble(sid), RequestFacts(api="openai"))
+
+    service.record_user_message(sid, "Fix it.")
+    for n in range(1, 6):
+        call(n)
+        send()
+    service.checkpoint(sid, "before")
+    service.activate(sid, calls[0])
+    service.deactivate(sid, calls[0])
+    service.activate(sid, calls[1])
+    call(6)
+    send()
+    service.deactivate(sid, calls[1])
+    service.pin(sid, calls[2])
+    send()
+    for turn in range(3):
+        service.record_user_message(sid, f"Now part {turn}, with a long request " + "x " * 300)
+        call(10 + turn)
+        send()
+    assert service.compact(sid) is not None
+    call(20)
+    send()
+    service.rollback(sid, "before")
+    call(21)
+    send()
+    assert _every_position_as_rebuilt(service, sid) > 10
+
+
+def test_a_position_the_session_does_not_have_reads_no_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page rebuilds its state while the records are read, before it knows the session's
+    length: a position past the log is refused without reading the session's snapshots."""
+    import threading
+
+    from selfctx.adapters.bench.ui import SESSION
+    from selfctx.adapters.ui import views
+    from selfctx.domain.errors import InvalidInput
+
+    store, work = _bench_session(tmp_path, 20, waits=True)
+    reader = build_service(store=store, workspace=str(work))
+    asked: list[str] = []
+    history = MemoryStore.history
+
+    def spy(self: MemoryStore, object_id: str) -> object:
+        asked.append(object_id)
+        return history(self, object_id)
+
+    monkeypatch.setattr(MemoryStore, "history", spy)
+    before = set(threading.enumerate())
+    with pytest.raises(InvalidInput):
+        views.request_view(reader, Sessions(reader), SESSION, n=None, seq=10**9)
+    for thread in set(threading.enumerate()) - before:
+        thread.join(10)
+    assert not [i for i in asked if not i.startswith(("requests:", "log:"))]
     reader.close()
