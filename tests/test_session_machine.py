@@ -101,6 +101,8 @@ class Version:
     content: str | None
     raw: bytes | None
     """The bytes the version's file_hash was taken of (None for stubs and deletions)."""
+    reported: bool = False
+    """Content the harness handed over that the source did not hold (decision 0031)."""
 
 
 def observe(raw: bytes) -> Version:
@@ -216,6 +218,9 @@ class Model:
             self.write(path, seen)
             return "created"
         if stored.raw is None or stored.raw != seen.raw or stored.status != seen.status:
+            self.write(path, seen)
+            return "updated"
+        if stored.reported and not seen.reported:  # a report, now read from the source
             self.write(path, seen)
             return "updated"
         return "unchanged"
@@ -382,7 +387,10 @@ class SessionMachine(RuleBasedStateMachine):
     @rule(path=st.sampled_from(sorted(PATHS)), content=TEXT)
     def read_with_content(self, path: str, content: str) -> None:
         result = self.service.index_file(SID, path, content)
-        seen = Version("text", content, content.encode("utf-8"))
+        raw = content.encode("utf-8")
+        fs, canon, _ = PATHS[path]
+        on_source = fs == HOST and canon != LOCKED and self.disk.get(canon) == raw
+        seen = Version("text", content, raw, reported=not on_source)
         outcome, changed = self.model.agent_read(path, seen)
         assert (result.object_id, result.outcome.value, result.path) == (fid(path), outcome, path)
         if changed:
