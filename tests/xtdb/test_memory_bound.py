@@ -122,8 +122,8 @@ def test_memory_grows_with_the_number_of_messages_not_with_their_bytes(service_o
     service = service_on(50_000)
     tracemalloc.start()
     try:
-        small, small_bytes = _growth(service, 200, (60, 160))
-        large, large_bytes = _growth(service, 20_000, (60, 160))
+        small, small_bytes = _growth(service, 200, (30, 110))
+        large, large_bytes = _growth(service, 20_000, (30, 110))
     finally:
         tracemalloc.stop()
     assert large_bytes > 90 * small_bytes
