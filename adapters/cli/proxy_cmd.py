@@ -64,8 +64,8 @@ def _banner(base: str, config: Any, store: str, policy: str, ui: str | None = No
         [f"  inspector (what the model saw): {ui}"]
         if ui
         else [
-            "  inspector: off (it is served by one process on loopback without a proxy token, "
-            "unless --no-ui; selfctx ui serves a store on its own)"
+            "  inspector: off (it is served on loopback without a proxy token, unless --no-ui; "
+            "selfctx ui serves a store on its own)"
         ]
     )
     return "\n".join(
@@ -154,11 +154,12 @@ def _run(args: argparse.Namespace) -> int:
         host = f"[{args.host}]" if ":" in args.host else args.host
         base = f"http://{host}:{sock.getsockname()[1]}"
         inspector = None
-        if args.host in _LOOPBACK and token is None and not args.no_ui:
-            # (behind the proxy's own token a browser could not reach it: use selfctx ui then)
+        if args.ui_behind_front:  # a worker: the front checks the token, the secret guards this
+            inspector = Inspector(service, behind_front=True)
+        elif _serves_ui(args, token):
             inspector = Inspector(service)
         proxy = Proxy(service, config, ui=inspector.app if inspector else None)
-        ui = inspector.url(base + UI_PATH) if inspector else None
+        ui = inspector.url(base + UI_PATH) if inspector and not args.ui_behind_front else None
         print(_banner(base, config, args.store, chosen.name, ui), flush=True)
         serve(proxy.app, sock, log_level="warning")
     finally:
@@ -167,6 +168,12 @@ def _run(args: argparse.Namespace) -> int:
         store.close()
         sock.close()
     return 0
+
+
+def _serves_ui(args: argparse.Namespace, token: str | None) -> bool:
+    """Whether the inspector is served: on loopback without a proxy token (behind one, a browser
+    could not reach it: use selfctx ui then), unless --no-ui."""
+    return args.host in _LOOPBACK and token is None and not args.no_ui
 
 
 def _front(args: argparse.Namespace, sock: Any, config: Any) -> int:
@@ -191,6 +198,14 @@ def _front(args: argparse.Namespace, sock: Any, config: Any) -> int:
         argv += ["--policy-option", option]
     if args.no_track:
         argv.append("--no-track")
+    inspector = None
+    if _serves_ui(args, config.token):
+        from selfctx.adapters.proxy import UI_PATH
+        from selfctx.adapters.ui.front import FrontInspector
+
+        # one store for all (XTDB): any worker shows everything; else each shows its own
+        inspector = FrontInspector(args.workers, shared=store != "memory", root=UI_PATH)
+        argv.append("--ui-behind-front")
     try:
         secret, workers = start_workers(args.workers, argv)
     except RuntimeError as exc:
@@ -201,12 +216,14 @@ def _front(args: argparse.Namespace, sock: Any, config: Any) -> int:
         token=config.token,
         hosts=config.hosts,
         max_body_bytes=config.max_body_bytes,
+        ui=inspector,
     )
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{sock.getsockname()[1]}"
     policy = args.policy or "default"
     note = " (each worker keeps its own in-memory store)" if store == "memory" else ""
-    print(_banner(base, config, store + note, policy), flush=True)
+    ui = inspector.url(base) if inspector else None
+    print(_banner(base, config, store + note, policy, ui), flush=True)
     print(f"  {args.workers} worker processes: {', '.join(workers)}", flush=True)
     try:
         front.run(sock)
@@ -296,6 +313,7 @@ def register(subparsers: Any) -> None:
         "--no-ui", action="store_true", help="do not serve the inspector at /_selfctx/ui"
     )
     parser.add_argument("--exit-with-stdin", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ui-behind-front", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
