@@ -26,6 +26,7 @@ from selfctx.adapters.ui import Inspector
 from selfctx.adapters.ui.front import FrontInspector
 from selfctx.application.ports.store import ObjectStore
 from selfctx.application.service import ContextService
+from tests.conftest import STORE_KINDS
 from tests.proxy.drive import Agent
 from tests.ui.support import CALC_V1, script
 
@@ -203,15 +204,52 @@ def test_the_front_keeps_the_inspectors_protections(apart: Front) -> None:
         assert httpx.get(f"{worker}{UI_PATH}/", timeout=60).status_code == 401
 
 
-def test_with_one_store_for_all_one_worker_answers_everything(tmp_path: Path) -> None:
-    store = MemoryStore()  # both workers on one store, as with XTDB
-    with front_of([store, store], tmp_path / "work", True) as front:
-        sessions = sorted(s for s in front.services[0].sessions() if s.startswith("anthropic."))
-        assert len(sessions) == 2
-        with opened(front) as client:
-            page = client.get(f"{front.base}{UI_PATH}/")
-            for sid in sessions:
-                assert f'href="{UI_PATH}/s/{sid}"' in page.text
-                timeline = client.get(f"{front.base}{UI_PATH}/s/{sid}")
-                assert timeline.status_code == 200 and sid in timeline.text
-            assert "/w/" not in page.text
+@pytest.mark.parametrize("kind", STORE_KINDS)
+def test_with_one_store_for_all_one_worker_answers_everything(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Both workers on one store (XTDB: two clients of one node, as ``--store auto`` gives):
+    the front lists and shows every session through one worker, also the one the other serves,
+    and the timeline of that one stays live."""
+    if kind == "xtdb":
+        from selfctx.adapters.xtdb import open_store
+
+        url = request.getfixturevalue("xtdb_node").url
+        stores: list[ObjectStore] = [open_store(url, timeout=30), open_store(url, timeout=30)]
+    else:
+        shared = MemoryStore()
+        stores = [shared, shared]
+    looking = build_service(store=stores[0], workspace=str(tmp_path), track=False)
+    earlier = set(looking.sessions())  # (a node other tests wrote to holds theirs)
+    looking.close()
+    try:
+        with front_of(stores, tmp_path / "work", True) as front:
+            sessions = sorted(
+                s
+                for s in front.services[0].sessions()
+                if s.startswith("anthropic.") and s not in earlier
+            )
+            assert len(sessions) == 2
+            with opened(front) as client:
+                page = client.get(f"{front.base}{UI_PATH}/")
+                assert "/w/" not in page.text
+                for sid in sessions:
+                    assert f'href="{UI_PATH}/s/{sid}"' in page.text
+                    timeline = client.get(f"{front.base}{UI_PATH}/s/{sid}")
+                    assert timeline.status_code == 200 and sid in timeline.text
+                # the second agent's conversation is served by worker 1, shown by worker 0
+                feed = f"{front.base}{UI_PATH}/api/s/{{}}/requests"
+                counts = {
+                    sid: len(client.get(feed.format(sid), params={"after": 0}).json()["requests"])
+                    for sid in sessions
+                }
+                assert sorted(counts.values()) == [2, 3]
+                front.steps(1, 1)
+                grown = {
+                    sid: client.get(feed.format(sid), params={"after": n}).json()["requests"]
+                    for sid, n in counts.items()
+                }
+                assert sorted(len(g) for g in grown.values()) == [0, 1]
+    finally:
+        for store in {id(s): s for s in stores}.values():
+            store.close()
