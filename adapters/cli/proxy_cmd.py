@@ -58,7 +58,10 @@ def _option(text: str) -> tuple[str, int]:
     return name.strip(), int(value)
 
 
-def _banner(base: str, config: Any, store: str, policy: str, ui: str | None = None) -> str:
+def _banner(
+    base: str, config: Any, store: str, policy: str, ui: str | None = None, *more: str
+) -> str:
+    """What the proxy prints when it is ready: the inspector's address last."""
     root = f"{base}/t/<TOKEN>" if config.token else base
     inspector = (
         [f"  inspector (what the model saw): {ui}"]
@@ -80,6 +83,7 @@ def _banner(base: str, config: Any, store: str, policy: str, ui: str | None = No
             f"  aider:        OPENAI_API_BASE={root}/v1 aider --model openai/<model>",
             f"  other OpenAI clients: base URL {root}/v1; Anthropic clients: {root}",
             "  a client may name its session with the header x-selfctx-session",
+            *more,
             *inspector,
         ]
     )
@@ -136,8 +140,8 @@ def _run(args: argparse.Namespace) -> int:
             errno.EADDRNOTAVAIL: "is not an address of this machine",
         }.get(exc.errno or 0, f"cannot be listened on: {exc.strerror}")
         raise InvalidInput("address", f"{args.host}:{args.port}", reason) from None
-    if args.workers < 1:
-        raise InvalidInput("workers", args.workers, "use 1 or more")
+    args.workers_given = args.workers
+    args.workers = workers_wanted(args.workers)
     if args.workers > 1:
         return _front(args, sock, config)
     if args.exit_with_stdin:
@@ -168,6 +172,25 @@ def _run(args: argparse.Namespace) -> int:
         store.close()
         sock.close()
     return 0
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity, where the system says)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def workers_wanted(value: str | int) -> int:
+    """``--workers``: a number, or ``auto`` (the default): one worker per core the process may
+    use, and one process (no front) on a single core (decision 0083)."""
+    if value == "auto":
+        return cores()
+    text = str(value).strip()
+    if not text.isdigit() or not 1 <= int(text) <= 256:
+        raise InvalidInput("workers", value, "use auto (one per core) or a number from 1 to 256")
+    return int(text)
 
 
 def _serves_ui(args: argparse.Namespace, token: str | None) -> bool:
@@ -223,8 +246,9 @@ def _front(args: argparse.Namespace, sock: Any, config: Any) -> int:
     policy = args.policy or "default"
     note = " (each worker keeps its own in-memory store)" if store == "memory" else ""
     ui = inspector.url(base) if inspector else None
-    print(_banner(base, config, store + note, policy, ui), flush=True)
-    print(f"  {args.workers} worker processes: {', '.join(workers)}", flush=True)
+    why = " (one per core; --workers 1: one process)" if args.workers_given == "auto" else ""
+    listed = f"  {args.workers} worker processes{why}: {', '.join(workers)}"
+    print(_banner(base, config, store + note, policy, ui, listed), flush=True)
     try:
         front.run(sock)
     finally:
@@ -304,10 +328,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--no-track", action="store_true", help="do not watch files read")
     parser.add_argument(
         "--workers",
-        type=int,
-        default=1,
-        help="worker processes (default 1): more serve more conversations at once, each "
-        "conversation always by the same worker",
+        default="auto",
+        metavar="N|auto",
+        help="worker processes behind a front (default auto: one per core, one process on a "
+        "single core): more serve more conversations at once, each conversation always by the "
+        "same worker; 1: one process, no front",
     )
     parser.add_argument(
         "--no-ui", action="store_true", help="do not serve the inspector at /_selfctx/ui"
