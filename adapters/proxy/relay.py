@@ -459,15 +459,19 @@ class Relay:
                 body = await incoming.exactly(length)  # (the inspector takes none)
             peer = writer.get_extra_info("peername")
             mine = writer.get_extra_info("sockname")
-            decided = await self.ui(
-                head.method,
-                raw_path.decode("ascii"),
-                query.decode("latin-1"),
-                headers,
-                str(peer[0]) if peer else None,
-                int(mine[1]) if mine else 0,
-                self._fetch,
-            )
+            try:
+                decided = await self.ui(
+                    head.method,
+                    raw_path.decode("ascii"),
+                    query.decode("latin-1"),
+                    headers,
+                    str(peer[0]) if peer else None,
+                    int(mine[1]) if mine else 0,
+                    self._fetch,
+                )
+            except Exception:  # a page of the front's own failed: said, and the front goes on
+                log.warning("the inspector's page failed", exc_info=True)
+                raise _Refused(500, "the inspector failed to make this page", path) from None
             if not isinstance(decided, UiForward):
                 writer.write(_own_answer(decided, head.method, closing))
                 await writer.drain()
