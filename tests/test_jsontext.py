@@ -51,11 +51,12 @@ def test_every_value_reads_as_the_standard_library_reads_it(value: Any, ascii_on
 
 
 def test_what_the_fast_decoder_refuses_or_misreads() -> None:
-    assert loads('{"n": NaN}')["n"] != loads('{"n": NaN}')["n"]  # NaN, as json.loads reads it
+    assert math.isnan(loads('{"n": NaN}')["n"])
     assert loads('{"i": -Infinity}') == {"i": -math.inf}
     assert loads('{"big": 1' + "0" * 30 + "}") == {"big": 10**30}
     assert loads('["a\\ud800b"]') == ["a\ud800b"]
-    assert loads('["a\ud800b"]') == ["a\ud800b"]  # the character itself, as the memory store keeps it
+    lone = "a\ud800b"  # the character itself in the text, as the memory store keeps it
+    assert loads(f'["{lone}"]') == [lone]
 
 
 def test_the_memory_store_gives_back_integers_beyond_64_bits() -> None:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from selfctx.adapters.jsontext import loads
 from selfctx.application.ports.store import (
     Change,
     ConflictError,
@@ -24,7 +25,6 @@ from selfctx.application.ports.store import (
     Receipt,
     Version,
 )
-from selfctx.adapters.jsontext import loads
 from selfctx.domain.errors import InvalidInput
 
 __all__ = ["MemoryStore"]
