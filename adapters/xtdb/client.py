@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from selfctx.adapters.jsontext import loads
 from selfctx.adapters.xtdb import text
 from selfctx.application.ports.store import StoreProtocolError, StoreRejected, StoreUnavailable
 
@@ -401,7 +402,7 @@ class XtdbClient:
                 raise StoreUnavailable(f"the node timed out: {message}", **where)
             raise StoreRejected(f"HTTP {status}: {message}", status=status, **where)
         try:
-            answer = json.loads(body)
+            answer = loads(body)
         except ValueError as exc:  # includes UnicodeDecodeError
             raise StoreProtocolError(
                 f"the answer is not JSON ({exc}): {body[:200]!r}", **where
