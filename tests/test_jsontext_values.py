@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from selfctx.adapters.harness.decode import loads
+from selfctx.adapters.jsontext import loads
 
 _SCALARS = (
     st.none()
