@@ -155,8 +155,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "files.content_budget", "int",
-        "Characters of object content an open session keeps in memory; the rest is read back "
-        "from the store when shown (decision 0065).",
+        "Characters of object content an open session keeps in memory besides what its prompt "
+        "shows whole; the rest is read back from the store when shown (decisions 0065, 0086).",
         default=Settings().content_budget,
     ),
     Setting(

@@ -50,6 +50,10 @@ class ObjectCache(MutableMapping[str, ContentObject]):
         self._whole: collections.OrderedDict[str, int] = collections.OrderedDict()
         """Ids whose content is in memory, least recently used first, with its size."""
         self._hollow: set[str] = set()
+        self._held: frozenset[str] = frozenset()
+        """The ids the last :meth:`showing` showed whole: their content stays whatever the
+        budget (a prompt shows it anyway), so that a working set larger than the budget is not
+        read again from the store every turn (decision 0086)."""
         self.chars = 0
         """Characters of content in memory."""
         self.loads = 0
@@ -102,6 +106,15 @@ class ObjectCache(MutableMapping[str, ContentObject]):
         its hashes, source and ``char_count`` are right), without reading the store."""
         return self._objects.get(object_id)
 
+    @property
+    def held(self) -> frozenset[str]:
+        """The ids whose content stays beyond the budget (the last :meth:`showing`'s)."""
+        return self._held
+
+    def held_chars(self) -> int:
+        """Characters of content held beyond the budget's choice: the held objects' in memory."""
+        return sum(self._whole.get(i, 0) for i in self._held)
+
     def hollow(self, object_id: str) -> bool:
         """Whether the object's content is not in memory (it is in the store)."""
         return object_id in self._hollow
@@ -129,10 +142,12 @@ class ObjectCache(MutableMapping[str, ContentObject]):
         """A view in which the objects ``shown`` are whole (read again in one batch if need
         be) and the others as held (hollow or not): what a renderer needs, which reads the
         content of the objects it shows in full and only the metadata of the rest."""
+        self._held = frozenset(shown)
         self.load(i for i in shown if i in self._hollow)
         for object_id in shown:
             if object_id in self._whole:
                 self._whole.move_to_end(object_id)
+        self._evict()  # what an earlier showing held beyond the budget goes now
         return _Showing(self, shown)
 
     def _drop(self, object_id: str) -> None:
@@ -142,13 +157,21 @@ class ObjectCache(MutableMapping[str, ContentObject]):
         self._hollow.discard(object_id)
 
     def _evict(self) -> None:
-        """Drop the content of the least recently used objects beyond the budget."""
+        """Drop the content of the least recently used objects beyond the budget, except the
+        ones the last :meth:`showing` showed whole."""
+        kept: list[tuple[str, int]] = []
         while self.chars > self.budget and len(self._whole) > 1:
             object_id, size = self._whole.popitem(last=False)
+            if object_id in self._held:
+                kept.append((object_id, size))
+                continue
             self.chars -= size
             obj = self._objects[object_id]
             self._objects[object_id] = _hollowed(obj)
             self._hollow.add(object_id)
+        for object_id, size in reversed(kept):  # back in front, in their order
+            self._whole[object_id] = size
+            self._whole.move_to_end(object_id, last=False)
 
 
 def _hollowed(obj: ContentObject) -> ContentObject:

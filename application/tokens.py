@@ -24,30 +24,41 @@ __all__ = ["TEXT_BUDGET", "ContextCounter", "TokenCounts", "context_texts", "con
 TEXT_BUDGET = 2_000_000
 """Characters of text whose token counts a session remembers (the texts counted last)."""
 
+TEXT_ENTRIES = 16_384
+"""Texts whose token counts a session remembers at most, however short they are: with the
+texts themselves not kept, about 150 bytes each (decision 0086)."""
+
 
 class TokenCounts:
     """Token counts of the texts a session's prompts held, remembered for the texts counted
-    last up to ``budget`` characters of text, so that what a long session once showed (outputs
-    collapsed since) does not stay in memory for good."""
+    last up to ``budget`` characters of text and ``entries`` texts, so that what a long session
+    once showed (outputs collapsed since) does not stay in memory for good. A text is known by
+    its length and Python's hash of it (64 bits, cached in the string; never stored), not kept:
+    the counts cost the same memory whether the texts were short or long (decision 0086)."""
 
-    def __init__(self, budget: int = TEXT_BUDGET) -> None:
+    def __init__(self, budget: int = TEXT_BUDGET, entries: int = TEXT_ENTRIES) -> None:
         self.budget = budget
-        self._counts: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self.entries = entries
+        self._counts: collections.OrderedDict[tuple[int, int], int] = collections.OrderedDict()
         self.chars = 0
 
     def get(self, text: str) -> int | None:
-        n = self._counts.get(text)
+        key = (hash(text), len(text))
+        n = self._counts.get(key)
         if n is not None:
-            self._counts.move_to_end(text)
+            self._counts.move_to_end(key)
         return n
 
     def __setitem__(self, text: str, n: int) -> None:
-        if text not in self._counts:
+        key = (hash(text), len(text))
+        if key not in self._counts:
             self.chars += len(text)
-        self._counts[text] = n
-        while self.chars > self.budget and len(self._counts) > 1:
-            old, _ = self._counts.popitem(last=False)
-            self.chars -= len(old)
+        self._counts[key] = n
+        while (self.chars > self.budget or len(self._counts) > self.entries) and len(
+            self._counts
+        ) > 1:
+            (_, size), _ = self._counts.popitem(last=False)
+            self.chars -= size
 
     def __len__(self) -> int:
         return len(self._counts)

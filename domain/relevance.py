@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 import attrs
 from pyrsistent import thaw
@@ -266,6 +266,42 @@ def named_files(
     return FileNames(paths, modules=modules).named(name_tokens(texts))
 
 
+KNOWN_NAMES: Final = 8_192
+"""Distinct identifiers :class:`KnownNames` holds in each of its two generations. The sessions
+of the development set show at most about 650 in all, so none of them forgets one; a session of
+generated text that shows thousands holds at most twice this many (about 1.5 MB), not every
+identifier it ever saw (decision 0086)."""
+
+
+@attrs.define(eq=False)
+class KnownNames:
+    """The identifiers a session has shown, bounded: the ones seen since the last turnover
+    (``recent``) and those of the generation before (``older``). When ``recent`` holds more than
+    ``limit``, it becomes ``older`` and the generation before that is forgotten, so an identifier
+    is forgotten only after ``limit`` other distinct ones were seen since it last was; seeing it
+    again keeps it. Set operations in C, as a set's."""
+
+    limit: int = KNOWN_NAMES
+    recent: set[str] = attrs.field(factory=set)
+    older: set[str] = attrs.field(factory=set)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.recent or name in self.older
+
+    def __len__(self) -> int:
+        return len(self.recent) + len(self.older - self.recent)
+
+    def unseen(self, names: set[str]) -> set[str]:
+        """The members of ``names`` not known."""
+        return names.difference(self.recent, self.older)
+
+    def update(self, names: Iterable[str]) -> None:
+        """Note ``names`` as seen now."""
+        self.recent.update(names)
+        if len(self.recent) > self.limit:
+            self.older, self.recent = self.recent, set()
+
+
 @attrs.define(eq=False)
 class RelevanceMemo:
     """What :func:`relevance` learnt about a session's outputs, kept between turns so that each
@@ -291,8 +327,9 @@ class RelevanceMemo:
     ``recent_messages`` messages' are kept."""
     introduced: dict[str, frozenset[str]] = attrs.field(factory=dict)
     """Output id → the identifiers it brought into the session (only active outputs)."""
-    known: set[str] = attrs.field(factory=set)
-    """Identifiers the session had shown before (outputs looked at, the agent's calls)."""
+    known: KnownNames = attrs.field(factory=KnownNames)
+    """Identifiers the session had shown before (outputs looked at, the agent's calls), the
+    latest ones of a very long session."""
     scanned: int = 0
     """Length of the session index when outputs were last looked at for identifiers."""
 
@@ -436,8 +473,9 @@ def _introduced(
             continue
         for text in json_strings(thaw(obj.args)):  # the agent's own words come first
             memo.known.update(_names(text))
-        names = _names(obj.content or "") - memo.known
-        memo.known.update(names)
+        shown = _names(obj.content or "")
+        names = memo.known.unseen(shown)
+        memo.known.update(shown)
         if names and object_id in active_ids:
             memo.introduced[object_id] = frozenset(names)
     memo.scanned = len(state.index)

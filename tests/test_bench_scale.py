@@ -42,3 +42,26 @@ def test_agents_and_resume_on_a_node(xtdb_jars: object) -> None:
     resume = result["resume"]
     assert resume["digest_kept"] is True
     assert resume["resent_list"] == {"diverged": False, "consumed": 0}
+
+
+@pytest.mark.xtdb
+def test_the_memory_part_runs_both_output_sizes_with_the_cache_it_names(
+    xtdb_jars: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = run_scale(
+        parts=("memory",), memory_checkpoints=(3, 6, 9), window=1, memory_budget=5_000
+    )
+    memory = result["memory"]
+    assert memory["content_budget"] == 5_000
+    for name in ("small", "large"):
+        figures = memory[name]
+        assert set(figures["checkpoints"]) == {"3", "6", "9"}
+        assert figures["memory_late"]["turns"] == [6, 9]
+        # the server was given the budget: it holds about that (and the object used last)
+        assert figures["checkpoints"]["9"]["cached_mchars"] <= 0.1
+    large, small = memory["large"], memory["small"]
+    assert large["messages_bytes"] > max(2 * small["messages_bytes"], 150_000)
+    print_scale(result)
+    out = capsys.readouterr().out
+    assert "content cache (files.content_budget) 5,000 characters" in out
+    assert "large against small" in out

@@ -72,3 +72,22 @@ def test_identical_prefix_counts_the_very_objects_up_to_the_first_other(
     assert identical_prefix(old, new) == expected
     assert identical_prefix(old, [*new]) == expected
     assert identical_prefix(old, [object() for _ in new]) == 0
+
+
+def test_remembered_token_counts_keep_no_text_and_a_bounded_number_of_entries() -> None:
+    import sys
+
+    from selfctx.application.tokens import TokenCounts
+
+    counts = TokenCounts(budget=10**9, entries=100)
+    text = "long output line\n" * 60_000
+    held = sys.getrefcount(text)
+    counts[text] = 12_345
+    assert sys.getrefcount(text) == held  # known by its hash and length, not kept
+    assert counts.get("long output line\n" * 60_000) == 12_345  # an equal text, another object
+    assert counts.get(text[:-1]) is None
+    for n in range(1_000):
+        counts[f"text {n}"] = n
+    assert len(counts) == 100  # the entries counted last
+    assert counts.get("text 999") == 999 and counts.get("text 0") is None
+    assert counts.chars == sum(len(f"text {n}") for n in range(900, 1_000))

@@ -51,6 +51,14 @@ Progress = Callable[[str], None]
 
 SESSION = "bench-scale"
 
+MEMORY_OUTPUTS: dict[str, tuple[float, float]] = {"small": (0.3, 0.9), "large": (20.0, 60.0)}
+"""KB of each command's output in the memory part's two sessions (whole-file reads and edits as
+in every session): the same turns, about 25 times the bytes."""
+
+MEMORY_BUDGET = 1_000_000
+"""The content cache (``files.content_budget``, characters) of the memory part's servers: small
+enough that it is full in both sessions before the late checkpoints."""
+
 
 def reference_ns(line: bytes) -> int:
     """The reference for one request: parse its line and hash each message (thread CPU ns)."""
@@ -99,13 +107,14 @@ def _one_session(
     progress: Progress,
     server: Sequence[str] | None,
     server_env: dict[str, str] | None,
+    output_kb: tuple[float, float] = (2, 20),
 ) -> dict[str, Any]:
     """Drive one session to the last checkpoint; figures at each checkpoint."""
     workspace = root / "workspace"
     if not workspace.exists():
         make_workspace(workspace, 200)
     files = sorted((workspace / "src").rglob("*.py"))
-    agent = Agent("a", files, seed=11)
+    agent = Agent("a", files, seed=11, output_kb=output_kb)
     client = StdioClient(
         store=store, workspace=workspace, command=server, extra=["--no-track"], env=server_env
     )
@@ -549,6 +558,8 @@ def run_scale(
     agent_turns: int = 192,
     cluster: bool = False,
     parts: Sequence[str] = ("per_turn", "agents", "resume"),
+    memory_checkpoints: Sequence[int] = (300, 600, 900),
+    memory_budget: int = MEMORY_BUDGET,
     server: Sequence[str] | None = None,
     server_env: dict[str, str] | None = None,
     progress: Progress = lambda _: None,
@@ -561,6 +572,10 @@ def run_scale(
             out["per_turn"] = _per_turn(
                 checkpoints, window, stores, modes, root, progress, server, server_env
             )
+        if "memory" in parts:
+            out["memory"] = _memory(
+                memory_checkpoints, window, memory_budget, root, progress, server, server_env
+            )
         if cluster and "agents" in parts:
             out["commits"] = _cluster_commits(root, progress)
         if "agents" in parts:
@@ -569,6 +584,32 @@ def run_scale(
             )
         if "resume" in parts:
             out["resume"] = _resume(resume_objects, root, progress, server, server_env)
+    return out
+
+
+def _memory(
+    checkpoints: Sequence[int],
+    window: int,
+    budget: int,
+    root: Path,
+    progress: Progress,
+    server: Sequence[str] | None,
+    server_env: dict[str, str] | None,
+) -> dict[str, Any]:
+    """Server memory on XTDB (append form) with small and with large outputs: what grows with
+    the bytes seen against what grows with the number of messages."""
+    config = root / "memory-config.toml"
+    config.write_text(f"[files]\ncontent_budget = {budget}\n")
+    env = {**(server_env or {}), "SELFCTX_CONFIG": str(config)}
+    out: dict[str, Any] = {"content_budget": budget}
+    for name, kb in MEMORY_OUTPUTS.items():
+        with _node(root, f"node-memory-{name}") as node:
+            url = "xtdb://" + node.url.removeprefix("http://")
+            figures = _one_session(
+                url, "append", checkpoints, window, root, progress, server, env, output_kb=kb
+            )
+        figures["output_kb"] = list(kb)
+        out[name] = figures
     return out
 
 
@@ -612,6 +653,9 @@ def print_scale(result: dict[str, Any]) -> None:
                     f"{'':<16} on disk: {disk['bytes_per_turn']:,} bytes per turn against "
                     f"{disk['messages_bytes_per_turn']:,} of messages ({disk['ratio']}x)"
                 )
+    memory = result.get("memory")
+    if memory:
+        _print_memory(memory)
     commits = result.get("commits")
     if commits:
         print("\nOne-document commits (ms) and when the other node reads them")
@@ -646,6 +690,43 @@ def print_scale(result: dict[str, Any]) -> None:
         print(f"  a turn before the kill: {resume.get('turn_before_kill_s')}")
         print(f"  a turn after the resume: {resume.get('turn_after_s')}")
         print(f"  the same list again: {resume.get('resent_list')}")
+
+
+def _print_memory(memory: dict[str, Any]) -> None:
+    budget = memory["content_budget"]
+    print(
+        f"\nServer memory on XTDB, append form, content cache (files.content_budget) "
+        f"{budget:,} characters"
+    )
+    print(f"{'outputs':<18} {'turn':>6} {'RSS MB':>7} {'msgs MB':>8} {'cached Mchars':>14}")
+    late: dict[str, dict[str, Any]] = {}
+    for name in MEMORY_OUTPUTS:
+        figures = memory.get(name)
+        if not figures:
+            continue
+        low, high = figures["output_kb"]
+        label = f"{name} ({low:g}-{high:g} KB)"
+        for turn, f in figures["checkpoints"].items():
+            print(
+                f"{label:<18} {turn:>6} {f['rss_mb']:>7} {f['messages_mb']:>8} "
+                f"{_fmt(f.get('cached_mchars')):>14}"
+            )
+        growth = figures.get("memory_late") or figures.get("memory")
+        if growth:
+            late[name] = growth
+            first, final = growth["turns"]
+            print(
+                f"{'':<18} turns {first}-{final}: +{growth['rss_growth_mb_per_100_turns']} MB "
+                f"per 100 turns against {growth['messages_mb_per_100_turns']} MB of messages"
+            )
+    if len(late) == 2:
+        small, large = late["small"], late["large"]
+        print(
+            f"{'':<18} large against small: "
+            f"{large['messages_mb_per_100_turns'] / small['messages_mb_per_100_turns']:.1f}x "
+            f"the bytes, growth {large['rss_growth_mb_per_100_turns']:+} against "
+            f"{small['rss_growth_mb_per_100_turns']:+} MB per 100 turns"
+        )
 
 
 if __name__ == "__main__":  # a quick look while developing

@@ -701,6 +701,8 @@ def _scale(args: argparse.Namespace) -> int:
         agent_turns=args.agent_turns,
         cluster=args.cluster,
         parts=tuple(args.only.split(",")),
+        memory_checkpoints=ints(args.memory_turns),
+        memory_budget=args.memory_budget,
         server_env={"PYTHONPATH": args.server_path} if args.server_path else None,
         progress=_progress(args.json),
     )
@@ -737,7 +739,19 @@ def _register_scale(benches: Any) -> None:
         "--resume-objects", type=int, default=10_000, help="objects of the resumed session"
     )
     scale.add_argument(
-        "--only", default="per_turn,agents,resume", help="parts to run: per_turn,agents,resume"
+        "--only",
+        default="per_turn,agents,resume",
+        help="parts to run: per_turn,agents,resume,memory (memory: server memory on XTDB with "
+        "small and with large outputs, the content cache full)",
+    )
+    scale.add_argument(
+        "--memory-turns", default="300,600,900", help="turns the memory part's figures are taken at"
+    )
+    scale.add_argument(
+        "--memory-budget",
+        type=int,
+        default=1_000_000,
+        help="the memory part's content cache, characters (files.content_budget)",
     )
     scale.add_argument(
         "--server-path",

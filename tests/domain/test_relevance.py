@@ -147,3 +147,31 @@ def test_named_files(text: str, expected: set[str]) -> None:
 def test_named_files_without_module_names() -> None:
     text = "from astropy.modeling.separable import x"
     assert named_files([text], PATHS, modules=False) == frozenset()
+
+
+def test_known_names_are_bounded_and_keep_what_is_seen_again() -> None:
+    from selfctx.domain.relevance import KnownNames
+
+    known = KnownNames(limit=100)
+    known.update({"kept_1"})
+    known.update({"once_1"})
+    for batch in range(200):  # 10,000 distinct identifiers, and one seen in every batch
+        names = {f"name_{batch}_{i}" for i in range(50)}
+        assert known.unseen(names | {"kept_1"}) == names
+        known.update(names | {"kept_1"})
+        assert len(known.recent) + len(known.older) <= 2 * (100 + 51)
+    assert "kept_1" in known
+    assert "once_1" not in known  # forgotten once thousands of others came after it
+    assert known.unseen({"once_1", "kept_1"}) == {"once_1"}
+
+
+def test_known_names_forget_nothing_below_their_limit() -> None:
+    from selfctx.domain.relevance import KnownNames
+
+    known, plain = KnownNames(limit=1_000), set[str]()
+    for batch in range(20):
+        names = {f"n_{batch * 7 + i}" for i in range(40)}
+        assert known.unseen(names) == names - plain
+        known.update(names)
+        plain |= names
+    assert len(known) == len(plain) and all(n in known for n in plain)

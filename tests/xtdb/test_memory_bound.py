@@ -1,0 +1,133 @@
+"""On XTDB a session's memory is bounded by its caches, not by the bytes it has seen (decisions
+0065 and 0086): the content it holds stays within ``content_budget`` however long the session,
+what it dropped comes back byte-identical from the store, and a session whose outputs are a
+hundred times larger grows by about what a session of small outputs grows by."""
+
+from __future__ import annotations
+
+import gc
+import random
+import tracemalloc
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.harness import HarnessSession
+from selfctx.adapters.xtdb import XtdbNode, open_store
+from selfctx.application.policies import policy_by_name
+from selfctx.application.service import ContextService
+from selfctx.application.settings import Settings
+
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "error",
+    "failed",
+    "passed",
+    "test",
+    "module",
+    "value",
+    "result",
+    "line",
+]
+
+
+@pytest.fixture
+def service_on(xtdb_node: XtdbNode) -> Iterator[Any]:
+    made: list[ContextService] = []
+
+    def make(budget: int) -> ContextService:
+        service = build_service(
+            store=open_store(xtdb_node.url, timeout=10.0), settings=Settings(content_budget=budget)
+        )
+        made.append(service)
+        return service
+
+    yield make
+    for service in made:
+        service.close()
+
+
+def _output(rng: random.Random, n: int, size: int) -> str:
+    """``size`` characters of words, different in every output."""
+    text = f"run {n}: " + " ".join(rng.choice(WORDS) for _ in range(size // 5))
+    return text[:size]
+
+
+def _turn(messages: list[dict[str, Any]], prefix: str, n: int, output: str) -> list[dict[str, Any]]:
+    call_id = f"{prefix}-c{n}"
+    function = {"name": "bash", "arguments": f'{{"command": "pytest -k case{n}"}}'}
+    call = {"id": call_id, "type": "function", "function": function}
+    messages.append({"role": "assistant", "content": f"step {n}", "tool_calls": [call]})
+    messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
+    return messages
+
+
+def test_a_long_session_holds_content_within_its_budget_and_reads_the_rest_back_whole(
+    service_on: Any,
+) -> None:
+    budget = 20_000
+    service = service_on(budget)
+    sid, prefix = f"mem-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:8]
+    h = HarnessSession(service, sid, policy=policy_by_name("relevance"))
+    rng = random.Random(3)
+    sent: dict[str, str] = {}
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the tests"}]
+    cache = None
+    for n in range(150):
+        output = _output(rng, n, rng.randint(500, 4_000))
+        sent[f"{prefix}-c{n}"] = output
+        h.ingest(_turn(messages, prefix, n, output))
+        h.request()
+        cache = service._open(sid).objects
+        largest = max(len(v) for v in sent.values())
+        # the budget, at most the one used last, and what the prompt shows whole
+        assert cache.chars <= budget + largest + cache.held_chars()
+    assert cache is not None
+    calls = [i for i in cache if service.state(sid).kinds.get(i) == "toolcall"]
+    assert len(calls) == 150
+    assert sum(cache.hollow(i) for i in calls) > 100  # most of it is in the store only
+    read = {service.object(sid, i).content for i in calls}
+    assert read == set(sent.values())  # every output byte-identical, read back from the store
+    assert cache.chars <= budget + max(len(v) for v in sent.values()) + cache.held_chars()
+
+
+def _growth(service: ContextService, size: int, turns: tuple[int, int]) -> tuple[int, int]:
+    """Bytes the process's Python heap grew by between two turns of a session whose outputs
+    have ``size`` characters, and the bytes of the messages sent meanwhile."""
+    sid, prefix = f"mem-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:8]
+    h = HarnessSession(service, sid, policy=policy_by_name("relevance"))
+    rng = random.Random(5)
+    digest = h.ingest([{"role": "user", "content": "fix the tests"}]).digest
+    first, last = turns
+    heap = seen = 0
+    for n in range(last):
+        output = _output(rng, n, size)
+        digest = h.append(_turn([], prefix, n, output), extends=digest).digest  # the append form
+        h.request()
+        if n + 1 == first:
+            gc.collect()
+            heap = tracemalloc.get_traced_memory()[0]
+        elif n + 1 > first:
+            seen += len(output)
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0] - heap, seen
+
+
+def test_memory_grows_with_the_number_of_messages_not_with_their_bytes(service_on: Any) -> None:
+    service = service_on(50_000)
+    tracemalloc.start()
+    try:
+        small, small_bytes = _growth(service, 200, (30, 110))
+        large, large_bytes = _growth(service, 20_000, (30, 110))
+    finally:
+        tracemalloc.stop()
+    assert large_bytes > 90 * small_bytes
+    # 2 MB more of outputs: the heap grows by what a session of small outputs grows by, give or
+    # take a small part of those bytes (were the outputs kept, it would grow by all of them)
+    assert large - small < 0.1 * (large_bytes - small_bytes), (small, large, large_bytes)
