@@ -501,7 +501,7 @@ def fold(events: Iterable[e.Event], state: SessionState = INITIAL) -> SessionSta
     return reduce(evolve, events, state)
 
 
-FOLD_IN_PLACE_FROM: Final = 32
+FOLD_IN_PLACE_FROM: Final = 4
 """Runs of at least this many events are folded by :func:`fold_many` with the state's maps,
 sets and vectors changed in place (decision 0087); shorter ones event by event."""
 
