@@ -26,8 +26,8 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-import orjson
 
+from selfctx.adapters.jsontext import loads
 from selfctx.adapters.xtdb import text
 from selfctx.application.ports.store import StoreProtocolError, StoreRejected, StoreUnavailable
 
@@ -37,16 +37,6 @@ _JSON = {"Accept": "application/json"}
 _EDN_BODY = {"Accept": "application/json", "Content-Type": "application/edn"}
 _JSON_BODY = {"Accept": "application/json", "Content-Type": "application/json"}
 _BLOBS = "X-Selfctx-Blobs"
-
-
-def _loads(body: bytes) -> Any:
-    """An answer decoded: by orjson, at about a third of the standard library's cost (a resume
-    reads megabytes, decision 0087); by the standard library whenever orjson refuses what it
-    accepts (an escaped lone surrogate, a number beyond 64 bits), so the result is the same."""
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return json.loads(body)
 
 
 class Connections:
@@ -296,7 +286,7 @@ class XtdbClient:
                 raise StoreUnavailable(f"the node timed out: {message}", **where)
             raise StoreRejected(f"HTTP {status}: {message}", status=status, **where)
         try:
-            answer = _loads(body)
+            answer = loads(body)
         except ValueError as exc:  # includes UnicodeDecodeError
             raise StoreProtocolError(
                 f"the answer is not JSON ({exc}): {body[:200]!r}", **where
