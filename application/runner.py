@@ -18,6 +18,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from itertools import chain
 from typing import Any, Final
@@ -63,7 +64,7 @@ from selfctx.domain.relevance import RelevanceMemo
 from selfctx.domain.rendering import RenderCache
 from selfctx.domain.session import events as e
 from selfctx.domain.session.commands import Command
-from selfctx.domain.session.machine import decide_and_fold, fold
+from selfctx.domain.session.machine import decide_and_fold, fold_many
 from selfctx.domain.session.state import SessionState, members
 
 __all__ = [
@@ -482,6 +483,28 @@ def _outcome(item: _InFlight) -> Receipt | StoreError:
         return exc
 
 
+class _Ahead:
+    """Reads started now and waited for later: on threads when ``parallel`` (a store whose
+    reads wait on another process), else made at once, one after the other."""
+
+    def __init__(self, parallel: bool) -> None:
+        self._pool = ThreadPoolExecutor(3, thread_name_prefix="selfctx-load") if parallel else None
+
+    def __call__(self, read: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+        """Start ``read(*args)``; the call returned gives its result (or raises its error)."""
+        if self._pool is None:
+            result = read(*args)
+            return lambda: result
+        return self._pool.submit(read, *args).result
+
+    def __enter__(self) -> _Ahead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 class SessionRunner:
     """Loads sessions and executes commands against them."""
 
@@ -515,48 +538,89 @@ class SessionRunner:
         return -1 if position is None else position
 
     def load(self, session_id: str) -> OpenSession:
-        """Rebuild a session from its latest snapshot and the log entries after it."""
+        """Rebuild a session from its latest snapshot and the log entries after it.
+
+        The reads that need only the snapshot go out together (decision 0087): the chat, the
+        log after the snapshot and the objects of the snapshot's index are read while this
+        thread decodes what has come (on threads where the store's reads wait on another
+        process, ``ObjectStore.reads_wait``; one after the other otherwise). Objects the log
+        tail adds, and those it wrote new versions of, are read once it is folded."""
         position = self.feed_position()  # before reading anything: nothing written since is lost
         session_doc = self.store.get(session_id_for(session_id))
         if session_doc is None:
             raise SessionNotFound(session_id)
-        chat_doc = self.store.get(chat_id_for(session_id))
         snapshot = from_document(session_doc)
-        chat = from_document(chat_doc) if chat_doc is not None else None
-        if not isinstance(snapshot, SessionObject) or not isinstance(chat, ChatObject):
+        if not isinstance(snapshot, SessionObject):
             raise StoreError(f"session {session_id!r} has a damaged snapshot")
-        prompt = self._system_prompt(snapshot.system_prompt_ref)
-        session = OpenSession(
-            session_id=session_id,
-            state=state_from_snapshot(snapshot, chat),
-            seq=snapshot.seq,
-            system_prompt=prompt,
-            objects=self.new_objects(),
-            snapshot_bytes=document_size(session_doc) + document_size(chat_doc or {}),
-            log_bytes_since_snapshot=0,
-            versions_at=position,
-        )
-        # Every object of the index is loaded next: the log tail's need not be read first.
-        self.catch_up(session, load_objects=False)
-        self._load_objects(session)
+        with _Ahead(self.store.reads_wait) as ahead:
+            read_chat = ahead(self.store.get, chat_id_for(session_id))
+            read_tail = ahead(self.store.session_log, session_id, snapshot.seq)
+            chat_doc = read_chat()
+            chat = from_document(chat_doc) if chat_doc is not None else None
+            if not isinstance(chat, ChatObject):
+                raise StoreError(f"session {session_id!r} has a damaged snapshot")
+            state = state_from_snapshot(snapshot, chat)
+            read_index = self._read_objects(ahead, state, state.index)
+            prompt = self._system_prompt(snapshot.system_prompt_ref)
+            session = OpenSession(
+                session_id=session_id,
+                state=state,
+                seq=snapshot.seq,
+                system_prompt=prompt,
+                objects=self.new_objects(),
+                snapshot_bytes=document_size(session_doc) + document_size(chat_doc),
+                log_bytes_since_snapshot=0,
+                versions_at=position,
+            )
+            versioned: set[str] = set()
+            self.catch_up(session, load_objects=False, entries=read_tail(), versioned=versioned)
+            found = read_index()
+            # what the tail added, and what it wrote new versions of after the read above
+            later = [i for i in session.state.index if i not in found or i in versioned]
+            if later:
+                found.update(self._read_objects(ahead, session.state, later)())
+        self._hold_objects(session, found)
         return session
 
-    def _load_objects(self, session: OpenSession) -> None:
-        """Files whole, in one batch (a resume reconciles them with their sources); tool calls
-        without their content, in another (the session shows few of them in full, and reads
-        those again when it does: ``ObjectCache``)."""
+    def _read_objects(
+        self, ahead: _Ahead, state: SessionState, object_ids: Iterable[str]
+    ) -> Callable[[], dict[str, Document]]:
+        """Start reading these objects of the session's index: files (and other objects)
+        whole; tool calls without their content (the session shows few of them in full, and
+        reads those again when it does: ``ObjectCache``). The call returned waits for them."""
+        kinds = state.kinds
+        ids = list(object_ids)
+        calls = [i for i in ids if kinds.get(i) == "toolcall"]
+        others = [i for i in ids if kinds.get(i) != "toolcall"]
+        read_calls = ahead(self.store.get_many_fields, calls, _TOOLCALL_METADATA)
+        read_others = ahead(self.store.get_many, others)
+
+        def wait() -> dict[str, Document]:
+            found: dict[str, Document] = read_calls()
+            # a tool call written before its metadata was kept apart is read whole
+            whole = [i for i in calls if i in found and "content_length" not in found[i]]
+            found.update(read_others())
+            if whole:
+                found.update(self.store.get_many(whole))
+            return found
+
+        return wait
+
+    def _hold_objects(self, session: OpenSession, found: Mapping[str, Document]) -> None:
+        """Put the objects of the session's index, as :meth:`_read_objects` read them, in its
+        cache (files' documents also into ``session.loaded``: a resume reconciles them)."""
         state = session.state
-        calls = [i for i in state.index if state.kinds.get(i) == "toolcall"]
-        others = [i for i in state.index if state.kinds.get(i) != "toolcall"]
-        docs = self.store.get_many_fields(calls, _TOOLCALL_METADATA) if calls else {}
-        whole = [i for i in calls if "content_length" not in docs.get(i, {})]  # written before
-        session.objects.update(self._objects([*others, *whole], session.loaded))
-        missing = [i for i in calls if i not in docs]
+        missing = [i for i in state.index if i not in found]
         if missing:
             raise StoreError(f"objects in the session index are missing: {missing[:5]}")
-        for object_id in calls:
-            doc = docs[object_id]
-            if "content_length" not in doc:
+        for object_id in state.index:
+            doc = found[object_id]
+            if "content_length" not in doc or "content" in doc:  # a whole document
+                obj = from_document(doc)
+                assert isinstance(obj, FileObject | ToolcallObject)
+                session.objects[object_id] = obj
+                if isinstance(obj, FileObject):
+                    session.loaded[object_id] = doc
                 continue
             obj = from_document({**doc, "content": None, "source": None})
             assert isinstance(obj, ToolcallObject)
@@ -593,28 +657,43 @@ class SessionRunner:
                 files[object_id] = doc
         return out
 
-    def catch_up(self, session: OpenSession, *, load_objects: bool = True) -> bool:
+    def catch_up(
+        self,
+        session: OpenSession,
+        *,
+        load_objects: bool = True,
+        entries: list[Document] | None = None,
+        versioned: set[str] | None = None,
+    ) -> bool:
         """Fold log entries other writers appended after ``session.seq``; True if there were any.
-        With ``load_objects`` (the default) the objects those entries changed are read too."""
-        entries = self.store.session_log(session.session_id, after_seq=session.seq)
+        With ``load_objects`` (the default) the objects those entries changed are read too.
+        ``entries``: the log after ``session.seq`` as already read; ``versioned`` receives the
+        ids of the objects the entries wrote versions of."""
+        if entries is None:
+            entries = self.store.session_log(session.session_id, after_seq=session.seq)
         if not entries:
             session.stale = False
             return False
         changed: set[str] = set()
         prompt_changed = False
         rewritten = False
+        tail: list[e.Event] = []
         for entry in entries:
             events = decode_events(entry_events(entry))
             rewritten |= any(isinstance(event, _REWRITES) for event in events)
-            session.state = fold(events, session.state)
+            tail += events
             session.seq = int(entry["seq"])
             session.log_bytes_since_snapshot += document_size(entry)
             session.note_entry(entry)
-            for event in events:
-                if isinstance(event, e.SystemPromptSet):
-                    prompt_changed = True
-                elif hasattr(event, "object_id") and session.state.in_index(event.object_id):
-                    changed.add(event.object_id)
+        # the whole tail at once: a resume's is thousands of events (decision 0087)
+        session.state = state = fold_many(tail, session.state)
+        for event in tail:
+            if isinstance(event, e.SystemPromptSet):
+                prompt_changed = True
+            elif hasattr(event, "object_id") and state.in_index(event.object_id):
+                changed.add(event.object_id)  # an index only grows: in it then, in it now
+            if versioned is not None and hasattr(event, "object_hash"):
+                versioned.add(getattr(event, "object_id", ""))
         if changed and load_objects:
             for obj in self._objects(changed).values():
                 session.remember(obj)

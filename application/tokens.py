@@ -15,8 +15,7 @@ import operator
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from pyrsistent import thaw
-
+from selfctx.domain.chat import thaw_json
 from selfctx.domain.rendering import AssembledContext, RenderedMessage
 
 __all__ = ["TEXT_BUDGET", "ContextCounter", "TokenCounts", "context_texts", "context_tokens"]
@@ -70,7 +69,7 @@ _JSON = json.JSONEncoder(ensure_ascii=False)
 
 def _arguments_text(arguments: Any) -> str:
     """A call's arguments as the text a provider tokenizes."""
-    return _JSON.encode(thaw(arguments))
+    return _JSON.encode(thaw_json(arguments))
 
 
 def context_texts(context: AssembledContext) -> Iterator[str]:

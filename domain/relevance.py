@@ -23,9 +23,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import attrs
-from pyrsistent import thaw
 
-from selfctx.domain.chat import AssistantMessage, ToolResult
+from selfctx.domain.chat import AssistantMessage, ToolResult, thaw_json
 from selfctx.domain.objects import ContentObject, FileObject, FileView, Source, ToolcallObject
 from selfctx.domain.session.state import SessionState
 
@@ -155,7 +154,7 @@ def _message_texts(message: AssistantMessage, objects: Mapping[str, ContentObjec
     its calls."""
     texts = [message.text]
     for call in message.tool_calls:
-        texts += json_strings(thaw(call.arguments))
+        texts += json_strings(thaw_json(call.arguments))
         output = objects.get(call.id)
         if isinstance(output, ToolcallObject) and output.content:
             for match in _FRAME.finditer(output.content[-_MAX_FRAME_TEXT:]):
@@ -434,7 +433,7 @@ def answer_names(
             elif found and isinstance(message, AssistantMessage):
                 said = _names(message.text)
                 for call in message.tool_calls:
-                    for text in json_strings(thaw(call.arguments)):
+                    for text in json_strings(thaw_json(call.arguments)):
                         said |= _names(text)
                 return said
     return set()
@@ -453,7 +452,7 @@ def _said(state: SessionState, messages: int) -> Iterator[set[str]]:
             seen += 1
             said = _names(message.text)
             for call in message.tool_calls:
-                for text in json_strings(thaw(call.arguments)):
+                for text in json_strings(thaw_json(call.arguments)):
                     said |= _names(text)
             yield said
 
@@ -471,7 +470,7 @@ def _introduced(
         obj = objects.get(object_id)
         if not isinstance(obj, ToolcallObject):
             continue
-        for text in json_strings(thaw(obj.args)):  # the agent's own words come first
+        for text in json_strings(thaw_json(obj.args)):  # the agent's own words come first
             memo.known.update(_names(text))
         shown = _names(obj.content or "")
         names = memo.known.unseen(shown)

@@ -15,9 +15,8 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-from pyrsistent import thaw
-
 from selfctx.adapters.harness.ids import emitted_id
+from selfctx.domain.chat import thaw_json
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.identifiers import MAX_TOOLCALL_ID
 from selfctx.domain.inline import INLINE_GUIDE, inline_guide
@@ -62,7 +61,7 @@ _JSON = json.JSONEncoder(ensure_ascii=False)
 
 
 def _arguments_json(arguments: Mapping[str, Any]) -> str:
-    plain = thaw(arguments)
+    plain = thaw_json(arguments)
     if set(plain) == {"_raw", "_error"} and isinstance(plain["_raw"], str):
         return plain["_raw"]  # the model's own (invalid) JSON, given back as it was
     return _JSON.encode(plain)
@@ -70,7 +69,7 @@ def _arguments_json(arguments: Mapping[str, Any]) -> str:
 
 def _plain(block: Mapping[str, Any]) -> dict[str, Any]:
     """A recorded provider block as plain JSON again."""
-    return dict(thaw(block))
+    return dict(thaw_json(block))
 
 
 def _paired(chat: Sequence[RenderedMessage]) -> list[RenderedMessage]:
@@ -282,7 +281,12 @@ def _blocks(message: RenderedMessage) -> list[dict[str, Any]]:
     if message.text.strip():
         blocks.append({"type": "text", "text": message.text})
     blocks += [
-        {"type": "tool_use", "id": emitted_id(c.id), "name": c.name, "input": thaw(c.arguments)}
+        {
+            "type": "tool_use",
+            "id": emitted_id(c.id),
+            "name": c.name,
+            "input": thaw_json(c.arguments),
+        }
         for c in message.tool_calls
     ]
     return blocks

@@ -9,7 +9,9 @@ event and never fails on events ``decide`` produced.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import suppress
 from functools import reduce
+from typing import Any, Final
 
 import attrs
 from pyrsistent import PMap, pmap, pvector
@@ -497,3 +499,148 @@ def _append_to_current_turn(state: SessionState, message: ChatMessage) -> Sessio
 def fold(events: Iterable[e.Event], state: SessionState = INITIAL) -> SessionState:
     """Apply events in order."""
     return reduce(evolve, events, state)
+
+
+FOLD_IN_PLACE_FROM: Final = 4
+"""Runs of at least this many events are folded by :func:`fold_many` with the state's maps,
+sets and vectors changed in place (decision 0087); shorter ones event by event."""
+
+_NO_CHANGE: Final = (
+    e.SystemPromptSet,
+    e.FileIndexed,
+    e.FileDiscovered,
+    e.FileDeleted,
+    e.SessionResumed,
+    e.RolledBack,
+)
+
+
+def fold_many(events: Iterable[e.Event], state: SessionState = INITIAL) -> SessionState:
+    """:func:`fold`, for long runs of events (a resumed session's log after its snapshot): the
+    same state, built with one evolver per collection instead of a new persistent map, set or
+    vector per event. The events that only add, remove or count (objects encountered,
+    (de)activated, demoted, pinned; messages recorded) are applied in place; any other
+    (a session start, a restored or compacted chat, a checkpoint) through :func:`evolve`."""
+    events = list(events)
+    if len(events) < FOLD_IN_PLACE_FROM:
+        return fold(events, state)
+    run = _InPlace(state)
+    for event in events:
+        if not run.apply(event):
+            run = _InPlace(evolve(run.state(), event))
+    return run.state()
+
+
+class _InPlace:
+    """A session state being changed in place by :func:`fold_many` (each event as
+    :func:`evolve` applies it)."""
+
+    def __init__(self, state: SessionState) -> None:
+        self.base = state
+        self.index = state.index.evolver()
+        self.positions: Any = state.positions.evolver()
+        self.kinds = state.kinds.evolver()
+        self.pool = state.pool.evolver()
+        self.active = state.active.evolver()
+        self.pinned = state.pinned.evolver()
+        self.auto_active = state.auto_active.evolver()
+        self.turns = state.turns.evolver()
+        self.toolcall_turn = state.toolcall_turn.evolver()
+        self.last_used = state.last_used.evolver()
+        self.use_clock = state.use_clock
+        self.superseded = state.superseded.evolver()
+        self.excerpts: Any = state.excerpts.evolver()
+        self.pending: list[ChatMessage] = []
+        """Messages appended to the last turn since it was last written back."""
+
+    @staticmethod
+    def _discard(evolver: Any, key: str) -> None:
+        with suppress(KeyError):
+            evolver.remove(key)
+
+    def _append(self, message: ChatMessage) -> bool:
+        if not len(self.turns):
+            return False
+        self.pending.append(message)
+        return True
+
+    def _close_turn(self) -> None:
+        if self.pending:
+            last = len(self.turns) - 1
+            turn = self.turns[last]
+            self.turns[last] = attrs.evolve(turn, messages=turn.messages.extend(self.pending))
+            self.pending = []
+
+    def apply(self, event: e.Event) -> bool:
+        """Apply one event; False (nothing changed) for an event this does not apply in place."""
+        discard = self._discard
+        match event:
+            case e.ObjectEncountered(object_id=object_id, kind=kind):
+                if object_id not in self.positions:
+                    self.positions[object_id] = len(self.index)
+                    self.index.append(object_id)
+                    self.kinds[object_id] = kind
+                self.pool.add(object_id)
+            case e.ObjectActivated(object_id=object_id, auto=auto):
+                if auto:
+                    self.auto_active.add(object_id)
+                else:
+                    discard(self.auto_active, object_id)
+                self.pool.add(object_id)
+                self.active.add(object_id)
+                self.use_clock += 1
+                self.last_used[object_id] = self.use_clock
+                if object_id in self.excerpts:
+                    del self.excerpts[object_id]
+            case e.ObjectDeactivated(object_id=object_id, superseded_by=later, kept=excerpt):
+                discard(self.active, object_id)
+                discard(self.auto_active, object_id)
+                if later is not None:
+                    self.superseded[object_id] = later
+                if excerpt:
+                    self.excerpts[object_id] = excerpt
+                elif object_id in self.excerpts:
+                    del self.excerpts[object_id]
+            case e.ToolCallRecorded(object_id=object_id, images=images):
+                if not self._append(ToolResult(object_id, images)):
+                    return False
+                self.toolcall_turn[object_id] = len(self.turns) - 1
+            case e.AssistantMessageRecorded(message=message):
+                return self._append(message)
+            case e.ContextNoteRecorded(text=text):
+                return self._append(ContextNote(text))
+            case e.UserMessageRecorded(text=text, images=images):
+                self._close_turn()
+                number = len(self.turns)
+                self.turns.append(Turn(number=number, messages=(UserMessage(text, images),)))
+            case e.ObjectDemoted(object_id=object_id):
+                discard(self.pool, object_id)
+                discard(self.active, object_id)
+                discard(self.auto_active, object_id)
+            case e.ObjectPinned(object_id=object_id):
+                self.pinned.add(object_id)
+            case e.ObjectUnpinned(object_id=object_id):
+                discard(self.pinned, object_id)
+            case _:
+                return isinstance(event, _NO_CHANGE)
+        return True
+
+    def state(self) -> SessionState:
+        """The state the events applied so far lead to."""
+        self._close_turn()
+        return attrs.evolve(
+            self.base,
+            index=self.index.persistent(),
+            positions=self.positions.persistent(),
+            kinds=self.kinds.persistent(),
+            pool=self.pool.persistent(),
+            active=self.active.persistent(),
+            pinned=self.pinned.persistent(),
+            auto_active=self.auto_active.persistent(),
+            turns=self.turns.persistent(),
+            toolcall_turn=self.toolcall_turn.persistent(),
+            last_used=self.last_used.persistent(),
+            use_clock=self.use_clock,
+            superseded=self.superseded.persistent(),
+            excerpts=self.excerpts.persistent(),
+        )
