@@ -15,11 +15,14 @@ as ``null``.
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import orjson
 
-__all__ = ["dumps", "loads"]
+from selfctx.application.tokens import identical_prefix
+
+__all__ = ["ListEncoder", "dumps", "loads"]
 
 
 _DIGITS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
@@ -45,3 +48,39 @@ def dumps(value: Any) -> bytes:
     except (TypeError, orjson.JSONEncodeError):
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
         return text.encode("utf-8", "surrogatepass")
+
+
+class ListEncoder:
+    """:func:`dumps` for the successive bodies of one conversation, whose long list (``key``)
+    mostly holds the very item objects of the body before: the items are encoded one by one and
+    the bytes of the leading items that are the same objects as last time are reused, so that a
+    body costs what changed in it, not its length. The items must not be changed in place
+    between two bodies (the managed requests' renderings never are). The bytes are always
+    those of ``dumps(value)``: compact JSON joins a list's items with commas, and anything
+    orjson refuses is encoded whole by :func:`dumps`. Not thread-safe: one conversation's
+    bodies are encoded in turn."""
+
+    _MARK = f"selfctx-list-{uuid.uuid4().hex}"
+    _MARK_BYTES = orjson.dumps(_MARK)
+
+    def __init__(self) -> None:
+        self._items: list[Any] = []
+        self._parts: list[bytes] = []
+
+    def dumps(self, value: dict[str, Any], key: str) -> bytes:
+        """``dumps(value)``."""
+        items = value.get(key)
+        if not isinstance(items, list):
+            return dumps(value)
+        same = identical_prefix(self._items, items)
+        try:
+            parts = self._parts[:same]
+            parts += map(orjson.dumps, items[same:])
+            rest = orjson.dumps({**value, key: self._MARK})
+        except (TypeError, orjson.JSONEncodeError):
+            self._items, self._parts = [], []
+            return dumps(value)
+        if rest.count(self._MARK_BYTES) != 1:  # the mark's text in the body itself
+            return dumps(value)
+        self._items, self._parts = list(items), parts
+        return rest.replace(self._MARK_BYTES, b"[" + b",".join(parts) + b"]", 1)
