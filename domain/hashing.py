@@ -294,6 +294,14 @@ def content_hash(content: str | None) -> str | None:
     return hashlib.sha256(text_bytes(content)).hexdigest()
 
 
+def object_text(fields: Mapping[str, str]) -> str:
+    """:func:`stable_stringify` of an object whose values are given as their own
+    :func:`stable_stringify` text (so that a caller may reuse the text of parts it wrote
+    before)."""
+    order = sorted(fields, key=lambda key: key.encode("utf-16-be", "surrogatepass"))
+    return "{" + ",".join([_string(key) + ":" + fields[key] for key in order]) + "}"
+
+
 def metadata_hash(fields: Mapping[str, object]) -> str:
     """SHA-256 of the stable serialisation of an object's type-specific fields (§2.6)."""
     return sha256_hex(stable_stringify(fields))

@@ -20,8 +20,6 @@ from typing import Any
 
 import orjson
 
-from selfctx.application.tokens import identical_prefix
-
 __all__ = ["ListEncoder", "dumps", "loads"]
 
 
@@ -53,7 +51,7 @@ def dumps(value: Any) -> bytes:
 class ListEncoder:
     """:func:`dumps` for the successive bodies of one conversation, whose long list (``key``)
     mostly holds the very item objects of the body before: the items are encoded one by one and
-    the bytes of the leading items that are the same objects as last time are reused, so that a
+    an item that is the same object as one of the last body's is not encoded again, so that a
     body costs what changed in it, not its length. The items must not be changed in place
     between two bodies (the managed requests' renderings never are). The bytes are always
     those of ``dumps(value)``: compact JSON joins a list's items with commas, and anything
@@ -65,22 +63,24 @@ class ListEncoder:
 
     def __init__(self) -> None:
         self._items: list[Any] = []
-        self._parts: list[bytes] = []
+        """The last body's items: held, so that no other object can take the id of one."""
+        self._encoded: dict[int, bytes] = {}
+        """Each of those items' bytes, by its id."""
 
     def dumps(self, value: dict[str, Any], key: str) -> bytes:
         """``dumps(value)``."""
         items = value.get(key)
         if not isinstance(items, list):
             return dumps(value)
-        same = identical_prefix(self._items, items)
+        known = self._encoded.get
+        encode = orjson.dumps
         try:
-            parts = self._parts[:same]
-            parts += map(orjson.dumps, items[same:])
+            parts = [known(id(item)) or encode(item) for item in items]
             rest = orjson.dumps({**value, key: self._MARK})
         except (TypeError, orjson.JSONEncodeError):
-            self._items, self._parts = [], []
+            self._items, self._encoded = [], {}
             return dumps(value)
         if rest.count(self._MARK_BYTES) != 1:  # the mark's text in the body itself
             return dumps(value)
-        self._items, self._parts = list(items), parts
+        self._items, self._encoded = list(items), dict(zip(map(id, items), parts, strict=True))
         return rest.replace(self._MARK_BYTES, b"[" + b",".join(parts) + b"]", 1)
