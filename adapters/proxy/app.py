@@ -47,7 +47,7 @@ from selfctx.adapters.harness.tools import (
     tool_schemas,
 )
 from selfctx.adapters.proxy.bodies import RecentBodies
-from selfctx.adapters.proxy.codec import loads
+from selfctx.adapters.proxy.codec import dumps, loads
 from selfctx.adapters.proxy.guard import LOOPBACK_NAMES, TOKEN_HEADER, Guard
 from selfctx.adapters.proxy.incremental import (
     ParsedConversation,
@@ -496,7 +496,7 @@ class Proxy:
     def _content(self, turn: _Turn) -> bytes:
         """The first request to send upstream for ``turn`` (in a worker thread)."""
         raw = turn.raw
-        content = self._encoded(turn, self._build(turn))
+        content = dumps(self._build(turn))
         if self.config.never_larger and len(content) > len(raw):
             # Never larger than what the client sent: its own request, unchanged.
             turn.as_sent = True
@@ -532,15 +532,9 @@ class Proxy:
         """The next round's request, after the proxy answered context calls."""
 
         def build() -> bytes:
-            return self._encoded(turn, self._build(turn, last=last))
+            return dumps(self._build(turn, last=last))
 
         return await anyio.to_thread.run_sync(build)
-
-    @staticmethod
-    def _encoded(turn: _Turn, managed: dict[str, Any]) -> bytes:
-        """``dumps(managed)``, its conversation encoded from where the last request's changed."""
-        key = "input" if turn.provider.name == "responses" else "messages"
-        return turn.session.encoder.dumps(managed, key)
 
     def _build(self, turn: _Turn, *, last: bool = False) -> dict[str, Any]:
         """The managed request (in a worker thread): the session's context in the client's

@@ -40,7 +40,6 @@ import attrs
 from selfctx.adapters.harness.messages import Message
 from selfctx.adapters.harness.request import RequestCache
 from selfctx.adapters.harness.session import HarnessSession
-from selfctx.adapters.proxy.codec import ListEncoder
 from selfctx.adapters.proxy.incremental import ParsedConversation, common_prefix
 from selfctx.domain.rendering import RenderedMessage
 from selfctx.domain.session.state import SessionState
@@ -223,9 +222,6 @@ class ProxySession:
     requests: RequestCache | None = None
     """The session's managed requests, each rendered from where the last one's chat changed
     (made by the first request, in its format)."""
-    encoder: ListEncoder = attrs.field(factory=ListEncoder)
-    """The managed requests' bytes, each encoded from where the last one's conversation
-    changed."""
     pending: list[Message] = attrs.field(factory=list)
     """Context calls the model made beside calls of the client's own, with the proxy's answers.
     They are recorded after the client's next messages (its own calls' results), so that in the
