@@ -139,7 +139,13 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
+_STRINGS = {str}
+
+
 def _array(value: Sequence[object]) -> str:
+    if value and set(map(type, value)) == _STRINGS and "".join(value).isascii():  # type: ignore[arg-type]
+        # ASCII strings only (a session's ids): written in C, as _string writes each
+        return "[" + ",".join(map(encode_basestring, value)) + "]"  # type: ignore[arg-type]
     return "[" + ",".join([_value(item) for item in value]) + "]"
 
 

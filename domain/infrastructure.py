@@ -170,6 +170,8 @@ class SessionObject:
         }
         meta = hashing.metadata_hash(fields)
         object_id = session_id_for(state.session_id)
+        calls = frozenset(i for i, kind in state.kinds.items() if kind == "toolcall")
+        detached = calls.difference(state.toolcall_turn.keys())
         return cls(
             id=object_id,
             identity_hash=hashing.identity_hash("session", xt_id=object_id),
@@ -187,21 +189,22 @@ class SessionObject:
             auto_active=tuple(state.ordered(state.auto_active)),
             window=state.window,
             policy=state.policy,
-            last_used=tuple((i, state.last_used[i]) for i in state.ordered(pset(state.last_used))),
+            last_used=_in_order(state, state.last_used),
             use_clock=state.use_clock,
-            superseded=tuple(
-                (i, state.superseded[i]) for i in state.ordered(pset(state.superseded))
-            ),
-            excerpts=tuple((i, state.excerpts[i]) for i in state.ordered(pset(state.excerpts))),
+            superseded=_in_order(state, state.superseded),
+            excerpts=_in_order(state, state.excerpts),
             checkpoints=tuple(state.checkpoints),
             compacted=state.compacted,
             summary=state.summary,
-            detached=tuple(
-                i
-                for i in state.index
-                if state.kinds[i] == "toolcall" and i not in state.toolcall_turn
-            ),
+            detached=tuple(filter(detached.__contains__, state.index)),
         )
+
+
+def _in_order(state: SessionState, pairs: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The (id, value) pairs of one of a state's maps, in session index order (each map read
+    once: a persistent map's lookups run in Python)."""
+    held = dict(pairs.items())
+    return tuple((i, held[i]) for i in state.ordered(frozenset(held)))
 
 
 def _set(items: Sequence[str]) -> PSet[str]:
