@@ -28,7 +28,7 @@ def session_id_for(session_id: str) -> str:
     return f"session:{session_id}"
 
 
-_STORED_LIMIT = 200_000
+_STORED_LIMIT = 100_000
 _stored_messages: dict[int, tuple[ChatMessage, dict[str, Any], str]] = {}
 """The stored form of chat messages written in a snapshot before, and its stable text, by the
 message's identity (each entry holds its message, so that no other object can take its id):
