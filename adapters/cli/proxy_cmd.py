@@ -58,14 +58,17 @@ def _option(text: str) -> tuple[str, int]:
     return name.strip(), int(value)
 
 
-def _banner(base: str, config: Any, store: str, policy: str, ui: str | None = None) -> str:
+def _banner(
+    base: str, config: Any, store: str, policy: str, ui: str | None = None, *more: str
+) -> str:
+    """What the proxy prints when it is ready: the inspector's address last."""
     root = f"{base}/t/<TOKEN>" if config.token else base
     inspector = (
         [f"  inspector (what the model saw): {ui}"]
         if ui
         else [
-            "  inspector: off (it is served by one process on loopback without a proxy token, "
-            "unless --no-ui; selfctx ui serves a store on its own)"
+            "  inspector: off (it is served on loopback without a proxy token, unless --no-ui; "
+            "selfctx ui serves a store on its own)"
         ]
     )
     return "\n".join(
@@ -80,6 +83,7 @@ def _banner(base: str, config: Any, store: str, policy: str, ui: str | None = No
             f"  aider:        OPENAI_API_BASE={root}/v1 aider --model openai/<model>",
             f"  other OpenAI clients: base URL {root}/v1; Anthropic clients: {root}",
             "  a client may name its session with the header x-selfctx-session",
+            *more,
             *inspector,
         ]
     )
@@ -136,8 +140,8 @@ def _run(args: argparse.Namespace) -> int:
             errno.EADDRNOTAVAIL: "is not an address of this machine",
         }.get(exc.errno or 0, f"cannot be listened on: {exc.strerror}")
         raise InvalidInput("address", f"{args.host}:{args.port}", reason) from None
-    if args.workers < 1:
-        raise InvalidInput("workers", args.workers, "use 1 or more")
+    args.workers_given = args.workers
+    args.workers = workers_wanted(args.workers)
     if args.workers > 1:
         return _front(args, sock, config)
     if args.exit_with_stdin:
@@ -154,11 +158,12 @@ def _run(args: argparse.Namespace) -> int:
         host = f"[{args.host}]" if ":" in args.host else args.host
         base = f"http://{host}:{sock.getsockname()[1]}"
         inspector = None
-        if args.host in _LOOPBACK and token is None and not args.no_ui:
-            # (behind the proxy's own token a browser could not reach it: use selfctx ui then)
+        if args.ui_behind_front:  # a worker: the front checks the token, the secret guards this
+            inspector = Inspector(service, behind_front=True)
+        elif _serves_ui(args, token):
             inspector = Inspector(service)
         proxy = Proxy(service, config, ui=inspector.app if inspector else None)
-        ui = inspector.url(base + UI_PATH) if inspector else None
+        ui = inspector.url(base + UI_PATH) if inspector and not args.ui_behind_front else None
         print(_banner(base, config, args.store, chosen.name, ui), flush=True)
         serve(proxy.app, sock, log_level="warning")
     finally:
@@ -167,6 +172,31 @@ def _run(args: argparse.Namespace) -> int:
         store.close()
         sock.close()
     return 0
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity, where the system says)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def workers_wanted(value: str | int) -> int:
+    """``--workers``: a number, or ``auto`` (the default): one worker per core the process may
+    use, and one process (no front) on a single core (decision 0083)."""
+    if value == "auto":
+        return cores()
+    text = str(value).strip()
+    if not text.isdigit() or not 1 <= int(text) <= 256:
+        raise InvalidInput("workers", value, "use auto (one per core) or a number from 1 to 256")
+    return int(text)
+
+
+def _serves_ui(args: argparse.Namespace, token: str | None) -> bool:
+    """Whether the inspector is served: on loopback without a proxy token (behind one, a browser
+    could not reach it: use selfctx ui then), unless --no-ui."""
+    return args.host in _LOOPBACK and token is None and not args.no_ui
 
 
 def _front(args: argparse.Namespace, sock: Any, config: Any) -> int:
@@ -191,6 +221,14 @@ def _front(args: argparse.Namespace, sock: Any, config: Any) -> int:
         argv += ["--policy-option", option]
     if args.no_track:
         argv.append("--no-track")
+    inspector = None
+    if _serves_ui(args, config.token):
+        from selfctx.adapters.proxy import UI_PATH
+        from selfctx.adapters.ui.front import FrontInspector
+
+        # one store for all (XTDB): any worker shows everything; else each shows its own
+        inspector = FrontInspector(args.workers, shared=store != "memory", root=UI_PATH)
+        argv.append("--ui-behind-front")
     try:
         secret, workers = start_workers(args.workers, argv)
     except RuntimeError as exc:
@@ -201,13 +239,16 @@ def _front(args: argparse.Namespace, sock: Any, config: Any) -> int:
         token=config.token,
         hosts=config.hosts,
         max_body_bytes=config.max_body_bytes,
+        ui=inspector,
     )
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{sock.getsockname()[1]}"
     policy = args.policy or "default"
     note = " (each worker keeps its own in-memory store)" if store == "memory" else ""
-    print(_banner(base, config, store + note, policy), flush=True)
-    print(f"  {args.workers} worker processes: {', '.join(workers)}", flush=True)
+    ui = inspector.url(base) if inspector else None
+    why = " (one per core; --workers 1: one process)" if args.workers_given == "auto" else ""
+    listed = f"  {args.workers} worker processes{why}: {', '.join(workers)}"
+    print(_banner(base, config, store + note, policy, ui, listed), flush=True)
     try:
         front.run(sock)
     finally:
@@ -287,15 +328,17 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--no-track", action="store_true", help="do not watch files read")
     parser.add_argument(
         "--workers",
-        type=int,
-        default=1,
-        help="worker processes (default 1): more serve more conversations at once, each "
-        "conversation always by the same worker",
+        default="auto",
+        metavar="N|auto",
+        help="worker processes behind a front (default auto: one per core, one process on a "
+        "single core): more serve more conversations at once, each conversation always by the "
+        "same worker; 1: one process, no front",
     )
     parser.add_argument(
         "--no-ui", action="store_true", help="do not serve the inspector at /_selfctx/ui"
     )
     parser.add_argument("--exit-with-stdin", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ui-behind-front", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )

@@ -113,6 +113,8 @@ _OPENHANDS_TAIL = re.compile(
 _OPENHANDS_CUT = "[... Observation truncated due to length ...]"
 _PROMPT = re.compile(r"(?:(?<=\r\n)|\A)[\w.-]+@[\w.-]+:[^\r\n]*[#$] ?\Z")
 """The shell prompt older OpenHands observations end with (``root@host:/workspace # ``)."""
+_PROMPT_ENDS = ("#", "$", "# ", "$ ")
+"""How a text that :data:`_PROMPT` matches ends (its ``[#$] ?\\Z``)."""
 
 
 _TAIL_CHARS = 65_536
@@ -140,11 +142,13 @@ def unwrap_output(output: str) -> tuple[str, int | None]:
     match = _MINI.match(output)
     if match:
         return match.group(2), int(match.group(1))
-    tail = _OPENHANDS_TAIL.search(output, _near_end(output))
+    # Both trailers end the text: a text that does not end as they do is not searched (each
+    # search tries every position of the last 64 KB, most of a millisecond for an ordinary one).
+    tail = _OPENHANDS_TAIL.search(output, _near_end(output)) if output.endswith("]") else None
     if tail:
         codes = re.findall(r"exit code (-?[0-9]{1,18})\b", tail.group(0))
         return output[: tail.start()], int(codes[-1]) if codes else None
-    prompt = _PROMPT.search(output, _near_end(output))
+    prompt = _PROMPT.search(output, _near_end(output)) if output.endswith(_PROMPT_ENDS) else None
     if prompt:  # a terminal's capture: CRLF line ends, the next prompt after the output
         return output[: prompt.start()].replace("\r\n", "\n"), None
     if output.startswith("OBSERVATION:\n"):

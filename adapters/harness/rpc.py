@@ -17,6 +17,7 @@ from typing import IO, Any, ClassVar
 
 import attrs
 
+from selfctx.adapters import jsontext
 from selfctx.domain.errors import SelfContextError
 
 __all__ = [
@@ -229,7 +230,7 @@ class LineServer:
     def handle_line(self, line: str) -> str | None:
         """The response line to one input line, or None when nothing is due."""
         try:
-            payload = json.loads(line)
+            payload = jsontext.loads(line)
         except ValueError as exc:
             return _dump(_error(None, RpcError(PARSE_ERROR, "parse_error", f"invalid JSON: {exc}")))
         except RecursionError:  # the parser's own limit, far below what the line may hold

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from selfctx.adapters.jsontext import loads
 from selfctx.application.ports.store import (
     Change,
     ConflictError,
@@ -68,26 +69,26 @@ class MemoryStore(ObjectStore):
 
     def get(self, object_id: str) -> Document | None:
         versions = self._versions.get(object_id)
-        return json.loads(versions[-1][2]) if versions else None
+        return loads(versions[-1][2]) if versions else None
 
     def get_many(self, object_ids: Iterable[str]) -> dict[str, Document]:
         out = {}
         for object_id in object_ids:
             versions = self._versions.get(object_id)
             if versions:
-                out[object_id] = json.loads(versions[-1][2])
+                out[object_id] = loads(versions[-1][2])
         return out
 
     def history(self, object_id: str) -> list[Version]:
         return [
-            Version(tx_id=tx_id, tx_time=tx_time, document=json.loads(text))
+            Version(tx_id=tx_id, tx_time=tx_time, document=loads(text))
             for tx_id, tx_time, text in self._versions.get(object_id, ())
         ]
 
     def _as_of(self, object_id: str, tx_id: int) -> Document | None:
         versions = self._versions.get(object_id, ())
         position = bisect.bisect_right([v[0] for v in versions], tx_id)
-        return json.loads(versions[position - 1][2]) if position else None
+        return loads(versions[position - 1][2]) if position else None
 
     def get_as_of(self, object_id: str, tx_id: int) -> Document | None:
         return self._as_of(object_id, tx_id)
@@ -103,7 +104,7 @@ class MemoryStore(ObjectStore):
     def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
         entries = self._logs.get(session_id, [])
         start = bisect.bisect_right(entries, (after_seq, "\U0010ffff"))
-        return [json.loads(self._versions[entry_id][-1][2]) for _, entry_id in entries[start:]]
+        return [loads(self._versions[entry_id][-1][2]) for _, entry_id in entries[start:]]
 
     def ids_of_type(self, doc_type: str) -> list[str]:
         return sorted(i for i, t in self._types.items() if t == doc_type)
@@ -119,7 +120,7 @@ class MemoryStore(ObjectStore):
             end = start + limit
             picked = list(zip(self._tx[start:end], self._tx_docs[start:end], strict=True))
         return [
-            Change(tx_id, tx_time, tuple(json.loads(text) for text in texts))
+            Change(tx_id, tx_time, tuple(loads(text) for text in texts))
             for (tx_id, tx_time), texts in picked
         ]
 

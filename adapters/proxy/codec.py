@@ -19,23 +19,9 @@ from typing import Any
 
 import orjson
 
+from selfctx.adapters.jsontext import loads
+
 __all__ = ["dumps", "loads"]
-
-
-_DIGITS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))
-_LONG_NUMBER = b"0" * 20
-"""20 digits in a row: an integer there may be beyond 64 bits, which orjson reads as a float."""
-
-
-def loads(raw: bytes) -> Any:
-    """The value of a JSON body (raises ``ValueError``, or ``RecursionError`` when it is nested
-    beyond what the decoder takes)."""
-    if _LONG_NUMBER in raw.translate(_DIGITS):
-        return json.loads(raw)
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return json.loads(raw)
 
 
 def dumps(value: Any) -> bytes:

@@ -15,6 +15,11 @@ the client leaving.
 It replaces a Starlette and httpx pass-through that cost 6-7 ms of CPU per 700 KB request:
 this one costs what copying the bytes costs (decision 0074 has the measurements).
 
+The inspector (``/_selfctx/ui``) is served through the front when it is given one (``ui``, the
+inspector's front half, ``selfctx.adapters.ui.front``): the front asks it what to do with each
+request to that path (its checks, its token, which worker answers, or a page of its own made of
+what the workers hold) and relays the worker's answer as any other (decision 0083).
+
 Bounds: a head of at most :data:`MAX_HEAD` bytes and :data:`MAX_HEADERS` fields (431), a body
 of at most ``max_body_bytes`` (413), chunk-size lines of 1 KiB; an idle client connection is
 closed after :data:`IDLE_SECONDS`, a head not received in :data:`HEAD_SECONDS` ends its
@@ -31,13 +36,14 @@ import re
 import signal
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from http import HTTPStatus
+from typing import Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
 import attrs
 
-from selfctx.adapters.proxy.app import error_body
+from selfctx.adapters.proxy.app import UI_PATH, error_body
 from selfctx.adapters.proxy.guard import (
     LOOPBACK_NAMES,
     TOKEN_HEADER,
@@ -47,7 +53,7 @@ from selfctx.adapters.proxy.guard import (
 from selfctx.adapters.proxy.passthrough import KEEPALIVE_SECONDS
 from selfctx.adapters.proxy.workers import Workers, routing_key
 
-__all__ = ["MAX_HEAD", "Relay", "relay_in_thread"]
+__all__ = ["MAX_HEAD", "Fetch", "Relay", "UiAnswer", "UiForward", "UiRoute", "relay_in_thread"]
 
 log = logging.getLogger("selfctx.proxy")
 
@@ -87,6 +93,46 @@ _HOP = frozenset(
     }
 )
 _NO_BODY = (204, 304)
+_UI_DROPPED = frozenset({"cookie", "x-selfctx-ui-base"})
+"""Fields of a browser's request the front keeps from the worker: the inspector's token (the
+front checked it) and the base path, which only the front names."""
+MAX_FETCHED = 64 * 1024 * 1024
+"""The largest answer the front reads whole from a worker (the inspector's lists)."""
+FETCH_SECONDS = 60.0
+
+
+@runtime_checkable
+class UiAnswer(Protocol):
+    """An answer the front gives itself: ``headers`` are complete but for the framing."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def headers(self) -> Sequence[tuple[bytes, bytes]]: ...
+    @property
+    def body(self) -> bytes: ...
+
+
+@runtime_checkable
+class UiForward(Protocol):
+    """A request to pass on to ``worker``, for ``target`` (path and query), with ``headers``
+    added."""
+
+    @property
+    def worker(self) -> int: ...
+    @property
+    def target(self) -> str: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, str]]: ...
+
+
+Fetch = Callable[[int, str], Awaitable[tuple[int, bytes]]]
+"""``fetch(worker, target)``: a GET of ``target`` from a worker; its status and body."""
+UiRoute = Callable[
+    [str, str, str, Mapping[str, str], "str | None", int, Fetch], Awaitable[UiAnswer | UiForward]
+]
+"""``route(method, path, query, headers, client, port, fetch)``: what the front does with a
+request to the inspector (``path`` as sent, ``client`` the peer's address, ``port`` the front's)."""
 
 
 class _Refused(Exception):
@@ -276,6 +322,7 @@ class Relay:
         hosts: frozenset[str] | None = LOOPBACK_NAMES,
         max_body_bytes: int = 32 * 1024 * 1024,
         pooled: int = POOLED,
+        ui: UiRoute | None = None,
     ) -> None:
         self.addresses = []
         for url in workers:
@@ -288,6 +335,7 @@ class Relay:
         self.hosts = None if hosts is None else frozenset(h.lower() for h in hosts)
         self.max_body_bytes = max_body_bytes
         self.pooled = pooled
+        self.ui = ui
         self._idle: list[list[_Upstream]] = [[] for _ in self.addresses]
         self._connections: set[asyncio.Task[object]] = set()
 
@@ -400,23 +448,55 @@ class Relay:
         if body is not None:
             length = len(body)
 
-        worker = self.placed.of(routing_key(headers))
+        closing = (
+            last or head.version == "HTTP/1.0" or "close" in headers.get("connection", "").lower()
+        )
+        target = raw_path + question + query
+        dropped: frozenset[str] = frozenset()
+        added: Sequence[tuple[str, str]] = ()
+        if self.ui is not None and (path == UI_PATH or path.startswith(UI_PATH + "/")):
+            if body is None and length:
+                body = await incoming.exactly(length)  # (the inspector takes none)
+            peer = writer.get_extra_info("peername")
+            mine = writer.get_extra_info("sockname")
+            try:
+                decided = await self.ui(
+                    head.method,
+                    raw_path.decode("ascii"),
+                    query.decode("latin-1"),
+                    headers,
+                    str(peer[0]) if peer else None,
+                    int(mine[1]) if mine else 0,
+                    self._fetch,
+                )
+            except Exception:  # a page of the front's own failed: said, and the front goes on
+                log.warning("the inspector's page failed", exc_info=True)
+                raise _Refused(500, "the inspector failed to make this page", path) from None
+            if not isinstance(decided, UiForward):
+                writer.write(_own_answer(decided, head.method, closing))
+                await writer.drain()
+                return not closing
+            if not 0 <= decided.worker < len(self.addresses):
+                raise _Refused(404, "no such worker", path)
+            worker = decided.worker
+            target = decided.target.encode("latin-1")
+            dropped, added = _UI_DROPPED, decided.headers
+        else:
+            worker = self.placed.of(routing_key(headers))
         host, port = self.addresses[worker]
-        lines = [b"%s %s%s%s %s" % (head.method.encode(), raw_path, question, query, b"HTTP/1.1")]
+        lines = [b"%s %s %s" % (head.method.encode(), target, b"HTTP/1.1")]
         lines.append(b"host: %s:%d" % (host.encode(), port))
         lines += [
             name + b": " + value
             for name, value in head.fields
-            if name.lower().decode("latin-1") not in _HOP
+            if (key := name.lower().decode("latin-1")) not in _HOP and key not in dropped
         ]
+        lines += [f"{name}: {value}".encode("latin-1") for name, value in added]
         lines.append(b"%s: %s" % (TOKEN_HEADER.encode(), self.secret))
         if length or head.method in ("POST", "PUT", "PATCH"):
             lines.append(b"content-length: %d" % length)
         out = b"\r\n".join(lines) + b"\r\n\r\n"
 
-        closing = (
-            last or head.version == "HTTP/1.0" or "close" in headers.get("connection", "").lower()
-        )
         upstream = await self._connect(worker)
         reusable = False
         task = asyncio.current_task()
@@ -448,6 +528,42 @@ class Relay:
             else:
                 upstream.close()
         return keep and not closing and not incoming.eof
+
+    async def _fetch(self, worker: int, target: str) -> tuple[int, bytes]:
+        """A GET of ``target`` from ``worker`` on a connection of its own: the status and the
+        whole body (at most :data:`MAX_FETCHED` bytes); 502 if the worker does not answer."""
+        host, port = self.addresses[worker]
+        try:
+            reader, writer = await asyncio.open_connection(host, port, limit=_READ)
+        except OSError:
+            return 502, b""
+        try:
+            writer.write(
+                f"GET {target} HTTP/1.1\r\nhost: {host}:{port}\r\n"
+                f"{TOKEN_HEADER}: {self.secret.decode('latin-1')}\r\n"
+                "connection: close\r\n\r\n".encode("latin-1")
+            )
+            raw = bytearray()
+
+            async def read_all() -> None:
+                while data := await reader.read(_READ):
+                    raw.extend(data)
+                    if len(raw) > MAX_FETCHED:
+                        raise ValueError("an answer over the bound")
+
+            await asyncio.wait_for(read_all(), FETCH_SECONDS)
+            end = raw.find(b"\r\n\r\n")
+            if end < 0:
+                return 502, b""
+            head = _parse_head(bytes(raw[: end + 4]), request=False)
+            body = bytes(raw[end + 4 :])
+            if "chunked" in head.headers.get("transfer-encoding", "").lower():
+                body = _unchunked(body)
+            return int(head.target), body
+        except (OSError, ValueError, TimeoutError):
+            return 502, b""
+        finally:
+            writer.close()
 
     async def _connect(self, worker: int) -> _Upstream:
         idle = self._idle[worker]
@@ -529,6 +645,39 @@ class Relay:
             # the answer was begun: a worker that breaks its framing ends the connection
             log.warning("a worker of the proxy broke off its answer")
             raise _Gone() from None
+
+
+def _own_answer(answer: UiAnswer, method: str, close: bool) -> bytes:
+    """An answer the front gives itself, framed by its length."""
+    known = answer.status in HTTPStatus._value2member_map_
+    reason = HTTPStatus(answer.status).phrase if known else ""
+    fields = [
+        (n, v)
+        for n, v in answer.headers
+        if n.lower() not in (b"content-length", b"connection", b"transfer-encoding")
+    ]
+    fields.append((b"content-length", b"%d" % len(answer.body)))
+    if close:
+        fields.append((b"connection", b"close"))
+    head = b"HTTP/1.1 %d %s\r\n" % (answer.status, reason.encode("latin-1"))
+    head += b"".join(n + b": " + v + b"\r\n" for n, v in fields) + b"\r\n"
+    return head if method == "HEAD" else head + answer.body
+
+
+def _unchunked(data: bytes) -> bytes:
+    """A whole chunked body, decoded (trailers dropped)."""
+    body = bytearray()
+    at = 0
+    while True:
+        end = data.index(b"\r\n", at)
+        size_line = data[at:end].split(b";", 1)[0].strip()
+        if not _CHUNK_SIZE.fullmatch(size_line):
+            raise ValueError("a bad chunk size")
+        size = int(size_line, 16)
+        if size == 0:
+            return bytes(body)
+        body += data[end + 2 : end + 2 + size]
+        at = end + 2 + size + 2
 
 
 async def _linger(incoming: _Incoming, writer: asyncio.StreamWriter) -> None:

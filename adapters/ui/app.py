@@ -28,6 +28,7 @@ from collections.abc import Callable
 from importlib import resources
 from urllib.parse import parse_qsl, urlencode
 
+import attrs
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import (
@@ -46,12 +47,23 @@ from selfctx.application.ports.store import StoreError, StoreUnavailable
 from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput, SelfContextError
 
-__all__ = ["Inspector"]
+__all__ = [
+    "BASE_HEADER",
+    "SECURITY_HEADERS",
+    "Inspector",
+    "cookie_name",
+    "refusal",
+    "token_check",
+    "unauthorised",
+]
 
 log = logging.getLogger("selfctx.ui")
 
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-_HEADERS = [
+BASE_HEADER = "x-selfctx-ui-base"
+"""Behind the front of ``selfctx proxy --workers N``: the path the front serves this worker's
+pages under (``/_selfctx/ui/w/K``), so that every link of a page leads back to this worker."""
+SECURITY_HEADERS = _HEADERS = [
     (
         b"content-security-policy",
         b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -122,9 +134,16 @@ class Inspector:
     """The inspector of one context service's store (see the module docstring). :attr:`app` is
     the ASGI application; :attr:`token` the secret of this start."""
 
-    def __init__(self, service: ContextService, *, token: str | None = None) -> None:
+    def __init__(
+        self, service: ContextService, *, token: str | None = None, behind_front: bool = False
+    ) -> None:
+        """``behind_front``: this is a worker of ``selfctx proxy --workers N``, reached only
+        through the front, which checks the token (the worker's proxy lets nothing in without the
+        run's secret) and names the path it serves this worker's pages under
+        (:data:`BASE_HEADER`)."""
         self.service = service
         self.token = token or secrets.token_urlsafe(32)
+        self.behind_front = behind_front
         self.sessions = Sessions(service)
         self._static = {
             name: resources.files("selfctx.adapters.ui").joinpath("static", name).read_bytes()
@@ -141,10 +160,11 @@ class Inspector:
             Route("/s/{sid}/search", self._page(self._search)),
             Route("/o/{oid}", self._page(self._object)),
             Route("/o/{oid}/met", self._met),
+            Route("/api/sessions", self._api(self._session_list)),
             Route("/api/s/{sid}/requests", self._api(self._requests)),
             Route("/api/content/{oid}", self._api(self._content)),
         ]
-        self.app: ASGIApp = _Guard(Starlette(routes=routes), self.token)
+        self.app: ASGIApp = _Guard(Starlette(routes=routes), None if behind_front else self.token)
         self._indexing: threading.Thread | None = None
         self._indexing_lock = threading.Lock()
 
@@ -174,8 +194,11 @@ class Inspector:
 
     # -- plumbing --------------------------------------------------------------------------
 
-    @staticmethod
-    def _base(request: Request) -> str:
+    def _base(self, request: Request) -> str:
+        if self.behind_front:
+            given = request.headers.get(BASE_HEADER, "")
+            if given.startswith("/") and all(c.isalnum() or c in "/_-." for c in given):
+                return given.rstrip("/")
         return str(request.scope.get("root_path", ""))
 
     def _page(self, view: Callable[[Request, str], str]) -> Callable[[Request], Response]:
@@ -271,6 +294,10 @@ class Inspector:
 
     # -- data ------------------------------------------------------------------------------
 
+    def _session_list(self, request: Request) -> Response:
+        """The sessions page's rows as JSON (the front of ``--workers N`` merges the workers')."""
+        return JSONResponse([attrs.asdict(row) for row in views.session_rows(self.service)])
+
     def _requests(self, request: Request) -> Response:
         sid = request.path_params["sid"]
         after = request.query_params.get("after", "0")
@@ -312,10 +339,64 @@ def _status(exc: Exception) -> int:
     return _STATUS.get(getattr(exc, "kind", ""), 400)
 
 
-class _Guard:
-    """The checks of the module docstring, then the inner application with the headers added."""
+def refusal(method: str, client: str | None, headers: dict[str, str]) -> tuple[int, str] | None:
+    """Why a request to the inspector is refused before its token is looked at (status,
+    message), or None: ``client`` is the peer's address, ``headers`` lower-case names."""
+    if method not in ("GET", "HEAD"):
+        return 405, "the inspector only reads"
+    if client is not None and not _loopback_address(client):
+        return 403, "the inspector answers this machine only"
+    host = headers.get("host", "")
+    if _host_name(host).lower() not in _LOOPBACK_NAMES:
+        return 403, "the inspector answers requests for 127.0.0.1, localhost or [::1] only"
+    site = headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return 403, "cross-site requests are refused"
+    origin = headers.get("origin")
+    if origin is not None and origin != f"http://{host}":
+        return 403, "cross-origin requests are refused"
+    return None
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
+
+def cookie_name(port: int) -> str:
+    """The cookie that holds the token, one per port (two inspectors on one host keep theirs)."""
+    return f"selfctx-ui-{port}"
+
+
+def token_check(
+    token: str, port: int, root: str, path: str, query_string: str, cookie: str
+) -> Response | None:
+    """The token step of the guard: the answer to give instead of the page (a redirect that
+    sets the cookie, given ``?token=``; 401 without a valid token), or None to serve it.
+    ``path`` is the path as the browser sent it (the redirect's target), ``root`` the
+    inspector's base path (the cookie's)."""
+    query = dict(parse_qsl(query_string))
+    given = query.get("token")
+    if given is not None:
+        if not secrets.compare_digest(given.encode(), token.encode()):
+            return unauthorised()
+        rest = {k: v for k, v in query.items() if k != "token"}
+        response = RedirectResponse(path + (f"?{urlencode(rest)}" if rest else ""), 303)
+        response.set_cookie(
+            cookie_name(port), token, path=f"{root}/", httponly=True, samesite="strict"
+        )
+        return response
+    jar: http.cookies.SimpleCookie = http.cookies.SimpleCookie()
+    try:
+        jar.load(cookie)
+    except http.cookies.CookieError:
+        jar.clear()
+    held = jar.get(cookie_name(port))
+    if held is None or not secrets.compare_digest(held.value.encode(), token.encode()):
+        return unauthorised()
+    return None
+
+
+class _Guard:
+    """The checks of the module docstring, then the inner application with the headers added
+    (``token`` None: a worker behind the front, which checked it)."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
         self.inner = app
         self.token = token
 
@@ -326,59 +407,28 @@ class _Guard:
         if scope["type"] != "http":
             return  # no websockets: the connection is closed unanswered
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        refusal = self._refusal(scope, headers)
-        if refusal is not None:
-            status, message = refusal
+        client = scope.get("client")
+        refused = refusal(scope["method"], None if client is None else str(client[0]), headers)
+        if refused is not None:
+            status, message = refused
             await _answer(PlainTextResponse(message, status), scope, receive, send)
             return
-        port = (scope.get("server") or ("", 0))[1]
-        cookie_name = f"selfctx-ui-{port}"
-        root = str(scope.get("root_path", "")) or ""
-        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-        given = query.get("token")
-        if given is not None:
-            if not secrets.compare_digest(given.encode(), self.token.encode()):
-                await _answer(_unauthorised(), scope, receive, send)
-                return
-            rest = {k: v for k, v in query.items() if k != "token"}
-            target = scope["path"] + (f"?{urlencode(rest)}" if rest else "")
-            response = RedirectResponse(target, 303)
-            response.set_cookie(
-                cookie_name, self.token, path=f"{root}/", httponly=True, samesite="strict"
+        if self.token is not None:
+            answer = token_check(
+                self.token,
+                (scope.get("server") or ("", 0))[1],
+                str(scope.get("root_path", "")) or "",
+                scope["path"],
+                scope.get("query_string", b"").decode("latin-1"),
+                headers.get("cookie", ""),
             )
-            await _answer(response, scope, receive, send)
-            return
-        jar: http.cookies.SimpleCookie = http.cookies.SimpleCookie()
-        try:
-            jar.load(headers.get("cookie", ""))
-        except http.cookies.CookieError:
-            jar.clear()
-        held = jar.get(cookie_name)
-        if held is None or not secrets.compare_digest(held.value.encode(), self.token.encode()):
-            await _answer(_unauthorised(), scope, receive, send)
-            return
+            if answer is not None:
+                await _answer(answer, scope, receive, send)
+                return
         await self.inner(scope, receive, _with_headers(send))
 
-    @staticmethod
-    def _refusal(scope: Scope, headers: dict[str, str]) -> tuple[int, str] | None:
-        if scope["method"] not in ("GET", "HEAD"):
-            return 405, "the inspector only reads"
-        client = scope.get("client")
-        if client is not None and not _loopback_address(str(client[0])):
-            return 403, "the inspector answers this machine only"
-        host = headers.get("host", "")
-        if _host_name(host).lower() not in _LOOPBACK_NAMES:
-            return 403, "the inspector answers requests for 127.0.0.1, localhost or [::1] only"
-        site = headers.get("sec-fetch-site")
-        if site is not None and site not in ("same-origin", "none"):
-            return 403, "cross-site requests are refused"
-        origin = headers.get("origin")
-        if origin is not None and origin != f"http://{host}":
-            return 403, "cross-origin requests are refused"
-        return None
 
-
-def _unauthorised() -> Response:
+def unauthorised() -> Response:
     return PlainTextResponse(
         "This inspector needs the token of its start: open the address `selfctx ui` (or "
         "`selfctx proxy`) printed when it started.",

@@ -132,7 +132,7 @@ def sessions_page(
     for r in shown:
         text = " ".join([r.session_id, r.client or "", r.model or ""]).lower()
         cells = [
-            f'<td><a href="{h(base)}/s/{q(r.session_id)}">{h(r.session_id)}</a></td>',
+            f'<td><a href="{h(r.home or base)}/s/{q(r.session_id)}">{h(r.session_id)}</a></td>',
             f"<td>{h(r.client or '—')}</td>",
             f"<td>{h(r.model or '—')}</td>",
             f'<td class="num" data-v="{r.requests}">{_n(r.requests)}</td>',

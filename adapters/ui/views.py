@@ -58,6 +58,9 @@ class SessionRow:
     cost_direct: float
     cost_managed: float
     last: str | None
+    home: str | None = None
+    """Where the session's pages are, when not under the page's own base (the front of
+    ``selfctx proxy --workers N`` lists the sessions of every worker)."""
 
 
 def session_rows(service: ContextService) -> list[SessionRow]:

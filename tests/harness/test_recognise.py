@@ -7,10 +7,14 @@ ends, OpenHands' editor views). A read counts only when the output is certainly 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from selfctx.adapters.harness import recognise as recognise_module
 from selfctx.adapters.harness.recognise import (
     Effect,
     FileEdit,
@@ -821,6 +825,35 @@ def test_unwrap_openhands() -> None:
     assert unwrap_output(openhands("a\nb", 0)) == ("a\nb", 0)
     assert unwrap_output(openhands("boom", 2)) == ("boom", 2)
     assert unwrap_output("x\n[Command finished with exit code 1]") == ("x", 1)
+
+
+_PIECES = st.sampled_from(
+    [
+        "x", "\n", "\r\n", "]", "[", "#", "$", " ", "@", ":", "root@host:/w", ".",
+        "\n[Command finished with exit code 3]", "\n[The command completed with exit code 1.]",
+        "\n[Current working directory: /w]", "\n[Python interpreter: /usr/bin/python]",
+        "OBSERVATION:\n",
+    ]
+)  # fmt: skip
+
+
+@given(st.lists(_PIECES, max_size=12).map("".join))
+def test_unwrap_searches_the_trailers_only_where_they_can_end_the_text(text: str) -> None:
+    """A text that does not end as a trailer does is not searched for it: the answer is the one
+    a search of every text gives."""
+    tail = recognise_module._OPENHANDS_TAIL.search(text)
+    prompt = recognise_module._PROMPT.search(text)
+    if tail:
+        codes = re.findall(r"exit code (-?[0-9]{1,18})\b", tail.group(0))
+        expected = (text[: tail.start()], int(codes[-1]) if codes else None)
+    elif prompt:
+        expected = (text[: prompt.start()].replace("\r\n", "\n"), None)
+    elif text.startswith("OBSERVATION:\n"):
+        expected = (text[len("OBSERVATION:\n") :].replace("\r\n", "\n"), None)
+    else:
+        expected = (text, None)
+    if not recognise_module._MINI.match(text):
+        assert unwrap_output(text) == expected
 
 
 def test_openhands_cat_is_the_file_without_the_trailer() -> None:

@@ -95,3 +95,14 @@ def test_workers_serve_each_conversation_from_one_process(tmp_path: Path) -> Non
     assert len(model.requests) == 4 * 3
     for n in range(4):
         assert log.count(f"session=s{n} ") == 3  # one session each, served where it lives
+
+
+def test_workers_default_to_one_per_core_and_bad_counts_are_refused() -> None:
+    from selfctx.adapters.cli.proxy_cmd import cores, workers_wanted
+
+    assert workers_wanted("auto") == cores() == len(os.sched_getaffinity(0))
+    assert workers_wanted("3") == 3 and workers_wanted(1) == 1
+    for bad in ("0", "-1", "two", "1000"):
+        done = selfctx("proxy", "--port", "0", "--workers", bad)
+        assert done.returncode == 2 and "auto (one per core)" in done.stderr, done.stderr
+    assert "default auto: one per" in selfctx("proxy", "--help").stdout

@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import attrs
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -268,3 +269,45 @@ def test_a_worker_that_breaks_off_its_answer_ends_that_connection_only() -> None
         thread.join(timeout=10)
     assert cut_short
     assert bad_head.status_code == 502 and bad_head.json()["error"]["message"]
+
+
+def test_the_inspectors_hook_answers_fetches_and_fails_safely() -> None:
+    """The relay's inspector hook (decision 0083): an answer of its own (framed, no body for
+    HEAD), a worker's answer fetched whole (a chunked one decoded) with the run's secret, and a
+    hook that fails answers 500 while the front goes on."""
+
+    async def chunked(request: Request) -> Response:
+        async def parts() -> AsyncIterator[bytes]:
+            for part in (b"one ", b"two ", request.headers.get("x-selfctx-token", "").encode()):
+                yield part
+
+        return StreamingResponse(parts(), media_type="text/plain")
+
+    @attrs.frozen
+    class Answer:
+        status: int
+        headers: tuple[tuple[bytes, bytes], ...]
+        body: bytes
+
+    async def hook(
+        method: str, path: str, query: str, headers: Any, client: Any, port: int, fetch: Any
+    ) -> Answer:
+        if path.endswith("/boom"):
+            raise RuntimeError("a bug")
+        status, body = await fetch(0, "/chunked")
+        return Answer(status, ((b"content-type", b"text/plain"),), body + f" {method}".encode())
+
+    worker_app = Starlette(routes=[Route("/chunked", chunked)])
+    with (
+        serve_in_thread(worker_app) as worker,
+        relay_in_thread(Relay([worker], SECRET, ui=hook)) as base,
+        httpx.Client() as client,
+    ):
+        got = client.get(base + "/_selfctx/ui/page")
+        assert got.status_code == 200 and got.content == f"one two {SECRET} GET".encode()
+        head = client.head(base + "/_selfctx/ui/page")
+        assert head.status_code == 200 and head.content == b""
+        assert int(head.headers["content-length"]) == len(f"one two {SECRET} HEAD")
+        failed = client.get(base + "/_selfctx/ui/boom")
+        assert failed.status_code == 500 and "a bug" not in failed.text
+        assert client.get(base + "/_selfctx/ui/page").status_code == 200

@@ -5,7 +5,7 @@ file versions, checkpoints and search hits."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +14,11 @@ import httpx
 
 from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.proxy import UI_PATH, Proxy, ProxyConfig
+from selfctx.adapters.proxy.relay import Relay, relay_in_thread
 from selfctx.adapters.proxy.scripted import ScriptedModel, Seen, Step
 from selfctx.adapters.proxy.serving import serve_in_thread
 from selfctx.adapters.ui import Inspector
+from selfctx.adapters.ui.front import FrontInspector
 from selfctx.application.ports.store import ObjectStore
 from selfctx.application.service import ContextService
 from tests.proxy.drive import Agent
@@ -146,3 +148,78 @@ def written_session(bench: Workbench) -> None:
     bench.steps(4)
     (bench.workspace / "calc.py").write_text(CALC_V2)
     bench.steps(3)
+
+
+# -- the front of `selfctx proxy --workers N` (decision 0083) ----------------------------
+
+SECRET = "the-run's-secret-0123456789"
+
+
+@attrs.define
+class Front:
+    base: str
+    ui: FrontInspector
+    services: list[ContextService]
+    workers: list[str]
+    agents: list[Agent]
+
+    @property
+    def url(self) -> str:
+        return self.ui.url(self.base)
+
+    def steps(self, agent: int, count: int) -> None:
+        with httpx.Client(timeout=60) as client:
+            for _ in range(count):
+                self.agents[agent].step(client)
+
+    def held(self, worker: int) -> str:
+        """The one session worker ``worker``'s store holds of its own agent."""
+        (sid,) = [s for s in self.services[worker].sessions() if s.startswith("anthropic.")]
+        return sid
+
+
+def _run_tool(name: str, args: dict[str, object]) -> str:
+    command = str(args.get("command", ""))
+    return "".join(f"{command}: line {n} of its output\n" for n in range(60))
+
+
+@contextlib.contextmanager
+def front_of(stores: Sequence[ObjectStore], workspace: Path, shared: bool) -> Iterator[Front]:
+    """Two workers (one per store given, or both on one) behind a relay serving the inspector."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "calc.py").write_text(CALC_V1)
+    model = ScriptedModel(script())
+    with serve_in_thread(model.app) as upstream, contextlib.ExitStack() as stack:
+        services, workers = [], []
+        for store in stores:
+            service = build_service(store=store, workspace=str(workspace), track=False)
+            stack.callback(service.close)
+            services.append(service)
+            config = ProxyConfig(
+                upstream_anthropic=upstream,
+                upstream_openai=upstream + "/v1",
+                cwd=str(workspace),
+                roots=(str(workspace),),
+                policy="relevance",
+                policy_options={"trigger_tokens": 600, "clear_at_least": 100, "keep_recent": 1},
+                token=SECRET,
+            )
+            inspector = Inspector(service, behind_front=True)
+            proxy = Proxy(service, config, ui=inspector.app)
+            workers.append(stack.enter_context(serve_in_thread(proxy.app)))
+        ui = FrontInspector(len(workers), shared=shared, root=UI_PATH)
+        base = stack.enter_context(relay_in_thread(Relay(workers, SECRET, ui=ui)))
+        agents = [
+            Agent(
+                "anthropic",
+                base,
+                task=f"Task {n}: fix add().",
+                run_tool=_run_tool,
+                headers={"x-api-key": f"key-of-user-{n}"},  # two conversations, two workers
+            )
+            for n in range(2)
+        ]
+        front = Front(base, ui, services, workers, agents)
+        front.steps(0, 3)
+        front.steps(1, 2)
+        yield front

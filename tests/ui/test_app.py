@@ -368,6 +368,26 @@ def test_selfctx_proxy_prints_where_its_inspector_is(tmp_path: Path) -> None:
         _stop(process)
 
 
+def test_selfctx_proxy_with_workers_serves_its_inspector_at_the_front(tmp_path: Path) -> None:
+    argv = ["proxy", "--port", "0", "--workspace", str(tmp_path), "--no-track", "--workers", "2"]
+    process, out = _served(argv, "inspector")
+    try:
+        found = re.search(
+            r"inspector \(what the model saw\): (http://\S+)(/_selfctx/ui/\?token=\S+)", out
+        )
+        assert found, out
+        base = found.group(1)
+        with httpx.Client(follow_redirects=True, timeout=60) as client:
+            page = client.get(base + found.group(2))
+            assert page.status_code == 200 and "No sessions in this store yet." in page.text
+            for worker in (0, 1):  # both workers answer, each for its own store
+                missing = client.get(f"{base}/_selfctx/ui/w/{worker}/s/nobody")
+                assert missing.status_code == 404 and "nobody" in missing.text
+        assert httpx.get(base + "/_selfctx/ui/", timeout=60).status_code == 401
+    finally:
+        _stop(process)
+
+
 def test_the_inspector_can_be_served_on_its_own(bench: Workbench) -> None:
     inspector = Inspector(bench.service)
     with serve_in_thread(inspector.app) as base, httpx.Client(follow_redirects=True) as client:

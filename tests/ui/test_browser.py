@@ -193,3 +193,40 @@ def test_the_timeline_grows_while_requests_arrive(page: Any, bench: Workbench) -
         f"/_selfctx/ui/s/{sid}/r/{before + 3}"
     )
     assert f"{before + 3} requests" in page.inner_text("#live")
+
+
+def test_the_inspector_behind_the_front_of_workers(
+    browser: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """``selfctx proxy --workers``, each worker with its own store: the front's sessions page
+    lists both workers' sessions; a click opens the second worker's session, whose timeline
+    grows while its agent works; nothing is loaded from anywhere but the front."""
+    from tests.ui.support import front_of
+
+    stores = [MemoryStore(), MemoryStore()]
+    with front_of(stores, tmp_path_factory.mktemp("front") / "work", False) as front:
+        tab = browser.new_page()
+        loaded: list[str] = []
+        tab.on("request", lambda request: loaded.append(request.url))
+        errors: list[str] = []
+        tab.on("pageerror", lambda error: errors.append(str(error)))
+        try:
+            tab.goto(front.url)
+            links = tab.locator("#sessions tbody a")
+            assert links.count() == 2
+            second = front.held(1)
+            tab.click(f"a[href='/_selfctx/ui/w/1/s/{second}']")
+            tab.wait_for_selector("#live")
+            assert tab.url == f"{front.base}/_selfctx/ui/w/1/s/{second}"
+            before = tab.locator("#requests tbody tr").count()
+            front.steps(1, 2)
+            tab.wait_for_function(
+                "n => document.querySelectorAll('#requests tbody tr').length === n",
+                arg=before + 2,
+                timeout=20_000,
+            )
+            assert f"{before + 2} requests" in tab.inner_text("#live")
+        finally:
+            tab.close()
+        assert loaded and all(url.startswith(front.base + "/") for url in loaded), loaded
+        assert not errors, errors

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from selfctx.adapters.xtdb.client import Connections, XtdbClient
-from selfctx.application.ports.store import StoreUnavailable
+from selfctx.application.ports.store import StoreProtocolError, StoreUnavailable
 
 
 class _Node(http.server.ThreadingHTTPServer):
@@ -88,3 +88,79 @@ def test_no_node_and_no_answer_are_store_unavailable(node: _Node) -> None:
     node.server_close()
     with pytest.raises(StoreUnavailable, match=r"cannot reach the node|closed the connection"):
         _client(port).status(timeout=1)
+
+
+# -- the answer's framing (the connections read HTTP/1.1 themselves, decision 0085) ------------
+
+
+def _scripted(answer: bytes) -> tuple[int, threading.Thread]:
+    """A one-connection server that reads one request and writes ``answer``, then closes."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            conn.sendall(answer)
+        listener.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener.getsockname()[1], thread
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n" + b'{"version":"1.24.5"}',
+        b"HTTP/1.1 200 OK\r\ncontent-length:  20 \r\nX-Other: y\r\n\r\n" + b'{"version":"1.24.5"}',
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"b;ext=1\r\n" + b'{"version":' + b"\r\n9\r\n" + b'"1.24.5"}' + b"\r\n0\r\nX-T: 1\r\n\r\n",
+        b"HTTP/1.0 200 OK\r\n\r\n" + b'{"version":"1.24.5"}',  # ends where the connection does
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 20\r\n"
+        b"Connection: close\r\n\r\n" + b'{"version":"1.24.5"}',
+    ],
+    ids=["length", "spaced header", "chunked", "until closed", "interim answer"],
+)
+def test_every_framing_of_an_answer_is_read(answer: bytes) -> None:
+    port, thread = _scripted(answer)
+    assert _client(port).status(timeout=5) == {"version": "1.24.5"}
+    thread.join(5)
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "match"),
+    [
+        (b"", StoreUnavailable, "closed the connection"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n{}", StoreUnavailable, "closed the"),
+        (b"SMTP ready\r\n\r\n", StoreProtocolError, "broken HTTP answer"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n", StoreProtocolError, "Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", StoreProtocolError, "Content-Length"),
+        (b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 101 + b"\r\n", StoreProtocolError, "headers"),
+        (b"HTTP/1.1 200 OK\r\nX: " + b"y" * 70_000 + b"\r\n\r\n", StoreProtocolError, "line"),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            StoreUnavailable,
+            "closed the connection",
+        ),
+    ],
+    ids=["nothing", "cut short", "not HTTP", "bad length", "negative length", "101 headers",
+         "long line", "bad chunk"],
+)  # fmt: skip
+def test_a_broken_answer_is_a_typed_store_error(
+    answer: bytes, error: type[Exception], match: str
+) -> None:
+    port, thread = _scripted(answer)
+    with pytest.raises(error, match=match):
+        _client(port).status(timeout=5)
+    thread.join(5)
+
+
+def test_a_header_with_a_line_break_is_never_sent() -> None:
+    connections = Connections("127.0.0.1", 9)
+    with pytest.raises(ValueError, match="line break"):
+        connections.request("GET", "/x", None, {"Authorization": "Bearer a\r\nX: y"}, 1)

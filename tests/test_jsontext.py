@@ -1,0 +1,68 @@
+"""JSON text read back by the stores (selfctx.adapters.jsontext): every value as the standard
+library reads it, whichever decoder read it (decision 0084)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from selfctx.adapters.jsontext import loads
+from selfctx.adapters.memory import MemoryStore
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=2**63 - 2, max_value=2**70)
+    | st.integers(min_value=-(2**70), max_value=-(2**63) + 2)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text()  # lone surrogates included
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, NaN included, and of the same types (1 is not 1.0 here)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+@given(_VALUES, st.booleans())
+def test_every_value_reads_as_the_standard_library_reads_it(value: Any, ascii_only: bool) -> None:
+    text = json.dumps(value, ensure_ascii=ascii_only)
+    expected = json.loads(text)
+    assert _same(loads(text), expected)
+    assert _same(loads(text.encode("utf-8", "surrogatepass")), expected)
+
+
+def test_what_the_fast_decoder_refuses_or_misreads() -> None:
+    assert math.isnan(loads('{"n": NaN}')["n"])
+    assert loads('{"i": -Infinity}') == {"i": -math.inf}
+    assert loads('{"big": 1' + "0" * 30 + "}") == {"big": 10**30}
+    assert loads('["a\\ud800b"]') == ["a\ud800b"]
+    lone = "a\ud800b"  # the character itself in the text, as the memory store keeps it
+    assert loads(f'["{lone}"]') == [lone]
+
+
+def test_the_memory_store_gives_back_integers_beyond_64_bits() -> None:
+    store = MemoryStore()
+    doc = {"xt/id": "n", "type": "t", "big": 2**70, "small": -(2**64) - 1, "f": 2.0**70}
+    store.commit([doc])
+    read = store.get("n")
+    assert read == doc and isinstance(read["big"], int) and isinstance(read["f"], float)
+    assert [v.document for v in store.history("n")] == [doc]
