@@ -139,7 +139,13 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
+_STRINGS = {str}
+
+
 def _array(value: Sequence[object]) -> str:
+    if value and set(map(type, value)) == _STRINGS and "".join(value).isascii():  # type: ignore[arg-type]
+        # ASCII strings only (a session's ids): written in C, as _string writes each
+        return "[" + ",".join(map(encode_basestring, value)) + "]"  # type: ignore[arg-type]
     return "[" + ",".join([_value(item) for item in value]) + "]"
 
 
@@ -292,6 +298,14 @@ def content_hash(content: str | None) -> str | None:
     if content is None:
         return None
     return hashlib.sha256(text_bytes(content)).hexdigest()
+
+
+def object_text(fields: Mapping[str, str]) -> str:
+    """:func:`stable_stringify` of an object whose values are given as their own
+    :func:`stable_stringify` text (so that a caller may reuse the text of parts it wrote
+    before)."""
+    order = sorted(fields, key=lambda key: key.encode("utf-16-be", "surrogatepass"))
+    return "{" + ",".join([_string(key) + ":" + fields[key] for key in order]) + "}"
 
 
 def metadata_hash(fields: Mapping[str, object]) -> str:

@@ -17,7 +17,7 @@ from pyrsistent import pmap, pset, pvector
 from pyrsistent.typing import PSet
 
 from selfctx.domain import hashing
-from selfctx.domain.chat import Turn, turn_from_json, turn_to_json
+from selfctx.domain.chat import ChatMessage, Turn, message_to_json, turn_from_json
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig, SessionState
 
 __all__ = ["ChatObject", "SessionObject", "chat_id_for", "session_id_for", "state_from_snapshot"]
@@ -26,6 +26,26 @@ __all__ = ["ChatObject", "SessionObject", "chat_id_for", "session_id_for", "stat
 def session_id_for(session_id: str) -> str:
     """Id of the session object of session ``session_id``."""
     return f"session:{session_id}"
+
+
+_STORED_LIMIT = 100_000
+_stored_messages: dict[int, tuple[ChatMessage, dict[str, Any], str]] = {}
+"""The stored form of chat messages written in a snapshot before, and its stable text, by the
+message's identity (each entry holds its message, so that no other object can take its id):
+a chat's snapshot costs what is new in it, not the chat's length. Cleared whole when it holds
+:data:`_STORED_LIMIT` messages."""
+
+
+def _stored(message: ChatMessage) -> tuple[dict[str, Any], str]:
+    """``message_to_json(message)`` (shared, not to be changed) and its stable text."""
+    hit = _stored_messages.get(id(message))
+    if hit is None or hit[0] is not message:
+        data = message_to_json(message)
+        hit = (message, data, hashing.stable_stringify(data))
+        if len(_stored_messages) >= _STORED_LIMIT:
+            _stored_messages.clear()
+        _stored_messages[id(message)] = hit
+    return hit[1], hit[2]
 
 
 def chat_id_for(session_id: str) -> str:
@@ -54,21 +74,32 @@ class ChatObject:
     @classmethod
     def of(cls, state: SessionState) -> ChatObject:
         """The chat of ``state``, with its hashes."""
-        turns = tuple(turn_to_json(t) for t in state.turns)
+        turns: list[dict[str, Any]] = []
+        texts: list[str] = []
+        for turn in state.turns:  # turn_to_json, each message's form written once
+            stored = [_stored(message) for message in turn.messages]
+            turns.append({"number": turn.number, "messages": [data for data, _ in stored]})
+            messages = "[" + ",".join([text for _, text in stored]) + "]"
+            texts.append(
+                hashing.object_text(
+                    {"number": hashing.stable_stringify(turn.number), "messages": messages}
+                )
+            )
         refs = tuple(ref for t in state.turns for ref in t.toolcall_ids)
         session_ref = session_id_for(state.session_id)
+        # metadata_hash of {"turns", "session_ref", "turn_count", "toolcall_refs"}
         fields = {
-            "turns": list(turns),
-            "session_ref": session_ref,
-            "turn_count": len(turns),
-            "toolcall_refs": list(refs),
+            "turns": "[" + ",".join(texts) + "]",
+            "session_ref": hashing.stable_stringify(session_ref),
+            "turn_count": hashing.stable_stringify(len(turns)),
+            "toolcall_refs": hashing.stable_stringify(list(refs)),
         }
-        meta = hashing.metadata_hash(fields)
+        meta = hashing.sha256_hex(hashing.object_text(fields))
         return cls(
             id=state.chat_id,
             identity_hash=hashing.identity_hash("chat", xt_id=state.chat_id),
             session_ref=session_ref,
-            turns=turns,
+            turns=tuple(turns),
             turn_count=len(turns),
             toolcall_refs=refs,
             content_hash=None,
@@ -139,6 +170,8 @@ class SessionObject:
         }
         meta = hashing.metadata_hash(fields)
         object_id = session_id_for(state.session_id)
+        calls = frozenset(i for i, kind in state.kinds.items() if kind == "toolcall")
+        detached = calls.difference(state.toolcall_turn.keys())
         return cls(
             id=object_id,
             identity_hash=hashing.identity_hash("session", xt_id=object_id),
@@ -156,21 +189,22 @@ class SessionObject:
             auto_active=tuple(state.ordered(state.auto_active)),
             window=state.window,
             policy=state.policy,
-            last_used=tuple((i, state.last_used[i]) for i in state.ordered(pset(state.last_used))),
+            last_used=_in_order(state, state.last_used),
             use_clock=state.use_clock,
-            superseded=tuple(
-                (i, state.superseded[i]) for i in state.ordered(pset(state.superseded))
-            ),
-            excerpts=tuple((i, state.excerpts[i]) for i in state.ordered(pset(state.excerpts))),
+            superseded=_in_order(state, state.superseded),
+            excerpts=_in_order(state, state.excerpts),
             checkpoints=tuple(state.checkpoints),
             compacted=state.compacted,
             summary=state.summary,
-            detached=tuple(
-                i
-                for i in state.index
-                if state.kinds[i] == "toolcall" and i not in state.toolcall_turn
-            ),
+            detached=tuple(filter(detached.__contains__, state.index)),
         )
+
+
+def _in_order(state: SessionState, pairs: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The (id, value) pairs of one of a state's maps, in session index order (each map read
+    once: a persistent map's lookups run in Python)."""
+    held = dict(pairs.items())
+    return tuple((i, held[i]) for i in state.ordered(frozenset(held)))
 
 
 def _set(items: Sequence[str]) -> PSet[str]:

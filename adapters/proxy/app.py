@@ -618,7 +618,11 @@ class Proxy:
         it). The request's record is written meanwhile (``_recording``), and what the client's
         conversation added is committed (``turn.commit``): the answer waits for both."""
         commit, turn.commit = turn.commit, None
-        recording = None if turn.recorded is None else asyncio.ensure_future(self._recording(turn))
+        # With a commit under way, its thread writes the record after it (``_prepare``): a
+        # second thread writing it meanwhile would put it before what it was built from.
+        recording = None
+        if commit is None and turn.recorded is not None:
+            recording = asyncio.ensure_future(self._recording(turn))
         try:
             answer = await self._send(turn, content)
         finally:

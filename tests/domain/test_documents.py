@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from selfctx.domain.chat import AssistantMessage, ToolCallRequest
+from selfctx.domain.chat import AssistantMessage, ToolCallRequest, turn_to_json
 from selfctx.domain.documents import StoredObject, from_document, to_document
 from selfctx.domain.errors import InvalidInput, SelfContextError
+from selfctx.domain.hashing import metadata_hash
 from selfctx.domain.infrastructure import ChatObject, SessionObject, state_from_snapshot
 from selfctx.domain.objects import (
     FileObject,
@@ -205,6 +206,28 @@ def test_a_snapshot_pair_rebuilds_the_state_exactly(state: SessionState, seq: in
     assert isinstance(session, SessionObject) and isinstance(chat, ChatObject)
     assert session.seq == seq
     assert state_from_snapshot(session, chat) == state
+
+
+@given(states(), st.lists(COMMANDS, max_size=5))
+def test_the_chat_of_a_state_is_its_turns_hashed_whole(state: SessionState, more: Any) -> None:
+    """A chat's snapshot reuses what it wrote of the messages an earlier snapshot had: the same
+    document and hashes as the turns written and hashed from scratch."""
+    states = [state]
+    for command in more:  # states sharing their messages with the ones before
+        with contextlib.suppress(SelfContextError):
+            states.append(fold(decide(states[-1], command), states[-1]))
+    for each in states:
+        chat = ChatObject.of(each)
+        turns = [turn_to_json(turn) for turn in each.turns]
+        fields = {
+            "turns": turns,
+            "session_ref": f"session:{each.session_id}",
+            "turn_count": len(turns),
+            "toolcall_refs": [ref for turn in each.turns for ref in turn.toolcall_ids],
+        }
+        assert list(chat.turns) == turns
+        assert chat.metadata_hash == metadata_hash(fields)
+        assert ChatObject.of(each) == chat
 
 
 def test_optional_fields_are_absent_not_null() -> None:
