@@ -7,11 +7,13 @@ import contextlib
 import hashlib
 import json
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from selfctx.domain import infrastructure
 from selfctx.domain.chat import AssistantMessage, ToolCallRequest, turn_to_json
 from selfctx.domain.documents import StoredObject, from_document, to_document
 from selfctx.domain.errors import InvalidInput, SelfContextError
@@ -228,6 +230,29 @@ def test_the_chat_of_a_state_is_its_turns_hashed_whole(state: SessionState, more
         assert list(chat.turns) == turns
         assert chat.metadata_hash == metadata_hash(fields)
         assert ChatObject.of(each) == chat
+
+
+@given(states(), st.lists(COMMANDS, max_size=5), st.integers(min_value=0, max_value=400))
+def test_the_memo_of_written_messages_stays_within_its_bound(
+    state: SessionState, more: Any, bound: int
+) -> None:
+    """The memo of messages written before holds at most its bound of text (cleared whole past
+    it), and a chat written across a clearing is the same document."""
+    states = [state]
+    for command in more:
+        with contextlib.suppress(SelfContextError):
+            states.append(fold(decide(states[-1], command), states[-1]))
+    with mock.patch.object(infrastructure, "_STORED_CHARS", bound):
+        infrastructure._stored_messages.clear()
+        infrastructure._stored_chars = 0
+        for each in states:
+            chat = ChatObject.of(each)
+            held = sum(len(text) for _, _, text in infrastructure._stored_messages.values())
+            assert held == infrastructure._stored_chars
+            assert held <= bound or len(infrastructure._stored_messages) == 1
+            assert list(chat.turns) == [turn_to_json(turn) for turn in each.turns]
+    infrastructure._stored_messages.clear()
+    infrastructure._stored_chars = 0
 
 
 def test_optional_fields_are_absent_not_null() -> None:
