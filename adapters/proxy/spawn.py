@@ -13,9 +13,13 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 
 __all__ = ["exit_with_stdin", "start_workers"]
+
+STOP_SECONDS = 10.0
+"""How long the front waits, in all, for its workers to end before it kills them."""
 
 _LISTENING = re.compile(r"listening on (http://\S+)")
 
@@ -40,14 +44,18 @@ def start_workers(count: int, argv: Sequence[str], timeout: float = 120.0) -> tu
         )
 
     def stop() -> None:
+        # Workers end gracefully within their own 5 s (serving.py); one that has not ended
+        # when the whole shutdown's bound has passed is killed, so the front always ends.
         for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_SECONDS
         for process in processes:
             try:
-                process.wait(timeout=30)
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 process.kill()
+                process.wait()
 
     atexit.register(stop)
     urls = []

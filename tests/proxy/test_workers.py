@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import atexit
 import collections
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
 
+import pytest
+
+from selfctx.adapters.proxy import spawn
 from selfctx.adapters.proxy.workers import Workers, routing_key
 
 
@@ -31,3 +41,34 @@ def test_forgotten_keys_free_their_place() -> None:
         placed.of(_key(str(n)))
     assert sum(placed.held) == 4
     assert max(placed.held) - min(placed.held) <= 1
+
+
+def test_a_worker_that_ignores_sigterm_is_killed_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The front's shutdown is bounded: a worker that does not end on SIGTERM is killed once
+    ``STOP_SECONDS`` have passed, so the front itself always ends."""
+    stubborn = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('listening on http://127.0.0.1:9', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    real_popen = subprocess.Popen
+    started: list[subprocess.Popen[str]] = []
+
+    def popen(command: list[str], **kwargs: Any) -> subprocess.Popen[str]:
+        process = real_popen([sys.executable, "-c", stubborn], **kwargs)
+        started.append(process)
+        return process
+
+    stops: list[Callable[[], None]] = []
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    monkeypatch.setattr(atexit, "register", stops.append)
+    monkeypatch.setattr(spawn, "STOP_SECONDS", 1.0)
+    _, urls = spawn.start_workers(2, [])
+    assert urls == ["http://127.0.0.1:9"] * 2
+    began = time.monotonic()
+    stops[0]()
+    assert time.monotonic() - began < 10
+    assert [p.returncode for p in started] == [-signal.SIGKILL] * 2
