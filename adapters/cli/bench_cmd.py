@@ -504,6 +504,7 @@ def _read(args: argparse.Namespace) -> int:
 def _proxy(args: argparse.Namespace) -> int:
     from selfctx.adapters.bench.proxy import SIZES as PROXY_SIZES
     from selfctx.adapters.bench.proxy import run_proxy
+    from selfctx.adapters.cli.proxy_cmd import workers_wanted
 
     sizes = tuple(int(s) for s in args.sizes.split(",")) if args.sizes else PROXY_SIZES
     result = run_proxy(
@@ -513,7 +514,7 @@ def _proxy(args: argparse.Namespace) -> int:
         clients=args.clients,
         concurrent_size=args.concurrent_objects,
         concurrent_requests=args.concurrent_requests,
-        workers=args.workers,
+        workers=workers_wanted(args.workers),
         store=args.store,
     )
     if args.json:
@@ -675,7 +676,12 @@ def _register_proxy(benches: Any) -> None:
     proxy.add_argument(
         "--concurrent-requests", type=int, default=20, help="requests of each such client"
     )
-    proxy.add_argument("--workers", type=int, default=1, help="the proxy's worker processes")
+    proxy.add_argument(
+        "--workers",
+        default="auto",
+        help="the proxy's worker processes: auto (the default, as selfctx proxy's: one per core, "
+        "one process on a single core) or a number",
+    )
     proxy.add_argument(
         "--store",
         default="memory",
