@@ -361,8 +361,24 @@ class Relay:
             idle.clear()
 
     def run(self, sock: socket.socket) -> None:
-        """Serve in the foreground until SIGINT or SIGTERM."""
-        asyncio.run(self.serve(sock))
+        """Serve in the foreground until SIGINT or SIGTERM. The signals are taken before the
+        event loop starts, so one that arrives while it starts still ends the front."""
+        loop = asyncio.new_event_loop()
+        stop = asyncio.Event()
+
+        def on_signal(signum: int, frame: object) -> None:
+            loop.call_soon_threadsafe(stop.set)
+
+        before = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            asyncio.set_event_loop(loop)
+            loop.run_until_complete(self.serve(sock, stop))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            for sig, handler in before.items():
+                signal.signal(sig, handler)
+            asyncio.set_event_loop(None)
+            loop.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         incoming = _Incoming(reader)
