@@ -248,9 +248,9 @@ def _front(args: argparse.Namespace, sock: Any, config: Any) -> int:
     ui = inspector.url(base) if inspector else None
     why = " (one per core; --workers 1: one process)" if args.workers_given == "auto" else ""
     listed = f"  {args.workers} worker processes{why}: {', '.join(workers)}"
-    print(_banner(base, config, store + note, policy, ui, listed), flush=True)
+    banner = _banner(base, config, store + note, policy, ui, listed)
     try:
-        front.run(sock)
+        front.run(sock, ready=lambda: print(banner, flush=True))
     finally:
         sock.close()
     return 0

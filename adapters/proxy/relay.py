@@ -360,9 +360,11 @@ class Relay:
                 upstream.close()
             idle.clear()
 
-    def run(self, sock: socket.socket) -> None:
-        """Serve in the foreground until SIGINT or SIGTERM. The signals are taken before the
-        event loop starts, so one that arrives while it starts still ends the front."""
+    def run(self, sock: socket.socket, ready: Callable[[], None] | None = None) -> None:
+        """Serve in the foreground until SIGINT or SIGTERM. The signals are taken before
+        ``ready`` is called (the banner) and before the event loop starts, so one that arrives
+        after the banner ends the front, whatever the disposition it inherited (a background
+        job's SIGINT is ignored until then)."""
         loop = asyncio.new_event_loop()
         stop = asyncio.Event()
 
@@ -371,6 +373,8 @@ class Relay:
 
         before = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
+            if ready is not None:
+                ready()
             asyncio.set_event_loop(loop)
             loop.run_until_complete(self.serve(sock, stop))
             loop.run_until_complete(loop.shutdown_asyncgens())
