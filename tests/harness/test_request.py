@@ -30,7 +30,9 @@ def _expected(context: AssembledContext, fmt: str) -> tuple[dict[str, Any], str,
 @st.composite
 def messages(draw: Any, n: int) -> RenderedMessage:
     kind = draw(st.sampled_from(["user", "assistant", "assistant", "tool", "tool"]))
-    text = draw(st.sampled_from(["", " ", "text", "more text\n"]))
+    text = draw(
+        st.sampled_from(["", " ", "text", "more text\n", 'naïve "quoted" \\ \t\ud83d\ude00 \udc80'])
+    )
     if kind == "user":
         images = (IMAGE,) if draw(st.booleans()) and draw(st.booleans()) else ()
         return RenderedMessage("user", text, images=images)
