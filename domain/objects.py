@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 import attrs
-from pyrsistent import thaw
+from pyrsistent import PMap, thaw
 
 from selfctx.domain import hashing
 from selfctx.domain.chat import freeze_json
@@ -324,7 +324,8 @@ class ToolcallObject:
             identity_hash=hashing.identity_hash("toolcall", xt_id=toolcall_id),
             content=output,
             tool=tool,
-            args=plain_args,
+            # frozen already (the chat's call): that very map, not a copy (decision 0092)
+            args=args if isinstance(args, PMap) else plain_args,
             status=status,
             chat_ref=chat_ref,
             args_display=args_display,

@@ -136,7 +136,7 @@ def test_memory_grows_with_the_number_of_messages_not_with_their_bytes(service_o
 def test_an_id_is_held_once_however_many_structures_hold_it(service_on: Any) -> None:
     """Decision 0092: the session's index, its maps, the chat and the objects (hollow ones and
     ones read back from the store) share one string per id and per tool name, where each held
-    a copy read from its own JSON."""
+    a copy read from its own JSON; a call's arguments are one map for the chat and the object."""
     service = service_on(5_000)  # small: most outputs are dropped and some read back
     sid, prefix = f"mem-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:8]
     h = HarnessSession(service, sid, policy=policy_by_name("relevance"))
@@ -151,7 +151,7 @@ def test_an_id_is_held_once_however_many_structures_hold_it(service_on: Any) -> 
     assert len(calls) == 40 and sum(cache.hollow(i) for i in calls) > 20
     cache.load(calls[:5])  # read back from the store
     for object_id in state.index:
-        assert cache.meta(object_id).id is object_id  # type: ignore[union-attr]
+        assert cache.meta(object_id).id is object_id
     for key in state.toolcall_turn:
         assert key is state.index[state.positions[key]]
     messages = [m for turn in state.turns for m in turn.messages]
@@ -159,4 +159,9 @@ def test_an_id_is_held_once_however_many_structures_hold_it(service_on: Any) -> 
     assert len(results) == 40 and all(r is state.index[state.positions[r]] for r in results)
     requests = [c for m in messages for c in getattr(m, "tool_calls", ())]
     assert len({id(c.name) for c in requests}) == 1  # "bash", once
-    assert {id(cache.meta(i).tool) for i in calls} == {id(requests[0].name)}  # type: ignore[union-attr]
+    assert {id(cache.meta(i).tool) for i in calls} == {id(requests[0].name)}
+    # the arguments: one frozen map for the chat's call and its object (an object read back
+    # from the store has its own; the newest was not dropped)
+    arguments = {c.id: c.arguments for c in requests}
+    assert not cache.hollow(calls[-1])
+    assert cache.meta(calls[-1]).args is arguments[calls[-1]]
