@@ -110,7 +110,11 @@ def test_every_request_is_the_whole_rendering(
         assert got.chars == chars
         assert got.messages == len(body["input" if fmt == "responses" else "messages"])
         if n % 2 == 0:  # the body asked for at some requests only
-            assert got.body == body
+            if values:
+                assert got.body == body
+            else:  # read back from the text, the body is what the bytes sent say (a surrogate
+                # pair held as two code points reads back as one character)
+                assert json.loads(json.dumps(got.body)) == json.loads(text)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
