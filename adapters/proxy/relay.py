@@ -250,14 +250,22 @@ class _Incoming:
         return data
 
     async def copy(self, count: int, writer: asyncio.StreamWriter) -> None:
-        """Pass ``count`` bytes on to ``writer`` as they come."""
-        while count:
-            if not self.buffer and not await self.fill():
-                raise _Gone()
+        """Pass ``count`` bytes on to ``writer`` as they come: what the buffer holds first, then
+        each piece as read, handed on as it is (not through the buffer, which would copy it
+        twice more: most of a large body arrives after its head)."""
+        if self.buffer:
             piece = bytes(self.buffer[:count])
             del self.buffer[: len(piece)]
             count -= len(piece)
             writer.write(piece)
+            await writer.drain()
+        while count:
+            data = await self.reader.read(min(count, _READ))
+            if not data:
+                self.eof = True
+                raise _Gone()
+            count -= len(data)
+            writer.write(data)
             await writer.drain()
 
     async def watch(self, task: asyncio.Task[object]) -> None:
