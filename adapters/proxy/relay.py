@@ -13,7 +13,7 @@ leaves takes its request with it: the worker's connection is closed, which the w
 the client leaving.
 
 It replaces a Starlette and httpx pass-through that cost 6-7 ms of CPU per 700 KB request:
-this one costs what copying the bytes costs (decision 0074 has the measurements).
+this one costs what copying the bytes costs (decisions 0074 and 0088 have the measurements).
 
 The inspector (``/_selfctx/ui``) is served through the front when it is given one (``ui``, the
 inspector's front half, ``selfctx.adapters.ui.front``): the front asks it what to do with each
