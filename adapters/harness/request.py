@@ -247,9 +247,15 @@ class RequestCache:
         shown: list[dict[str, Any]] = []
         for position in range(start, len(chat)):
             message = chat[position]
-            if message.role == "tool":
+            if message.role == "tool":  # rendered beside its call
                 if message.toolcall_id in open_calls:
                     open_calls.discard(message.toolcall_id)
+                    if not open_calls and not orphans and not shown:
+                        # the last open call answered: closed here too (a chat of calls and
+                        # their results is closed after each result, not only before a text)
+                        kept = None if pending is None else (pending[0], list(pending[1]))
+                        self._cuts.append(_Cut(position + 1, len(items), kept))
+                        self._cut_at.append(position + 1)
                 else:
                     orphans.add(message.toolcall_id)
                 continue

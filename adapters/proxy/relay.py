@@ -13,7 +13,7 @@ leaves takes its request with it: the worker's connection is closed, which the w
 the client leaving.
 
 It replaces a Starlette and httpx pass-through that cost 6-7 ms of CPU per 700 KB request:
-this one costs what copying the bytes costs (decision 0074 has the measurements).
+this one costs what copying the bytes costs (decisions 0074 and 0088 have the measurements).
 
 The inspector (``/_selfctx/ui``) is served through the front when it is given one (``ui``, the
 inspector's front half, ``selfctx.adapters.ui.front``): the front asks it what to do with each
@@ -250,14 +250,22 @@ class _Incoming:
         return data
 
     async def copy(self, count: int, writer: asyncio.StreamWriter) -> None:
-        """Pass ``count`` bytes on to ``writer`` as they come."""
-        while count:
-            if not self.buffer and not await self.fill():
-                raise _Gone()
+        """Pass ``count`` bytes on to ``writer`` as they come: what the buffer holds first, then
+        each piece as read, handed on as it is (not through the buffer, which would copy it
+        twice more: most of a large body arrives after its head)."""
+        if self.buffer:
             piece = bytes(self.buffer[:count])
             del self.buffer[: len(piece)]
             count -= len(piece)
             writer.write(piece)
+            await writer.drain()
+        while count:
+            data = await self.reader.read(min(count, _READ))
+            if not data:
+                self.eof = True
+                raise _Gone()
+            count -= len(data)
+            writer.write(data)
             await writer.drain()
 
     async def watch(self, task: asyncio.Task[object]) -> None:

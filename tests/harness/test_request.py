@@ -201,6 +201,34 @@ def test_a_grown_chat_renders_only_its_new_messages(
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+def test_a_chat_of_calls_is_walked_from_its_last_answered_call(
+    fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chat of calls and their results, with no text between them, is closed after each
+    result: a grown one is walked from there, not from its last text message."""
+    walked: list[RenderedMessage] = []
+    inner = RequestCache._make
+
+    def counted(self: RequestCache, message: RenderedMessage, make: Any) -> Any:
+        walked.append(message)
+        return inner(self, message, make)
+
+    monkeypatch.setattr(RequestCache, "_make", counted)
+    cache = RequestCache(fmt)
+    chat: list[RenderedMessage] = [RenderedMessage("user", "go")]
+    for n in range(100):
+        call = ToolCallRequest(f"c{n}", "bash", {"command": f"ls {n}"})
+        chat += [
+            RenderedMessage("assistant", f"step {n}", (call,)),
+            RenderedMessage("tool", f"output {n}", toolcall_id=f"c{n}"),
+        ]
+        walked.clear()
+        context = AssembledContext("You fix bugs.", (), tuple(chat), ())
+        assert cache.render(context).body == render(context, fmt)
+        assert len(walked) <= 3, (n, len(walked))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_renderings_of_collapsed_outputs_are_not_kept(fmt: str) -> None:
     # each turn the output before the newest collapses to a line: the whole output's rendering
     # goes from the cache within a fixed number of turns, so what the cache keeps follows the

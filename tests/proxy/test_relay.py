@@ -154,6 +154,49 @@ def test_a_chunked_body_reaches_the_worker_whole() -> None:
     assert headers["x-selfctx-token"] == SECRET
 
 
+def test_a_large_body_in_pieces_reaches_the_worker_byte_for_byte() -> None:
+    # part of the body comes with the head, the rest in pieces of odd sizes, the last piece with
+    # the next request's head and body: each body is passed on whole, the next request kept
+    body = bytes(range(256)) * 3000 + "é".encode()  # 768 KB and some, every byte value
+    second = b'{"after": true}'
+    port = 0
+    with _front(1) as (workers, base):
+        port = int(base.rsplit(":", 1)[1])
+        sock = _raw(base)
+        message = _post("/v1/chat/completions", "a", body, port)
+        cut = message.index(b"\r\n\r\n") + 4 + 1000
+        sock.sendall(message[:cut])
+        rest = message[cut:]
+        for size in (1, 70_000, 300_001, 65_536):
+            sock.sendall(rest[:size])
+            rest = rest[size:]
+            time.sleep(0.02)
+        sock.sendall(rest + _post("/v1/chat/completions", "a", second, port))
+        buffer = bytearray()
+        answers = [_read_answer(sock, buffer), _read_answer(sock, buffer)]
+        sock.close()
+    assert [json.loads(b)["bytes"] for _, b in answers] == [len(body), len(second)]
+    assert [seen[2] for seen in workers[0].seen] == [body, second]
+
+
+def test_a_client_that_leaves_in_the_middle_of_its_body_ends_only_its_request() -> None:
+    body = b"x" * 500_000
+    with _front(1) as (workers, base), httpx.Client() as client:
+        port = int(base.rsplit(":", 1)[1])
+        sock = _raw(base)
+        message = _post("/v1/chat/completions", "a", body, port)
+        sock.sendall(message[: len(message) // 2])
+        time.sleep(0.2)
+        sock.close()
+        answer = client.post(
+            base + "/v1/chat/completions",
+            content=b'{"n": 2}',
+            headers={"content-type": "application/json"},
+        )
+    assert answer.status_code == 200 and answer.json()["bytes"] == 8
+    assert [seen[2] for seen in workers[0].seen] == [b'{"n": 2}']
+
+
 def test_oversized_heads_and_bodies_are_refused_before_any_worker() -> None:
     with _front(1, max_body_bytes=1000) as (workers, base), httpx.Client() as client:
         long_head = client.post(
