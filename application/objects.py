@@ -24,6 +24,7 @@ from pyrsistent import PSet
 
 from selfctx.domain.documents import from_document
 from selfctx.domain.objects import ContentObject, FileObject, ToolcallObject
+from selfctx.domain.session.state import members
 
 __all__ = ["CONTENT_BUDGET", "Loader", "ObjectCache"]
 
@@ -55,8 +56,6 @@ class ObjectCache(MutableMapping[str, ContentObject]):
         """The ids the last :meth:`showing` showed whole: their content stays whatever the
         budget (a prompt shows it anyway), so that a working set larger than the budget is not
         read again from the store every turn (decision 0086)."""
-        self._last_shown: tuple[Collection[str], tuple[str, ...], frozenset[str]] | None = None
-        """The last persistent set :meth:`showing` showed, its order and its members."""
         self.chars = 0
         """Characters of content in memory."""
         self.loads = 0
@@ -157,19 +156,18 @@ class ObjectCache(MutableMapping[str, ContentObject]):
         self._evict()  # what an earlier showing held beyond the budget goes now
         return _Showing(self, held)
 
-    def _members(self, shown: Collection[str]) -> tuple[tuple[str, ...], frozenset[str]]:
-        """``shown`` in its own order, and as a set whose tests run in C. A persistent set (the
-        session's active set, shown two or three times a turn) is immutable: the same object has
-        the same members, so the last one's are kept (walking one takes several Python calls
-        per member, a third of a millisecond for 350 of them)."""
-        last = self._last_shown
-        if last is not None and last[0] is shown:
-            return last[1], last[2]
-        order = tuple(shown)
-        found = (order, frozenset(order))
+    @staticmethod
+    def _members(shown: Collection[str]) -> tuple[Iterable[str], frozenset[str]]:
+        """The ids of ``shown`` to walk, and as a set whose tests run in C. A persistent set
+        (the session's active set, shown two or three times a turn) is the session state's,
+        whose members are kept by identity (:func:`members`): walking a persistent set takes
+        several Python calls per member, a third of a millisecond for 350 of them. Either order
+        is the order of hashes (as is a persistent set's); it orders the content cache's
+        least recently used among what was shown together, not what is shown."""
         if isinstance(shown, PSet):
-            self._last_shown = (shown, *found)
-        return found
+            found = members(shown)
+            return found, found
+        return shown, frozenset(shown)
 
     def _drop(self, object_id: str) -> None:
         size = self._whole.pop(object_id, None)
