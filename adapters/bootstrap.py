@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 
 from selfctx.adapters.config import Config, load_config
@@ -26,7 +27,7 @@ from selfctx.application.ports.clock import Clock
 from selfctx.application.ports.files import FileReader
 from selfctx.application.ports.ids import IdSource
 from selfctx.application.ports.search import SearchIndex
-from selfctx.application.ports.store import ObjectStore
+from selfctx.application.ports.store import ConflictError, Expect, ObjectStore, StoreError
 from selfctx.application.ports.summarizer import Summarizer
 from selfctx.application.ports.tokenizer import Tokenizer
 from selfctx.application.ports.tracking import SourceTracker
@@ -35,7 +36,7 @@ from selfctx.application.settings import Settings
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.mounts import MountMapping, MountTable
 
-__all__ = ["build_service", "open_store"]
+__all__ = ["build_service", "open_store", "store_identity"]
 
 
 def _say(message: str) -> None:
@@ -77,6 +78,35 @@ def open_store(
             url = "http://" + spec[len("xtdb://") :]
         return xtdb.open_store(url, timeout=timeout)
     raise InvalidInput("store", spec, "use 'memory', 'xtdb://HOST:PORT' or 'auto'")
+
+
+STORE_IDENTITY = "selfctx-store-identity"
+"""The id of the document that names a store: a random identity written by the first server
+that asks, the same through every node of a cluster (whose addresses differ)."""
+
+
+def store_identity(store: ObjectStore) -> str | None:
+    """The store's own name for itself (None when the store cannot say now: the caller falls
+    back on the address it was given). The servers of one machine watch a file once per
+    store (decision 0066); on a cluster, once for all its nodes (decision 0093), so an edit is
+    not read and written by one watcher per node, the later ones conflicting."""
+    for _ in range(3):
+        try:
+            doc = store.get(STORE_IDENTITY)
+            if doc is not None:
+                identity = doc.get("identity")
+                return f"store:{identity}" if isinstance(identity, str) and identity else None
+            identity = uuid.uuid4().hex
+            store.commit(
+                [{"xt/id": STORE_IDENTITY, "type": "store_identity", "identity": identity}],
+                [Expect(STORE_IDENTITY, None)],
+            )
+            return f"store:{identity}"
+        except ConflictError:
+            continue  # another server named it first: read its name
+        except StoreError:
+            return None
+    return None
 
 
 def build_service(
@@ -149,8 +179,8 @@ def build_service(
     )
     if tracker is None and track:
         claims = None
-        if store_name is not None and store_name != "memory":
-            claims = WatchClaims(claims_path(store_name))
+        if store_name is not None and store_name != "memory" and store is not None:
+            claims = WatchClaims(claims_path(store_identity(store) or store_name))
         tracker = WatchdogTracker(host, claims=claims)
     return ContextService(
         store=store if store is not None else MemoryStore(),

@@ -154,6 +154,9 @@ class OpenSession:
     """Token counts of texts this session's prompts contained."""
     context_counter: Any = None
     """Counts successive contexts incrementally (``selfctx.application.tokens.ContextCounter``)."""
+    sent_before: int = 0
+    """Chat messages that a request before this server had sent (a resumed session's: the
+    provider's cache holds them), for the counter this server starts with."""
     relevance_memo: RelevanceMemo = attrs.field(factory=RelevanceMemo)
     """What the relevance policy learnt about the outputs between turns (decision 0021)."""
     collapses: dict[str, Any] = attrs.field(factory=dict)

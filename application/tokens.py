@@ -115,12 +115,14 @@ class ContextCounter:
     request's cost is what changed in it, not the chat's length).
     """
 
-    def __init__(self, count: Callable[[str], int]) -> None:
+    def __init__(self, count: Callable[[str], int], *, sent: int = 0) -> None:
+        """``sent``: how many leading chat messages an earlier request sent (a resumed
+        session's, whose requests another process made)."""
         self._count = count
         self._messages: list[RenderedMessage] = []
         self._counts: list[int] = []
         self._chat_total = 0
-        self._fresh_from = 0
+        self._fresh_from = sent
         """Where the messages not yet sent begin: those after the context given to
         :meth:`sent` last, or changed since."""
 

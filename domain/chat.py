@@ -14,6 +14,8 @@ from typing import Any, TypeAlias, cast
 import attrs
 from pyrsistent import PMap, PVector, freeze, pmap, pvector, thaw
 
+from selfctx.domain.identifiers import interned, interned_or_none
+
 __all__ = [
     "AssistantMessage",
     "ChatMessage",
@@ -80,13 +82,13 @@ def thaw_json(value: Any) -> Any:
 class ToolCallRequest:
     """A tool call the assistant asked for, as the provider reported it."""
 
-    id: str
+    id: str = attrs.field(converter=interned)
     """The toolcall object's id (docs/decisions/0030-tool-call-ids.md)."""
-    name: str
+    name: str = attrs.field(converter=interned)
     """The tool's name."""
     arguments: Mapping[str, Any] = attrs.field(converter=freeze_json, factory=dict)
     """The call's arguments as a JSON object."""
-    provider_id: str | None = None
+    provider_id: str | None = attrs.field(default=None, converter=interned_or_none)
     """The id the harness gave the call, when it is not ``id`` (a harness's ids are mapped)."""
 
 
@@ -127,7 +129,7 @@ class AssistantMessage:
 class ToolResult:
     """The place of a tool's output in the chat: a reference to the toolcall object."""
 
-    toolcall_id: str
+    toolcall_id: str = attrs.field(converter=interned)
     """Id of the toolcall object holding the output."""
     images: tuple[Mapping[str, Any], ...] = attrs.field(converter=_blocks, default=())
     """Images the tool returned with its output: shown with it while it is active."""

@@ -16,6 +16,7 @@ ids that no other session can produce. docs/decisions/0030-tool-call-ids.md reco
 from __future__ import annotations
 
 import re
+import sys
 from typing import Final
 
 from selfctx.domain.hashing import sha256_hex, stable_stringify
@@ -24,6 +25,8 @@ __all__ = [
     "MAX_TOOLCALL_ID",
     "RESERVED_PREFIXES",
     "TOOLCALL_ID",
+    "interned",
+    "interned_or_none",
     "is_valid_toolcall_id",
     "toolcall_id_problem",
     "toolcall_object_id",
@@ -69,3 +72,16 @@ def toolcall_object_id(session_id: str, provider_id: str, occurrence: int) -> st
     ``provider_id``: ``tc_`` and 24 hex digits, the same for every client that computes it."""
     digest = sha256_hex(stable_stringify(["toolcall", session_id, provider_id, occurrence]))
     return f"{_MINTED_PREFIX}{digest[:_MINTED_DIGITS]}"
+
+
+def interned(value: str) -> str:
+    """``value``, the one copy of it (``sys.intern``; anything not a string as given, for
+    validation to refuse). An id or a tool name is held in many places of a session
+    (its index, sets and maps, the chat, the object, the harness's cursor), each read from its
+    own JSON: one shared string instead of a copy in each (decision 0092)."""
+    return sys.intern(value) if type(value) is str else value
+
+
+def interned_or_none(value: str | None) -> str | None:
+    """:func:`interned`, for an optional string."""
+    return sys.intern(value) if type(value) is str else value

@@ -29,28 +29,30 @@ def session_id_for(session_id: str) -> str:
 
 
 _STORED_CHARS = 8_000_000
-_stored_messages: dict[int, tuple[ChatMessage, dict[str, Any], str]] = {}
+_stored_messages: dict[int, tuple[ChatMessage, str]] = {}
 _stored_chars = 0
-"""The stored form of chat messages written in a snapshot before, and its stable text, by the
-message's identity (each entry holds its message, so that no other object can take its id):
-a chat's snapshot costs what is new in it, not the chat's length. Cleared whole when the texts
-it holds pass :data:`_STORED_CHARS` characters (a bound on memory, about 30 chats of 1,000
-objects), so that it never grows with the sessions a process has served."""
+"""The stable text of chat messages written in a snapshot before, by the message's identity
+(each entry holds its message, so that no other object can take its id): a chat's snapshot
+hashes what is new in it, not the chat's length. Only the text is kept, not the stored form (a
+message's stored form is rebuilt at each snapshot, a few microseconds, where keeping it cost
+about as much memory again as the text: decision 0092). Cleared whole when the texts it holds
+pass :data:`_STORED_CHARS` characters (a bound on memory, about 30 chats of 1,000 objects), so
+that it never grows with the sessions a process has served."""
 
 
 def _stored(message: ChatMessage) -> tuple[dict[str, Any], str]:
-    """``message_to_json(message)`` (shared, not to be changed) and its stable text."""
+    """``message_to_json(message)`` and its stable text (remembered)."""
     global _stored_chars
+    data = message_to_json(message)
     hit = _stored_messages.get(id(message))
     if hit is None or hit[0] is not message:
-        data = message_to_json(message)
-        hit = (message, data, hashing.stable_stringify(data))
-        if _stored_chars + len(hit[2]) > _STORED_CHARS:
+        hit = (message, hashing.stable_stringify(data))
+        if _stored_chars + len(hit[1]) > _STORED_CHARS:
             _stored_messages.clear()
             _stored_chars = 0
         _stored_messages[id(message)] = hit
-        _stored_chars += len(hit[2])
-    return hit[1], hit[2]
+        _stored_chars += len(hit[1])
+    return data, hit[1]
 
 
 def chat_id_for(session_id: str) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
+from pyrsistent import PMap
 
 from selfctx.domain.chat import (
     AssistantMessage,
@@ -65,6 +66,11 @@ def _shorten(value: Any, label: str) -> Any:
 
 def _long(value: Any) -> bool:
     """Whether ``_shorten`` would change ``value``."""
+    kind = type(value)
+    if kind is str:
+        return len(value) > MAX_COLLAPSED_ARGUMENT
+    if kind is PMap:  # a call's arguments, frozen: read its pairs, not the slower values view
+        return any(_long(v) for _, v in value.iteritems())
     if isinstance(value, str):
         return len(value) > MAX_COLLAPSED_ARGUMENT
     if isinstance(value, Mapping):

@@ -13,11 +13,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 import attrs
-from pyrsistent import thaw
+from pyrsistent import PMap, thaw
 
 from selfctx.domain import hashing
 from selfctx.domain.chat import freeze_json
 from selfctx.domain.errors import InvalidInput, InvalidPath
+from selfctx.domain.identifiers import interned
 
 __all__ = [
     "CONTENT_TYPES",
@@ -151,7 +152,7 @@ class FileObject:
     """One version of a ``file`` object: a sourced content object (§2.6)."""
 
     type: ClassVar[str] = "file"
-    id: str
+    id: str = attrs.field(converter=interned)
     """``xt/id``: equal to the identity hash of the source binding."""
     source: FilesystemSource
     identity_hash: str
@@ -248,12 +249,12 @@ class ToolcallObject:
     """A ``toolcall`` object: the result of one tool execution, written once (§2.6)."""
 
     type: ClassVar[str] = "toolcall"
-    id: str
+    id: str = attrs.field(converter=interned)
     """``xt/id``: the provider's tool-call id."""
     identity_hash: str
     content: str | None
     """The tool's output."""
-    tool: str
+    tool: str = attrs.field(converter=interned)
     args: Mapping[str, Any] = attrs.field(converter=freeze_json)
     """The call's arguments as a JSON object (stored frozen)."""
     status: ToolStatus
@@ -323,7 +324,8 @@ class ToolcallObject:
             identity_hash=hashing.identity_hash("toolcall", xt_id=toolcall_id),
             content=output,
             tool=tool,
-            args=plain_args,
+            # frozen already (the chat's call): that very map, not a copy (decision 0092)
+            args=args if isinstance(args, PMap) else plain_args,
             status=status,
             chat_ref=chat_ref,
             args_display=args_display,

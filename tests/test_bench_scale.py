@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from selfctx.adapters.bench.scale import print_scale, run_scale
+from selfctx.adapters.bench.scale import _median_of_rounds, print_scale, run_scale
 
 
 def test_the_per_turn_figures_on_the_in_memory_store(capsys: pytest.CaptureFixture[str]) -> None:
@@ -40,13 +40,15 @@ def test_the_per_turn_figures_on_the_in_memory_store(capsys: pytest.CaptureFixtu
 def test_agents_and_resume_on_a_node(xtdb_jars: object) -> None:
     result = run_scale(
         stores=("xtdb",), modes=("append",), checkpoints=(3,), window=1,
-        agent_counts=(2,), agent_turns=6, resume_objects=40,
+        agent_counts=(2,), agent_turns=6, agent_rounds=2, resume_objects=40,
         parts=("per_turn", "agents", "resume"),
     )  # fmt: skip
     assert result["per_turn"]["xtdb/append"]["disk"]["ratio"] > 0
     rows = result["agents"]["one_node"]
     assert [r["agents"] for r in rows] == [2]
     assert all("failures" not in r and r["requests_per_turn"] > 0 for r in rows)
+    assert [len(r["rounds_turns_per_s"]) for r in rows] == [2]
+    assert rows[0]["turns"] == 2 * 2 * 6  # two rounds of two agents' six turns
     resume = result["resume"]
     assert resume["digest_kept"] is True
     assert resume["resent_list"] == {"diverged": False, "consumed": 0}
@@ -73,3 +75,17 @@ def test_the_memory_part_runs_both_output_sizes_with_the_cache_it_names(
     out = capsys.readouterr().out
     assert "content cache (files.content_budget) 5,000 characters" in out
     assert "large against small" in out
+
+
+def test_an_agent_row_is_the_median_of_its_rounds() -> None:
+    rounds = [
+        {"agents": 4, "turns": 48, "turns_per_s": tps, "p50_ms": p50, "requests_per_turn": 4.0}
+        for tps, p50 in ((20.0, 300.0), (31.0, 150.0), (29.0, 200.0))
+    ]
+    row = _median_of_rounds(rounds)
+    assert row["agents"] == 4 and row["turns"] == 144
+    assert row["turns_per_s"] == 29.0 and row["p50_ms"] == 200.0
+    assert row["rounds_turns_per_s"] == [20.0, 31.0, 29.0]
+    assert "failures" not in row
+    failed = _median_of_rounds([*rounds[:2], {**rounds[2], "failures": ["agent 1: boom"]}])
+    assert failed["failures"] == ["agent 1: boom"]

@@ -432,6 +432,22 @@ def _run_agents(
     return out
 
 
+def _median_of_rounds(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One row from the rounds of one agent count: the median of each figure, with the turns/s
+    of every round beside it (a short round is easily shifted by a neighbour's load)."""
+    out: dict[str, Any] = dict(rounds[0])
+    for key in rounds[0]:
+        values: list[Any] = [r.get(key) for r in rounds]
+        if key != "agents" and all(isinstance(v, (int, float)) for v in values):
+            out[key] = round(statistics.median(values), 2)
+    out["turns"] = sum(r["turns"] for r in rounds)
+    out["rounds_turns_per_s"] = [r["turns_per_s"] for r in rounds]
+    failures = [f for r in rounds for f in r.get("failures", ())]
+    if failures:
+        out["failures"] = failures[:5]
+    return out
+
+
 def _agents(
     counts: Sequence[int],
     cluster: bool,
@@ -440,12 +456,16 @@ def _agents(
     progress: Progress,
     server: Sequence[str] | None,
     server_env: dict[str, str] | None,
+    rounds: int = 1,
+    layouts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """The N-agent figures on one node, and with ``cluster`` on two over one PostgreSQL."""
+    """The N-agent figures on one node, and with ``cluster`` on two over one PostgreSQL: for each
+    N, ``rounds`` rounds on the same nodes (new sessions each), the median of each figure."""
     from selfctx.adapters.xtdb import XtdbNode
 
     out: dict[str, Any] = {}
-    layouts = ["one_node", "two_nodes"] if cluster else ["one_node"]
+    if layouts is None:
+        layouts = ["one_node", "two_nodes"] if cluster else ["one_node"]
     for layout in layouts:
         figures = []
         for n in counts:
@@ -455,7 +475,14 @@ def _agents(
             if layout == "one_node":
                 with _node(root, f"node-agents-{n}") as node:
                     figures.append(
-                        _run_agents([node.url], n, turns, workspace, server, server_env, "a")
+                        _median_of_rounds(
+                            [
+                                _run_agents(
+                                    [node.url], n, turns, workspace, server, server_env, f"a{r}-"
+                                )
+                                for r in range(rounds)
+                            ]
+                        )
                     )
             else:
                 from selfctx.adapters.xtdb.postgres import LocalPostgres, find_bin_dir
@@ -474,7 +501,14 @@ def _agents(
                             node.start()
                         urls = [node.url for node in nodes]
                         figures.append(
-                            _run_agents(urls, n, turns, workspace, server, server_env, "c")
+                            _median_of_rounds(
+                                [
+                                    _run_agents(
+                                        urls, n, turns, workspace, server, server_env, f"c{r}-"
+                                    )
+                                    for r in range(rounds)
+                                ]
+                            )
                         )
                     finally:
                         for node in nodes:
@@ -649,6 +683,8 @@ def run_scale(
     resume_objects: int = 10_000,
     agent_counts: Sequence[int] = (1, 4, 16, 32),
     agent_turns: int = 192,
+    agent_rounds: int = 3,
+    agent_layouts: Sequence[str] | None = None,
     cluster: bool = False,
     parts: Sequence[str] = ("per_turn", "agents", "resume"),
     memory_checkpoints: Sequence[int] = (300, 600, 900),
@@ -673,7 +709,15 @@ def run_scale(
             out["commits"] = _cluster_commits(root, progress)
         if "agents" in parts:
             out["agents"] = _agents(
-                agent_counts, cluster, agent_turns, root, progress, server, server_env
+                agent_counts,
+                cluster,
+                agent_turns,
+                root,
+                progress,
+                server,
+                server_env,
+                agent_rounds,
+                agent_layouts,
             )
         if "resume" in parts:
             out["resume"] = _resume(resume_objects, root, progress, server, server_env)
@@ -778,13 +822,14 @@ def print_scale(result: dict[str, Any]) -> None:
             continue
         print(
             f"{'agents':>7} {'turns/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'req/turn':>9} "
-            f"{'CPU ms/turn':>12}"
+            f"{'CPU ms/turn':>12}  turns/s of each round (the row: medians)"
         )
         for f in rows:
+            each = ", ".join(_fmt(x) for x in f.get("rounds_turns_per_s", ()))
             print(
                 f"{f['agents']:>7} {_fmt(f['turns_per_s']):>8} {_fmt(f['p50_ms']):>8} "
                 f"{_fmt(f['p95_ms']):>8} {_fmt(f['requests_per_turn']):>9} "
-                f"{_fmt(f['server_cpu_ms_per_turn']):>12}"
+                f"{_fmt(f['server_cpu_ms_per_turn']):>12}  {each}"
                 + (" FAILURES" if "failures" in f else "")
             )
     resume = result.get("resume")

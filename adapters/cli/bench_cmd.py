@@ -705,7 +705,9 @@ def _scale(args: argparse.Namespace) -> int:
         resume_objects=args.resume_objects,
         agent_counts=ints(args.agents),
         agent_turns=args.agent_turns,
-        cluster=args.cluster,
+        agent_rounds=args.agent_rounds,
+        agent_layouts=tuple(args.agent_layouts.split(",")) if args.agent_layouts else None,
+        cluster=args.cluster or "two_nodes" in (args.agent_layouts or ""),
         parts=tuple(args.only.split(",")),
         memory_checkpoints=ints(args.memory_turns),
         memory_budget=args.memory_budget,
@@ -737,6 +739,17 @@ def _register_scale(benches: Any) -> None:
     scale.add_argument("--agents", default="1,4,16,32", help="numbers of agents")
     scale.add_argument(
         "--agent-turns", type=int, default=192, help="turns measured per agent count, in all"
+    )
+    scale.add_argument(
+        "--agent-rounds",
+        type=int,
+        default=3,
+        help="rounds per agent count (new sessions on the same nodes); each figure is their median",
+    )
+    scale.add_argument(
+        "--agent-layouts",
+        default=None,
+        help="one_node, two_nodes (default: one_node, and two_nodes with --cluster)",
     )
     scale.add_argument(
         "--cluster",

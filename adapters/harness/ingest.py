@@ -305,7 +305,7 @@ class Ingestor:
             sid,
             call.id,
             tool=call.name,
-            args=args,
+            args=call.arguments,  # the chat's frozen map, shared with the object (decision 0092)
             output=message.text,
             status=status,
             file_refs=refs or None,

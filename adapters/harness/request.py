@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Mapping, Sequence
+from json.encoder import encode_basestring_ascii as _ascii
 from typing import Any
 
 import attrs
 
+from selfctx.adapters import jsontext
 from selfctx.adapters.harness.encode import ascii_dumps
 from selfctx.adapters.harness.ids import emitted_id
 from selfctx.adapters.harness.render import (
@@ -68,7 +70,9 @@ drop walks the kept ones, so it happens once per this many."""
 class Encoded:
     """A request: as JSON-ready values, as compact ASCII JSON text, and its figures."""
 
-    body: dict[str, Any]
+    _body: dict[str, Any] | Callable[[], dict[str, Any]] = attrs.field(eq=False, repr=False)
+    """The body, or how to make it from ``text`` when it is first asked for (a cache that keeps
+    only its items' texts: :class:`RequestCache` ``values=False``)."""
     text: str
     """``body`` as compact ASCII JSON (``json.dumps(body, ensure_ascii=True,
     separators=(",", ":"))``)."""
@@ -76,6 +80,15 @@ class Encoded:
     """Characters of text the model reads (message, block and output texts)."""
     messages: int
     """Items of its conversation list."""
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The request as JSON-ready values."""
+        body = self._body
+        if callable(body):
+            body = body()
+            object.__setattr__(self, "_body", body)
+        return body
 
 
 @attrs.frozen
@@ -95,17 +108,25 @@ class _Items:
     """The final items of the chat's rendering so far, as parallel lists (so that a request
     joins them without a loop in Python)."""
 
-    def __init__(self) -> None:
-        self.values: list[dict[str, Any]] = []
+    def __init__(self, values: bool = True) -> None:
+        self.keeps_values = values
+        """False: only the texts are kept (``values`` holds None for each item), and a value
+        is read back from its text when it is asked for."""
+        self.values: list[dict[str, Any] | None] = []
         self.texts: list[str] = []
         self.chars = [0]
         """``chars[n]``: the characters of the first ``n`` items."""
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.texts)
+
+    def value(self, n: int) -> dict[str, Any]:
+        """Item ``n`` as values (read from its text when the values are not kept)."""
+        value = self.values[n]
+        return value if value is not None else jsontext.loads(self.texts[n])
 
     def append(self, item: _Item) -> None:
-        self.values.append(item.value)
+        self.values.append(item.value if self.keeps_values else None)
         self.texts.append(item.text)
         self.chars.append(self.chars[-1] + item.chars)
 
@@ -137,17 +158,37 @@ class RequestCache:
     not be changed in place."""
 
     def __init__(
-        self, fmt: str, *, tool_prefix: str = "", cache_control: bool = True, text: bool = True
+        self,
+        fmt: str,
+        *,
+        tool_prefix: str = "",
+        cache_control: bool = True,
+        text: bool = True,
+        values: bool = True,
     ) -> None:
-        """``text``: False when only the body is wanted (``Encoded.text`` is then empty)."""
+        """``text``: False when only the body is wanted (``Encoded.text`` is then empty).
+        ``values``: False when mostly the text is wanted: the chat's items are kept as text
+        only (about half the memory per message), and ``Encoded.body`` is read back from the
+        text when asked for (:meth:`keep_values` switches to keeping both)."""
         if fmt not in ("openai", "anthropic", "responses"):
             raise InvalidInput("format", fmt, "use 'openai', 'anthropic' or 'responses'")
         self.fmt = fmt
         self.tool_prefix = tool_prefix
         self.cache_control = cache_control
         self.text = text
+        self.values = values or not text
+        self._reset()
+
+    def keep_values(self) -> None:
+        """Keep each item's values beside its text from now on (the next request renders the
+        chat again once): for a user that asks for ``Encoded.body`` at every request."""
+        if not self.values:
+            self.values = True
+            self._reset()
+
+    def _reset(self) -> None:
         self._chat: tuple[RenderedMessage, ...] = ()
-        self._items = _Items()
+        self._items = _Items(self.values)
         self._cuts: list[_Cut] = [_Cut(0, 0)]
         self._cut_at: list[int] = [0]
         """The chat position of each cut (for bisection)."""
@@ -164,7 +205,14 @@ class RequestCache:
     def _make(self, message: RenderedMessage, make: Callable[[RenderedMessage], Any]) -> Any:
         hit = self._rendered.get(id(message))
         if hit is None or hit[0] is not message:
-            hit = (message, make(message))
+            made = make(message)
+            if not self.values and make is not _blocks:  # the texts alone
+                made = (
+                    _Item(None, made.text, made.chars)  # type: ignore[arg-type]
+                    if isinstance(made, _Item)
+                    else [_Item(None, m.text, m.chars) for m in made]  # type: ignore[arg-type]
+                )
+            hit = (message, made)
             self._rendered[id(message)] = hit
         return hit[1]
 
@@ -298,7 +346,7 @@ class RequestCache:
         if context.metadata:
             system.append({"type": "text", "text": _metadata_text(context, self.tool_prefix)})
         head: list[dict[str, Any]] = []
-        first_role = items.values[0]["role"] if items else (pending[0] if pending else None)
+        first_role = items.value(0)["role"] if items else (pending[0] if pending else None)
         if first_role != "user":
             opening: list[dict[str, Any]] = [{"type": "text", "text": _SESSION_START}]
             if pending is None and not items:
@@ -310,7 +358,7 @@ class RequestCache:
         if pending is not None:
             last = {"role": pending[0], "content": list(pending[1])}
         else:  # the last message is final in the cache: change a copy of it
-            final = items.values[-1]
+            final = items.value(len(items) - 1)
             last = {"role": final["role"], "content": list(final["content"])}
             shared -= 1
         blocks = last["content"]
@@ -349,6 +397,13 @@ class RequestCache:
 
 def _final_openai(message: RenderedMessage) -> _Item:
     value = _openai_message(message)
+    if message.role == "tool":
+        # The commonest item, written as ``ascii_dumps`` writes this three-key object (the
+        # strings escaped by the same C function) at a third of its cost: a resumed session's
+        # first request writes every one of them.
+        call_id, content = value["tool_call_id"], value["content"]
+        text = f'{{"role":"tool","tool_call_id":{_ascii(call_id)},"content":{_ascii(content)}}}'
+        return _Item(value, text, len(content))
     if message.role != "user":
         # A tool or assistant message's only text is its ``content`` (calls' arguments are not
         # text the model reads): counted without walking the item (text_chars gives the same).
@@ -373,15 +428,21 @@ def _finish(
 ) -> Encoded:
     """The request: ``head``, the first ``shared`` items (all by default), ``tail``."""
     n = len(items) if shared is None else shared
-    values = items.values if n == len(items) else items.values[:n]
     texts = items.texts if n == len(items) else items.texts[:n]
-    conversation = [*head, *values, *tail]
-    body: dict[str, Any] = {key: conversation, **extra}
+    count = len(head) + n + len(tail)
     chars = items.chars[n] + sum(text_chars(v) for v in (*head, *tail))
     chars += sum(text_chars(value) for value in extra.values())
+    body: dict[str, Any] | Callable[[], dict[str, Any]]
+    if items.keeps_values:
+        values = items.values if n == len(items) else items.values[:n]
+        body = {key: [*head, *values, *tail], **extra}
+    else:  # read back from the texts, if it is ever asked for
+        kept = list(texts)
+        body = lambda: {key: [*head, *map(jsontext.loads, kept), *tail], **extra}  # noqa: E731
     if not text:
-        return Encoded(body, "", chars, len(conversation))
+        assert isinstance(body, dict)  # a cache without text keeps its values
+        return Encoded(body, "", chars, count)
     joined = ",".join([*(ascii_dumps(v) for v in head), *texts, *(ascii_dumps(v) for v in tail)])
     parts = [f'"{key}":[{joined}]']
     parts += [f"{ascii_dumps(name)}:{ascii_dumps(value)}" for name, value in extra.items()]
-    return Encoded(body, "{" + ",".join(parts) + "}", chars, len(conversation))
+    return Encoded(body, "{" + ",".join(parts) + "}", chars, count)

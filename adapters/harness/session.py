@@ -94,8 +94,9 @@ class HarnessSession:
         )
         self._digests = ListDigests(fmt)
         """What is remembered of the last whole list (digests of its items, no text)."""
-        self._requests = RequestCache(fmt, tool_prefix=self.tool_prefix)
-        """The last request's rendering, which the next one renders on from where it changed."""
+        self._requests = RequestCache(fmt, tool_prefix=self.tool_prefix, values=False)
+        """The last request's rendering, which the next one renders on from where it changed:
+        its text only, until :meth:`request` first asks for the values (decision 0092)."""
 
     @property
     def ids(self) -> CallIds:
@@ -194,12 +195,15 @@ class HarnessSession:
         """The provider request body parts (``messages``, and ``system`` for Anthropic; ``input``
         for Responses), in the harness's own message shapes. Values are shared with later
         requests: do not change them in place."""
+        self._requests.keep_values()
         return self.encoded_request().body
 
     def encoded_request(self) -> Encoded:
         """:meth:`request`, with its JSON text and figures; only what changed in the chat since
         the last request is rendered and encoded again (a text-action harness's request is given
         back its shapes, and encoded, whole)."""
+        if self.format == "openai" and self.text_actions:
+            self._requests.keep_values()  # shaped below, at every request
         encoded = self._requests.render(self.service.assemble(self.session_id))
         if self.format != "openai" or not self.text_actions:
             return encoded

@@ -36,9 +36,9 @@ from selfctx.application.usecases.collapse_order import (
     CollapseRecord,
     plan_collapse,
 )
+from selfctx.application.usecases.collapse_seen import SUPERSEDED_NEAR_END, seen_toolcalls
 from selfctx.application.usecases.compaction import CompactChat
 from selfctx.application.usecases.shedding import files_to_shed, shedding_note
-from selfctx.domain.chat import AssistantMessage, ToolResult
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.excerpt import excerpt, excerpt_ranges
 from selfctx.domain.inline import handle, render_inline
@@ -125,7 +125,9 @@ class AssembleContext:
         """The session's counter of successive contexts."""
         counter = session.context_counter
         if not isinstance(counter, ContextCounter):
-            counter = session.context_counter = ContextCounter(self._counter(session))
+            counter = session.context_counter = ContextCounter(
+                self._counter(session), sent=session.sent_before
+            )
         return counter
 
     def tokens(self, session: OpenSession, context: AssembledContext) -> int:
@@ -219,7 +221,7 @@ class AssembleContext:
         its end. No note: one per call would stay in the chat for good."""
         state = session.state
         seen = state.policy.seen_calls or 1
-        window = _seen_toolcalls(state, max(seen, SUPERSEDED_NEAR_END))
+        window = seen_toolcalls(state, max(seen, SUPERSEDED_NEAR_END))
         if not any(times >= seen for times in window.values()):
             return False
         spared = _newest_toolcalls(session, state.policy.keep_recent)
@@ -445,24 +447,6 @@ CACHE_READ = ANTHROPIC.read
 CACHE_WRITE = ANTHROPIC.write
 """What a token written to it costs (Anthropic's write premium; OpenAI's is 1.0: the stricter
 of the two is the one a batch must pay for)."""
-
-SUPERSEDED_NEAR_END = 4
-"""A superseded output among the agent's last this many answers collapses at once."""
-
-
-def _seen_toolcalls(state: SessionState, most: int) -> dict[str, int]:
-    """The tool calls the agent has answered 1 to ``most`` times, with how many times."""
-    answered = 0
-    out: dict[str, int] = {}
-    for turn in reversed(state.turns):
-        for message in reversed(turn.messages):
-            if isinstance(message, AssistantMessage):
-                answered += 1
-                if answered > most:
-                    return out
-            elif isinstance(message, ToolResult) and answered >= 1:
-                out[message.toolcall_id] = answered
-    return out
 
 
 def _displaced_now(

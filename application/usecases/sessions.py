@@ -13,6 +13,7 @@ from selfctx.application.persistence import decode_events, entry_events, log_ent
 from selfctx.application.ports.files import SourceMissing, SourceUnavailable
 from selfctx.application.runner import OpenSession, Reads
 from selfctx.application.usecases.base import Deps, observe_source
+from selfctx.application.usecases.collapse_seen import answered_earlier, sent_earlier
 from selfctx.domain.documents import from_document
 from selfctx.domain.errors import InvalidInput, SessionExists, SessionNotFound
 from selfctx.domain.infrastructure import (
@@ -144,6 +145,10 @@ class ResumeSession:
             return c.Resume(tuple(reconciled))
 
         self._deps.runner.execute(session, build)
+        # What the server before the restart had looked at, so that the next request collapses
+        # what it would have collapsed (decision 0093).
+        session.relevance_memo.answered.update(answered_earlier(session.state))
+        session.sent_before = sent_earlier(session.state)
         return session, ResumeReport(
             session_id,
             updated=tuple(report["updated"]),

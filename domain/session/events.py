@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeAlias
 import attrs
 
 from selfctx.domain.chat import AssistantMessage, Turn, freeze_json
+from selfctx.domain.identifiers import interned
 from selfctx.domain.indexing import Outcome
 from selfctx.domain.objects import FileObject, SummaryObject, SystemPromptObject, ToolcallObject
 from selfctx.domain.session.commands import Trigger
@@ -67,7 +68,7 @@ class SessionStarted:
 class SystemPromptSet:
     """The system prompt got a new version."""
 
-    object_id: str
+    object_id: str = attrs.field(converter=interned)
     object_hash: str
     version: SystemPromptObject | None = _version_field
 
@@ -91,7 +92,7 @@ class AssistantMessageRecorded:
 class ToolCallRecorded:
     """A toolcall object was written and its place recorded in the chat."""
 
-    object_id: str
+    object_id: str = attrs.field(converter=interned)
     object_hash: str
     version: ToolcallObject | None = _version_field
     images: tuple[Mapping[str, Any], ...] = attrs.field(converter=_images, default=())
@@ -102,7 +103,7 @@ class ToolCallRecorded:
 class FileIndexed:
     """Full indexing wrote a new version of a file (``created`` or ``updated``)."""
 
-    object_id: str
+    object_id: str = attrs.field(converter=interned)
     outcome: Outcome
     trigger: Trigger
     object_hash: str
@@ -113,7 +114,7 @@ class FileIndexed:
 class FileDiscovered:
     """Discovery wrote a stub for a file nobody had indexed."""
 
-    object_id: str
+    object_id: str = attrs.field(converter=interned)
     object_hash: str
     version: FileObject | None = _version_field
 
@@ -122,7 +123,7 @@ class FileDiscovered:
 class FileDeleted:
     """A version with null content records that the file's source is gone."""
 
-    object_id: str
+    object_id: str = attrs.field(converter=interned)
     trigger: Trigger
     object_hash: str
     version: FileObject | None = _version_field
@@ -133,7 +134,7 @@ class ObjectEncountered:
     """A content object entered the session index and the metadata pool (or, already in the
     index but only there, came back into the pool)."""
 
-    object_id: str
+    object_id: str = attrs.field(converter=interned)
     kind: Literal["file", "toolcall"]
 
 
@@ -141,7 +142,7 @@ class ObjectEncountered:
 class ObjectActivated:
     """An object entered the active set."""
 
-    object_id: str
+    object_id: str = attrs.field(converter=interned)
     auto: bool
     """True for a tool call activated on creation (the window may collapse it later)."""
 
@@ -150,7 +151,7 @@ class ObjectActivated:
 class ObjectDeactivated:
     """An object left the active set; it stays in the metadata pool."""
 
-    object_id: str
+    object_id: str = attrs.field(converter=interned)
     by: Literal["agent", "window", "budget", "rollback"]
     """Who collapsed it: the agent, the auto-collapse window, token budget enforcement, or a
     rollback to a checkpoint when it was not active."""
@@ -171,14 +172,14 @@ class ObjectDeactivated:
 class ObjectPinned:
     """An object is exempt from auto-collapse."""
 
-    object_id: str
+    object_id: str = attrs.field(converter=interned)
 
 
 @attrs.frozen
 class ObjectUnpinned:
     """An object's pin was removed."""
 
-    object_id: str
+    object_id: str = attrs.field(converter=interned)
 
 
 @attrs.frozen
@@ -193,7 +194,7 @@ class ObjectDemoted:
     """An object left the metadata pool (and the active set); it stays in the index. A rollback
     does this to what the session had not met at its checkpoint."""
 
-    object_id: str
+    object_id: str = attrs.field(converter=interned)
 
 
 @attrs.frozen
@@ -228,7 +229,7 @@ class ChatCompacted:
     case: str
     """``summarize`` or ``truncate`` (decision 0043)."""
     summary: str
-    object_id: str
+    object_id: str = attrs.field(converter=interned)
     object_hash: str
     version: SummaryObject | None = _version_field
 

@@ -247,7 +247,7 @@ def test_the_memo_of_written_messages_stays_within_its_bound(
         infrastructure._stored_chars = 0
         for each in states:
             chat = ChatObject.of(each)
-            held = sum(len(text) for _, _, text in infrastructure._stored_messages.values())
+            held = sum(len(text) for _, text in infrastructure._stored_messages.values())
             assert held == infrastructure._stored_chars
             assert held <= bound or len(infrastructure._stored_messages) == 1
             assert list(chat.turns) == [turn_to_json(turn) for turn in each.turns]

@@ -30,7 +30,9 @@ def _expected(context: AssembledContext, fmt: str) -> tuple[dict[str, Any], str,
 @st.composite
 def messages(draw: Any, n: int) -> RenderedMessage:
     kind = draw(st.sampled_from(["user", "assistant", "assistant", "tool", "tool"]))
-    text = draw(st.sampled_from(["", " ", "text", "more text\n"]))
+    text = draw(
+        st.sampled_from(["", " ", "text", "more text\n", 'naïve "quoted" \\ \t\ud83d\ude00 \udc80'])
+    )
     if kind == "user":
         images = (IMAGE,) if draw(st.booleans()) and draw(st.booleans()) else ()
         return RenderedMessage("user", text, images=images)
@@ -88,21 +90,58 @@ def _context(
     )
 
 
+@pytest.mark.parametrize("values", [True, False])
 @pytest.mark.parametrize("fmt", FORMATS)
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(history=histories(), prompt=st.sampled_from(["", "You fix bugs."]))
 def test_every_request_is_the_whole_rendering(
-    fmt: str, history: list[tuple[tuple[RenderedMessage, ...], bool, bool]], prompt: str
+    fmt: str,
+    values: bool,
+    history: list[tuple[tuple[RenderedMessage, ...], bool, bool]],
+    prompt: str,
 ) -> None:
-    cache = RequestCache(fmt)
-    for chat, metadata, active in history:
+    """With its items' values kept, or only their texts (the body then read back from them)."""
+    cache = RequestCache(fmt, values=values)
+    for n, (chat, metadata, active) in enumerate(history):
         context = _context(prompt, chat, metadata=metadata, active=active)
         got = cache.render(context)
         body, text, chars = _expected(context, fmt)
-        assert got.body == body
         assert got.text == text
         assert got.chars == chars
         assert got.messages == len(body["input" if fmt == "responses" else "messages"])
+        if n % 2 == 0:  # the body asked for at some requests only
+            assert got.body == body
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_cache_of_texts_keeps_no_values_until_asked_to(fmt: str) -> None:
+    """Decision 0092: a harness that reads only the request's text (the stdio server) has each
+    item of the chat kept once, as its text; ``keep_values`` switches to values as well."""
+    cache = RequestCache(fmt, values=False)
+    chat: list[RenderedMessage] = [RenderedMessage("user", "go")]
+    for n in range(60):
+        call = ToolCallRequest(f"c{n}", "bash", {"command": f"ls {n}"})
+        chat += [
+            RenderedMessage("assistant", f"step {n}", (call,)),
+            RenderedMessage("tool", f"output {n}", toolcall_id=f"c{n}"),
+        ]
+        context = AssembledContext("You fix bugs.", (), tuple(chat), ())
+        if n == 30:
+            cache.keep_values()
+        got = cache.render(context)
+        body, text, _ = _expected(context, fmt)
+        assert got.text == text
+        items = cache._items
+        assert len(items.texts) >= n  # the chat's items, closed ones at least
+        held = [v for v in items.values if v is not None]
+        rendered = [hit[1] for hit in cache._rendered.values()]
+        if n < 30:
+            assert held == []
+            if fmt != "anthropic":  # Anthropic's blocks are kept to merge what follows
+                assert all(r.value is None for r in rendered if not isinstance(r, list))
+        else:
+            assert len(held) == len(items.values)
+        assert got.body == body
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

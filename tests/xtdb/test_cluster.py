@@ -13,6 +13,8 @@ from pathlib import Path
 import attrs
 import pytest
 
+from selfctx.adapters.bootstrap import store_identity
+from selfctx.adapters.filesystem.claims import claims_path
 from selfctx.adapters.xtdb import XtdbNode, open_store
 from selfctx.application.ports.store import ConflictError, Expect
 from tests.xtdb.pg import LocalPostgres, find_bin_dir
@@ -183,3 +185,26 @@ def test_a_commit_wakes_a_node_that_would_not_poll_for_a_long_time(
             receipt = on_a.commit([{"xt/id": f"wake-{i}", "v": i}])
             on_sleepy.await_tx(receipt.tx_id)  # StoreUnavailable after 8 s, far before a poll
             assert on_sleepy.get(f"wake-{i}") == {"xt/id": f"wake-{i}", "v": i}
+
+
+def test_both_nodes_name_the_store_alike_for_the_servers_watch_claims(
+    cluster: tuple[XtdbNode, XtdbNode],
+) -> None:
+    # The servers of one machine watch a file once per store (decision 0066): on a cluster the
+    # store is one whichever node a server talks to (decision 0093), though their addresses
+    # differ. Two servers starting at once, one on each node, agree on its name.
+    a, b = cluster
+    names: list[str | None] = [None, None]
+    with closing(open_store(a.url)) as on_a, closing(open_store(b.url)) as on_b:
+
+        def name(k: int) -> None:
+            names[k] = store_identity((on_a, on_b)[k])
+
+        threads = [threading.Thread(target=name, args=(k,)) for k in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert names[0] is not None and names[0] == names[1]
+        assert store_identity(on_a) == store_identity(on_b) == names[0]
+        assert claims_path(names[0]) != claims_path("xtdb://" + a.url.removeprefix("http://"))

@@ -131,3 +131,37 @@ def test_memory_grows_with_the_number_of_messages_not_with_their_bytes(service_o
     # 2 MB more of outputs: the heap grows by what a session of small outputs grows by, give or
     # take a small part of those bytes (were the outputs kept, it would grow by all of them)
     assert large - small < 0.1 * (large_bytes - small_bytes), (small, large, large_bytes)
+
+
+def test_an_id_is_held_once_however_many_structures_hold_it(service_on: Any) -> None:
+    """Decision 0092: the session's index, its maps, the chat and the objects (hollow ones and
+    ones read back from the store) share one string per id and per tool name, where each held
+    a copy read from its own JSON; a call's arguments are one map for the chat and the object."""
+    service = service_on(5_000)  # small: most outputs are dropped and some read back
+    sid, prefix = f"mem-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:8]
+    h = HarnessSession(service, sid, policy=policy_by_name("relevance"))
+    rng = random.Random(7)
+    digest = h.ingest([{"role": "user", "content": "fix the tests"}]).digest
+    for n in range(40):
+        digest = h.append(_turn([], prefix, n, _output(rng, n, 1_500)), extends=digest).digest
+        h.request()
+    opened = service._open(sid)
+    state, cache = opened.state, opened.objects
+    calls = [i for i in state.index if state.kinds[i] == "toolcall"]
+    assert len(calls) == 40 and sum(cache.hollow(i) for i in calls) > 20
+    cache.load(calls[:5])  # read back from the store
+    for object_id in state.index:
+        assert cache.meta(object_id).id is object_id
+    for key in state.toolcall_turn:
+        assert key is state.index[state.positions[key]]
+    messages = [m for turn in state.turns for m in turn.messages]
+    results = [m.toolcall_id for m in messages if hasattr(m, "toolcall_id")]
+    assert len(results) == 40 and all(r is state.index[state.positions[r]] for r in results)
+    requests = [c for m in messages for c in getattr(m, "tool_calls", ())]
+    assert len({id(c.name) for c in requests}) == 1  # "bash", once
+    assert {id(cache.meta(i).tool) for i in calls} == {id(requests[0].name)}
+    # the arguments: one frozen map for the chat's call and its object (an object read back
+    # from the store has its own; the newest was not dropped)
+    arguments = {c.id: c.arguments for c in requests}
+    assert not cache.hollow(calls[-1])
+    assert cache.meta(calls[-1]).args is arguments[calls[-1]]
