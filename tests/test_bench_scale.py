@@ -20,12 +20,20 @@ def test_the_per_turn_figures_on_the_in_memory_store(capsys: pytest.CaptureFixtu
         for f in figures["checkpoints"].values():
             assert f["cpu_ms"] > 0 and f["reference_ms"] > 0 and f["ratio"] is not None
             assert f["cached_mchars"] > 0  # the server says what content it holds
+            assert f["turns_measured"] == 2
+        # the earlier checkpoints were measured again beside the last, in sessions of their own
+        assert {t for t, f in figures["checkpoints"].items() if f.get("beside_turn") == 12} == {
+            "4",
+            "8",
+        }
+        assert all(f["alone_cpu_ms"] > 0 for t, f in figures["checkpoints"].items() if t != "12")
         assert figures["memory"]["turns"] == [4, 12]
         assert figures["memory"]["messages_mb_per_100_turns"] > 0
         assert figures["memory_late"]["turns"] == [8, 12]
     print_scale(result)
     out = capsys.readouterr().out
     assert "memory/append" in out and "memory, turns 8-12" in out
+    assert "CPU per turn, turn 12 against turn 4" in out
 
 
 @pytest.mark.xtdb

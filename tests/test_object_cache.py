@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pyrsistent import pset
 
 from selfctx.adapters.harness import HarnessSession
 from selfctx.application.objects import ObjectCache
@@ -51,6 +52,26 @@ def test_the_cache_keeps_content_within_its_budget_and_reads_the_rest_again() ->
     assert view["tc-1"] == objects[1] and view["tc-9"] == objects[9]
     assert view["tc-4"].content is None  # the rest as held: metadata
     assert cache.chars <= 1_000
+
+
+def test_a_persistent_set_shown_again_shows_what_a_fresh_copy_would() -> None:
+    """The members of the last persistent set shown are kept by identity (a set of the session's
+    state is immutable); another set, or a mutable one, is read anew."""
+    stored: dict[str, Any] = {}
+    cache = ObjectCache(lambda ids: {i: stored[i] for i in ids}, budget=1_000)
+    objects = [_call(n, 300) for n in range(10)]
+    for obj in objects:
+        stored[obj.id] = to_document(obj)
+        cache[obj.id] = obj
+    first, mutable = pset(["tc-0", "tc-1"]), {"tc-3"}
+    for step, shown in enumerate((first, first, pset(["tc-2", "tc-9"]), first, mutable, mutable)):
+        if step == 5:
+            mutable.add("tc-4")  # the same object, other members: read anew
+        view = cache.showing(shown)
+        assert cache.held == frozenset(shown)
+        for obj in objects:
+            assert (view[obj.id].content is not None) >= (obj.id in shown)
+        assert [i for i in shown if cache.hollow(i)] == []
 
 
 def _conversation(h: HarnessSession, turns: int) -> list[dict[str, Any]]:

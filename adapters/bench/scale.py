@@ -51,6 +51,11 @@ Progress = Callable[[str], None]
 
 SESSION = "bench-scale"
 
+WINDOW = 50
+"""Turns each per-turn figure is the median of. The workload's turns are of two kinds of about
+equal weight whose CPU differs by a quarter (commands' outputs, and reads or edits of files): a
+median of 20 moved by up to a fifth with the mix of kinds in its window."""
+
 MEMORY_OUTPUTS: dict[str, tuple[float, float]] = {"small": (0.3, 0.9), "large": (20.0, 60.0)}
 """KB of each command's output in the memory part's two sessions (whole-file reads and edits as
 in every session): the same turns, about 25 times the bytes."""
@@ -98,6 +103,106 @@ def _session_params(
     return {"session_id": SESSION, "messages": agent.messages}
 
 
+class _Driven:
+    """One session on its own server, driven one turn at a time; the figures of its turns in
+    the windows ending at ``checkpoints``."""
+
+    def __init__(
+        self,
+        session: str,
+        store: str,
+        mode: str,
+        checkpoints: Sequence[int],
+        window: int,
+        workspace: Path,
+        server: Sequence[str] | None,
+        server_env: dict[str, str] | None,
+        output_kb: tuple[float, float],
+    ) -> None:
+        if not workspace.exists():
+            make_workspace(workspace, 200)
+        files = sorted((workspace / "src").rglob("*.py"))
+        self.session = session
+        self.mode = mode
+        self.checkpoints = checkpoints
+        self.window = window
+        self.agent = Agent("a", files, seed=11, output_kb=output_kb)
+        self.client = StdioClient(
+            store=store, workspace=workspace, command=server, extra=["--no-track"], env=server_env
+        )
+        self.turn = 0
+        self.digest: Any = None
+        self.sent = 0
+        self.rss_at: dict[int, int] = {}
+        self.cached_at: dict[int, int | None] = {0: 0}
+        self.bytes_at: dict[int, int] = {0: 0}
+        self.figures: dict[str, dict[str, Any]] = {}
+        self.unsupported: str | None = None
+        self._cpu: list[int] = []
+        self._wall: list[float] = []
+        self._ref: list[int] = []
+
+    def open(self) -> None:
+        self.client.call("session.open", session_id=self.session, policy="relevance")
+        self.rss_at[0] = self.client.rss()
+
+    def step(self) -> dict[str, Any] | None:
+        """One more turn; the figures of a checkpoint when this turn is one."""
+        self.turn += 1
+        turn, agent, client = self.turn, self.agent, self.client
+        new = agent.turn()
+        self.sent += message_bytes(new)
+        measured = any(c - self.window < turn <= c for c in self.checkpoints)
+        if self.mode == "append":
+            params = {"session_id": self.session, "messages": new, "extends": self.digest}
+        else:
+            params = {"session_id": self.session, "messages": agent.messages}
+        line = client.encode("ingest", params)
+        full = b""
+        if measured:  # the reference on this turn's whole list, before and after the turn
+            full = client.encode("ingest", {"session_id": self.session, "messages": agent.messages})
+            self._ref.append(reference_ns(full))
+        began_cpu, began = client.cpu_ns(), time.perf_counter()
+        try:
+            result = client.send(line)
+        except RpcFailure as exc:
+            if self.mode == "append":
+                self.unsupported = f"{exc.kind}: {exc}"
+                return None
+            raise
+        assembled = client.call("assemble", session_id=self.session)
+        spent_wall, spent_cpu = time.perf_counter() - began, client.cpu_ns() - began_cpu
+        self.digest = result.get("digest")
+        if measured:
+            self._cpu.append(spent_cpu)
+            self._wall.append(spent_wall)
+            self._ref.append(reference_ns(full))
+        if turn not in self.checkpoints:
+            return None
+        self.rss_at[turn] = client.rss()
+        self.cached_at[turn] = assembled.get("stats", {}).get("cached_chars")
+        self.bytes_at[turn] = self.sent
+        c_ms = statistics.median(self._cpu) / 1e6
+        r_ms = statistics.median(self._ref) / 1e6
+        figures = {
+            "cpu_ms": round(c_ms, 2),
+            "wall_ms": round(statistics.median(self._wall) * 1000, 2),
+            "p95_wall_ms": round(percentile(self._wall, 95) * 1000, 2),
+            "reference_ms": round(r_ms, 2),
+            "ratio": round(c_ms / r_ms, 2) if r_ms else None,
+            "rss_mb": round(self.rss_at[turn] / 1e6, 1),
+            "messages_mb": round(self.sent / 1e6, 2),
+            "cached_mchars": _mega(self.cached_at[turn]),
+            "turns_measured": len(self._cpu),
+        }
+        self.figures[str(turn)] = figures
+        self._cpu, self._wall, self._ref = [], [], []
+        return figures
+
+    def close(self) -> None:
+        self.client.close()
+
+
 def _one_session(
     store: str,
     mode: str,
@@ -108,83 +213,69 @@ def _one_session(
     server: Sequence[str] | None,
     server_env: dict[str, str] | None,
     output_kb: tuple[float, float] = (2, 20),
+    paired: bool = False,
 ) -> dict[str, Any]:
-    """Drive one session to the last checkpoint; figures at each checkpoint."""
-    workspace = root / "workspace"
-    if not workspace.exists():
-        make_workspace(workspace, 200)
-    files = sorted((workspace / "src").rglob("*.py"))
-    agent = Agent("a", files, seed=11, output_kb=output_kb)
-    client = StdioClient(
-        store=store, workspace=workspace, command=server, extra=["--no-track"], env=server_env
-    )
+    """Drive one session to the last checkpoint; figures at each checkpoint.
+
+    ``paired``: the CPU and wall figures of every earlier checkpoint come from a session of its
+    own (the same turns, its own server and workspace) started so that it reaches that
+    checkpoint as this one reaches the last: the two sessions take turns, one each, so every
+    window is measured in the same minutes of the same machine. A shared machine's load drifts
+    over a run; without this, the ratio of a late turn to an early one (the append form's goal)
+    measured the drift as much as the turns. Memory and disk figures stay the long session's."""
+    last = max(checkpoints)
     out: dict[str, Any] = {"checkpoints": {}}
+    main = _Driven(
+        SESSION, store, mode, checkpoints, window, root / "workspace", server, server_env,
+        output_kb,
+    )  # fmt: skip
+    beside: dict[int, _Driven] = {}
     try:
-        client.call("session.open", session_id=SESSION, policy="relevance")
-        rss_at: dict[int, int] = {0: client.rss()}
-        cached_at: dict[int, int | None] = {0: 0}
-        bytes_at: dict[int, int] = {0: 0}
-        digest: Any = None
-        sent = 0
-        cpu: list[int] = []
-        wall: list[float] = []
-        ref: list[int] = []
-        last = max(checkpoints)
+        main.open()
+        if paired:
+            for c in sorted(set(checkpoints) - {last}):
+                beside[c] = _Driven(
+                    f"{SESSION}-{c}", store, mode, (c,), window, root / f"workspace-{c}",
+                    server, server_env, output_kb,
+                )  # fmt: skip
+                beside[c].open()
         for turn in range(1, last + 1):
-            new = agent.turn()
-            sent += message_bytes(new)
-            measured = any(c - window < turn <= c for c in checkpoints)
-            line = client.encode("ingest", _session_params(mode, agent, new, digest))
-            full = b""
-            if measured:  # the reference on this turn's whole list, before and after the turn
-                full = client.encode("ingest", {"session_id": SESSION, "messages": agent.messages})
-                ref.append(reference_ns(full))
-            began_cpu, began = client.cpu_ns(), time.perf_counter()
-            try:
-                result = client.send(line)
-            except RpcFailure as exc:
-                if mode == "append":
-                    out["unsupported"] = f"{exc.kind}: {exc}"
-                    return out
-                raise
-            assembled = client.call("assemble", session_id=SESSION)
-            spent_wall, spent_cpu = time.perf_counter() - began, client.cpu_ns() - began_cpu
-            digest = result.get("digest")
-            if measured:
-                cpu.append(spent_cpu)
-                wall.append(spent_wall)
-                ref.append(reference_ns(full))
-            if turn in checkpoints:
-                rss_at[turn] = client.rss()
-                cached_at[turn] = assembled.get("stats", {}).get("cached_chars")
-                bytes_at[turn] = sent
-                c_ms = statistics.median(cpu) / 1e6
-                r_ms = statistics.median(ref) / 1e6
-                out["checkpoints"][str(turn)] = {
-                    "cpu_ms": round(c_ms, 2),
-                    "wall_ms": round(statistics.median(wall) * 1000, 2),
-                    "p95_wall_ms": round(percentile(wall, 95) * 1000, 2),
-                    "reference_ms": round(r_ms, 2),
-                    "ratio": round(c_ms / r_ms, 2) if r_ms else None,
-                    "rss_mb": round(rss_at[turn] / 1e6, 1),
-                    "messages_mb": round(sent / 1e6, 2),
-                    "cached_mchars": _mega(cached_at[turn]),
-                }
-                progress(f"{store} {mode}: turn {turn}: {out['checkpoints'][str(turn)]}")
-                cpu, wall, ref = [], [], []
+            for c, other in beside.items():
+                if turn > last - c:  # it reaches turn c as the long session reaches the last
+                    mine = other.step()
+                    if other.unsupported is not None:
+                        out["unsupported"] = other.unsupported
+                        return out
+                    if mine is not None:
+                        progress(f"{store} {mode}: turn {c} (beside turn {last}): {mine}")
+            figures = main.step()
+            if main.unsupported is not None:
+                out["unsupported"] = main.unsupported
+                return out
+            if figures is not None:
+                progress(f"{store} {mode}: turn {turn}: {figures}")
+        for c, other in beside.items():
+            own = main.figures[str(c)]
+            for key in ("cpu_ms", "wall_ms", "p95_wall_ms", "reference_ms", "ratio"):
+                own[f"alone_{key}"] = own[key]  # measured when the long session passed it
+                own[key] = other.figures[str(c)][key]
+            own["beside_turn"] = last
+        out["checkpoints"] = main.figures
         first, final = min(checkpoints), last
         if first == final:  # one checkpoint: the growth since the session was opened
             first = 0
-        out["memory"] = _growth(rss_at, bytes_at, first, final)
+        out["memory"] = _growth(main.rss_at, main.bytes_at, first, final)
         if len(checkpoints) > 2:
             # Between the last two checkpoints: once the content cache has filled (its size is
             # beside each checkpoint), what still grows is what the session keeps per message.
             before = sorted(checkpoints)[-2]
-            out["memory_late"] = _growth(rss_at, bytes_at, before, final)
-        out["messages_bytes"] = sent
+            out["memory_late"] = _growth(main.rss_at, main.bytes_at, before, final)
+        out["messages_bytes"] = main.sent
         out["turns"] = last
     finally:
-        client.close()
+        main.close()
+        for other in beside.values():
+            other.close()
     return out
 
 
@@ -223,14 +314,16 @@ def _per_turn(
             key = f"{store}/{mode}"
             if store == "memory":
                 out[key] = _one_session(
-                    "memory", mode, checkpoints, window, root, progress, server, server_env
-                )
+                    "memory", mode, checkpoints, window, root, progress, server, server_env,
+                    paired=True,
+                )  # fmt: skip
                 continue
             with _node(root, f"node-{mode}") as node:
                 url = "xtdb://" + node.url.removeprefix("http://")
                 figures = _one_session(
-                    url, mode, checkpoints, window, root, progress, server, server_env
-                )
+                    url, mode, checkpoints, window, root, progress, server, server_env,
+                    paired=True,
+                )  # fmt: skip
                 data = Path(node.data_dir) if node.data_dir else None
             if data is not None and "turns" in figures:
                 disk = sum(_dir_bytes(data / part) for part in os.listdir(data) if part != "run")
@@ -584,7 +677,7 @@ def _timed_turn(client: StdioClient, agent: Agent, digest: str) -> dict[str, Any
 def run_scale(
     *,
     checkpoints: Sequence[int] = (100, 1000, 1700),
-    window: int = 20,
+    window: int = WINDOW,
     stores: Sequence[str] = ("memory", "xtdb"),
     modes: Sequence[str] = ("list", "append"),
     resume_objects: int = 10_000,
@@ -661,11 +754,23 @@ def _fmt(value: Any, unit: str = "") -> str:
     return "-" if value is None else f"{value:,}{unit}"
 
 
+def _growth_of_cpu(checkpoints: dict[str, dict[str, Any]]) -> tuple[str, str, float] | None:
+    """(first turn, last turn, CPU per turn at the last against the first)."""
+    if len(checkpoints) < 2:
+        return None
+    turns = sorted(checkpoints, key=int)
+    first, final = checkpoints[turns[0]]["cpu_ms"], checkpoints[turns[-1]]["cpu_ms"]
+    return turns[0], turns[-1], round(final / first, 2) if first else float("nan")
+
+
 def print_scale(result: dict[str, Any]) -> None:
     """The figures as a table, each beside its reference."""
     per_turn = result.get("per_turn", {})
     if per_turn:
-        print("Per turn (median over the window ending at each turn; CPU: the server's)")
+        print(
+            "Per turn (median over the window ending at each turn; CPU: the server's; an earlier"
+            " turn measured beside the last, in a session of its own)"
+        )
         print(
             f"{'store/form':<16} {'turn':>6} {'CPU ms':>8} {'wall ms':>8} {'ref ms':>7} "
             f"{'CPU/ref':>8} {'RSS MB':>7} {'msgs MB':>8} {'cached Mchars':>14}"
@@ -680,6 +785,10 @@ def print_scale(result: dict[str, Any]) -> None:
                     f"{f['reference_ms']:>7} {f['ratio']:>8} {f['rss_mb']:>7} "
                     f"{f['messages_mb']:>8} {_fmt(f.get('cached_mchars')):>14}"
                 )
+            growth = _growth_of_cpu(figures["checkpoints"])
+            if growth is not None and key.endswith("/append"):
+                first, final, ratio = growth
+                print(f"{'':<16} CPU per turn, turn {final} against turn {first}: {ratio}x")
             for name in ("memory", "memory_late"):
                 memory = figures.get(name)
                 if not memory:

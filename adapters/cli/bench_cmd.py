@@ -731,7 +731,9 @@ def _register_scale(benches: Any) -> None:
     scale.add_argument(
         "--turns", default="100,1000,1700", help="turns the per-turn figures are taken at"
     )
-    scale.add_argument("--window", type=int, default=20, help="turns each figure is a median of")
+    scale.add_argument(
+        "--window", type=int, default=50, help="turns each per-turn figure is a median of"
+    )
     scale.add_argument("--stores", default="memory,xtdb", help="memory, xtdb (a RocksDB node)")
     scale.add_argument("--modes", default="list,append", help="list (whole list), append")
     scale.add_argument("--agents", default="1,4,16,32", help="numbers of agents")
