@@ -30,7 +30,7 @@ from selfctx.domain.errors import InvalidInput, SessionNotFound
 from selfctx.domain.inline import MAX_LISTED_FILES, render_inline
 from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
 from selfctx.domain.rendering import RenderedMessage, render_context
-from selfctx.domain.session.machine import fold
+from selfctx.domain.session.machine import fold_many
 from selfctx.domain.session.state import SessionState
 
 __all__ = ["Collapse", "Marker", "SessionHistory", "Sessions"]
@@ -291,8 +291,9 @@ class SessionHistory:
                 raise InvalidInput("log position", seq, "the session's log has a gap there")
         else:
             state = self._open_state(seq) or self._rebuilt(seq)
-        for entry in entries:
-            state = fold(decode_events(entry_events(entry)), state)
+        state = fold_many(
+            [ev for entry in entries for ev in decode_events(entry_events(entry))], state
+        )
         self._keep(seq, state)
         return state
 
