@@ -22,7 +22,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, overload
 
 import attrs
 from pyrsistent import thaw
@@ -361,6 +361,89 @@ def _marks(value: Any) -> tuple[Mark, ...] | None:
 
 def record_from_version(version: Version) -> RequestRecord | None:
     return record_from_document(version.document, version.tx_id, version.tx_time)
+
+
+def _is_record(doc: Document) -> bool:
+    """The version holds a record (exactly when :func:`record_from_document` gives one)."""
+    return doc.get("type") == REQUEST_TYPE and isinstance(doc.get("record"), Mapping)
+
+
+class RequestRecords(Sequence[RequestRecord]):
+    """A session's request records, oldest first, each decoded when it is first read: a page
+    of one request reads that record and the few before it that its lines need, not all of
+    them. ``seqs`` and ``marked`` answer from the stored documents without decoding. Records
+    may be appended (the latest, read on its own) or replaced; reading from several threads is
+    safe (a record decoded twice is the same record)."""
+
+    def __init__(self, versions: Iterable[Version] = ()) -> None:
+        self._versions: list[Version | None] = [v for v in versions if _is_record(v.document)]
+        self._records: list[RequestRecord | None] = [None] * len(self._versions)
+        self._seqs: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def _at(self, i: int) -> RequestRecord:
+        record = self._records[i]
+        if record is None:
+            version = self._versions[i]
+            assert version is not None
+            record = record_from_version(version)
+            assert record is not None
+            self._records[i] = record
+        return record
+
+    @overload
+    def __getitem__(self, i: int) -> RequestRecord: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[RequestRecord]: ...
+
+    def __getitem__(self, i: int | slice) -> RequestRecord | list[RequestRecord]:
+        if isinstance(i, slice):
+            return [self._at(k) for k in range(*i.indices(len(self._records)))]
+        if i < 0:
+            i += len(self._records)
+        if not 0 <= i < len(self._records):
+            raise IndexError(i)
+        return self._at(i)
+
+    def __setitem__(self, i: int, record: RequestRecord) -> None:
+        if i < 0:
+            i += len(self._records)
+        if not 0 <= i < len(self._records):
+            raise IndexError(i)
+        self._records[i] = record
+        self._seqs = None
+
+    def append(self, record: RequestRecord) -> None:
+        self._versions.append(None)
+        self._records.append(record)
+        if self._seqs is not None:
+            self._seqs.append(record.seq)
+
+    def seqs(self) -> list[int]:
+        """Each record's log position (what ``record.seq`` says), without decoding them."""
+        if self._seqs is None or len(self._seqs) != len(self._records):
+            self._seqs = [
+                r.seq if r is not None else _int(_data(v).get("seq"))
+                for r, v in zip(self._records, self._versions, strict=True)
+            ]
+        return self._seqs
+
+    def marked(self) -> bool:
+        """There is a record, and every one holds its marks (``record.marks is not None``)."""
+        return bool(self._records) and all(
+            r.marks is not None if r is not None else isinstance(_data(v).get("marks"), list)
+            for r, v in zip(self._records, self._versions, strict=True)
+        )
+
+
+def _data(version: Version | None) -> Mapping[str, Any]:
+    assert version is not None
+    data = version.document["record"]
+    assert isinstance(data, Mapping)
+    return data
 
 
 # -- the digest of a context ----------------------------------------------------------------

@@ -16,13 +16,15 @@ from selfctx.adapters.harness.tokens import PromptCounter
 from selfctx.adapters.harness.trajectories import load
 from selfctx.adapters.tokenizer import EstimateTokenizer
 from selfctx.application.policies import policy_by_name
-from selfctx.application.ports.store import ObjectStore
+from selfctx.application.ports.store import ObjectStore, Version
 from selfctx.application.requests import (
     RequestFacts,
     RequestMeter,
+    RequestRecords,
     cache_cost,
     context_digest,
     record_from_document,
+    record_from_version,
     request_document,
     requests_id,
     rules_of,
@@ -120,6 +122,13 @@ def test_every_request_is_recorded_and_rebuilt_exactly(
         assert last.total_managed == sum(r.managed_tokens for r in records)
         assert last.total_naive == sum(r.facts.naive_tokens or 0 for r in records)
         assert last.cost_managed <= last.total_managed * OPENAI.write
+        # the lazy sequence reads the same records, whichever is read first
+        lazy = service.request_records(report.session_id)
+        assert len(lazy) == len(records)
+        assert lazy.seqs() == [r.seq for r in records]
+        assert lazy.marked() == all(r.marks is not None for r in records)
+        assert lazy[-1] == records[-1] and lazy[len(records) // 2] == records[len(records) // 2]
+        assert list(lazy) == records and lazy[1:3] == records[1:3]
     finally:
         service.close()
         store.close()
@@ -204,6 +213,32 @@ def test_records_read_back_whatever_a_document_holds() -> None:
     assert back.facts.model == ("m x" + "y" * 500)[:200]
     assert back.facts.note == "shown once"
     assert (back.total_naive, back.total_managed, back.seq) == (10, 5, 3)
+
+
+def test_lazy_records_skip_what_is_not_a_record_and_read_odd_ones_alike() -> None:
+    def version(doc: dict[str, Any], tx: int) -> Version:
+        return Version(tx, f"t{tx}", doc)
+
+    docs: list[dict[str, Any]] = [
+        {"xt/id": "r", "type": "request_log", "n": 1, "record": {"seq": 4, "marks": []}},
+        {"xt/id": "r", "type": "file"},
+        {"xt/id": "r", "type": "request_log", "n": 2, "record": {"seq": "9", "marks": "x"}},
+        {"xt/id": "r", "type": "request_log", "n": 3, "record": []},
+    ]
+    versions = [version(d, k) for k, d in enumerate(docs)]
+    lazy = RequestRecords(versions)
+    eager = [r for r in map(record_from_version, versions) if r is not None]
+    assert len(lazy) == len(eager) == 2
+    assert lazy.seqs() == [r.seq for r in eager] == [4, 0]
+    assert lazy.marked() is False  # the second holds no list of marks
+    assert list(lazy) == eager
+    with pytest.raises(IndexError):
+        lazy[2]
+    lazy.append(attrs.evolve(eager[0], n=3, seq=12, marks=()))
+    assert lazy.seqs() == [4, 0, 12] and lazy[-1].n == 3
+    lazy[1] = attrs.evolve(eager[1], seq=7, marks=())
+    assert lazy.seqs() == [4, 7, 12] and lazy.marked()
+    assert not RequestRecords().marked() and RequestRecords(versions[:1]).marked()
 
 
 def test_a_record_keeps_the_collapsed_lines_it_sent_anew() -> None:
