@@ -25,9 +25,9 @@ from datetime import datetime
 from typing import Any, Final, overload
 
 import attrs
-from pyrsistent import thaw
 
 from selfctx.application.ports.store import Document, Version
+from selfctx.domain.chat import thaw_json
 from selfctx.domain.prompt_cache import OPENAI, CacheRules, rules_for
 from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage
 
@@ -454,21 +454,21 @@ def _sha(text: str) -> bytes:
 
 
 def _message_digest(message: RenderedMessage) -> bytes:
-    calls = [[c.id, c.name, thaw(c.arguments)] for c in message.tool_calls]
+    calls = [[c.id, c.name, thaw_json(c.arguments)] for c in message.tool_calls]
     body = [
         message.role,
         message.text,
         calls,
         message.toolcall_id,
         message.is_error,
-        [thaw(r) for r in message.reasoning],
-        [thaw(i) for i in message.images],
+        [thaw_json(r) for r in message.reasoning],
+        [thaw_json(i) for i in message.images],
     ]
     return _sha(json.dumps(body, ensure_ascii=True, sort_keys=True))
 
 
 def _block_digest(block: ActiveBlock) -> bytes:
-    body = [block.object_id, block.content, [thaw(i) for i in block.images]]
+    body = [block.object_id, block.content, [thaw_json(i) for i in block.images]]
     return _sha(json.dumps(body, ensure_ascii=True, sort_keys=True))
 
 
@@ -523,7 +523,7 @@ _SYSTEM, _METADATA, _CHAT, _ACTIVE = range(4)
 def _message_tokens(message: RenderedMessage, count: Callable[[str], int]) -> int:
     n = count(message.text)
     for call in message.tool_calls:
-        n += count(call.name) + count(json.dumps(thaw(call.arguments), ensure_ascii=False))
+        n += count(call.name) + count(json.dumps(thaw_json(call.arguments), ensure_ascii=False))
     return n
 
 

@@ -304,3 +304,53 @@ def test_a_record_beyond_max_lines_keeps_none(monkeypatch: pytest.MonkeyPatch) -
     meter.lines_recorded()
     meter.measure(AssembledContext("s", (), tools, ()), count, lambda _: False, True)
     assert meter.lines is None  # all three again, a complete set: still too many
+
+
+def _digest_by_definition(context: AssembledContext) -> str:
+    """context_digest as first defined: each value thawed by pyrsistent's own ``thaw``."""
+    import hashlib
+    import json
+
+    from pyrsistent import thaw
+
+    def sha(text: str) -> bytes:
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+    def dumps(body: Any) -> str:
+        return json.dumps(body, ensure_ascii=True, sort_keys=True)
+
+    chat = bytes(32)
+    for m in context.chat:
+        calls = [[c.id, c.name, thaw(c.arguments)] for c in m.tool_calls]
+        body = [m.role, m.text, calls, m.toolcall_id, m.is_error]
+        body += [[thaw(r) for r in m.reasoning], [thaw(i) for i in m.images]]
+        chat = hashlib.sha256(chat + sha(dumps(body))).digest()
+    whole = hashlib.sha256(sha(context.system_prompt) + sha("\n".join(context.metadata)) + chat)
+    for b in context.active:
+        whole.update(sha(dumps([b.object_id, b.content, [thaw(i) for i in b.images]])))
+    return whole.hexdigest()
+
+
+def test_the_digest_of_frozen_arguments_is_the_one_pyrsistents_thaw_gives() -> None:
+    """The digest thaws tool arguments, reasoning and images with ``thaw_json`` (a third of
+    pyrsistent's cost): the same digest, so records written before still match."""
+    from selfctx.domain.chat import ToolCallRequest, freeze_json
+    from selfctx.domain.rendering import ActiveBlock
+
+    nested = {"cmd": "ls", "n": 3, "x": 1.5, "deep": {"a": [1, {"b": None}], "é": True}}
+    call = ToolCallRequest(id="tc_1", name="bash", arguments=nested)
+    assistant = RenderedMessage(
+        "assistant",
+        "ok",
+        tool_calls=(call,),
+        reasoning=(freeze_json({"type": "r", "parts": [1, (2, 3)]}),),
+    )
+    tool = RenderedMessage(
+        "tool",
+        "out",
+        toolcall_id="tc_1",
+        images=(freeze_json({"data": "x", "m": [1]}), {"plain": [1]}),
+    )
+    active = ActiveBlock("f1", "text", images=(freeze_json({"k": {"z": [2, 3]}}),))
+    context = AssembledContext("sys", ("a", "b"), (assistant, tool), (active,))
+    assert context_digest(context) == _digest_by_definition(context)
