@@ -431,6 +431,14 @@ class RequestRecords(Sequence[RequestRecord]):
             ]
         return self._seqs
 
+    def lines(self, i: int) -> PromptLines | None:
+        """``self[i].lines``, decoding only the lines of a record not decoded yet (a request's
+        lines are those of every record back to the latest complete one: often all of them)."""
+        if not 0 <= i < len(self._records):
+            raise IndexError(i)
+        record = self._records[i]
+        return record.lines if record is not None else _lines(_data(self._versions[i]).get("lines"))
+
     def marked(self) -> bool:
         """There is a record, and every one holds its marks (``record.marks is not None``)."""
         return bool(self._records) and all(

@@ -241,6 +241,31 @@ def test_lazy_records_skip_what_is_not_a_record_and_read_odd_ones_alike() -> Non
     assert not RequestRecords().marked() and RequestRecords(versions[:1]).marked()
 
 
+def test_lazy_records_give_a_records_lines_without_decoding_it() -> None:
+    """``lines(i)`` is ``records[i].lines`` (whole, damaged or absent), decoded or not."""
+    shown = [["tc_1", "[tc_1] ls: 3 lines", 40, False], ["tc_2", "x", None, True]]
+    stored: list[Any] = [
+        {"complete": True, "shown": shown},
+        {"complete": False, "shown": [["tc_1", 5, 1, False]]},  # damaged: none
+        None,
+        {"complete": False, "shown": []},
+    ]
+    docs = [
+        {"xt/id": "r", "type": "request_log", "n": k + 1, "record": {"seq": k, "lines": lines}}
+        for k, lines in enumerate(stored)
+    ]
+    versions = [Version(k, f"t{k}", d) for k, d in enumerate(docs)]
+    eager = [record_from_version(v) for v in versions]
+    lazy = RequestRecords(versions)
+    assert [lazy.lines(k) for k in range(4)] == [r.lines for r in eager if r is not None]
+    assert lazy.lines(0) is not None and len(lazy.lines(0).shown) == 2  # type: ignore[union-attr]
+    assert lazy.lines(1) is None and lazy.lines(2) is None
+    lazy[3] = attrs.evolve(lazy[3], lines=None)  # a decoded record answers for itself
+    assert lazy.lines(3) is None
+    with pytest.raises(IndexError):
+        lazy.lines(4)
+
+
 def test_a_record_keeps_the_collapsed_lines_it_sent_anew() -> None:
     """The first record of a meter keeps every collapsed line of its prompt (complete); each
     later one the collapsed lines unlike those recorded; a record not written leaves its lines

@@ -467,8 +467,9 @@ class SessionHistory:
         after it. None when a record on the way kept none (written before records held lines,
         or under the ``ssot`` layout)."""
         out: dict[str, Line] = {}
+        records = self.records
         for k in range(n - 1, -1, -1):
-            lines = self.records[k].lines
+            lines = records.lines(k)
             if lines is None:
                 return None
             for line in lines.shown:
