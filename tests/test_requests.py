@@ -347,8 +347,8 @@ def _digest_by_definition(context: AssembledContext) -> str:
     chat = bytes(32)
     for m in context.chat:
         calls = [[c.id, c.name, thaw(c.arguments)] for c in m.tool_calls]
-        body = [m.role, m.text, calls, m.toolcall_id, m.is_error]
-        body += [[thaw(r) for r in m.reasoning], [thaw(i) for i in m.images]]
+        reasoning, images = [thaw(r) for r in m.reasoning], [thaw(i) for i in m.images]
+        body = [m.role, m.text, calls, m.toolcall_id, m.is_error, reasoning, images]
         chat = hashlib.sha256(chat + sha(dumps(body))).digest()
     whole = hashlib.sha256(sha(context.system_prompt) + sha("\n".join(context.metadata)) + chat)
     for b in context.active:
