@@ -117,16 +117,36 @@ def _value_from_json(name: str, value: Any) -> Any:
     return value
 
 
+_DECODED: Final = frozenset({"outcome", "window", "message", "policy", "turns"})
+"""The fields :func:`_value_from_json` decodes by name; any other is a list (a tuple) or as is."""
+
+_FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}
+"""Each event type's fields but ``version``, with whether the field is one of ``_DECODED``."""
+
+
+def _fields_of(cls: type) -> tuple[tuple[str, bool], ...]:
+    found = _FIELDS.get(cls)
+    if found is None:
+        names = [f.name for f in attrs.fields(cls) if f.name != "version"]
+        found = _FIELDS[cls] = tuple((name, name in _DECODED) for name in names)
+    return found
+
+
 def decode_events(data: Sequence[Mapping[str, Any]]) -> list[e.Event]:
     """Inverse of :func:`encode_events` (``version`` is None on every decoded event)."""
     out = []
     for item in data:
         cls = _EVENT_TYPES[item["event"]]
-        kwargs = {
-            field.name: _value_from_json(field.name, item[field.name])
-            for field in attrs.fields(cls)
-            if field.name != "version" and field.name in item  # later fields have defaults
-        }
+        kwargs = {}
+        for name, decoded in _fields_of(cls):
+            if name not in item:
+                continue  # later fields have defaults
+            value = item[name]
+            if decoded:
+                value = _value_from_json(name, value)
+            elif isinstance(value, list):
+                value = tuple(value)
+            kwargs[name] = value
         out.append(cls(**kwargs))
     return out
 

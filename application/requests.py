@@ -22,12 +22,12 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, overload
 
 import attrs
-from pyrsistent import thaw
 
 from selfctx.application.ports.store import Document, Version
+from selfctx.domain.chat import thaw_json
 from selfctx.domain.prompt_cache import OPENAI, CacheRules, rules_for
 from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage
 
@@ -363,6 +363,97 @@ def record_from_version(version: Version) -> RequestRecord | None:
     return record_from_document(version.document, version.tx_id, version.tx_time)
 
 
+def _is_record(doc: Document) -> bool:
+    """The version holds a record (exactly when :func:`record_from_document` gives one)."""
+    return doc.get("type") == REQUEST_TYPE and isinstance(doc.get("record"), Mapping)
+
+
+class RequestRecords(Sequence[RequestRecord]):
+    """A session's request records, oldest first, each decoded when it is first read: a page
+    of one request reads that record and the few before it that its lines need, not all of
+    them. ``seqs`` and ``marked`` answer from the stored documents without decoding. Records
+    may be appended (the latest, read on its own) or replaced; reading from several threads is
+    safe (a record decoded twice is the same record)."""
+
+    def __init__(self, versions: Iterable[Version] = ()) -> None:
+        self._versions: list[Version | None] = [v for v in versions if _is_record(v.document)]
+        self._records: list[RequestRecord | None] = [None] * len(self._versions)
+        self._seqs: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def _at(self, i: int) -> RequestRecord:
+        record = self._records[i]
+        if record is None:
+            version = self._versions[i]
+            assert version is not None
+            record = record_from_version(version)
+            assert record is not None
+            self._records[i] = record
+        return record
+
+    @overload
+    def __getitem__(self, i: int) -> RequestRecord: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[RequestRecord]: ...
+
+    def __getitem__(self, i: int | slice) -> RequestRecord | list[RequestRecord]:
+        if isinstance(i, slice):
+            return [self._at(k) for k in range(*i.indices(len(self._records)))]
+        if i < 0:
+            i += len(self._records)
+        if not 0 <= i < len(self._records):
+            raise IndexError(i)
+        return self._at(i)
+
+    def __setitem__(self, i: int, record: RequestRecord) -> None:
+        if i < 0:
+            i += len(self._records)
+        if not 0 <= i < len(self._records):
+            raise IndexError(i)
+        self._records[i] = record
+        self._seqs = None
+
+    def append(self, record: RequestRecord) -> None:
+        self._versions.append(None)
+        self._records.append(record)
+        if self._seqs is not None:
+            self._seqs.append(record.seq)
+
+    def seqs(self) -> list[int]:
+        """Each record's log position (what ``record.seq`` says), without decoding them."""
+        if self._seqs is None or len(self._seqs) != len(self._records):
+            self._seqs = [
+                r.seq if r is not None else _int(_data(v).get("seq"))
+                for r, v in zip(self._records, self._versions, strict=True)
+            ]
+        return self._seqs
+
+    def lines(self, i: int) -> PromptLines | None:
+        """``self[i].lines``, decoding only the lines of a record not decoded yet (a request's
+        lines are those of every record back to the latest complete one: often all of them)."""
+        if not 0 <= i < len(self._records):
+            raise IndexError(i)
+        record = self._records[i]
+        return record.lines if record is not None else _lines(_data(self._versions[i]).get("lines"))
+
+    def marked(self) -> bool:
+        """There is a record, and every one holds its marks (``record.marks is not None``)."""
+        return bool(self._records) and all(
+            r.marks is not None if r is not None else isinstance(_data(v).get("marks"), list)
+            for r, v in zip(self._records, self._versions, strict=True)
+        )
+
+
+def _data(version: Version | None) -> Mapping[str, Any]:
+    assert version is not None
+    data = version.document["record"]
+    assert isinstance(data, Mapping)
+    return data
+
+
 # -- the digest of a context ----------------------------------------------------------------
 
 
@@ -371,21 +462,21 @@ def _sha(text: str) -> bytes:
 
 
 def _message_digest(message: RenderedMessage) -> bytes:
-    calls = [[c.id, c.name, thaw(c.arguments)] for c in message.tool_calls]
+    calls = [[c.id, c.name, thaw_json(c.arguments)] for c in message.tool_calls]
     body = [
         message.role,
         message.text,
         calls,
         message.toolcall_id,
         message.is_error,
-        [thaw(r) for r in message.reasoning],
-        [thaw(i) for i in message.images],
+        [thaw_json(r) for r in message.reasoning],
+        [thaw_json(i) for i in message.images],
     ]
     return _sha(json.dumps(body, ensure_ascii=True, sort_keys=True))
 
 
 def _block_digest(block: ActiveBlock) -> bytes:
-    body = [block.object_id, block.content, [thaw(i) for i in block.images]]
+    body = [block.object_id, block.content, [thaw_json(i) for i in block.images]]
     return _sha(json.dumps(body, ensure_ascii=True, sort_keys=True))
 
 
@@ -440,7 +531,7 @@ _SYSTEM, _METADATA, _CHAT, _ACTIVE = range(4)
 def _message_tokens(message: RenderedMessage, count: Callable[[str], int]) -> int:
     n = count(message.text)
     for call in message.tool_calls:
-        n += count(call.name) + count(json.dumps(thaw(call.arguments), ensure_ascii=False))
+        n += count(call.name) + count(json.dumps(thaw_json(call.arguments), ensure_ascii=False))
     return n
 
 

@@ -33,7 +33,7 @@ from selfctx.application.ports.store import ObjectStore, Version
 from selfctx.application.ports.summarizer import Summarizer, SummarizerError
 from selfctx.application.ports.tokenizer import Tokenizer
 from selfctx.application.ports.tracking import SourceTracker
-from selfctx.application.requests import RequestFacts, RequestRecord
+from selfctx.application.requests import RequestFacts, RequestRecord, RequestRecords
 from selfctx.application.runner import BatchProgress, OpenSession, SessionRunner
 from selfctx.application.settings import Settings
 from selfctx.application.usecases.assemble import AssembleContext, foreseen_collapses
@@ -588,6 +588,11 @@ class ContextService:
     def requests(self, session_id: str) -> list[RequestRecord]:
         """Every recorded request of a stored session, oldest first."""
         return self._requests(validate_session_id(session_id))
+
+    def request_records(self, session_id: str) -> RequestRecords:
+        """:meth:`requests` as a sequence that decodes each record when it is first read (a
+        reader of a few records of a long session does not pay for all of them)."""
+        return self._requests.lazily(validate_session_id(session_id))
 
     def latest_requests(self, session_ids: Iterable[str]) -> dict[str, RequestRecord]:
         """The latest recorded request of each of these sessions that has any."""

@@ -16,13 +16,15 @@ from selfctx.adapters.harness.tokens import PromptCounter
 from selfctx.adapters.harness.trajectories import load
 from selfctx.adapters.tokenizer import EstimateTokenizer
 from selfctx.application.policies import policy_by_name
-from selfctx.application.ports.store import ObjectStore
+from selfctx.application.ports.store import ObjectStore, Version
 from selfctx.application.requests import (
     RequestFacts,
     RequestMeter,
+    RequestRecords,
     cache_cost,
     context_digest,
     record_from_document,
+    record_from_version,
     request_document,
     requests_id,
     rules_of,
@@ -120,6 +122,13 @@ def test_every_request_is_recorded_and_rebuilt_exactly(
         assert last.total_managed == sum(r.managed_tokens for r in records)
         assert last.total_naive == sum(r.facts.naive_tokens or 0 for r in records)
         assert last.cost_managed <= last.total_managed * OPENAI.write
+        # the lazy sequence reads the same records, whichever is read first
+        lazy = service.request_records(report.session_id)
+        assert len(lazy) == len(records)
+        assert lazy.seqs() == [r.seq for r in records]
+        assert lazy.marked() == all(r.marks is not None for r in records)
+        assert lazy[-1] == records[-1] and lazy[len(records) // 2] == records[len(records) // 2]
+        assert list(lazy) == records and lazy[1:3] == records[1:3]
     finally:
         service.close()
         store.close()
@@ -206,6 +215,57 @@ def test_records_read_back_whatever_a_document_holds() -> None:
     assert (back.total_naive, back.total_managed, back.seq) == (10, 5, 3)
 
 
+def test_lazy_records_skip_what_is_not_a_record_and_read_odd_ones_alike() -> None:
+    def version(doc: dict[str, Any], tx: int) -> Version:
+        return Version(tx, f"t{tx}", doc)
+
+    docs: list[dict[str, Any]] = [
+        {"xt/id": "r", "type": "request_log", "n": 1, "record": {"seq": 4, "marks": []}},
+        {"xt/id": "r", "type": "file"},
+        {"xt/id": "r", "type": "request_log", "n": 2, "record": {"seq": "9", "marks": "x"}},
+        {"xt/id": "r", "type": "request_log", "n": 3, "record": []},
+    ]
+    versions = [version(d, k) for k, d in enumerate(docs)]
+    lazy = RequestRecords(versions)
+    eager = [r for r in map(record_from_version, versions) if r is not None]
+    assert len(lazy) == len(eager) == 2
+    assert lazy.seqs() == [r.seq for r in eager] == [4, 0]
+    assert lazy.marked() is False  # the second holds no list of marks
+    assert list(lazy) == eager
+    with pytest.raises(IndexError):
+        lazy[2]
+    lazy.append(attrs.evolve(eager[0], n=3, seq=12, marks=()))
+    assert lazy.seqs() == [4, 0, 12] and lazy[-1].n == 3
+    lazy[1] = attrs.evolve(eager[1], seq=7, marks=())
+    assert lazy.seqs() == [4, 7, 12] and lazy.marked()
+    assert not RequestRecords().marked() and RequestRecords(versions[:1]).marked()
+
+
+def test_lazy_records_give_a_records_lines_without_decoding_it() -> None:
+    """``lines(i)`` is ``records[i].lines`` (whole, damaged or absent), decoded or not."""
+    shown = [["tc_1", "[tc_1] ls: 3 lines", 40, False], ["tc_2", "x", None, True]]
+    stored: list[Any] = [
+        {"complete": True, "shown": shown},
+        {"complete": False, "shown": [["tc_1", 5, 1, False]]},  # damaged: none
+        None,
+        {"complete": False, "shown": []},
+    ]
+    docs = [
+        {"xt/id": "r", "type": "request_log", "n": k + 1, "record": {"seq": k, "lines": lines}}
+        for k, lines in enumerate(stored)
+    ]
+    versions = [Version(k, f"t{k}", d) for k, d in enumerate(docs)]
+    eager = [record_from_version(v) for v in versions]
+    lazy = RequestRecords(versions)
+    assert [lazy.lines(k) for k in range(4)] == [r.lines for r in eager if r is not None]
+    assert lazy.lines(0) is not None and len(lazy.lines(0).shown) == 2  # type: ignore[union-attr]
+    assert lazy.lines(1) is None and lazy.lines(2) is None
+    lazy[3] = attrs.evolve(lazy[3], lines=None)  # a decoded record answers for itself
+    assert lazy.lines(3) is None
+    with pytest.raises(IndexError):
+        lazy.lines(4)
+
+
 def test_a_record_keeps_the_collapsed_lines_it_sent_anew() -> None:
     """The first record of a meter keeps every collapsed line of its prompt (complete); each
     later one the collapsed lines unlike those recorded; a record not written leaves its lines
@@ -269,3 +329,53 @@ def test_a_record_beyond_max_lines_keeps_none(monkeypatch: pytest.MonkeyPatch) -
     meter.lines_recorded()
     meter.measure(AssembledContext("s", (), tools, ()), count, lambda _: False, True)
     assert meter.lines is None  # all three again, a complete set: still too many
+
+
+def _digest_by_definition(context: AssembledContext) -> str:
+    """context_digest as first defined: each value thawed by pyrsistent's own ``thaw``."""
+    import hashlib
+    import json
+
+    from pyrsistent import thaw
+
+    def sha(text: str) -> bytes:
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+    def dumps(body: Any) -> str:
+        return json.dumps(body, ensure_ascii=True, sort_keys=True)
+
+    chat = bytes(32)
+    for m in context.chat:
+        calls = [[c.id, c.name, thaw(c.arguments)] for c in m.tool_calls]
+        reasoning, images = [thaw(r) for r in m.reasoning], [thaw(i) for i in m.images]
+        body = [m.role, m.text, calls, m.toolcall_id, m.is_error, reasoning, images]
+        chat = hashlib.sha256(chat + sha(dumps(body))).digest()
+    whole = hashlib.sha256(sha(context.system_prompt) + sha("\n".join(context.metadata)) + chat)
+    for b in context.active:
+        whole.update(sha(dumps([b.object_id, b.content, [thaw(i) for i in b.images]])))
+    return whole.hexdigest()
+
+
+def test_the_digest_of_frozen_arguments_is_the_one_pyrsistents_thaw_gives() -> None:
+    """The digest thaws tool arguments, reasoning and images with ``thaw_json`` (a third of
+    pyrsistent's cost): the same digest, so records written before still match."""
+    from selfctx.domain.chat import ToolCallRequest, freeze_json
+    from selfctx.domain.rendering import ActiveBlock
+
+    nested = {"cmd": "ls", "n": 3, "x": 1.5, "deep": {"a": [1, {"b": None}], "é": True}}
+    call = ToolCallRequest(id="tc_1", name="bash", arguments=nested)
+    assistant = RenderedMessage(
+        "assistant",
+        "ok",
+        tool_calls=(call,),
+        reasoning=(freeze_json({"type": "r", "parts": [1, (2, 3)]}),),
+    )
+    tool = RenderedMessage(
+        "tool",
+        "out",
+        toolcall_id="tc_1",
+        images=(freeze_json({"data": "x", "m": [1]}), {"plain": [1]}),
+    )
+    active = ActiveBlock("f1", "text", images=(freeze_json({"k": {"z": [2, 3]}}),))
+    context = AssembledContext("sys", ("a", "b"), (assistant, tool), (active,))
+    assert context_digest(context) == _digest_by_definition(context)

@@ -19,6 +19,7 @@ from selfctx.application.requests import (
     Line,
     Mark,
     RequestRecord,
+    RequestRecords,
     context_digest,
     record_from_document,
     requests_id,
@@ -30,7 +31,7 @@ from selfctx.domain.errors import InvalidInput, SessionNotFound
 from selfctx.domain.inline import MAX_LISTED_FILES, render_inline
 from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
 from selfctx.domain.rendering import RenderedMessage, render_context
-from selfctx.domain.session.machine import fold
+from selfctx.domain.session.machine import fold_many
 from selfctx.domain.session.state import SessionState
 
 __all__ = ["Collapse", "Marker", "SessionHistory", "Sessions"]
@@ -113,13 +114,13 @@ class SessionHistory:
         """Object → its place in the session index (1 for the first object met)."""
         self.inline = False
         """The session's layout names objects by handles (``#12``)."""
-        self.records: list[RequestRecord] = []
+        self.records: RequestRecords = RequestRecords()
         self._checked = False
         self._log_read = False
         """The whole log was read (and is followed since)."""
         self._record_collapses: dict[str, list[Collapse]] | None = None
         self._collapses_of = 0
-        self._summary: tuple[int, list[RequestRecord] | None, bool] = (0, None, False)
+        self._summary: tuple[int, RequestRecords | None, bool] = (0, None, False)
         self._states: dict[int, SessionState] = {}
         """States rebuilt lately, by log position (``_kept``: their positions, sorted)."""
         self._kept: list[int] = []
@@ -159,13 +160,13 @@ class SessionHistory:
             if known == 0:  # nothing read yet: every record at once
                 if n is not None and store.reads_wait:
                     self.ahead_request(n)
-                records, latest = self.service.requests(self.session_id), None
+                records, latest = self.service.request_records(self.session_id), None
             else:
                 doc = store.get(requests_id(self.session_id))
                 latest = record_from_document(doc) if doc is not None else None
                 records = self.records
                 if latest is not None and latest.n not in (known, known + 1):
-                    records, latest = self.service.requests(self.session_id), None
+                    records, latest = self.service.request_records(self.session_id), None
             with self._lock:
                 if latest is not None and latest.n == known + 1:
                     self.records.append(latest)  # its transaction is read when it is needed
@@ -191,7 +192,7 @@ class SessionHistory:
         """Every record holds its marks (and there is one): the log need not be read."""
         records = self.records
         if self._summary[0] != len(records) or self._summary[1] is not records:
-            whole = bool(records) and all(r.marks is not None for r in records)
+            whole = records.marked()
             self._summary = (len(records), records, whole)
         return self._summary[2]
 
@@ -291,8 +292,9 @@ class SessionHistory:
                 raise InvalidInput("log position", seq, "the session's log has a gap there")
         else:
             state = self._open_state(seq) or self._rebuilt(seq)
-        for entry in entries:
-            state = fold(decode_events(entry_events(entry)), state)
+        state = fold_many(
+            [ev for entry in entries for ev in decode_events(entry_events(entry))], state
+        )
         self._keep(seq, state)
         return state
 
@@ -426,8 +428,9 @@ class SessionHistory:
                         if isinstance(obj, FileObject | ToolcallObject):
                             self._objects[object_id] = obj
             with self._lock:
+                # every indexed object has a kind; ``kinds[i]``, not Mapping's slower ``get``
                 calls = [
-                    i for i in state.index if kinds.get(i) == "toolcall" and i not in self._objects
+                    i for i in state.index if kinds[i] == "toolcall" and i not in self._objects
                 ]
             self._read(calls)
             with self._lock:
@@ -436,7 +439,7 @@ class SessionHistory:
                         state, self._objects, listed=lambda i: not lean and i not in lined
                     )
                 else:
-                    named = [i for i in state.index if kinds.get(i) != "toolcall"]
+                    named = [i for i in state.index if kinds[i] != "toolcall"]
                 files = [i for i in named if i not in self._objects]
             self._read(files)
 
@@ -464,8 +467,9 @@ class SessionHistory:
         after it. None when a record on the way kept none (written before records held lines,
         or under the ``ssot`` layout)."""
         out: dict[str, Line] = {}
-        for record in reversed(self.records[:n]):
-            lines = record.lines
+        records = self.records
+        for k in range(n - 1, -1, -1):
+            lines = records.lines(k)
             if lines is None:
                 return None
             for line in lines.shown:
@@ -482,7 +486,7 @@ class SessionHistory:
         (their line changed meanwhile) or that its marks collapsed or activated up to ``seq``:
         those are rendered again. None at a compaction or a rollback on the way, after the
         last request (what changed since is recorded by no request), or without lines."""
-        i = bisect.bisect_right([r.seq for r in self.records], seq)
+        i = bisect.bisect_right(self.records.seqs(), seq)
         if i == 0:
             return None, None
         before = self.records[i - 1]
@@ -643,12 +647,12 @@ class SessionHistory:
             raise InvalidInput("request", n, f"session {self.session_id!r} has {have}")
         if self.records[n - 1].tx_id is None:
             with self._lock:
-                self.records = self.service.requests(self.session_id)
+                self.records = self.service.request_records(self.session_id)
         return self.records[n - 1]
 
     def request_at(self, seq: int) -> int | None:
         """The first request whose context included log position ``seq`` (None: none yet)."""
-        i = bisect.bisect_left([r.seq for r in self.records], seq)
+        i = bisect.bisect_left(self.records.seqs(), seq)
         return self.records[i].n if i < len(self.records) else None
 
     def request_after_tx(self, tx_id: int) -> int | None:
@@ -662,7 +666,7 @@ class SessionHistory:
 
     def requests_between(self, spans: Iterable[Sequence[int | None]]) -> list[tuple[int, int]]:
         """The requests (first, last) sent while an object was active in ``spans``."""
-        seqs = [r.seq for r in self.records]
+        seqs = self.records.seqs()
         out = []
         for start, end in spans:
             assert start is not None
@@ -680,7 +684,7 @@ class SessionHistory:
                 return [[_record_marker(m) for m in r.marks or ()] for r in self.records]
             self._read_log()
         out: list[list[Marker]] = [[] for _ in self.records]
-        seqs = [r.seq for r in self.records]
+        seqs = self.records.seqs()
         for marker in self.markers:
             i = bisect.bisect_left(seqs, marker.seq)
             if i < len(out):
@@ -706,16 +710,18 @@ def _files_named(
     ``MAX_LISTED_FILES`` of the session's files each tool call that ``listed`` says names (a
     collapsed output lists them by path)."""
     kinds = state.kinds
-    out = dict.fromkeys(i for i in (*state.active, *state.pinned) if kinds.get(i) == "file")
+
+    def is_file(object_id: str) -> bool:  # ``kinds.get`` is Mapping's: 3x the lookup below
+        return object_id in kinds and kinds[object_id] == "file"
+
+    out = dict.fromkeys(i for i in (*state.active, *state.pinned) if is_file(i))
     for object_id in state.index:
         call = objects.get(object_id)
         if not isinstance(call, ToolcallObject):
             continue
-        out.update(
-            dict.fromkeys(v.file for v in call.file_views or () if kinds.get(v.file) == "file")
-        )
+        out.update(dict.fromkeys(v.file for v in call.file_views or () if is_file(v.file)))
         if listed(object_id):
-            refs = [r for r in call.file_refs or () if kinds.get(r) == "file"]
+            refs = [r for r in call.file_refs or () if is_file(r)]
             out.update(dict.fromkeys(refs[:MAX_LISTED_FILES]))
     return list(out)
 

@@ -9,12 +9,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
-from pyrsistent import thaw
 
 from selfctx.adapters.ui.history import Collapse, Marker, SessionHistory, Sessions
 from selfctx.application.ports.search import SearchUnavailable
 from selfctx.application.requests import PARTS, Line, RequestRecord
 from selfctx.application.service import ContextService
+from selfctx.domain.chat import thaw_json
 from selfctx.domain.errors import InvalidInput, SessionNotFound, UnknownObject
 from selfctx.domain.inline import handle
 from selfctx.domain.objects import FileObject, ToolcallObject
@@ -231,7 +231,7 @@ def _label(state: SessionState, object_id: str) -> str:
 
 def _calls(message: RenderedMessage) -> tuple[tuple[str, str, str], ...]:
     return tuple(
-        (c.id, c.name, json.dumps(thaw(c.arguments), ensure_ascii=False))
+        (c.id, c.name, json.dumps(thaw_json(c.arguments), ensure_ascii=False))
         for c in message.tool_calls
     )
 

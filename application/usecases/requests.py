@@ -16,6 +16,7 @@ from selfctx.application.requests import (
     RequestFacts,
     RequestMeter,
     RequestRecord,
+    RequestRecords,
     entry_marks,
     record_from_document,
     record_from_version,
@@ -147,6 +148,10 @@ class ListRequests:
     def __call__(self, session_id: str) -> list[RequestRecord]:
         versions = self._deps.runner.store.history(requests_id(session_id))
         return [r for r in map(record_from_version, versions) if r is not None]
+
+    def lazily(self, session_id: str) -> RequestRecords:
+        """The same records, each decoded when it is first read."""
+        return RequestRecords(self._deps.runner.store.history(requests_id(session_id)))
 
     def latest(self, session_ids: Iterable[str]) -> dict[str, RequestRecord]:
         """The latest record of each session that has any (one store read)."""

@@ -26,7 +26,7 @@ from selfctx.domain.infrastructure import (
 from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
 from selfctx.domain.rendering import AssembledContext
 from selfctx.domain.session import commands as c
-from selfctx.domain.session.machine import fold
+from selfctx.domain.session.machine import fold, fold_many
 from selfctx.domain.session.state import INITIAL, CollapseWindow, PolicyConfig, SessionState
 
 __all__ = ["ResumeReport", "ResumeSession", "StartSession", "StateAt", "validate_session_id"]
@@ -261,8 +261,8 @@ class StateAt:
         found = store.get_many(ids)
         if len(found) != len(ids):
             return None
-        for entry_id in ids:
-            state = fold(decode_events(entry_events(found[entry_id])), state)
+        events = [ev for i in ids for ev in decode_events(entry_events(found[i]))]
+        state = fold_many(events, state)  # the same state as folding them one by one
         return PastState(state=state, seq=seq, tx_id=tx_id)
 
 
