@@ -75,6 +75,7 @@ __all__ = [
     "Contention",
     "OpenSession",
     "Reads",
+    "Rider",
     "SessionRunner",
     "as_stored",
 ]
@@ -386,6 +387,19 @@ class BatchProgress:
     before the commit may differ from what is stored."""
 
 
+@attrs.frozen
+class Rider:
+    """Documents that go with a batch's transaction without being a command of the session
+    (a request's record, decision 0089): committed with the batch's commands, or not at all.
+    ``landed`` is called once they are committed; when the store refuses the transaction they
+    are dropped (the commands are executed again one by one, ``BatchProgress.redone`` says so,
+    and whoever attached them writes them again if it still wants them)."""
+
+    puts: tuple[Document, ...]
+    expect: tuple[Expect, ...]
+    landed: Callable[[], None]
+
+
 @attrs.define
 class _Batch:
     """Commands a batch decided and the session moved on by, not yet committed
@@ -408,6 +422,8 @@ class _Batch:
     checks: list[Callable[[], None]] = attrs.field(factory=list)
     """What to check when the store refuses the transaction, before the commands are executed
     again one by one (:meth:`SessionRunner.batch`)."""
+    riders: list[Rider] = attrs.field(factory=list)
+    """Documents committed with the next transaction (:meth:`SessionRunner.ride`)."""
 
     @classmethod
     def of(cls, session: OpenSession) -> _Batch:
@@ -455,6 +471,9 @@ class _Batch:
                     expect.append(condition)
             puts += prepared.puts
             written.update(str(doc["xt/id"]) for doc in prepared.puts)
+        for rider in self.riders:
+            expect += rider.expect
+            puts += rider.puts
         return puts, expect
 
     def roll_back(self, session: OpenSession) -> None:
@@ -870,6 +889,20 @@ class SessionRunner:
             batch, session.batch = session.batch, None
             self._flush(session, batch)
 
+    def ride(self, session: OpenSession, rider: Rider) -> bool:
+        """Commit ``rider`` with the transaction of the batch open on ``session`` (the caller
+        holds its lock); False when no batch is open (nothing is attached)."""
+        batch = session.batch
+        if batch is None:
+            return False
+        written = {str(doc["xt/id"]) for doc in rider.puts}
+        if batch.writes & written or any(
+            written & {str(doc["xt/id"]) for doc in r.puts} for r in batch.riders
+        ):
+            return False  # a document the transaction already writes: not twice in one
+        batch.riders.append(rider)
+        return True
+
     def _execute_batched(
         self, session: OpenSession, batch: _Batch, build: CommandBuilder
     ) -> tuple[e.Event, ...]:
@@ -897,9 +930,10 @@ class SessionRunner:
 
     def _flush(self, session: OpenSession, batch: _Batch) -> None:
         """Commit what ``batch`` holds, in one transaction; the batch is empty afterwards."""
-        if not batch.pending:
+        if not batch.pending and not batch.riders:
             return
         builds = list(batch.builds)
+        riders = list(batch.riders)
         puts, expect = batch.transaction()
         try:
             self.store.commit(puts, expect)
@@ -926,6 +960,8 @@ class SessionRunner:
             raise
         batch.progress.committed = batch.progress.done
         batch.restart(session)
+        for rider in riders:
+            rider.landed()
 
     # -- pipelining ------------------------------------------------------------------------
 

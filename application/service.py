@@ -579,7 +579,10 @@ class ContextService:
         """Record that ``context`` (just assembled) is being sent to the model: its size by
         part, the prefix it shares with the session's previous request, a digest, and what the
         caller knows (``facts``: client, model, the naive request). One small commit; the
-        context itself is rebuilt from the log when asked for (``context_at``)."""
+        context itself is rebuilt from the log when asked for (``context_at``). Inside a
+        :meth:`batch` of the session the record is part of the batch's transaction instead: it
+        is written when the batch commits, and not at all when the store refuses that
+        transaction (the batch's progress says ``redone``; decision 0089)."""
         session = self._open(session_id)
         with session.lock:
             count = self._assemble.counter(session)
