@@ -41,6 +41,7 @@ from selfctx.application.ports.store import (
     ConflictError,
     Document,
     Expect,
+    FileVersions,
     ObjectStore,
     Receipt,
     StoreError,
@@ -146,6 +147,9 @@ class OpenSession:
     versions_at: int | None = None
     """The store's transaction up to which this session has learned the versions other clients
     wrote of its files (``ObjectStore.file_versions``, decision 0066)."""
+    versions_ahead: tuple[int | None, Callable[[], FileVersions]] | None = None
+    """A read of the file versions feed started ahead of the next assembly (the position it
+    asks from, and its result: ``TrackSources.look_ahead``, decision 0089)."""
     lock: threading.RLock = attrs.field(factory=threading.RLock)
     render_cache: RenderCache = attrs.field(factory=RenderCache)
     """What assembly rendered last time; told about every object whose version changes."""

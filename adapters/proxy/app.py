@@ -473,6 +473,9 @@ class Proxy:
             self._record_logged(turn)
 
         def prepare() -> IngestResult:
+            # The store read assembling makes goes out now, and is answered while the ingest
+            # runs (decision 0089).
+            self.service.look_ahead(turn.session_id)
             return self._ingest(turn, hand)
 
         commit = asyncio.ensure_future(anyio.to_thread.run_sync(prepare))
