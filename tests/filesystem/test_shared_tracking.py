@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 
