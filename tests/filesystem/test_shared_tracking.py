@@ -155,7 +155,7 @@ def test_a_read_started_ahead_is_the_next_assemblys(
     first = make_fs_service(track=False)
     second = make_fs_service(track=False)
     store = first.store
-    store.reads_wait = True  # type: ignore[misc]  # as a database server's: on a thread
+    store.reads_wait = True  # as a database server's: on a thread
     first.start_session(f"{ns}one")
     second.start_session(f"{ns}two")
     oid = first.index_file(f"{ns}one", str(path)).object_id
