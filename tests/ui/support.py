@@ -46,6 +46,10 @@ class Workbench:
     produced: dict[str, list[str]] = attrs.field(factory=dict)
     """What each tool command returned to the agent each time it ran, byte for byte."""
     agent: Agent | None = None
+    before: frozenset[str] = frozenset()
+    """The sessions the store held before this bench's agent started (a shared XTDB node holds
+    other tests' sessions too)."""
+    own: str | None = None
 
     @property
     def ui(self) -> str:
@@ -68,12 +72,14 @@ class Workbench:
         with httpx.Client() as client:
             for _ in range(count):
                 self.agent.step(client)
+                if self.own is None:
+                    self.own = new_session(self.service, self.before)
 
     @property
     def session_id(self) -> str:
         """The session of the test's agent (an Anthropic client: ``anthropic.<digest>``)."""
-        (session_id,) = [s for s in self.service.sessions() if s.startswith("anthropic.")]
-        return session_id
+        assert self.own is not None, "the agent has not started"
+        return self.own
 
     def another_session(self, steps: int) -> None:
         """A second agent, of another API, for a few model calls."""
@@ -87,6 +93,14 @@ class Workbench:
         with httpx.Client() as client:
             for _ in range(steps):
                 other.step(client)
+
+
+def new_session(service: ContextService, before: frozenset[str]) -> str:
+    """The one Anthropic session the store holds that it did not hold in ``before``."""
+    (session_id,) = [
+        sid for sid in service.sessions() if sid.startswith("anthropic.") and sid not in before
+    ]
+    return session_id
 
 
 def script() -> Any:
@@ -109,6 +123,20 @@ def script() -> Any:
     return answer
 
 
+def scripted_config(upstream: str, workspace: Path, token: str | None = None) -> ProxyConfig:
+    """The proxy's settings for the scripted model: both APIs to it, a small relevance budget so
+    that a short session already collapses outputs."""
+    return ProxyConfig(
+        upstream_anthropic=upstream,
+        upstream_openai=upstream + "/v1",
+        cwd=str(workspace),
+        roots=(str(workspace),),
+        policy="relevance",
+        policy_options={"trigger_tokens": 600, "clear_at_least": 100, "keep_recent": 1},
+        token=token,
+    )
+
+
 @contextlib.contextmanager
 def workbench(store: ObjectStore, workspace: Path) -> Iterator[Workbench]:
     """A proxy (with the inspector) between the test's agent and the scripted model."""
@@ -119,18 +147,13 @@ def workbench(store: ObjectStore, workspace: Path) -> Iterator[Workbench]:
     inspector = Inspector(service)
     model = ScriptedModel(script())
     with serve_in_thread(model.app) as upstream:
-        config = ProxyConfig(
-            upstream_anthropic=upstream,
-            upstream_openai=upstream + "/v1",
-            cwd=str(workspace),
-            roots=(str(workspace),),
-            policy="relevance",
-            policy_options={"trigger_tokens": 600, "clear_at_least": 100, "keep_recent": 1},
-        )
+        config = scripted_config(upstream, workspace)
         proxy = Proxy(service, config, ui=inspector.app)
         try:
             with serve_in_thread(proxy.app) as base:
-                bench = Workbench(service, inspector, model, base, workspace)
+                bench = Workbench(
+                    service, inspector, model, base, workspace, before=frozenset(service.sessions())
+                )
                 bench.agent = Agent(
                     "anthropic",
                     base,
@@ -195,15 +218,7 @@ def front_of(stores: Sequence[ObjectStore], workspace: Path, shared: bool) -> It
             service = build_service(store=store, workspace=str(workspace), track=False)
             stack.callback(service.close)
             services.append(service)
-            config = ProxyConfig(
-                upstream_anthropic=upstream,
-                upstream_openai=upstream + "/v1",
-                cwd=str(workspace),
-                roots=(str(workspace),),
-                policy="relevance",
-                policy_options={"trigger_tokens": 600, "clear_at_least": 100, "keep_recent": 1},
-                token=SECRET,
-            )
+            config = scripted_config(upstream, workspace, token=SECRET)
             inspector = Inspector(service, behind_front=True)
             proxy = Proxy(service, config, ui=inspector.app)
             workers.append(stack.enter_context(serve_in_thread(proxy.app)))
