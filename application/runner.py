@@ -41,6 +41,7 @@ from selfctx.application.ports.store import (
     ConflictError,
     Document,
     Expect,
+    FileVersions,
     ObjectStore,
     Receipt,
     StoreError,
@@ -75,6 +76,7 @@ __all__ = [
     "Contention",
     "OpenSession",
     "Reads",
+    "Rider",
     "SessionRunner",
     "as_stored",
 ]
@@ -145,6 +147,9 @@ class OpenSession:
     versions_at: int | None = None
     """The store's transaction up to which this session has learned the versions other clients
     wrote of its files (``ObjectStore.file_versions``, decision 0066)."""
+    versions_ahead: tuple[int | None, Callable[[], FileVersions]] | None = None
+    """A read of the file versions feed started ahead of the next assembly (the position it
+    asks from, and its result: ``TrackSources.look_ahead``, decision 0089)."""
     lock: threading.RLock = attrs.field(factory=threading.RLock)
     render_cache: RenderCache = attrs.field(factory=RenderCache)
     """What assembly rendered last time; told about every object whose version changes."""
@@ -389,6 +394,19 @@ class BatchProgress:
     before the commit may differ from what is stored."""
 
 
+@attrs.frozen
+class Rider:
+    """Documents that go with a batch's transaction without being a command of the session
+    (a request's record, decision 0089): committed with the batch's commands, or not at all.
+    ``landed`` is called once they are committed; when the store refuses the transaction they
+    are dropped (the commands are executed again one by one, ``BatchProgress.redone`` says so,
+    and whoever attached them writes them again if it still wants them)."""
+
+    puts: tuple[Document, ...]
+    expect: tuple[Expect, ...]
+    landed: Callable[[], None]
+
+
 @attrs.define
 class _Batch:
     """Commands a batch decided and the session moved on by, not yet committed
@@ -411,6 +429,8 @@ class _Batch:
     checks: list[Callable[[], None]] = attrs.field(factory=list)
     """What to check when the store refuses the transaction, before the commands are executed
     again one by one (:meth:`SessionRunner.batch`)."""
+    riders: list[Rider] = attrs.field(factory=list)
+    """Documents committed with the next transaction (:meth:`SessionRunner.ride`)."""
 
     @classmethod
     def of(cls, session: OpenSession) -> _Batch:
@@ -458,6 +478,9 @@ class _Batch:
                     expect.append(condition)
             puts += prepared.puts
             written.update(str(doc["xt/id"]) for doc in prepared.puts)
+        for rider in self.riders:
+            expect += rider.expect
+            puts += rider.puts
         return puts, expect
 
     def roll_back(self, session: OpenSession) -> None:
@@ -873,6 +896,20 @@ class SessionRunner:
             batch, session.batch = session.batch, None
             self._flush(session, batch)
 
+    def ride(self, session: OpenSession, rider: Rider) -> bool:
+        """Commit ``rider`` with the transaction of the batch open on ``session`` (the caller
+        holds its lock); False when no batch is open (nothing is attached)."""
+        batch = session.batch
+        if batch is None:
+            return False
+        written = {str(doc["xt/id"]) for doc in rider.puts}
+        if batch.writes & written or any(
+            written & {str(doc["xt/id"]) for doc in r.puts} for r in batch.riders
+        ):
+            return False  # a document the transaction already writes: not twice in one
+        batch.riders.append(rider)
+        return True
+
     def _execute_batched(
         self, session: OpenSession, batch: _Batch, build: CommandBuilder
     ) -> tuple[e.Event, ...]:
@@ -900,9 +937,10 @@ class SessionRunner:
 
     def _flush(self, session: OpenSession, batch: _Batch) -> None:
         """Commit what ``batch`` holds, in one transaction; the batch is empty afterwards."""
-        if not batch.pending:
+        if not batch.pending and not batch.riders:
             return
         builds = list(batch.builds)
+        riders = list(batch.riders)
         puts, expect = batch.transaction()
         try:
             self.store.commit(puts, expect)
@@ -929,6 +967,8 @@ class SessionRunner:
             raise
         batch.progress.committed = batch.progress.done
         batch.restart(session)
+        for rider in riders:
+            rider.landed()
 
     # -- pipelining ------------------------------------------------------------------------
 

@@ -211,6 +211,7 @@ class ContextService:
         """Stop tracking (changes already seen are still written). Sessions stay stored."""
         if self.tracker is not None:
             self.tracker.close()
+        self._tracking.close()
         if self._search is not None:
             self._search.index.close()
 
@@ -392,6 +393,15 @@ class ContextService:
         with session.lock:
             self._tracking.learn(session)
             return self._assemble(session)
+
+    def look_ahead(self, session_id: str) -> None:
+        """Start, in the background, the store read the session's next :meth:`assemble` makes
+        (the file versions other clients wrote since: decision 0066), so that it overlaps the
+        caller's work before it (an ingest, say; decision 0089). A no-op on a store whose reads
+        are this process's own work."""
+        session = self._open(session_id)
+        with session.lock:
+            self._tracking.look_ahead(session)
 
     def compact(self, session_id: str) -> CompactionReport | None:
         """Compact the chat's older turns now, whatever the trigger and however little it saves
@@ -579,7 +589,10 @@ class ContextService:
         """Record that ``context`` (just assembled) is being sent to the model: its size by
         part, the prefix it shares with the session's previous request, a digest, and what the
         caller knows (``facts``: client, model, the naive request). One small commit; the
-        context itself is rebuilt from the log when asked for (``context_at``)."""
+        context itself is rebuilt from the log when asked for (``context_at``). Inside a
+        :meth:`batch` of the session the record is part of the batch's transaction instead: it
+        is written when the batch commits, and not at all when the store refuses that
+        transaction (the batch's progress says ``redone``; decision 0089)."""
         session = self._open(session_id)
         with session.lock:
             count = self._assemble.counter(session)

@@ -141,3 +141,52 @@ def test_what_a_batch_decided_before_an_error_is_kept(
     assert progress.committed == 1
     assert not progress.redone
     assert entries(store, sid)[-1][1] == "RecordAssistantMessage"
+
+
+def test_a_request_recorded_in_a_batch_is_committed_with_it(
+    service: ContextService, store: WrappedStore, sid: str, make_service: MakeService
+) -> None:
+    """Decision 0089: the record goes with the batch's transaction, written at its end."""
+    a_turn(service, sid, 1)
+    service.record_request(sid, service.assemble(sid))  # on its own: a commit
+    before = store.commits
+    with service.batch(sid):
+        a_turn(service, sid, 2, "x = 2\n")
+        record = service.record_request(sid, service.assemble(sid))
+        assert len(service.requests(sid)) == 1  # not before the batch commits
+    assert store.commits == before + 1
+    assert record.seq == service.log_position(sid)
+    assert [r.n for r in service.requests(sid)] == [1, 2]
+    records = store.history(f"requests:{sid}")
+    entry = store.history(f"log:{sid}:{record.seq:09d}")
+    assert records[-1].tx_id == entry[-1].tx_id
+    # the next record follows it (the meter moved on when the batch committed)
+    assert service.record_request(sid, service.assemble(sid)).n == 3
+    other = make_service()
+    assert [r.n for r in other.requests(sid)] == [1, 2, 3]
+
+
+def test_a_record_refused_with_its_batch_is_not_written(
+    service: ContextService, store: WrappedStore, sid: str, make_service: MakeService
+) -> None:
+    a_turn(service, sid, 1)
+    other = make_service()
+    other.resume_session(sid)
+    fired: list[bool] = []
+
+    def another_record() -> None:  # once, just before the batch's transaction
+        if not fired:
+            fired.append(True)
+            other.record_request(sid, other.assemble(sid))
+
+    store.on_commit = another_record
+    with service.batch(sid) as progress:
+        a_turn(service, sid, 2, "x = 2\n")
+        service.record_request(sid, service.assemble(sid))
+    store.on_commit = None
+    assert progress.redone
+    assert [r.n for r in service.requests(sid)] == [1]  # the other writer's alone
+    log = entries(store, sid)
+    assert [c for _, c in log].count("RecordToolCall") == 2
+    # the caller records again what it then sends; it follows the other writer's
+    assert service.record_request(sid, service.assemble(sid)).n == 2

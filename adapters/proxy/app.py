@@ -467,14 +467,16 @@ class Proxy:
         def hand() -> None:  # in the thread, inside the ingest's transaction
             content = self._content(turn)
             loop.call_soon_threadsafe(_resolve, ready, content)
+            # The request's record (decision 0055) goes in the same transaction as what it was
+            # built from (decision 0089): one commit per request. Should the store refuse that
+            # transaction, neither is written and ``_settled`` records the request sent.
+            self._record_logged(turn)
 
         def prepare() -> IngestResult:
-            result = self._ingest(turn, hand)
-            if not result.redone:
-                # The request's record (decision 0055), after what it was built from (a page
-                # of the inspector reads the store as of the record's transaction).
-                self._record_logged(turn)
-            return result
+            # The store read assembling makes goes out now, and is answered while the ingest
+            # runs (decision 0089).
+            self.service.look_ahead(turn.session_id)
+            return self._ingest(turn, hand)
 
         commit = asyncio.ensure_future(anyio.to_thread.run_sync(prepare))
         try:
@@ -618,8 +620,8 @@ class Proxy:
         it). The request's record is written meanwhile (``_recording``), and what the client's
         conversation added is committed (``turn.commit``): the answer waits for both."""
         commit, turn.commit = turn.commit, None
-        # With a commit under way, its thread writes the record after it (``_prepare``): a
-        # second thread writing it meanwhile would put it before what it was built from.
+        # With a commit under way, the record is in its transaction (``_prepare``): a second
+        # thread writing it meanwhile would put it before what it was built from.
         recording = None
         if commit is None and turn.recorded is not None:
             recording = asyncio.ensure_future(self._recording(turn))

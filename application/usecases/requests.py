@@ -23,7 +23,7 @@ from selfctx.application.requests import (
     request_document,
     requests_id,
 )
-from selfctx.application.runner import OpenSession
+from selfctx.application.runner import OpenSession, Rider
 from selfctx.application.usecases.base import Deps
 from selfctx.domain.inline import handle
 from selfctx.domain.objects import ToolcallObject
@@ -55,7 +55,9 @@ class RecordRequest:
         facts: RequestFacts,
         count: Callable[[str], int],
     ) -> RequestRecord:
-        """Record ``context`` as the session's next request (the caller holds its lock)."""
+        """Record ``context`` as the session's next request (the caller holds its lock). In a
+        batch (``SessionRunner.batch``) the record goes with the batch's transaction: written
+        with it, or, when the store refuses it, not at all (``BatchProgress.redone``)."""
         store = self._deps.runner.store
         doc_id = requests_id(session.session_id)
         with self._guard:
@@ -74,8 +76,9 @@ class RecordRequest:
         )
         marks = self._marks(session, meter.last)
         at = self._deps.runner.clock.now()
-        for _attempt in range(_ATTEMPTS):
-            record = meter.next_record(
+
+        def record_of() -> RequestRecord:
+            return meter.next_record(
                 at=at,
                 seq=session.seq,
                 facts=facts,
@@ -86,6 +89,20 @@ class RecordRequest:
                 marks=marks,
                 lines=meter.lines,
             )
+
+        if session.batch is not None:
+            # In a batch: the record goes with the batch's transaction (decision 0089).
+            record = record_of()
+            doc = request_document(session.session_id, record)
+            rider = Rider(
+                (doc,),
+                (Expect(doc_id, previous),),
+                lambda: self._kept(session, meter, record, doc),
+            )
+            if self._deps.runner.ride(session, rider):
+                return record
+        for _attempt in range(_ATTEMPTS):
+            record = record_of()
             doc = request_document(session.session_id, record)
             try:
                 store.commit([doc], [Expect(doc_id, previous)])
@@ -93,14 +110,20 @@ class RecordRequest:
                 previous = store.get(doc_id)  # another writer recorded a request of this session
                 meter.keep_last(_record(previous))
                 continue
-            meter.keep_last(record)
-            meter.lines_recorded()
-            del session.marks[: sum(1 for m in session.marks if m.seq <= record.seq)]
-            session.marks_from = max(session.marks_from, record.seq)
-            with self._guard:
-                self._meters[session.session_id] = (meter, doc)
+            self._kept(session, meter, record, doc)
             return record
         raise ConflictError([doc_id])
+
+    def _kept(
+        self, session: OpenSession, meter: RequestMeter, record: RequestRecord, doc: Document
+    ) -> None:
+        """``record`` (as ``doc``) is committed: the meter and the session move past it."""
+        meter.keep_last(record)
+        meter.lines_recorded()
+        del session.marks[: sum(1 for m in session.marks if m.seq <= record.seq)]
+        session.marks_from = max(session.marks_from, record.seq)
+        with self._guard:
+            self._meters[session.session_id] = (meter, doc)
 
     def _marks(self, session: OpenSession, last: RequestRecord | None) -> tuple[Mark, ...] | None:
         """The marks since the previous request: those the session kept as it folded its log,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
 import attrs
@@ -73,6 +74,8 @@ class TrackSources:
         self._lock = threading.Lock()
         self._watched: dict[str, Source] = {}
         """Object id -> the source watched for it."""
+        self._ahead: ThreadPoolExecutor | None = None
+        """The threads of :meth:`look_ahead`'s reads, started on first use."""
 
     # -- watching -----------------------------------------------------------------------------
 
@@ -219,7 +222,11 @@ class TrackSources:
         versions that are new to the session. Returns the ids adopted. The caller holds the
         session's lock."""
         store = self._deps.runner.store
-        feed = store.file_versions(session.versions_at)
+        ahead, session.versions_ahead = session.versions_ahead, None
+        if ahead is not None and ahead[0] == session.versions_at:
+            feed = ahead[1]()  # asked before, from where the session still is
+        else:
+            feed = store.file_versions(session.versions_at)
         if not feed.supported:
             return ()
         objects = session.objects
@@ -254,6 +261,32 @@ class TrackSources:
                     adopted.append(version.id)
         session.versions_at = feed.position
         return tuple(adopted)
+
+    def look_ahead(self, session: OpenSession) -> None:
+        """Start the read of the file versions feed that the session's next :meth:`learn`
+        makes, on a thread of its own when the store's reads wait on another process, so that
+        it overlaps what the caller does first (decision 0089). The next ``learn`` takes it if
+        the session has not learned since; it then sees the versions written before this call,
+        as it would have seen those written before it was made. The caller holds the
+        session's lock."""
+        store = self._deps.runner.store
+        if not store.reads_wait:
+            return
+        with self._lock:
+            if self._ahead is None:
+                self._ahead = ThreadPoolExecutor(2, thread_name_prefix="selfctx-ahead")
+            position = session.versions_at
+            session.versions_ahead = (
+                position,
+                self._ahead.submit(store.file_versions, position).result,
+            )
+
+    def close(self) -> None:
+        """Let the reads started ahead end."""
+        with self._lock:
+            ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.shutdown(wait=True, cancel_futures=True)
 
     def _adopt(self, latest: dict[str, FileObject]) -> None:
         """Every open session holding one of these objects learns its latest version."""

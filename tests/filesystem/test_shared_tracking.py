@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -140,4 +141,49 @@ def test_a_session_learns_versions_other_clients_wrote_before_it_assembles(
     second.index_file(f"{ns}two", str(path), wrote=True)
     assert _line(first, f"{ns}one", oid).endswith("char_count=11")
     assert first.object(f"{ns}one", oid).content == "theirs now\n"
+    os.remove(path)
+
+
+def test_a_read_started_ahead_is_the_next_assemblys(
+    make_fs_service: MakeFsService, workspace: Path, ns: str
+) -> None:
+    """``look_ahead`` starts the read of the versions feed that the next assembly makes
+    (decision 0089): the assembly takes it, and learns what was written before it; what is
+    written after it is learned by the assembly after."""
+    path = workspace / "other.py"
+    write(path, "mine\n")
+    first = make_fs_service(track=False)
+    second = make_fs_service(track=False)
+    store = first.store
+    store.reads_wait = True  # as a database server's: on a thread
+    first.start_session(f"{ns}one")
+    second.start_session(f"{ns}two")
+    oid = first.index_file(f"{ns}one", str(path)).object_id
+    second.index_file(f"{ns}two", str(path))
+    asked: list[int | None] = []
+    feed = store.file_versions
+
+    def counted(after_tx_id: int | None) -> Any:
+        asked.append(after_tx_id)
+        return feed(after_tx_id)
+
+    store.file_versions = counted  # type: ignore[method-assign]
+    first.look_ahead(f"{ns}one")
+    eventually(lambda: len(asked) == 1, "the read started ahead")
+    write(path, "theirs now\n")
+    second.index_file(f"{ns}two", str(path), wrote=True)
+    line = _line(first, f"{ns}one", oid)
+    assert len(asked) == 1  # the assembly took the read started ahead: nothing more asked
+    assert line.endswith("char_count=5")  # written after it: the next assembly learns it
+    assert _line(first, f"{ns}one", oid).endswith("char_count=11")
+    assert len(asked) == 2
+    write(path, "third\n")
+    second.index_file(f"{ns}two", str(path), wrote=True)
+    first.look_ahead(f"{ns}one")
+    eventually(lambda: len(asked) == 3, "the second read started ahead")
+    assert _line(first, f"{ns}one", oid).endswith("char_count=6")  # written before it
+    assert len(asked) == 3
+    assert first.object(f"{ns}one", oid).content == "third\n"
+    first.assemble(f"{ns}one")  # a read started ahead is taken once
+    assert len(asked) == 4
     os.remove(path)

@@ -117,7 +117,7 @@ def test_a_store_that_fails_meanwhile_gives_the_answer_to_the_clients_own_reques
             talk.send(client)
             sid = next(iter(proxy.sessions.items()))
             before = len(model.requests)
-            store.fail_commits = 2  # this request's record and the commit of what it adds
+            store.fail_commits = 1  # the commit of what this request adds, with its record
             own = json.loads(json.dumps(talk.body()))
             talk.send(client)
             sent = [r.body for r in model.requests[before:]]
@@ -177,3 +177,75 @@ def test_a_commit_refused_for_another_writer_sends_the_request_again(tmp_path: P
         assert sum(1 for m in notes if m.text == note) == 1
     finally:
         service.close()
+
+
+def test_a_request_and_its_record_are_one_transaction(tmp_path: Path) -> None:
+    """What a request adds and the request's record are committed together (decision 0089):
+    one commit per request, holding the session's log entry and the record."""
+    store = WrappedStore(MemoryStore())
+    steps = [bash(f"echo {n}") for n in range(4)]
+    with scripted(steps) as (_model, up), proxy_for(up, tmp_path, store) as (proxy, base):
+        talk = Conversation(base)
+        with httpx.Client() as client:
+            talk.send(client)
+            sid = next(iter(proxy.sessions.items()))
+            before = store.commits
+            for _ in range(3):
+                talk.send(client)
+            commits = store.committed[before:]
+            records = proxy.service.requests(sid)
+    assert len(commits) == 3
+    for docs in commits:
+        ids = [str(d["xt/id"]) for d in docs]
+        assert f"requests:{sid}" in ids
+        assert any(i.startswith(f"log:{sid}:") for i in ids)
+    assert [r.n for r in records] == [1, 2, 3, 4]
+    # each record names the position of the log its transaction ends at
+    entries = [str(d["xt/id"]) for d in commits[-1] if str(d["xt/id"]).startswith("log:")]
+    assert records[-1].seq == max(int(i.rsplit(":", 1)[1]) for i in entries)
+
+
+def test_a_record_refused_with_its_transaction_is_written_after_it(tmp_path: Path) -> None:
+    """Another writer recorded a request of the session first: the request's transaction is
+    refused, its commands are made again, the request built again is the one sent, so the
+    answer stands, and the record is written on its own (decision 0089)."""
+    inner = MemoryStore()
+    store = WrappedStore(inner)
+    other = build_service(store=inner, workspace=str(tmp_path))
+    steps = [bash(f"echo {n}") for n in range(5)]
+    sid = ""
+
+    def another_record_first() -> None:  # beside the proxy's commit for the request, once
+        store.on_commit = None
+        done = threading.Event()
+
+        def write() -> None:
+            other.resume_session(sid)
+            other.record_request(sid, other.assemble(sid))
+            done.set()
+
+        threading.Thread(target=write).start()
+        assert done.wait(10)
+
+    try:
+        with scripted(steps) as (model, up), proxy_for(up, tmp_path, store) as (proxy, base):
+            talk = Conversation(base)
+            with httpx.Client() as client:
+                talk.send(client)
+                talk.send(client)
+                sid = next(iter(proxy.sessions.items()))
+                before = len(model.requests)
+                store.on_commit = another_record_first
+                talk.send(client)
+                sent = len(model.requests) - before
+                talk.send(client)
+            records = proxy.service.requests(sid)
+    finally:
+        other.close()
+    assert sent == 1  # the answer stood: the request was not sent again
+    assert sum(1 for m in talk.messages if m["role"] == "tool") == 4
+    # the proxy's two, the other writer's, then the proxy's third and fourth
+    assert len(records) == 5
+    assert [r.n for r in records] == [1, 2, 3, 4, 5]
+    assert [r.facts.client is None for r in records] == [False, False, True, False, False]
+    assert _commands(inner, tmp_path, sid) == [f"echo {n}" for n in range(3)]
