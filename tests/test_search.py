@@ -309,3 +309,37 @@ def test_text_with_lone_surrogates_is_indexed_and_found(service: ContextService)
     assert hit.object_id == "tc-sur" and "before \ufffd after" in hit.snippet
     # A query holding one is read by the same rule.
     assert [h.object_id for h in service.search("\ud800 after", session_id="s1")] == ["tc-sur"]
+
+
+def test_a_damaged_log_entry_of_another_session_leaves_search_working(
+    make_service: MakeService, store: WrappedStore
+) -> None:
+    """Entries no version of this project wrote (no list of events, events that are not
+    objects, a message that is not one) index nothing; every other session is still found."""
+    store.commit(
+        [
+            {"xt/id": "log:damaged:1", "type": "session_log", "session_id": "damaged", "seq": 1},
+            {
+                "xt/id": "log:damaged:2",
+                "type": "session_log",
+                "session_id": "damaged",
+                "seq": 2,
+                "events": {
+                    "list": [
+                        "not an event",
+                        {"event": "AssistantMessageRecorded", "message": "not a message"},
+                        {
+                            "event": "AssistantMessageRecorded",
+                            "message": {"text": "lexer", "tool_calls": "none"},
+                        },
+                    ]
+                },
+            },
+            {"xt/id": "file:damaged", "type": "file", "source": "not a source", "content": "x"},
+        ]
+    )
+    service = make_service()
+    _session(service)
+    service.record_user_message("s1", "the lexer again")
+    hits = service.search("lexer", session_id="s1")
+    assert [(h.session_id, h.role) for h in hits] == [("s1", "user")]

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from selfctx.application.persistence import LOG_TYPE, entry_events
+from selfctx.domain.errors import InvalidInput
 from selfctx.application.ports.search import (
     Encounter,
     IndexBatch,
@@ -79,6 +80,10 @@ class _Turns:
 _SHOWN: Final = {"ObjectEncountered": "met", "ObjectActivated": "on", "ObjectDeactivated": "off"}
 
 
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _log_entries(
     doc: Mapping[str, Any], tx_id: int, turns: _Turns, out: list[SearchEntry], shown: list[Shown]
 ) -> tuple[list[Membership], dict[str, int]]:
@@ -89,10 +94,16 @@ def _log_entries(
     seq = doc.get("seq")
     if not isinstance(session_id, str) or not isinstance(seq, int):
         return [], {}
+    try:
+        events = entry_events(doc)
+    except InvalidInput:  # damaged: its own session says so when opened; the others stay found
+        return [], {}
     chat_id = f"chat:{session_id}"
     members: list[Membership] = []
     toolcall_turns: dict[str, int] = {}
-    for event in entry_events(doc):
+    for event in events:
+        if not isinstance(event, Mapping):
+            continue
         name = event.get("event")
         change = _SHOWN.get(str(name))
         if change is not None and isinstance(event.get("object_id"), str):
@@ -113,9 +124,14 @@ def _log_entries(
                 )
             )
         elif name == "AssistantMessageRecorded":
-            message = event.get("message") or {}
+            message = event.get("message")
+            message = message if isinstance(message, Mapping) else {}
             text = str(message.get("text", ""))
-            calls = " ".join(str(c.get("name", "")) for c in message.get("tool_calls", ()))
+            calls = " ".join(
+                str(c.get("name", ""))
+                for c in _list(message.get("tool_calls"))
+                if isinstance(c, Mapping)
+            )
             turn = turns.current(session_id)
             if text or calls:
                 out.append(
@@ -173,7 +189,8 @@ def batch_of(changes: Iterable[Change], index: SearchIndex, after: int | None) -
                     )
                 )
             elif kind == "file":
-                source = doc.get("source") or {}
+                source = doc.get("source")
+                source = source if isinstance(source, Mapping) else {}
                 content = doc.get("content")
                 entries.append(
                     SearchEntry(
