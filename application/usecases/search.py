@@ -21,7 +21,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from selfctx.application.persistence import LOG_TYPE, entry_events
-from selfctx.domain.errors import InvalidInput
 from selfctx.application.ports.search import (
     Encounter,
     IndexBatch,
@@ -34,6 +33,7 @@ from selfctx.application.ports.search import (
     Shown,
 )
 from selfctx.application.ports.store import Change, ObjectStore
+from selfctx.domain.errors import InvalidInput
 
 __all__ = ["PAGE", "SearchHistory", "batch_of"]
 
