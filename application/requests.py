@@ -439,6 +439,14 @@ class RequestRecords(Sequence[RequestRecord]):
         record = self._records[i]
         return record.lines if record is not None else _lines(_data(self._versions[i]).get("lines"))
 
+    def marks(self, i: int) -> tuple[Mark, ...] | None:
+        """``self[i].marks``, decoding only the marks of a record not decoded yet (the
+        collapses a request page explains are every record's marks)."""
+        if not 0 <= i < len(self._records):
+            raise IndexError(i)
+        record = self._records[i]
+        return record.marks if record is not None else _marks(_data(self._versions[i]).get("marks"))
+
     def marked(self) -> bool:
         """There is a record, and every one holds its marks (``record.marks is not None``)."""
         return bool(self._records) and all(

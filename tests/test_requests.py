@@ -18,6 +18,7 @@ from selfctx.adapters.tokenizer import EstimateTokenizer
 from selfctx.application.policies import policy_by_name
 from selfctx.application.ports.store import ObjectStore, Version
 from selfctx.application.requests import (
+    Mark,
     RequestFacts,
     RequestMeter,
     RequestRecords,
@@ -264,6 +265,35 @@ def test_lazy_records_give_a_records_lines_without_decoding_it() -> None:
     assert lazy.lines(3) is None
     with pytest.raises(IndexError):
         lazy.lines(4)
+
+
+def test_lazy_records_give_a_records_marks_without_decoding_it(monkeypatch: Any) -> None:
+    """``marks(i)`` is ``records[i].marks`` (kept, odd or absent), and decodes no record."""
+    from selfctx.application import requests as module
+
+    stored: list[Any] = [
+        [{"event": "ObjectDeactivated", "seq": 3, "object_id": "tc_1", "by": "policy"}],
+        [{"event": 5}, "x", {"event": "ChatCompacted", "seq": "7", "upto": 2}],
+        None,
+        [],
+    ]
+    docs = [
+        {"xt/id": "r", "type": "request_log", "n": k + 1, "record": {"seq": k, "marks": marks}}
+        for k, marks in enumerate(stored)
+    ]
+    versions = [Version(k, f"t{k}", d) for k, d in enumerate(docs)]
+    eager = [record_from_version(v) for v in versions]
+    decoded: list[Any] = []
+    monkeypatch.setattr(module, "record_from_version", lambda v: decoded.append(v))
+    lazy = RequestRecords(versions)
+    assert [lazy.marks(k) for k in range(4)] == [r.marks for r in eager if r is not None]
+    assert decoded == []
+    assert lazy.marks(0) == (Mark(3, "ObjectDeactivated", {"object_id": "tc_1", "by": "policy"}),)
+    assert lazy.marks(1) == (Mark(0, "ChatCompacted", {"upto": "2"}),) and lazy.marks(2) is None
+    lazy[3] = attrs.evolve(eager[3], marks=None)  # a decoded record answers for itself
+    assert lazy.marks(3) is None
+    with pytest.raises(IndexError):
+        lazy.marks(4)
 
 
 def test_a_record_keeps_the_collapsed_lines_it_sent_anew() -> None:

@@ -622,8 +622,9 @@ class SessionHistory:
                 return self.collapses
             if self._record_collapses is None or len(self.records) != self._collapses_of:
                 found: dict[str, list[Collapse]] = {}
-                for record in self.records:
-                    for mark in record.marks or ():
+                records = self.records
+                for i in range(len(records)):  # the marks only: no record decoded whole
+                    for mark in records.marks(i) or ():
                         if mark.event == "ObjectDeactivated" and "object_id" in mark.fields:
                             f = mark.fields
                             why = (f.get("by", ""), f.get("reason"), f.get("superseded_by"))
