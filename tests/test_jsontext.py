@@ -81,5 +81,5 @@ def test_the_parsed_value_is_walked_only_when_the_text_holds_19_digits(monkeypat
     }
     assert walked == []  # 18 digits at most: orjson reads every integer exactly
     assert loads(b'{"s": "1234567890123456789"}') == {"s": "1234567890123456789"}
-    assert loads('[12345678901234567890]') == [12345678901234567890]
+    assert loads("[12345678901234567890]") == [12345678901234567890]
     assert len(walked) == 2  # a run of 19 digits (in a string too): the value is walked
