@@ -27,7 +27,8 @@ _LOW = -(2.0**63)
 _HIGH = 2.0**64
 """orjson reads an integer in (-2**63, 2**64) as an integer, and a larger one as a float."""
 
-_LONG_DIGITS = (re.compile(rb"[0-9]{19}").search, re.compile(r"[0-9]{19}").search)
+_LONG_BYTES = re.compile(rb"[0-9]{19}")
+_LONG_TEXT = re.compile(r"[0-9]{19}")
 """A run of 19 digits in the text (bytes, str). Without one every integer literal has at most
 18 digits, inside the range orjson reads exactly, and the walk over the parsed value (about as
 long as the parse) is skipped: the text is searched in C at a fifth of the walk's cost."""
@@ -40,7 +41,8 @@ def loads(raw: bytes | str) -> Any:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return json.loads(raw)
-    if _LONG_DIGITS[type(raw) is str](raw) is None:
+    found = _LONG_TEXT.search(raw) if isinstance(raw, str) else _LONG_BYTES.search(raw)
+    if found is None:
         return value  # no integer literal of 19 digits or more: orjson read every number exactly
     if _large_float(value):  # an integer orjson may have read as a float
         return json.loads(raw)

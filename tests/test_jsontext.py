@@ -73,7 +73,12 @@ def test_the_parsed_value_is_walked_only_when_the_text_holds_19_digits(monkeypat
 
     walked: list[Any] = []
     walk = jsontext._large_float
-    monkeypatch.setattr(jsontext, "_large_float", lambda v: walked.append(v) or walk(v))
+
+    def counted(value: Any) -> bool:
+        walked.append(value)
+        return walk(value)
+
+    monkeypatch.setattr(jsontext, "_large_float", counted)
     assert loads('{"n": 999999999999999999, "f": 1e300, "s": "123456789012345678"}') == {
         "n": 10**18 - 1,
         "f": 1e300,

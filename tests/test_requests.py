@@ -290,7 +290,9 @@ def test_lazy_records_give_a_records_marks_without_decoding_it(monkeypatch: Any)
     assert decoded == []
     assert lazy.marks(0) == (Mark(3, "ObjectDeactivated", {"object_id": "tc_1", "by": "policy"}),)
     assert lazy.marks(1) == (Mark(0, "ChatCompacted", {"upto": "2"}),) and lazy.marks(2) is None
-    lazy[3] = attrs.evolve(eager[3], marks=None)  # a decoded record answers for itself
+    last = eager[3]
+    assert last is not None
+    lazy[3] = attrs.evolve(last, marks=None)  # a decoded record answers for itself
     assert lazy.marks(3) is None
     with pytest.raises(IndexError):
         lazy.marks(4)
