@@ -543,11 +543,16 @@ class ContextService:
         seq: int,
         *,
         on_snapshot: Callable[[SessionState], None] | None = None,
+        on_toolcalls: Callable[[Sequence[str]], None] | None = None,
     ) -> PastState:
         """The session as it was right after its ``seq``-th command, rebuilt from the store
         (``on_snapshot``: called with the stored snapshot it starts from, before the commands
-        after it are applied, so that a caller may read that state's objects meanwhile)."""
-        return self._state_at(validate_session_id(session_id), seq, on_snapshot)
+        after it are applied, so that a caller may read that state's objects meanwhile;
+        ``on_toolcalls``: called earlier still, with the snapshot's tool calls as soon as its
+        documents are read, before its state is built)."""
+        return self._state_at(
+            validate_session_id(session_id), seq, on_snapshot, on_toolcalls=on_toolcalls
+        )
 
     def context_at(
         self, session_id: str, seq: int, *, tx_id: int | None = None

@@ -365,11 +365,27 @@ class SessionHistory:
     def _rebuilt(self, seq: int) -> SessionState:
         """The state at ``seq`` rebuilt from the store (``ContextService.state_at``); the
         objects of the snapshot it starts from are read on a thread of their own meanwhile
-        (on XTDB the node reads them while this process reads and applies the log entries)."""
+        (on XTDB the node reads them while this process reads and applies the log entries):
+        its tool calls as soon as the snapshot's documents are read (while this process builds
+        its state), then the files the state shows."""
+        early: list[threading.Thread] = []
+
+        def read_calls(ids: Sequence[str]) -> None:
+            def read() -> None:
+                try:
+                    self._read_calls(ids)
+                except Exception:  # the page reads what it needs itself, and says why
+                    log.warning("session %s: reading ahead failed", self.session_id, exc_info=True)
+
+            thread = threading.Thread(target=read, daemon=True)
+            early.append(thread)
+            thread.start()
 
         def read_ahead(snapshot: SessionState) -> None:
             def read() -> None:
                 try:
+                    for thread in early:  # its tool calls first: none is read twice
+                        thread.join()
                     self._load_objects(snapshot, lean=True)
                 except Exception:  # the page reads what it needs itself, and says why
                     log.warning("session %s: reading ahead failed", self.session_id, exc_info=True)
@@ -377,7 +393,14 @@ class SessionHistory:
             threading.Thread(target=read, daemon=True).start()
 
         wait = self.service.store.reads_wait
-        past = self.service.state_at(self.session_id, seq, on_snapshot=read_ahead if wait else None)
+        past = self.service.state_at(
+            self.session_id,
+            seq,
+            on_snapshot=read_ahead if wait else None,
+            on_toolcalls=read_calls if wait else None,
+        )
+        for thread in early:  # what the caller reads next: none read twice
+            thread.join()
         with self._lock:
             self._txs[seq] = past.tx_id
         return past.state
@@ -416,17 +439,7 @@ class SessionHistory:
         read or named it.)"""
         kinds = state.kinds
         with self._loading:
-            with self._lock:
-                empty = not self._objects
-            if empty:
-                try:  # the objects of a session this process holds open: no need to read them
-                    held = self.service.open_objects(self.session_id)
-                except SessionNotFound:
-                    held = {}
-                with self._lock:
-                    for object_id, obj in held.items():
-                        if isinstance(obj, FileObject | ToolcallObject):
-                            self._objects[object_id] = obj
+            self._take_held()
             with self._lock:
                 # every indexed object has a kind; ``kinds[i]``, not Mapping's slower ``get``
                 calls = [
@@ -442,6 +455,33 @@ class SessionHistory:
                     named = [i for i in state.index if kinds[i] != "toolcall"]
                 files = [i for i in named if i not in self._objects]
             self._read(files)
+
+    def _take_held(self) -> None:
+        """Before the first read: take the objects of a session this process holds open (no
+        need to read them; the caller holds ``_loading``)."""
+        with self._lock:
+            empty = not self._objects
+        if empty:
+            try:
+                held = self.service.open_objects(self.session_id)
+            except SessionNotFound:
+                held = {}
+            with self._lock:
+                for object_id, obj in held.items():
+                    if isinstance(obj, FileObject | ToolcallObject):
+                        self._objects[object_id] = obj
+
+    def _read_calls(self, ids: Sequence[str]) -> None:
+        """Read the tool calls among ``ids`` that this history does not hold yet (what a
+        snapshot's chat names, before its state is built: anything else is skipped)."""
+        with self._loading:
+            self._take_held()
+            with self._lock:
+                wanted = [i for i in dict.fromkeys(ids) if i not in self._objects]
+            found = self.service.store.get_many(wanted) if wanted else {}
+            fresh = {i: _content_object(d) for i, d in found.items() if d.get("type") == "toolcall"}
+            with self._lock:
+                self._objects.update(fresh)
 
     def _read(self, ids: list[str]) -> None:
         """Read ``ids`` into this history (the caller holds ``_loading``)."""

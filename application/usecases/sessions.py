@@ -4,14 +4,14 @@ it was."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 import attrs
 
 from selfctx.application.persistence import decode_events, entry_events, log_entry_id
 from selfctx.application.ports.files import SourceMissing, SourceUnavailable
-from selfctx.application.runner import OpenSession, Reads
+from selfctx.application.runner import OpenSession, Reads, _Ahead
 from selfctx.application.usecases.base import Deps, observe_source
 from selfctx.application.usecases.collapse_seen import answered_earlier, sent_earlier
 from selfctx.domain.documents import from_document
@@ -26,6 +26,7 @@ from selfctx.domain.infrastructure import (
 from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
 from selfctx.domain.rendering import AssembledContext
 from selfctx.domain.session import commands as c
+from selfctx.domain.session.events import ToolCallRecorded
 from selfctx.domain.session.machine import fold, fold_many
 from selfctx.domain.session.state import INITIAL, CollapseWindow, PolicyConfig, SessionState
 
@@ -191,13 +192,19 @@ class StateAt:
         session_id: str,
         seq: int,
         on_snapshot: Callable[[SessionState], None] | None = None,
+        *,
+        on_toolcalls: Callable[[Sequence[str]], None] | None = None,
     ) -> PastState:
         """``on_snapshot``: called with the snapshot's state before the log entries after it are
-        folded into it (a caller may start reading that state's objects meanwhile)."""
+        folded into it (a caller may start reading that state's objects meanwhile);
+        ``on_toolcalls``: called with the snapshot's tool calls (those of its chat's turns and
+        the detached ones) as soon as its documents are read, before its state is built, and
+        with those the log entries after it record, before they are folded (the node reads
+        them meanwhile)."""
         if not isinstance(seq, int) or isinstance(seq, bool):
             raise InvalidInput("log position", seq, "must be an integer")
         store = self._deps.runner.store
-        fast = self._from_entry(session_id, seq, on_snapshot) if seq > 0 else None
+        fast = self._from_entry(session_id, seq, on_snapshot, on_toolcalls) if seq > 0 else None
         if fast is not None:
             return fast
         history = store.history(session_id_for(session_id))
@@ -231,6 +238,7 @@ class StateAt:
         session_id: str,
         seq: int,
         on_snapshot: Callable[[SessionState], None] | None = None,
+        on_toolcalls: Callable[[Sequence[str]], None] | None = None,
     ) -> PastState | None:
         """The state at ``seq`` from the snapshot in force when log entry ``seq`` was committed
         (one version, read as of that transaction) and the entries between them, read by id:
@@ -250,18 +258,28 @@ class StateAt:
         if snap_doc is None or int(snap_doc.get("seq", -1)) > seq:
             return None
         snap_seq = int(snap_doc["seq"])
-        session_obj = from_document(snap_doc)
-        chat_obj = from_document(chat_doc) if chat_doc is not None else None
-        if not isinstance(session_obj, SessionObject) or not isinstance(chat_obj, ChatObject):
-            return None
-        state = state_from_snapshot(session_obj, chat_obj)
-        if on_snapshot is not None:
-            on_snapshot(state)
         ids = [log_entry_id(session_id, k) for k in range(snap_seq + 1, seq + 1)]
-        found = store.get_many(ids)
+        # On a store whose reads wait on another process, the node reads the entries while
+        # this process builds the snapshot's state.
+        with _Ahead(store.reads_wait and bool(ids)) as ahead:
+            entries = ahead(store.get_many, ids)
+            session_obj = from_document(snap_doc)
+            chat_obj = from_document(chat_doc) if chat_doc is not None else None
+            if not isinstance(session_obj, SessionObject) or not isinstance(chat_obj, ChatObject):
+                return None
+            if on_toolcalls is not None:
+                on_toolcalls((*chat_obj.toolcall_refs, *session_obj.detached))
+            state = state_from_snapshot(session_obj, chat_obj)
+            if on_snapshot is not None:
+                on_snapshot(state)
+            found = entries()
         if len(found) != len(ids):
             return None
         events = [ev for i in ids for ev in decode_events(entry_events(found[i]))]
+        if on_toolcalls is not None:
+            later = [e.object_id for e in events if isinstance(e, ToolCallRecorded)]
+            if later:
+                on_toolcalls(later)
         state = fold_many(events, state)  # the same state as folding them one by one
         return PastState(state=state, seq=seq, tx_id=tx_id)
 
