@@ -435,3 +435,68 @@ def test_a_position_the_session_does_not_have_reads_no_snapshot(
         thread.join(10)
     assert not [i for i in asked if not i.startswith(("requests:", "log:"))]
     reader.close()
+
+
+def test_a_past_state_names_its_tool_calls_before_it_is_built(tmp_path: Path) -> None:
+    """On a store that waits on its reads, ``state_at(on_toolcalls=)`` hands over the
+    snapshot's tool calls before its state is built (before ``on_snapshot``), then those the
+    log entries after it record: every tool call of the state, and the same state as without."""
+    from selfctx.adapters.bench.ui import SESSION
+
+    store, work = _bench_session(tmp_path, 30, waits=True)
+    reader = build_service(store=store, workspace=str(work))
+    calls: list[tuple[str, tuple[str, ...]]] = []
+    checked = hooked = 0
+    for seq in range(3, 60, 4):
+        calls.clear()
+        past = reader.state_at(
+            SESSION,
+            seq,
+            on_snapshot=lambda s: calls.append(("snapshot", tuple(s.index))),
+            on_toolcalls=lambda ids: calls.append(("calls", tuple(ids))),
+        )
+        plain = reader.state_at(SESSION, seq)
+        assert past.state == plain.state and past.tx_id == plain.tx_id
+        if not calls:
+            continue  # no snapshot in force at that entry: the slower path calls neither
+        assert calls[0][0] == "calls" and calls[1][0] == "snapshot"
+        snapshot = set(calls[1][1])
+        named = [i for kind, ids in calls if kind == "calls" for i in ids]
+        kinds = past.state.kinds
+        toolcalls = {i for i in past.state.index if kinds[i] == "toolcall"}
+        assert toolcalls <= set(named) and set(calls[0][1]) <= snapshot
+        hooked += 1
+        checked += len(calls) > 2  # entries after the snapshot recorded tool calls
+    assert hooked > 8 and checked > 3
+    reader.close()
+
+
+def test_a_page_reads_each_object_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request's page and a log position's page, cold, on a store that waits on its reads:
+    the tool calls read ahead (as soon as the snapshot is read) are not read again."""
+    import threading
+    from collections import Counter
+
+    from selfctx.adapters.bench.ui import SESSION
+    from selfctx.adapters.ui import views
+
+    store, work = _bench_session(tmp_path, 30, waits=True)
+    reader = build_service(store=store, workspace=str(work))
+    asked: Counter[str] = Counter()
+    get_many = _WaitingStore.get_many
+
+    def spy(self: MemoryStore, ids: object) -> object:
+        asked.update(ids)  # type: ignore[arg-type]
+        return get_many(self, ids)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_WaitingStore, "get_many", spy)
+    for n, seq in ((30, None), (15, None), (None, 31), (None, 7)):
+        asked.clear()
+        before = set(threading.enumerate())
+        view = views.request_view(reader, Sessions(reader), SESSION, n=n, seq=seq)
+        for thread in set(threading.enumerate()) - before:  # reads ahead that came late too
+            thread.join(10)
+        assert view.items
+        assert asked and [i for i, k in asked.items() if k > 1] == [], (n, seq)
+        assert any(i.startswith("tc_") for i in asked)
+    reader.close()
