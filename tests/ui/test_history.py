@@ -485,9 +485,9 @@ def test_a_page_reads_each_object_once(tmp_path: Path, monkeypatch: pytest.Monke
     asked: Counter[str] = Counter()
     get_many = _WaitingStore.get_many
 
-    def spy(self: MemoryStore, ids: object) -> object:
-        asked.update(ids)  # type: ignore[arg-type]
-        return get_many(self, ids)  # type: ignore[arg-type]
+    def spy(self: _WaitingStore, ids: list[str]) -> object:
+        asked.update(ids)
+        return get_many(self, ids)
 
     monkeypatch.setattr(_WaitingStore, "get_many", spy)
     for n, seq in ((30, None), (15, None), (None, 31), (None, 7)):
