@@ -66,25 +66,3 @@ def test_the_memory_store_gives_back_integers_beyond_64_bits() -> None:
     read = store.get("n")
     assert read == doc and isinstance(read["big"], int) and isinstance(read["f"], float)
     assert [v.document for v in store.history("n")] == [doc]
-
-
-def test_the_parsed_value_is_walked_only_when_the_text_holds_19_digits(monkeypatch: Any) -> None:
-    from selfctx.adapters import jsontext
-
-    walked: list[Any] = []
-    walk = jsontext._large_float
-
-    def counted(value: Any) -> bool:
-        walked.append(value)
-        return walk(value)
-
-    monkeypatch.setattr(jsontext, "_large_float", counted)
-    assert loads('{"n": 999999999999999999, "f": 1e300, "s": "123456789012345678"}') == {
-        "n": 10**18 - 1,
-        "f": 1e300,
-        "s": "123456789012345678",
-    }
-    assert walked == []  # 18 digits at most: orjson reads every integer exactly
-    assert loads(b'{"s": "1234567890123456789"}') == {"s": "1234567890123456789"}
-    assert loads("[12345678901234567890]") == [12345678901234567890]
-    assert len(walked) == 2  # a run of 19 digits (in a string too): the value is walked
