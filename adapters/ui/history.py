@@ -137,6 +137,8 @@ class SessionHistory:
         self._refreshing = threading.Lock()
         self._loading = threading.Lock()
         """Held while objects are read, so that two pages do not read the same ones."""
+        self._calls_of: object = None
+        """The index (of a state) whose every tool call has been read."""
 
     def refresh(self, *, n: int | None = None, seq: int | None = None) -> SessionHistory:
         """Read what the records gained since the last call (their latest version; their
@@ -442,10 +444,14 @@ class SessionHistory:
             self._take_held()
             with self._lock:
                 # every indexed object has a kind; ``kinds[i]``, not Mapping's slower ``get``
-                calls = [
-                    i for i in state.index if kinds[i] == "toolcall" and i not in self._objects
-                ]
+                calls = (
+                    [i for i in state.index if kinds[i] == "toolcall" and i not in self._objects]
+                    if self._calls_of is not state.index
+                    else []
+                )
             self._read(calls)
+            with self._lock:  # the next look at the same state (a page's) skips the walk
+                self._calls_of = state.index
             with self._lock:
                 if state.policy.inline_layout:
                     named = _files_named(
