@@ -24,7 +24,7 @@ from selfctx.adapters.harness.render import to_anthropic, to_openai
 from selfctx.application.persistence import entry_events
 from selfctx.application.ports.store import ObjectStore
 from selfctx.application.service import ContextService
-from selfctx.domain.errors import InvalidInput, SessionNotFound
+from selfctx.domain.errors import InvalidInput, SelfContextError, SessionNotFound
 
 _HASHES = ("identity_hash", "object_hash", "content_hash", "metadata_hash", "file_hash")
 
@@ -74,8 +74,12 @@ def _sessions(args: argparse.Namespace) -> int:
     service = _service(args.store)
     rows: list[dict[str, Any]] = []
     for session_id in service.sessions():
-        position = last_position(service, session_id)
-        state = service.state_at(session_id, position).state
+        try:
+            position = last_position(service, session_id)
+            state = service.state_at(session_id, position).state
+        except SelfContextError as exc:  # one damaged session does not hide the others
+            rows.append({"session": session_id, "error": {"kind": exc.kind, "message": str(exc)}})
+            continue
         rows.append(
             {
                 "session": session_id,
@@ -88,7 +92,7 @@ def _sessions(args: argparse.Namespace) -> int:
         )
     if args.json:
         print(json.dumps(rows))
-        return 0
+        return 1 if any("error" in r for r in rows) else 0
     if not rows:
         print("no sessions in this store")
         return 0
@@ -97,11 +101,14 @@ def _sessions(args: argparse.Namespace) -> int:
         f"{'session':<{width}} {'turns':>6} {'log':>6} {'objects':>8} {'active':>7} {'pinned':>7}"
     )
     for r in rows:
+        if "error" in r:
+            print(f"{r['session']:<{width}} unreadable: {r['error']['message']}")
+            continue
         print(
             f"{r['session']:<{width}} {r['turns']:>6} {r['log_position']:>6} "
             f"{r['objects']:>8} {r['active']:>7} {r['pinned']:>7}"
         )
-    return 0
+    return 1 if any("error" in r for r in rows) else 0
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -167,7 +174,7 @@ def _history(args: argparse.Namespace) -> int:
         rows.append(row)
     if args.json:
         print(json.dumps(rows))
-        return 0
+        return 1 if any("error" in r for r in rows) else 0
     print(f"{args.object_id}: {len(rows)} version(s)")
     for row in rows:
         head = f"#{row['version']} tx {row['tx_id']} at {row['tx_time']} type={row['type']}"
@@ -185,7 +192,11 @@ def _history(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     store_help = "xtdb://HOST:PORT or auto (default: $SELFCTX_STORE); memory has nothing to show"
-    sessions = subparsers.add_parser("sessions", help="list the sessions a store holds")
+    sessions = subparsers.add_parser(
+        "sessions",
+        help="list the sessions a store holds (exit status 1 when one could not be read: its row"
+        " says why)",
+    )
     sessions.add_argument("--store", help=store_help)
     sessions.add_argument("--json", action="store_true", help="print JSON")
     sessions.set_defaults(handler=_sessions)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from pathlib import Path
@@ -138,9 +139,10 @@ def test_sessions_show_and_history_on_xtdb(
     assert code == 0, err
     assert f"selfctx show {session} --store {store} --at-position P" in " ".join(out.split())
 
-    code, out, _ = _run(capsys, "sessions", "--store", store, "--json")
+    code, out, err = _run(capsys, "sessions", "--store", store, "--json")
+    # (other tests' sessions on the shared node may be damaged on purpose: exit status 1)
     (row,) = [r for r in json.loads(out) if r["session"] == session]
-    assert row["turns"] == 1 and row["objects"] > 0
+    assert row["turns"] == 1 and row["objects"] > 0, err
 
     # after turn 1 (mini-swe-agent works on one task: one user message): the whole session
     code, out, _ = _run(capsys, "show", session, "--store", store, "--at-turn", "1")
@@ -273,3 +275,35 @@ def test_checkpoints_and_rollback_on_xtdb(
     assert code == 0 and "refused" in out and path.read_text() == "first\n"
     code, _, err = _run(capsys, "rollback", session, "--to", "nope", "--store", store)
     assert code == 2 and "no checkpoint 'nope'" in err
+
+
+@pytest.mark.xtdb
+def test_a_damaged_session_is_listed_with_its_error_and_hides_no_other(
+    capsys: pytest.CaptureFixture[str], xtdb_node: XtdbNode
+) -> None:
+    store = f"xtdb://{xtdb_node.url.removeprefix('http://')}"
+    good, damaged = f"cli-{uuid.uuid4().hex[:8]}", f"cli-{uuid.uuid4().hex[:8]}"
+    assert _run(capsys, "replay", "--store", store, "--session", good)[0] == 0
+    from selfctx.adapters.xtdb import open_store
+
+    with contextlib.closing(open_store(xtdb_node.url)) as xtdb:
+        session_doc = xtdb.get(f"session:{good}")
+        assert session_doc is not None
+        xtdb.commit(
+            [
+                {**session_doc, "xt/id": f"session:{damaged}", "session_id": damaged},
+                {
+                    "xt/id": f"log:{damaged}:000000001",
+                    "type": "session_log",
+                    "session_id": damaged,
+                    "seq": 1,
+                },
+            ]
+        )
+    code, out, _ = _run(capsys, "sessions", "--store", store, "--json")
+    rows = {r["session"]: r for r in json.loads(out)}
+    assert code == 1
+    assert rows[good]["turns"] == 1 and "error" not in rows[good]
+    assert rows[damaged]["error"]["kind"] == "invalid_input"
+    code, out, _ = _run(capsys, "sessions", "--store", store)
+    assert code == 1 and f"{damaged} unreadable: invalid" in " ".join(out.split())
