@@ -173,7 +173,8 @@ class Checker:
 def test_kill_9_at_random_points_loses_no_acknowledged_command(
     xtdb_node: XtdbNode, store: XtdbStore, tmp_path: Path
 ) -> None:
-    seed = random.randrange(2**32)
+    # A failure names its seed; SELFCTX_CRASH_SEED=<seed> replays the same kill points.
+    seed = int(os.environ.get("SELFCTX_CRASH_SEED") or random.randrange(2**32))
     rng = random.Random(seed)
     ns = f"t{uuid.uuid4().hex[:8]}"
     session, filesystem = f"{ns}-crash", f"{ns}:replay"
@@ -236,11 +237,14 @@ def test_kill_9_at_random_points_loses_no_acknowledged_command(
                     if seen >= cut:
                         os.kill(process.pid, signal.SIGKILL)
                         break
-                output = process.stdout.read()
+                output = f"seen {seen}: " + process.stdout.read()
                 process.wait()
                 kills.append(("outside", cut, process.returncode))
-            assert process.returncode == -signal.SIGKILL, (seed, kills, output)
+            if kills[-1][0] != "outside" and process.returncode == 0 and output.endswith("done\n"):
+                break  # its kill point lay past the replay's last request: the replay is whole
+            assert process.returncode == -signal.SIGKILL, (seed, kills, done, output)
             done = checker.check(acks, reference)
+        assert sum(k[2] == -signal.SIGKILL for k in kills) >= KILLS // 2, (seed, kills)
         process = client()
         assert process.stdout is not None
         assert process.stdout.read().endswith("done\n")
