@@ -173,8 +173,8 @@ class Checker:
 def test_kill_9_at_random_points_loses_no_acknowledged_command(
     xtdb_node: XtdbNode, store: XtdbStore, tmp_path: Path
 ) -> None:
-    # A failure names its seed; SELFCTX_CRASH_SEED=<seed> replays the same kill points.
-    seed = int(os.environ.get("SELFCTX_CRASH_SEED") or random.randrange(2**32))
+    # A failure names its seed; CRASH_TEST_SEED=<seed> replays the same kill points.
+    seed = int(os.environ.get("CRASH_TEST_SEED") or random.randrange(2**32))
     rng = random.Random(seed)
     ns = f"t{uuid.uuid4().hex[:8]}"
     session, filesystem = f"{ns}-crash", f"{ns}:replay"

@@ -141,7 +141,8 @@ def test_four_agents_share_files_and_keep_their_sessions_apart(
     ours = [
         doc["xt/id"]
         for doc in store.get_many(store.ids_of_type("file")).values()
-        if (doc.get("source") or {}).get("filesystemId") == host_id  # others' docs may lack one
+        if isinstance(source := doc.get("source"), dict)  # others' docs may lack one
+        and source.get("filesystemId") == host_id
     ]
     assert sorted(ours) == sorted(file_ids)
     # Each file's history is its real changes: no version from identical concurrent writes.
