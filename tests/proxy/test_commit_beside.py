@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,19 @@ def _commands(store: Any, workspace: Path, session_id: str) -> list[str]:
         service.close()
 
 
+def _on_another_thread(write: Callable[[], None]) -> None:
+    """Another writer's commit, made on a thread of its own while the caller waits (as another
+    process's would land between the proxy's reads and its commit)."""
+    done = threading.Event()
+
+    def run() -> None:
+        write()
+        done.set()
+
+    threading.Thread(target=run).start()
+    assert done.wait(10)
+
+
 def test_the_commit_is_made_while_the_request_is_upstream(tmp_path: Path) -> None:
     store = WrappedStore(MemoryStore())
     steps = [bash(f"echo {n}") for n in range(4)]
@@ -141,15 +155,11 @@ def test_a_commit_refused_for_another_writer_sends_the_request_again(tmp_path: P
     sid = ""
 
     def another_writer_first() -> None:  # beside the proxy's first commit for the request
-        done = threading.Event()
-
         def write() -> None:
             other.resume_session(sid)
             other.record_user_message(sid, note)
-            done.set()
 
-        threading.Thread(target=write).start()
-        assert done.wait(10)
+        _on_another_thread(write)
 
     try:
         with scripted(steps) as (model, up), proxy_for(up, tmp_path, store) as (proxy, base):
@@ -217,15 +227,12 @@ def test_a_record_refused_with_its_transaction_is_written_after_it(tmp_path: Pat
 
     def another_record_first() -> None:  # beside the proxy's commit for the request, once
         store.on_commit = None
-        done = threading.Event()
 
         def write() -> None:
             other.resume_session(sid)
             other.record_request(sid, other.assemble(sid))
-            done.set()
 
-        threading.Thread(target=write).start()
-        assert done.wait(10)
+        _on_another_thread(write)
 
     try:
         with scripted(steps) as (model, up), proxy_for(up, tmp_path, store) as (proxy, base):
