@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.harness.request import RequestCache, _Item
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.proxy import Proxy, ProxyConfig
 from selfctx.adapters.proxy.app import _Turn
-from selfctx.adapters.harness.request import RequestCache
 from selfctx.adapters.proxy.codec import dumps, dumps_with, loads
 from selfctx.adapters.proxy.providers import PROVIDERS
 
@@ -124,7 +124,7 @@ def test_pieces_give_the_bytes_of_the_whole_body() -> None:
     items = [{"role": "user", "content": "ünïcode ✓ \u2028"}, {"role": "tool", "content": deep}]
     cache = RequestCache("openai", text=False, pieces=True)
     for item in items:
-        cache._items.append(_item_of(item))
+        cache._items.append(_Item(item, "", 0))
     assert id(items[0]) in cache.pieces and id(items[1]) not in cache.pieces
     for body in (
         {"model": "m", "messages": items[:1], "n": 1.5e16},
@@ -135,9 +135,3 @@ def test_pieces_give_the_bytes_of_the_whole_body() -> None:
         assert dumps_with(body, "messages", cache.pieces) == dumps(body)
     cache._items.truncate(0)
     assert not cache.pieces
-
-
-def _item_of(value: dict[str, Any]) -> Any:
-    from selfctx.adapters.harness.request import _Item
-
-    return _Item(value, "", 0)
