@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from selfctx.adapters.bench.cache import RECORDINGS, _replay
+from selfctx.adapters.bench.recording import read_recording
 from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.harness.request import RequestCache, _Item
 from selfctx.adapters.memory import MemoryStore
@@ -135,3 +137,25 @@ def test_pieces_give_the_bytes_of_the_whole_body() -> None:
         assert dumps_with(body, "messages", cache.pieces) == dumps(body)
     cache._items.truncate(0)
     assert not cache.pieces
+
+
+@pytest.mark.parametrize("name", ["claude-code-28", "codex-28", "pi-28", "aider-28"])
+def test_recorded_sessions_are_sent_byte_for_byte_as_before(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every managed request of each recorded client session (Anthropic with its cache marks,
+    Responses, Chat Completions) encoded with the pieces is the body's ``dumps``, byte for byte."""
+    checked: list[int] = []
+    encode = Proxy._encode
+
+    def compared(turn: _Turn, managed: dict[str, Any]) -> bytes:
+        content = encode(turn, managed)
+        assert content == dumps(managed)
+        assert turn.session.requests is not None
+        checked.append(len(turn.session.requests.pieces))
+        return content
+
+    monkeypatch.setattr(Proxy, "_encode", staticmethod(compared))
+    _replay(read_recording(RECORDINGS / f"{name}.jsonl.xz"), None, {})
+    assert len(checked) >= 25
+    assert sum(1 for n in checked if n) >= len(checked) // 2  # the pieces were there to use
