@@ -91,7 +91,12 @@ def test_digits_in_strings_alone_leave_the_parsed_value_unwalked(
 
     walks: list[object] = []
     walk = jsontext._large_float
-    monkeypatch.setattr(jsontext, "_large_float", lambda v: walks.append(v) or walk(v))
+
+    def counted(value: object) -> bool:
+        walks.append(value)
+        return walk(value)
+
+    monkeypatch.setattr(jsontext, "_large_float", counted)
     hexes = ["12345678901234567890123abc", "a" + "9" * 40, "x1234567890123456789012345"]
     assert loads(json.dumps({"h": hexes, "n": 12345678901234567})) == {
         "h": hexes,
