@@ -1,0 +1,140 @@
+"""A whole list sent again, read from the request line only past what the last one held.
+
+A harness that resends its whole list every turn sends a line that begins, from its
+``"messages"`` array on, with the text of the last list's items. Decoding that text again costs
+more than everything else a turn does at a few hundred messages (a megabyte of JSON per 100
+turns), and it only gives back what the server already knows. So the server keeps the text of
+each session's last list (the items between the brackets): when a new line holds that very text
+at the start of its array, followed by ``,`` or ``]``, those items are the same values (the same
+text decodes to the same values), and only the items after them are decoded, with the standard
+library's decoder, whose values are what ``json.loads`` gives (as every line's are:
+:mod:`selfctx.adapters.jsontext`). The rest of the line (the request without its array) is
+decoded as any line is. The known items reach the session as placeholders with the version of
+the list it remembers (:class:`~selfctx.adapters.harness.incremental.Known`); the session reads
+the line whole after all when that is not the list it remembers (decision 0099).
+
+Only a line whose ``"messages"`` key is written once outside the array (so that the array is
+the request's ``params.messages``) takes this way; anything unexpected (a batch, another
+method, the append form, a line that does not decode) is read whole, as before, so that errors
+and answers are the same either way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import attrs
+
+from selfctx.adapters import jsontext
+
+__all__ = ["Held", "ResentLine", "read_resent"]
+
+_KEY = '"messages"'
+_OPEN = re.compile(r"[ \t\n\r]*:[ \t\n\r]*(\[)[ \t\n\r]*")
+_SPACE = re.compile(r"[ \t\n\r]*")
+_DECODE = json.JSONDecoder().raw_decode
+"""``json.loads`` of one value at a position of a text, and where it ends (in C)."""
+
+
+def _skip(line: str, at: int) -> int:
+    """Past the JSON whitespace at ``at``."""
+    space = _SPACE.match(line, at)
+    return space.end() if space is not None else at
+
+
+@attrs.frozen
+class Held:
+    """What the server keeps of a session's last whole list."""
+
+    session_id: str
+    text: str
+    """Its items' text: from the first item's first character to the last one's last."""
+    count: int
+    last: Any
+    """Its last item, as decoded (None when it had none)."""
+    version: int
+    """The session's list version once it was recorded."""
+
+
+@attrs.frozen
+class ResentLine:
+    """A line read with the items of a list held: the request (``params.messages`` holding
+    ``known`` placeholders, then the items decoded) and what to hold of it once recorded."""
+
+    line: str
+    request: dict[str, Any]
+    session_id: str
+    known: Held | None
+    """The list whose items the line repeats (None: it repeats none)."""
+    text: str
+    count: int
+    last: Any
+
+
+def read_resent(line: str, held: dict[str, Held]) -> ResentLine | None:
+    """``line`` read with the lists ``held`` (by session), or None: read it whole."""
+    key = line.find(_KEY)
+    if key < 0 or (key and line[key - 1] == "\\"):
+        return None
+    opened = _OPEN.match(line, key + len(_KEY))
+    if opened is None:
+        return None
+    bracket, begin = opened.start(1), opened.end()  # begin: the first item (or the "]")
+    known = None
+    for candidate in held.values():  # the longest list whose text the array begins with
+        if (
+            candidate.count
+            and (known is None or candidate.count > known.count)
+            and line.startswith(candidate.text, begin)
+        ):
+            known = candidate
+    try:
+        if known is not None:
+            items: list[Any] = [None] * known.count  # placeholders
+            end = begin + len(known.text)
+            at = _skip(line, end)
+            more = line[at] == ","
+            if not more and line[at] != "]":
+                return None  # its last item goes on (a longer number): not the same item
+            if more:
+                at = _skip(line, at + 1)
+        else:
+            items, end, at = [], begin, begin
+            more = line[at] != "]"
+        while more:
+            value, at = _DECODE(line, at)
+            items.append(value)
+            end = at
+            at = _skip(line, at)
+            if line[at] == "]":
+                break
+            if line[at] != ",":
+                return None
+            at = _skip(line, at + 1)
+        rest = line[:bracket] + "[]" + line[at + 1 :]
+        if rest.count(_KEY) != 1:
+            return None  # another "messages" key: the array may not be params.messages
+        request = jsontext.loads(rest)
+    except (ValueError, IndexError, RecursionError):
+        return None  # read whole: the same error as any line's
+    if not isinstance(request, dict) or request.get("method") != "ingest":
+        return None
+    params = request.get("params")
+    if not isinstance(params, dict):
+        return None
+    session_id = params.get("session_id")
+    listed = params.get("messages")
+    if type(listed) is not list or listed or not isinstance(session_id, str):
+        return None
+    if known is not None and (known.session_id != session_id or "extends" in params):
+        return None  # another session's items, or not a whole list: read whole
+    # With nothing known, every item was decoded: the request is the line's, whatever it is.
+    params["messages"] = items
+    count = len(items)
+    if known is not None and count == known.count:
+        last = known.last  # nothing new: the last known item
+    else:
+        last = items[-1] if items else None
+    return ResentLine(line, request, session_id, known, line[begin:end], count, last)
