@@ -3,8 +3,10 @@
 A harness that resends its whole list every turn sends a line that begins, from its
 ``"messages"`` array on, with the text of the last list's items. Decoding that text again costs
 more than everything else a turn does at a few hundred messages (a megabyte of JSON per 100
-turns), and it only gives back what the server already knows. So the server keeps the text of
-each session's last list (the items between the brackets): when a new line holds that very text
+turns), and it only gives back what the server already knows. So the server keeps, of each
+session's last list (the text of the items between the brackets), its length, its first and last
+characters and its BLAKE2b digest, never the text itself (what a session keeps does not grow with
+the bytes it has seen, decision 0100): when a new line holds text of that length, ends and digest
 at the start of its array, followed by ``,`` or ``]``, those items are the same values (the same
 text decodes to the same values), and only the items after them are decoded, with the standard
 library's decoder, whose values are what ``json.loads`` gives (as every line's are:
@@ -21,6 +23,7 @@ and answers are the same either way.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any
@@ -36,6 +39,14 @@ _OPEN = re.compile(r"[ \t\n\r]*:[ \t\n\r]*(\[)[ \t\n\r]*")
 _SPACE = re.compile(r"[ \t\n\r]*")
 _DECODE = json.JSONDecoder().raw_decode
 """``json.loads`` of one value at a position of a text, and where it ends (in C)."""
+_ENDS = 64
+"""How many characters of each end of a held list's text are kept: a line whose array does not
+begin with them is told apart without hashing anything."""
+
+
+def _hasher(text: str) -> Any:
+    """A BLAKE2b state after ``text`` (16-byte digests)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16)
 
 
 def _skip(line: str, at: int) -> int:
@@ -44,18 +55,51 @@ def _skip(line: str, at: int) -> int:
     return space.end() if space is not None else at
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class Held:
-    """What the server keeps of a session's last whole list."""
+    """What the server keeps of a session's last whole list: of its items' text (from the first
+    item's first character to the last one's last) the length, both ends and a digest."""
 
     session_id: str
-    text: str
-    """Its items' text: from the first item's first character to the last one's last."""
+    length: int
+    head: str
+    tail: str
+    hasher: Any
+    """The BLAKE2b state after the text: the digest, and the start of the next list's."""
     count: int
     last: Any
     """Its last item, as decoded (None when it had none)."""
     version: int
     """The session's list version once it was recorded."""
+
+    @classmethod
+    def of(
+        cls, session_id: str, text: str, count: int, last: Any, version: int, hasher: Any = None
+    ) -> Held:
+        """What is held of ``text`` (``hasher``: its BLAKE2b state, when already made)."""
+        return cls(
+            session_id,
+            len(text),
+            text[:_ENDS],
+            text[-_ENDS:] if len(text) > _ENDS else text,
+            _hasher(text) if hasher is None else hasher,
+            count,
+            last,
+            version,
+        )
+
+    def begins(self, line: str, at: int) -> Any:
+        """The BLAKE2b state after the held text if ``line`` holds that text at ``at``
+        (None if not)."""
+        end = at + self.length
+        if not (
+            end <= len(line)
+            and line.startswith(self.head, at)
+            and line.startswith(self.tail, end - len(self.tail))
+        ):
+            return None
+        hasher = _hasher(line[at:end])
+        return hasher if hasher.digest() == self.hasher.digest() else None
 
 
 @attrs.frozen
@@ -68,9 +112,30 @@ class ResentLine:
     session_id: str
     known: Held | None
     """The list whose items the line repeats (None: it repeats none)."""
-    text: str
+    begin: int
+    end: int
+    """Where its items' text is in ``line``."""
     count: int
     last: Any
+    prefix: Any = None
+    """The BLAKE2b state after the known list's text (None: none known)."""
+
+    @property
+    def text(self) -> str:
+        """Its items' text."""
+        return self.line[self.begin : self.end]
+
+    def held(self, version: int) -> Held:
+        """What the server holds of this list once the session recorded it as ``version``."""
+        if self.prefix is None:
+            return Held.of(self.session_id, self.text, self.count, self.last, version)
+        hasher = self.prefix.copy()
+        hasher.update(
+            self.line[self.begin + self.known.length : self.end].encode(  # type: ignore[union-attr]
+                "utf-8", "surrogatepass"
+            )
+        )
+        return Held.of(self.session_id, self.text, self.count, self.last, version, hasher)
 
 
 def read_resent(line: str, held: dict[str, Held]) -> ResentLine | None:
@@ -82,18 +147,16 @@ def read_resent(line: str, held: dict[str, Held]) -> ResentLine | None:
     if opened is None:
         return None
     bracket, begin = opened.start(1), opened.end()  # begin: the first item (or the "]")
-    known = None
-    for candidate in held.values():  # the longest list whose text the array begins with
-        if (
-            candidate.count
-            and (known is None or candidate.count > known.count)
-            and line.startswith(candidate.text, begin)
-        ):
+    known = prefix = None
+    # the longest list whose text the array begins with (most lines: one candidate hashed)
+    for candidate in sorted(held.values(), key=lambda h: h.count, reverse=True):
+        if candidate.count and (prefix := candidate.begins(line, begin)) is not None:
             known = candidate
+            break
     try:
         if known is not None:
             items: list[Any] = [None] * known.count  # placeholders
-            end = begin + len(known.text)
+            end = begin + known.length
             at = _skip(line, end)
             more = line[at] == ","
             if not more and line[at] != "]":
@@ -137,4 +200,4 @@ def read_resent(line: str, held: dict[str, Held]) -> ResentLine | None:
         last = known.last  # nothing new: the last known item
     else:
         last = items[-1] if items else None
-    return ResentLine(line, request, session_id, known, line[begin:end], count, last)
+    return ResentLine(line, request, session_id, known, begin, end, count, last, prefix)

@@ -118,7 +118,8 @@ class StdioServer(LineServer):
         )
         self.sessions: dict[str, _Open] = {}
         self.held: dict[str, Held] = {}
-        """Each session's last whole list, as text (:mod:`selfctx.adapters.harness.resent`)."""
+        """Each session's last whole list: its text's length, ends and digest
+        (:mod:`selfctx.adapters.harness.resent`)."""
         self.reading: ResentLine | None = None
         """The line being answered, when it was read with a list held."""
 
@@ -294,9 +295,7 @@ def _ingest(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
         failure.details["consumed"] = harness.ingestor.total - before
         raise failure from exc
     if reading is not None and "extends" not in p and reading.session_id == session_id:
-        server.held[session_id] = Held(
-            session_id, reading.text, reading.count, reading.last, harness.list_version
-        )
+        server.held[session_id] = reading.held(harness.list_version)
     return {
         "consumed": result.consumed,
         "diverged": result.diverged,

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
 
 from selfctx.adapters.bootstrap import build_service
@@ -91,7 +92,7 @@ def test_a_list_changed_another_way_between_two_lines_is_read_whole() -> None:
 
 
 def _held(text: str, count: int, session_id: str = "s") -> dict[str, Held]:
-    return {session_id: Held(session_id, text, count, json.loads(f"[{text}]")[-1], 7)}
+    return {session_id: Held.of(session_id, text, count, json.loads(f"[{text}]")[-1], 7)}
 
 
 @pytest.mark.parametrize(
@@ -134,3 +135,29 @@ def test_only_the_items_after_the_known_ones_are_read() -> None:
     assert again.last == {"b": [2]} and again.count == 2
     whole = read_resent(line, {})  # nothing held: every item read, the line's own request
     assert whole is not None and whole.known is None and whole.request == json.loads(line)
+
+
+def test_what_is_held_is_the_texts_length_ends_and_digest_not_the_text() -> None:
+    """A held list costs the server the same whatever its length (decision 0100), and an item
+    changed in its middle, the ends and the length unchanged, is told apart by the digest."""
+    items = [{"n": n, "text": "x" * 200} for n in range(50)]
+    text = json.dumps(items, separators=(",", ":"))[1:-1]  # as _line writes it
+    held = _held(text, len(items))
+    kept = held["s"]
+    assert kept.length == len(text) > 10_000
+    assert [len(kept.head), len(kept.tail)] == [64, 64]
+    assert not any(isinstance(v, str) and len(v) > 64 for v in attrs.astuple(kept, recurse=False))
+
+    def line(listed: list[Any]) -> str:
+        return _line("ingest", 1, session_id="s", messages=[*listed, "new"])
+
+    same = read_resent(line(items), held)
+    assert same is not None and same.known is kept and same.count == len(items) + 1
+    changed = [*items[:25], {"n": 25, "text": "y" + "x" * 199}, *items[26:]]
+    changed_text = json.dumps(changed, separators=(",", ":"))[1:-1]
+    assert changed_text != text and len(changed_text) == len(text)
+    read = read_resent(line(changed), held)
+    assert read is not None and read.known is None  # read whole
+    assert read.request["params"]["messages"] == [*changed, "new"]
+    again = read_resent(line(items), {"s": same.held(8)})  # the digest carried forward
+    assert again is not None and again.known is not None and again.known.count == len(items) + 1
