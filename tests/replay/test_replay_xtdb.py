@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,7 +82,7 @@ def _prompts(trajectory: Trajectory, store: XtdbStore, tmp_path: Path, budget: i
     def rename(match: re.Match[str]) -> str:
         return names.setdefault(match.group(0), f"call-{len(names)}")
 
-    def keep(number: int, call: object, session: object, request: dict[str, object]) -> None:
+    def keep(number: int, call: object, session: object, request: Mapping[str, Any]) -> None:
         text = json.dumps(request, sort_keys=True).replace(ns, "NS")
         prompts.append(_CALL_ID.sub(rename, text))
         if budget < 1_000:  # what the tiny cache keeps is bounded; the rest lives in the store
