@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import random
 import sys
 import tracemalloc
@@ -18,6 +19,7 @@ import pytest
 
 from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.harness import HarnessSession
+from selfctx.adapters.harness.stdio import StdioServer
 from selfctx.adapters.xtdb import XtdbNode, open_store
 from selfctx.application.policies import policy_by_name
 from selfctx.application.service import ContextService
@@ -104,21 +106,36 @@ def _growth(
 ) -> tuple[int, int]:
     """Bytes the process's Python heap grew by between two turns of a session whose outputs
     have ``size`` characters, and the bytes of the messages sent meanwhile; the harness sends
-    its new messages (the append form) or, with ``whole``, its whole list every turn."""
+    its new messages (the append form) or, with ``whole``, its whole list every turn as a line
+    to the stdio server (which reads its own values from the line, as over a pipe)."""
     sid, prefix = f"mem-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:8]
-    h = HarnessSession(service, sid, policy=policy_by_name("relevance"))
-    rng = random.Random(5)
     messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the tests"}]
-    digest = h.ingest(messages).digest
+    if whole:
+        server = StdioServer(service, cwd=os.getcwd(), roots=[os.getcwd()])
+        rid = 0
+
+        def call(method: str, **params: Any) -> None:
+            nonlocal rid
+            rid += 1
+            line = json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+            answer = server.handle_line(line)
+            assert answer is not None and '"error"' not in answer[:200], answer[:300]
+
+        call("session.open", session_id=sid, policy="relevance")
+    else:
+        h = HarnessSession(service, sid, policy=policy_by_name("relevance"))
+        digest = h.ingest(messages).digest
+    rng = random.Random(5)
     first, last = turns
     heap = seen = kept = 0
     for n in range(last):
         output = _output(rng, n, size)
-        if whole:  # read afresh each turn, as a server reads it: the server's strings, not ours
-            h.ingest(json.loads(json.dumps(_turn(messages, prefix, n, output))))
+        if whole:
+            call("ingest", session_id=sid, messages=_turn(messages, prefix, n, output))
+            call("assemble", session_id=sid)
         else:
             digest = h.append(_turn([], prefix, n, output), extends=digest).digest
-        h.request()
+            h.request()
         if n + 1 == first:
             gc.collect()
             heap, kept = tracemalloc.get_traced_memory()[0], len(messages)
@@ -181,9 +198,10 @@ def test_an_id_is_held_once_however_many_structures_hold_it(service_on: Any) -> 
 def test_a_whole_list_resent_each_turn_grows_the_heap_by_its_count_not_its_bytes(
     service_on: Any,
 ) -> None:
-    """Decision 0100: a harness that resends its whole list sends the session's bytes every
-    turn; what the server keeps of them is bounded by its content cache, as for the append
-    form: 2 MB more of outputs grow the heap by a small part of those bytes."""
+    """Decision 0100: a harness that resends its whole list to the stdio server sends the
+    session's bytes every turn; what the server keeps of them is bounded by its content cache,
+    as for the append form: 2 MB more of outputs grow the heap by a small part of those bytes
+    (a server that kept the last list's text would grow by all of them)."""
     service = service_on(50_000)
     tracemalloc.start()
     try:
