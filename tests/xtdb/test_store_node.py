@@ -337,3 +337,17 @@ def test_only_the_attributes_queries_name_are_index_keys(store: XtdbStore, ns: s
     store.commit([short])
     assert _query(store, "{:find [?e] :in [?c] :where [[?e :content ?c]]}", short["content"]) == []
     assert store.get(ns + "s") == short
+
+
+def test_the_versions_feed_holds_a_version_another_client_was_told_is_written(
+    xtdb_node: XtdbNode, store: XtdbStore, ns: str
+) -> None:
+    """The node's feed hears of a transaction on a thread of its own, after the node counts it
+    as indexed; a client asking right after another client's commit still gets the version."""
+    with closing(open_store(xtdb_node.url, timeout=10.0)) as other:
+        for i in range(60):
+            before = store.file_versions(None).position
+            before = -1 if before is None else before  # a node that holds nothing yet
+            other.commit([{"xt/id": f"{ns}f", "type": "file", "object_hash": f"h{i}"}])
+            found = store.file_versions(before)
+            assert (f"{ns}f", f"h{i}") in [(oid, h) for _, oid, h in found.versions], i

@@ -7,12 +7,17 @@
   A listener on the node's indexed transactions keeps, for its last `capacity` file versions,
   `[tx-id id object_hash]`. A query after a transaction older than what is kept says it cannot
   tell (`complete` false): the client then compares all its files at once. Every node of a
-  cluster indexes every transaction, so each keeps the same feed of its own."
+  cluster indexes every transaction, so each keeps the same feed of its own.
+
+  The listener hears of a transaction on a thread of its own, after the node counts it as
+  indexed: a client told its write is indexed may ask before the feed has it. So an answer
+  waits (a bounded time) until the feed has seen every transaction the node had indexed when it
+  was asked."
   (:require [xtdb.api :as xt])
   (:import [java.io Closeable]
            [java.util ArrayDeque Iterator]))
 
-(defrecord Feed [^ArrayDeque entries ^long capacity state ^Closeable listener]
+(defrecord Feed [node ^ArrayDeque entries ^long capacity state ^Closeable listener]
   Closeable
   (close [_] (.close listener)))
 
@@ -27,7 +32,25 @@
           ;; after it are complete.
           (let [[dropped] (.removeFirst entries)]
             (swap! state assoc :complete-after dropped)))))
-    (swap! state assoc :position tx-id)))
+    (swap! state assoc :position tx-id)
+    (.notifyAll entries)))
+
+(def ^:private catch-up-ms
+  "How long an answer waits for the listener to hear of what the node has indexed: far longer
+  than the listener's lag (a hand-off between two threads); past it, the answer says where the
+  feed is, and the client's next question asks from there, so nothing is skipped."
+  2000)
+
+(defn- catch-up
+  "Wait, holding `entries`' monitor, until the feed has seen transaction `tx-id` (or
+  `catch-up-ms` passed)."
+  [^ArrayDeque entries state ^long tx-id]
+  (let [deadline (+ (System/currentTimeMillis) ^long catch-up-ms)]
+    (loop []
+      (let [left (- deadline (System/currentTimeMillis))]
+        (when (and (< (long (or (:position @state) -1)) tx-id) (pos? left))
+          (.wait entries left)
+          (recur))))))
 
 (defn ->feed
   "Start keeping the file versions `node` indexes from now on (the last `capacity`)."
@@ -36,7 +59,7 @@
         ;; Incomplete until the listener is in place: a transaction indexed before it is not in
         ;; the feed, so only those after the node's latest one from then on are complete.
         state (atom {:complete-after Long/MAX_VALUE :position nil})
-        feed (map->Feed {:entries entries :capacity capacity :state state})
+        feed (map->Feed {:node node :entries entries :capacity capacity :state state})
         listener (xt/listen node {::xt/event-type ::xt/indexed-tx :with-tx-ops? true}
                             (fn [event] (add-tx feed event)))
         start (or (::xt/tx-id (xt/latest-completed-tx node)) -1)]
@@ -49,17 +72,19 @@
   "`{\"position\" P, \"complete\" true, \"versions\" [[tx-id id object_hash] ...]}`: the file
   versions written after transaction `after` up to P, the last transaction the feed has seen;
   `complete` false (and no versions) when the feed does not go back that far, or `after` is nil."
-  [{:keys [^ArrayDeque entries state]} after]
-  (locking entries
-    (let [{:keys [complete-after position]} @state]
-      (if (or (nil? after) (< ^long after ^long complete-after))
-        {"position" position "complete" false "versions" []}
-        (let [it ^Iterator (.descendingIterator entries)
-              found (loop [out '()]
-                      (if (.hasNext it)
-                        (let [entry (.next it)]
-                          (if (> ^long (first entry) ^long after)
-                            (recur (conj out entry))
-                            out))
-                        out))]
-          {"position" position "complete" true "versions" (vec found)})))))
+  [{:keys [node ^ArrayDeque entries state]} after]
+  (let [indexed (long (or (::xt/tx-id (xt/latest-completed-tx node)) -1))]
+    (locking entries
+      (catch-up entries state indexed)
+      (let [{:keys [complete-after position]} @state]
+        (if (or (nil? after) (< ^long after ^long complete-after))
+          {"position" position "complete" false "versions" []}
+          (let [it ^Iterator (.descendingIterator entries)
+                found (loop [out '()]
+                        (if (.hasNext it)
+                          (let [entry (.next it)]
+                            (if (> ^long (first entry) ^long after)
+                              (recur (conj out entry))
+                              out))
+                          out))]
+            {"position" position "complete" true "versions" (vec found)}))))))
