@@ -118,8 +118,8 @@ def _growth(
             nonlocal rid
             rid += 1
             line = json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-            answer = server.handle_line(line)
-            assert answer is not None and '"error"' not in answer[:200], answer[:300]
+            answer = server.handle_line(line) or ""
+            assert answer and '"error"' not in answer[:200], answer[:300]
 
         call("session.open", session_id=sid, policy="relevance")
     else:
