@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -66,3 +67,44 @@ def test_the_memory_store_gives_back_integers_beyond_64_bits() -> None:
     read = store.get("n")
     assert read == doc and isinstance(read["big"], int) and isinstance(read["f"], float)
     assert [v.document for v in store.history("n")] == [doc]
+
+
+@given(
+    st.integers(min_value=10**18, max_value=2**80) | st.integers(max_value=-(10**18)),
+    st.sampled_from([None, 0, 2, "\t"]),
+)
+def test_a_long_integer_is_read_exactly_however_the_text_is_laid_out(
+    number: int, indent: int | str | None
+) -> None:
+    value = {"a": [number, {"b": number}], "c": number}
+    for text in (json.dumps(value, indent=indent), json.dumps(number), json.dumps([number])):
+        assert _same(loads(text), json.loads(text))
+        assert _same(loads(text.encode()), json.loads(text))
+
+
+def test_digits_in_strings_alone_leave_the_parsed_value_unwalked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hashes' hex holds runs of 19 digits and more; inside a string they do not end as a
+    number does, so the parsed value is taken as orjson read it, without the walk."""
+    from selfctx.adapters import jsontext
+
+    walks: list[object] = []
+    walk = jsontext._large_float
+
+    def counted(value: object) -> bool:
+        walks.append(value)
+        return walk(value)
+
+    monkeypatch.setattr(jsontext, "_large_float", counted)
+    hexes = ["12345678901234567890123abc", "a" + "9" * 40, "x1234567890123456789012345"]
+    assert loads(json.dumps({"h": hexes, "n": 12345678901234567})) == {
+        "h": hexes,
+        "n": 12345678901234567,
+    }
+    assert walks == []
+    assert loads('{"s": "1234567890123456789012 in a sentence"}') == {
+        "s": "1234567890123456789012 in a sentence"
+    }
+    assert len(walks) == 1  # digits that end as a number ends: walked, read as orjson read it
+    assert loads("[12345678901234567890123]") == [12345678901234567890123] and len(walks) == 2

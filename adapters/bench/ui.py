@@ -8,18 +8,26 @@ disk and read again now and then, so files have several versions) or run tests (
 lines of output). A user message begins a new turn every 25 requests.
 
 Then each page is loaded over HTTP (uvicorn on 127.0.0.1, as ``selfctx ui`` serves it) with
-its token cookie, as a browser would, its whole body read. ``cold`` is the page's first load in
-an inspector of its own over a fresh ``ContextService`` (caches cleared: nothing of the session
-read yet, no state, object or record kept, no session held open; the store itself, and an XTDB
-node's own caches, are as the writer left them); ``warm`` the median of ``repeat`` more loads in
-that inspector. The search index is a file, as ``selfctx ui`` keeps one per store: it is built
-from scratch once (its time is printed) and every fresh service takes in only what is new, as a
-second start of ``selfctx ui`` does. Figures are wall-clock milliseconds and the page's size. The
-same runs on the in-memory store and on an XTDB node the bench starts.
+its token cookie, as a browser would, its whole body read. A *cold* load is a page's first load in
+an inspector of its own over a fresh ``ContextService`` (nothing of the session read yet, no
+state, object or record kept, no session held open, a new web app and server): every cache the
+project keeps belongs to a service or an inspector, so none survives; what does are the
+interpreter's own (imported modules, interned strings, its allocator), the store itself and, on
+XTDB, the node's caches and compiled code. Each page is loaded cold ``cold`` times, in rounds
+(every page once per round, so two cold loads of one page have the other pages' loads between
+them); the figures are the median of those loads, their lowest and highest, the first round's
+load (the node's caches as the writer left them) and the median CPU time of this process
+(server and client) and, on XTDB, of the node. ``warm`` is the median of ``repeat`` more loads in
+the inspector of the last round. The search index is a file, as ``selfctx ui`` keeps one per
+store: it is built from scratch once (its time is printed) and every fresh service takes in only
+what is new, as a second start of ``selfctx ui`` does. Figures are milliseconds and the page's
+size. The same runs on the in-memory store and on an XTDB node the bench starts.
 """
 
 from __future__ import annotations
 
+import gc
+import os
 import statistics
 import tempfile
 import time
@@ -159,43 +167,92 @@ def _fetch(client: httpx.Client, url: str) -> tuple[float, int]:
     return elapsed, len(body)
 
 
+def _cpu_ms(pid: int | None) -> float | None:
+    """CPU time (user + system) of process ``pid`` so far, in milliseconds (Linux's /proc;
+    None where it cannot be read)."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") * 1000
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _cold(
+    fresh: Callable[[], ContextService],
+    path: str,
+    repeat: int,
+    node_pid: int | None,
+) -> tuple[dict[str, float | None], list[float], int]:
+    """One cold load of ``path`` in a fresh service and inspector, then ``repeat`` warm ones
+    there: the cold load's wall and CPU figures, the warm loads' walls, the page's size."""
+    service = fresh()
+    try:
+        inspector = Inspector(service)
+        inspector.wait_for_search()
+        with serve_in_thread(inspector.app) as base, httpx.Client(timeout=120) as client:
+            client.get(inspector.url(base), follow_redirects=True).raise_for_status()
+            gc.collect()  # the previous load's garbage is not this one's cost
+            node = _cpu_ms(node_pid)
+            cpu = time.process_time()
+            elapsed, size = _fetch(client, base + path)
+            cpu = (time.process_time() - cpu) * 1000
+            node_after = _cpu_ms(node_pid)
+            warm = [_fetch(client, base + path)[0] for _ in range(repeat)]
+    finally:
+        service.close()
+    node_cpu = node_after - node if node is not None and node_after is not None else None
+    return {"wall": elapsed, "cpu": cpu, "node": node_cpu}, warm, size
+
+
 def _measure(
-    fresh: Callable[[], ContextService], pages: dict[str, str], repeat: int
+    fresh: Callable[[], ContextService],
+    pages: dict[str, str],
+    repeat: int,
+    cold: int = 5,
+    node_pid: int | None = None,
 ) -> dict[str, Any]:
-    """Each page first in an inspector of its own over a fresh service (``cold``: nothing of
-    the session read yet, no state or object kept, no session held open), then ``repeat``
-    more times in that inspector (``warm``)."""
+    """Each page loaded cold ``cold`` times, in rounds (every page once per round), and
+    ``repeat`` times warm after the last round's cold load."""
+    loads: dict[str, list[dict[str, float | None]]] = {name: [] for name in pages}
+    warm: dict[str, list[float]] = {}
+    sizes: dict[str, int] = {}
+    for round_ in range(max(1, cold)):
+        last = round_ == max(1, cold) - 1
+        for name, path in pages.items():
+            figures, warm_times, sizes[name] = _cold(fresh, path, repeat if last else 0, node_pid)
+            loads[name].append(figures)
+            if last:
+                warm[name] = warm_times
     out: dict[str, Any] = {}
-    for name, path in pages.items():
-        service = fresh()
-        try:
-            inspector = Inspector(service)
-            inspector.wait_for_search()
-            with serve_in_thread(inspector.app) as base, httpx.Client(timeout=120) as client:
-                client.get(inspector.url(base), follow_redirects=True).raise_for_status()
-                times, size = [], 0
-                for _ in range(repeat + 1):
-                    elapsed, size = _fetch(client, base + path)
-                    times.append(elapsed)
-        finally:
-            service.close()
+    for name in pages:
+        walls = [f["wall"] for f in loads[name] if f["wall"] is not None]
+        cpus = [f["cpu"] for f in loads[name] if f["cpu"] is not None]
+        nodes = [f["node"] for f in loads[name] if f["node"] is not None]
         out[name] = {
-            "cold_ms": round(times[0], 1),
-            "warm_ms": round(statistics.median(times[1:]), 1),
-            "kb": round(size / 1024, 1),
+            "cold_ms": round(statistics.median(walls), 1),
+            "cold_min_ms": round(min(walls), 1),
+            "cold_max_ms": round(max(walls), 1),
+            "cold_first_ms": round(walls[0], 1),
+            "cold_runs_ms": [round(w, 1) for w in walls],
+            "cold_cpu_ms": round(statistics.median(cpus), 1),
+            "node_cpu_ms": round(statistics.median(nodes), 1) if nodes else None,
+            "warm_ms": round(statistics.median(warm[name]), 1) if warm[name] else None,
+            "kb": round(sizes[name] / 1024, 1),
         }
     return out
 
 
 @contextmanager
-def _xtdb(root: Path) -> Iterator[ObjectStore]:
+def _xtdb(root: Path) -> Iterator[tuple[ObjectStore, int | None]]:
     from selfctx.adapters.xtdb import XtdbNode, open_store  # imported here: it starts a JVM
 
     node = XtdbNode("rocksdb", root / "xtdb", run_dir=root / "xtdb" / "run")
     with node:
         store = open_store(node.url, timeout=60)
         try:
-            yield store
+            yield store, node.pid
         finally:
             store.close()
 
@@ -205,17 +262,23 @@ def run_ui_bench(
     requests: int = 1000,
     objects: int = 10_000,
     repeat: int = 5,
+    cold: int = 5,
     stores: tuple[str, ...] = ("memory", "xtdb"),
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
-    result: dict[str, Any] = {"requests": requests, "objects": objects, "repeat": repeat}
+    result: dict[str, Any] = {
+        "requests": requests,
+        "objects": objects,
+        "repeat": repeat,
+        "cold": cold,
+    }
     for kind in stores:
         with tempfile.TemporaryDirectory(prefix="selfctx-bench-ui-") as tmp:
             root = Path(tmp)
             work = root / "work"
             work.mkdir()
             index = str(root / "search.sqlite")
-            with _xtdb(root) if kind == "xtdb" else _memory() as store:
+            with _xtdb(root) if kind == "xtdb" else _memory() as (store, node_pid):
 
                 def fresh(
                     store: ObjectStore = store, work: Path = work, index: str = index
@@ -242,10 +305,13 @@ def run_ui_bench(
                 finally:
                     service.close()
                 progress(f"{kind}: loading pages")
-                result[kind] = {"session": built, "pages": _measure(fresh, pages, repeat)}
+                result[kind] = {
+                    "session": built,
+                    "pages": _measure(fresh, pages, repeat, cold, node_pid),
+                }
     return result
 
 
 @contextmanager
-def _memory() -> Iterator[ObjectStore]:
-    yield MemoryStore()
+def _memory() -> Iterator[tuple[ObjectStore, int | None]]:
+    yield MemoryStore(), None

@@ -620,6 +620,7 @@ def _ui(args: argparse.Namespace) -> int:
         requests=args.requests,
         objects=args.objects,
         repeat=args.repeat,
+        cold=args.cold,
         stores=stores,
         progress=_progress(False),  # stderr: long run
     )
@@ -628,8 +629,10 @@ def _ui(args: argparse.Namespace) -> int:
         return 0
     print(
         f"inspector page loads, one session of {args.requests:,} requests and about "
-        f"{args.objects:,} objects; ms wall clock over HTTP on 127.0.0.1 (warm: median of "
-        f"{args.repeat})"
+        f"{args.objects:,} objects; ms over HTTP on 127.0.0.1. cold: median wall clock of "
+        f"{args.cold} loads, each in a fresh service and inspector of this process (low-high, "
+        f"first load); cpu: median CPU of this process (server and client), node: of the XTDB "
+        f"node; warm: median of {args.repeat} loads after the last cold one"
     )
     for kind in stores:
         built = result[kind]["session"]
@@ -641,11 +644,17 @@ def _ui(args: argparse.Namespace) -> int:
             f"{rec['last_100_median']}), p95 {rec['p95']} ms, {built['record_bytes']} bytes; "
             f"the search index built from scratch in {built['search_index_build_s']} s"
         )
-        print(f"  {'page':<24} {'cold ms':>9} {'warm ms':>9} {'KB':>8}")
-        for name, figures in result[kind]["pages"].items():
+        print(
+            f"  {'page':<24} {'cold':>7} {'low-high':>13} {'first':>7} {'cpu':>7} {'node':>6} "
+            f"{'warm':>7} {'KB':>8}"
+        )
+        for name, f in result[kind]["pages"].items():
+            node = "-" if f["node_cpu_ms"] is None else f"{f['node_cpu_ms']:.0f}"
+            warm = "-" if f["warm_ms"] is None else f"{f['warm_ms']:.1f}"
+            spread = f"{f['cold_min_ms']:.0f}-{f['cold_max_ms']:.0f}"
             print(
-                f"  {name:<24} {figures['cold_ms']:>9.1f} {figures['warm_ms']:>9.1f} "
-                f"{figures['kb']:>8.1f}"
+                f"  {name:<24} {f['cold_ms']:>7.1f} {spread:>13} {f['cold_first_ms']:>7.1f} "
+                f"{f['cold_cpu_ms']:>7.1f} {node:>6} {warm:>7} {f['kb']:>8.1f}"
             )
     return 0
 
@@ -657,6 +666,9 @@ def _register_ui(benches: Any) -> None:
     ui.add_argument("--requests", type=int, default=1000, help="model requests (default 1000)")
     ui.add_argument("--objects", type=int, default=10_000, help="objects (default 10000)")
     ui.add_argument("--repeat", type=int, default=5, help="warm loads per page (default 5)")
+    ui.add_argument(
+        "--cold", type=int, default=5, help="cold loads per page, each a fresh service (default 5)"
+    )
     ui.add_argument("--stores", default="memory,xtdb", help="memory,xtdb (default: both)")
     ui.add_argument("--json", action="store_true", help="print one JSON object")
     ui.set_defaults(handler=_ui)

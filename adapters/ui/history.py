@@ -380,8 +380,8 @@ class SessionHistory:
                     log.warning("session %s: reading ahead failed", self.session_id, exc_info=True)
 
             thread = threading.Thread(target=read, daemon=True)
+            thread.start()  # before it is listed: ``read_ahead`` may join it at once
             early.append(thread)
-            thread.start()
 
         def read_ahead(snapshot: SessionState) -> None:
             def read() -> None:
