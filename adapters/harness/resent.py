@@ -5,7 +5,7 @@ A harness that resends its whole list every turn sends a line that begins, from 
 more than everything else a turn does at a few hundred messages (a megabyte of JSON per 100
 turns), and it only gives back what the server already knows. So the server keeps, of each
 session's last list (the text of the items between the brackets), its length, its first and last
-characters and its BLAKE2b digest, never the text itself (what a session keeps does not grow with
+characters and its SHA-256 digest, never the text itself (what a session keeps does not grow with
 the bytes it has seen, decision 0100): when a new line holds text of that length, ends and digest
 at the start of its array, followed by ``,`` or ``]``, those items are the same values (the same
 text decodes to the same values), and only the items after them are decoded, with the standard
@@ -45,8 +45,9 @@ begin with them is told apart without hashing anything."""
 
 
 def _hasher(text: str) -> Any:
-    """A BLAKE2b state after ``text`` (16-byte digests)."""
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16)
+    """A SHA-256 state after ``text`` (the hash this machine's processors compute fastest:
+    about 0.5 ms a megabyte, a third of BLAKE2b's time; decision 0099)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass"))
 
 
 def _skip(line: str, at: int) -> int:
@@ -65,7 +66,7 @@ class Held:
     head: str
     tail: str
     hasher: Any
-    """The BLAKE2b state after the text: the digest, and the start of the next list's."""
+    """The SHA-256 state after the text: the digest, and the start of the next list's."""
     count: int
     last: Any
     """Its last item, as decoded (None when it had none)."""
@@ -76,7 +77,7 @@ class Held:
     def of(
         cls, session_id: str, text: str, count: int, last: Any, version: int, hasher: Any = None
     ) -> Held:
-        """What is held of ``text`` (``hasher``: its BLAKE2b state, when already made)."""
+        """What is held of ``text`` (``hasher``: its SHA-256 state, when already made)."""
         return cls(
             session_id,
             len(text),
@@ -89,7 +90,7 @@ class Held:
         )
 
     def begins(self, line: str, at: int) -> Any:
-        """The BLAKE2b state after the held text if ``line`` holds that text at ``at``
+        """The SHA-256 state after the held text if ``line`` holds that text at ``at``
         (None if not)."""
         end = at + self.length
         if not (
@@ -118,7 +119,7 @@ class ResentLine:
     count: int
     last: Any
     prefix: Any = None
-    """The BLAKE2b state after the known list's text (None: none known)."""
+    """The SHA-256 state after the known list's text (None: none known)."""
 
     @property
     def text(self) -> str:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import attrs
 
 from selfctx.adapters import jsontext
+from selfctx.adapters.collector import COLLECTOR
 from selfctx.adapters.harness.encode import ascii_dumps
 from selfctx.adapters.harness.incremental import Known, NeedWhole, TooDeep
 from selfctx.adapters.harness.messages import FORMATS
@@ -324,11 +325,12 @@ def _ingest_list(harness: HarnessSession, p: dict[str, Any], reading: ResentLine
 def _assemble(server: StdioServer, p: dict[str, Any]) -> RawJson:
     harness = server.session(p["session_id"]).harness
     fmt = p.get("format", harness.format)
-    if fmt == harness.format:
-        request = harness.encoded_request()
-    else:
-        context = server.service.assemble(harness.session_id)
-        request = RequestCache(fmt, tool_prefix=harness.tool_prefix).render(context)
+    with COLLECTOR:  # a first assembly allocates a prompt's worth that lives on (decision 0098)
+        if fmt == harness.format:
+            request = harness.encoded_request()
+        else:
+            context = server.service.assemble(harness.session_id)
+            request = RequestCache(fmt, tool_prefix=harness.tool_prefix).render(context)
     state = server.service.state(harness.session_id)
     files, toolcalls = server.session(p["session_id"]).kinds.count(state)
     stats = {
