@@ -33,7 +33,9 @@ from selfctx.adapters.harness.messages import (
 from selfctx.domain.errors import InvalidInput
 
 __all__ = [
+    "Known",
     "ListDigests",
+    "NeedWhole",
     "Split",
     "TooDeep",
     "assistant_item",
@@ -160,6 +162,9 @@ class Split:
     """For the chunks after the kept ones: their ends (in items) and their messages."""
 
 
+_VERSIONS = itertools.count()
+
+
 @attrs.define
 class ListDigests:
     """What a server remembers of the last whole list of one session in one format: a digest
@@ -175,6 +180,9 @@ class ListDigests:
     """The end (in items) of each chunk."""
     totals: list[int] = attrs.field(factory=list)
     """The messages of the list up to the end of each chunk (system prompt included)."""
+    version: int = attrs.field(factory=lambda: next(_VERSIONS))
+    """Changes whenever what is remembered changes (unique among every instance's): a caller
+    that knew the list at one version knows it is still the one remembered."""
 
     @property
     def messages(self) -> int:
@@ -185,12 +193,24 @@ class ListDigests:
         """Remember nothing (the next list is parsed whole)."""
         self.system, self.system_messages = None, 0
         self.items, self.ends, self.totals = [], [], []
+        self.version = next(_VERSIONS)
 
-    def split(self, items: list[Any], system: Any, limit: int) -> Split:
+    def split(self, items: list[Any], system: Any, limit: int, known: int = 0) -> Split:
         """Digest ``items`` (raising :class:`TooDeep` past ``limit`` levels), keep what matches
         the last list, parse the rest (raising ``MalformedMessage`` like the parsers). Nothing
-        changes until :meth:`accept`."""
-        digests = [item_digest(item, limit) for item in items]
+        changes until :meth:`accept`.
+
+        ``known``: the first items are the very items of the list remembered (their text was
+        the same: :mod:`selfctx.adapters.harness.resent`), not given again (placeholders):
+        their digests are the ones remembered. Raises :class:`NeedWhole` when the split would
+        read one of them (a Responses run that goes on, a changed system prompt)."""
+        if known:
+            if known > len(self.items) or self.fmt == "responses":
+                raise NeedWhole()
+            digests = self.items[:known]
+            digests += [item_digest(item, limit) for item in itertools.islice(items, known, None)]
+        else:
+            digests = [item_digest(item, limit) for item in items]
         system_digest = None if system is None else item_digest(system, limit)
         kept = 0
         if system_digest == self.system and self.items:
@@ -204,6 +224,8 @@ class ListDigests:
                 and assistant_item(items[same - 1])
             ):
                 kept -= 1
+        if known and (not kept or self.ends[kept - 1] < known):
+            raise NeedWhole()
         if kept:
             begin, start = self.ends[kept - 1], self.totals[kept - 1]
             head: list[Message] = []
@@ -219,6 +241,7 @@ class ListDigests:
         """The list ``split`` was made from is recorded: remember it."""
         self.system, self.system_messages = split.system, split.system_messages
         self.items = split.digests
+        self.version = next(_VERSIONS)
         del self.ends[split.keep :]
         del self.totals[split.keep :]
         self._add(split.ends, split.counts, 0)
@@ -242,7 +265,22 @@ class ListDigests:
             return
         base = len(self.items)
         self.items += digests
+        self.version = next(_VERSIONS)
         self._add(ends, counts, base)
+
+
+@attrs.frozen
+class Known:
+    """The first ``count`` items of a whole list are those of the list a session remembers at
+    ``version`` (:attr:`ListDigests.version`); ``last`` is the last of them, as read."""
+
+    count: int
+    version: int
+    last: Any
+
+
+class NeedWhole(Exception):
+    """A list given with known items (placeholders) that must be read whole after all."""
 
 
 def _common_prefix(old: Sequence[int], new: Sequence[int]) -> int:

@@ -67,6 +67,10 @@ _STALE_RENDERINGS = 64
 drop walks the kept ones, so it happens once per this many."""
 
 
+def _joined(text: str | tuple[str, ...]) -> str:
+    return text if isinstance(text, str) else "".join(text)
+
+
 @attrs.frozen
 class Encoded:
     """A request: as JSON-ready values, as compact ASCII JSON text, and its figures."""
@@ -74,13 +78,30 @@ class Encoded:
     _body: dict[str, Any] | Callable[[], dict[str, Any]] = attrs.field(eq=False, repr=False)
     """The body, or how to make it from ``text`` when it is first asked for (a cache that keeps
     only its items' texts: :class:`RequestCache` ``values=False``)."""
-    text: str
-    """``body`` as compact ASCII JSON (``json.dumps(body, ensure_ascii=True,
-    separators=(",", ":"))``)."""
+    _text: str | tuple[str, ...] = attrs.field(eq=_joined, repr=False)
+    """:attr:`text`, or the parts it is joined from when it is first asked for."""
     chars: int
     """Characters of text the model reads (message, block and output texts)."""
     messages: int
     """Items of its conversation list."""
+
+    @property
+    def text(self) -> str:
+        """``body`` as compact ASCII JSON (``json.dumps(body, ensure_ascii=True,
+        separators=(",", ":"))``)."""
+        text = self._text
+        if not isinstance(text, str):
+            text = "".join(text)
+            object.__setattr__(self, "_text", text)
+        return text
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """Strings whose concatenation is :attr:`text`, the last one ending with its closing
+        brace: what a caller that writes the text into a larger one joins once, with its own
+        parts (a request of a long session is half a megabyte; each copy of it costs)."""
+        text = self._text
+        return (text,) if isinstance(text, str) else text
 
     @property
     def body(self) -> dict[str, Any]:
@@ -479,7 +500,9 @@ def _finish(
     if not text:
         assert isinstance(body, dict)  # a cache without text keeps its values
         return Encoded(body, "", chars, count)
-    joined = ",".join([*(ascii_dumps(v) for v in head), *texts, *(ascii_dumps(v) for v in tail)])
-    parts = [f'"{key}":[{joined}]']
-    parts += [f"{ascii_dumps(name)}:{ascii_dumps(value)}" for name, value in extra.items()]
-    return Encoded(body, "{" + ",".join(parts) + "}", chars, count)
+    listed = [*(ascii_dumps(v) for v in head), *texts, *(ascii_dumps(v) for v in tail)]
+    # '{"key":[' item "," item ... "]" ',"name":value'... "}", joined once, when it is asked for
+    pieces = [","] * (2 * len(listed) - 1) if listed else []
+    pieces[0::2] = listed
+    members = "".join(f",{ascii_dumps(name)}:{ascii_dumps(value)}" for name, value in extra.items())
+    return Encoded(body, (f'{{"{key}":[', *pieces, "]" + members, "}"), chars, count)

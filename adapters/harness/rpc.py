@@ -37,6 +37,7 @@ __all__ = [
     "Method",
     "RawJson",
     "RpcError",
+    "dump_response",
     "method",
     "too_deep_params",
 ]
@@ -103,10 +104,15 @@ class RawJson:
     """A method's result already encoded as compact ASCII JSON (so that a large result whose
     parts did not change is not encoded again: ``assemble``)."""
 
-    __slots__ = ("text",)
+    __slots__ = ("parts",)
 
-    def __init__(self, text: str) -> None:
-        self.text = text
+    def __init__(self, *parts: str) -> None:
+        """The result's text: ``parts`` joined (once, into the response line)."""
+        self.parts = parts
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
 
 
 # -- parameters ---------------------------------------------------------------------------
@@ -206,7 +212,9 @@ class LineServer:
                     answer = self._answer(line)
                 if answer is not None:
                     try:
-                        outstream.write(answer.encode("ascii") + b"\n")
+                        # two writes, not a copy of a long answer with its line break
+                        outstream.write(answer.encode("ascii"))
+                        outstream.write(b"\n")
                         outstream.flush()
                     except BrokenPipeError:
                         log.info("the client closed its end; stopping")
@@ -351,6 +359,11 @@ def _error(request_id: Any, error: RpcError) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "error": error.to_json()}
 
 
+def dump_response(value: Any) -> str:
+    """A response (or a batch of them) as its line, without the line break."""
+    return _dump(value)
+
+
 def _dump(value: Any) -> str:
     # ASCII output: newlines inside strings are escaped, and lone surrogates cannot break it.
     if isinstance(value, list):
@@ -362,5 +375,5 @@ def _dump(value: Any) -> str:
             separators=(",", ":"),
         )
         raw: RawJson = value["result"]
-        return head[:-1] + ',"result":' + raw.text + "}"
+        return "".join((head[:-1], ',"result":', *raw.parts, "}"))
     return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from selfctx.adapters.harness.encode import ascii_dumps
 from selfctx.adapters.harness.ids import CallIds
 from selfctx.adapters.harness.incremental import (
+    Known,
     ListDigests,
+    NeedWhole,
     item_digest,
     parse_items,
     parse_system,
@@ -20,7 +23,12 @@ from selfctx.adapters.harness.messages import (
     parse_messages,
 )
 from selfctx.adapters.harness.request import Encoded, RequestCache, text_chars
-from selfctx.adapters.harness.text_actions import TextActions, to_text, to_tool_calls
+from selfctx.adapters.harness.text_actions import (
+    TextActions,
+    observations,
+    to_text,
+    to_tool_calls,
+)
 from selfctx.adapters.harness.tools import (
     ToolAnswer,
     check_prefix,
@@ -104,23 +112,52 @@ class HarnessSession:
         return self.ingestor.ids
 
     def ingest(
-        self, messages: Sequence[Any], system: Any = None, fmt: str | None = None
+        self,
+        messages: Sequence[Any],
+        system: Any = None,
+        fmt: str | None = None,
+        *,
+        known: Known | None = None,
     ) -> IngestResult:
         """Record what is new in the harness's whole list (Anthropic's ``system`` goes
         separately). Only the messages that differ from the list given last time are parsed and
-        looked at (``selfctx.adapters.harness.incremental``)."""
+        looked at (``selfctx.adapters.harness.incremental``).
+
+        ``known``: the list's first ``known.count`` items are those of the list remembered
+        (:attr:`list_version`), given as placeholders, not read again; raises ``NeedWhole``,
+        having changed nothing, when they must be read after all."""
         fmt = self._format(fmt)
+        count = 0
+        if known is not None:
+            count = known.count
+            if (
+                known.version != self._digests.version
+                or self._digests.fmt != fmt
+                or not isinstance(messages, list)
+                or (fmt == "openai" and self.text_actions)
+            ):
+                raise NeedWhole()
         if fmt == "openai" and isinstance(messages, list):
             # observations that arrive as user messages (text-action harnesses: mini-swe-agent's
             # text mode, SWE-agent 0.x, aider's /run) are tool outputs (harness.text_actions)
-            messages, _ = to_tool_calls(messages, self.text_actions)
+            if count:
+                # none among the known items (none was found in them before); one among the new
+                # ones depends on the item before it, the last known one (kept as read)
+                assert known is not None
+                window = [known.last, *itertools.islice(messages, count, None)]
+                if observations(window, count - 1):
+                    raise NeedWhole()
+            else:
+                messages, _ = to_tool_calls(messages, self.text_actions)
         if self._digests.fmt != fmt:
             self._digests = ListDigests(fmt)
         if not isinstance(messages, list):  # a Responses input given as a string, or a mistake
             self._digests.forget()
             return self.ingestor.ingest_from(0, parse_messages(messages, fmt, system))
-        split = self._digests.split(messages, system, MAX_NESTING)
+        split = self._digests.split(messages, system, MAX_NESTING, count)
         if self.ingestor.needs_whole(split.start, split.tail):  # the leading system messages
+            if count:
+                raise NeedWhole()
             self._digests.forget()
             split = self._digests.split(messages, system, MAX_NESTING)
         try:
@@ -130,6 +167,11 @@ class HarnessSession:
             raise
         self._digests.accept(split)
         return result
+
+    @property
+    def list_version(self) -> int:
+        """The version of the whole list remembered (``ListDigests.version``)."""
+        return self._digests.version
 
     def append(
         self,

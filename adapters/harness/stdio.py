@@ -19,10 +19,13 @@ from typing import Any, ClassVar
 
 import attrs
 
+from selfctx.adapters import jsontext
+from selfctx.adapters.collector import COLLECTOR
 from selfctx.adapters.harness.encode import ascii_dumps
-from selfctx.adapters.harness.incremental import TooDeep
+from selfctx.adapters.harness.incremental import Known, NeedWhole, TooDeep
 from selfctx.adapters.harness.messages import FORMATS
 from selfctx.adapters.harness.request import RequestCache
+from selfctx.adapters.harness.resent import Held, ResentLine, read_resent
 from selfctx.adapters.harness.rpc import (
     ARRAY,
     INTERNAL_ERROR,
@@ -39,6 +42,7 @@ from selfctx.adapters.harness.rpc import (
     Method,
     RawJson,
     RpcError,
+    dump_response,
     method,
     project_error,
     too_deep_params,
@@ -114,6 +118,24 @@ class StdioServer(LineServer):
             dict.fromkeys(a for r in self.roots for a in mounts.agent_roots(r))
         )
         self.sessions: dict[str, _Open] = {}
+        self.held: dict[str, Held] = {}
+        """Each session's last whole list: its text's length, ends and digest
+        (:mod:`selfctx.adapters.harness.resent`)."""
+        self.reading: ResentLine | None = None
+        """The line being answered, when it was read with a list held."""
+
+    def handle_line(self, line: str) -> str | None:
+        """A whole list sent again is read only past the items of the last one (decision
+        0099); any other line as :class:`LineServer` reads it."""
+        resent = read_resent(line, self.held)
+        if resent is None:
+            return super().handle_line(line)
+        self.reading = resent
+        try:
+            answer = self.handle(resent.request)
+        finally:
+            self.reading = None
+        return None if answer is None else dump_response(answer)
 
     def close(self) -> None:
         """Close every session opened here (everything is already stored)."""
@@ -255,13 +277,16 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
 def _ingest(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     """The harness's whole list, or (with ``extends``) only its new messages after the list
     whose digest ``extends`` names. Either way only what the server has not seen is parsed."""
-    harness = server.session(p["session_id"]).harness
+    session_id = p["session_id"]
+    harness = server.session(session_id).harness
     before = harness.ingestor.total
+    reading = server.reading
+    server.held.pop(session_id, None)
     try:
         if "extends" in p:
             result = harness.append(p["messages"], p["extends"], p.get("system"), p.get("format"))
         else:
-            result = harness.ingest(p["messages"], p.get("system"), p.get("format"))
+            result = _ingest_list(harness, p, reading)
     except TooDeep:
         raise too_deep_params() from None
     except SelfContextError as exc:
@@ -270,6 +295,8 @@ def _ingest(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
         failure = project_error(exc)
         failure.details["consumed"] = harness.ingestor.total - before
         raise failure from exc
+    if reading is not None and "extends" not in p and reading.session_id == session_id:
+        server.held[session_id] = reading.held(harness.list_version)
     return {
         "consumed": result.consumed,
         "diverged": result.diverged,
@@ -278,15 +305,32 @@ def _ingest(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _ingest_list(harness: HarnessSession, p: dict[str, Any], reading: ResentLine | None) -> Any:
+    known = reading.known if reading is not None else None
+    if known is None or reading is None or reading.session_id != p["session_id"]:
+        return harness.ingest(p["messages"], p.get("system"), p.get("format"))
+    try:
+        return harness.ingest(
+            p["messages"],
+            p.get("system"),
+            p.get("format"),
+            known=Known(known.count, known.version, known.last),
+        )
+    except NeedWhole:  # not the list the session remembers: the line's items, read whole
+        messages = jsontext.loads(reading.line)["params"]["messages"]
+        return harness.ingest(messages, p.get("system"), p.get("format"))
+
+
 @method(METHODS, "assemble", {"session_id": STR}, {"format": _FORMAT})
 def _assemble(server: StdioServer, p: dict[str, Any]) -> RawJson:
     harness = server.session(p["session_id"]).harness
     fmt = p.get("format", harness.format)
-    if fmt == harness.format:
-        request = harness.encoded_request()
-    else:
-        context = server.service.assemble(harness.session_id)
-        request = RequestCache(fmt, tool_prefix=harness.tool_prefix).render(context)
+    with COLLECTOR:  # a first assembly allocates a prompt's worth that lives on (decision 0098)
+        if fmt == harness.format:
+            request = harness.encoded_request()
+        else:
+            context = server.service.assemble(harness.session_id)
+            request = RequestCache(fmt, tool_prefix=harness.tool_prefix).render(context)
     state = server.service.state(harness.session_id)
     files, toolcalls = server.session(p["session_id"]).kinds.count(state)
     stats = {
@@ -303,7 +347,8 @@ def _assemble(server: StdioServer, p: dict[str, Any]) -> RawJson:
         "log_position": server.service.log_position(harness.session_id),
         "cached_chars": server.service.cached_chars(harness.session_id),
     }
-    return RawJson(request.text[:-1] + ',"stats":' + ascii_dumps(stats) + "}")
+    *parts, last = request.parts  # the request's object, with its stats added at its end
+    return RawJson(*parts, last[:-1], ',"stats":', ascii_dumps(stats), "}")
 
 
 def _context_method(name: str) -> None:
@@ -418,6 +463,7 @@ def _rollback(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
 
 @method(METHODS, "session.close", {"session_id": STR})
 def _session_close(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
+    server.held.pop(p["session_id"], None)
     server.session(p["session_id"])
     server.service.close_session(p["session_id"])
     del server.sessions[p["session_id"]]

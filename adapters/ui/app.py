@@ -18,7 +18,6 @@ Protections (decision 0055), checked before anything is read:
 
 from __future__ import annotations
 
-import gc
 import http.cookies
 import ipaddress
 import logging
@@ -41,6 +40,7 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from selfctx.adapters.collector import COLLECTOR
 from selfctx.adapters.ui import pages, views
 from selfctx.adapters.ui.history import Sessions
 from selfctx.application.ports.store import StoreError, StoreUnavailable
@@ -86,34 +86,8 @@ _STATUS = {
 }
 
 
-class _Collector:
-    """Python's cyclic garbage collector paused while pages are built (a counter: pages are
-    built on several threads). A page of a long session allocates hundreds of thousands of
-    objects, most of which live on in the inspector's caches; each full collection meanwhile
-    walks every object of the process, about as long as building the page. Reference counting
-    still frees what the page drops; cycles are collected once the last page is answered, as
-    the collector's counts then say (decision 0076)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pages = 0
-        self._was_enabled = False
-
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._pages == 0:
-                self._was_enabled = gc.isenabled()
-                gc.disable()
-            self._pages += 1
-
-    def __exit__(self, *_: object) -> None:
-        with self._lock:
-            self._pages -= 1
-            if self._pages == 0 and self._was_enabled:
-                gc.enable()
-
-
-_COLLECTOR = _Collector()
+_COLLECTOR = COLLECTOR
+"""Paused while pages are built (decision 0076): shared with the rest of the process."""
 
 
 def _loopback_address(host: str) -> bool:

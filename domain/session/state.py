@@ -245,6 +245,17 @@ _MEMBERS: dict[int, tuple[PSet[str], frozenset[str]]] = {}
 _MEMBERS_HELD = 8
 
 
+def _frozen(ids: PSet[str]) -> frozenset[str]:
+    """``frozenset(ids)``, built from the persistent map under the set: its buckets walked
+    directly, in the order the set's own iteration walks them (so the same frozenset, members
+    inserted in the same order), at half the cost of the set's iterator."""
+    try:
+        buckets = ids._map._buckets  # type: ignore[attr-defined]
+    except AttributeError:
+        return frozenset(ids)
+    return frozenset([key for bucket in buckets if bucket for key, _ in bucket])
+
+
 def members(ids: PSet[str]) -> frozenset[str]:
     """The members of one of a state's sets as a ``frozenset``, whose membership tests and set
     operations run in C (a persistent set's take several Python calls each). The same set object
@@ -253,7 +264,7 @@ def members(ids: PSet[str]) -> frozenset[str]:
     held = _MEMBERS.get(id(ids))
     if held is not None and held[0] is ids:
         return held[1]
-    found = frozenset(ids)
+    found = _frozen(ids)
     if len(_MEMBERS) >= _MEMBERS_HELD:
         # the oldest goes (another thread may have changed the table meanwhile: no matter)
         with contextlib.suppress(RuntimeError, StopIteration):

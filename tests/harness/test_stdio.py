@@ -674,3 +674,27 @@ def test_an_internal_error_is_answered_and_serving_goes_on() -> None:
     assert response["error"]["data"]["kind"] == "internal_error"
     assert "bug in the store" in response["error"]["message"]
     assert "result" in ask(server, "tools", format="openai")
+
+
+def test_an_assembly_runs_with_the_collector_paused_and_restores_it() -> None:
+    """Decision 0098: the cyclic collector is off while a prompt is built (it would walk every
+    object of a long session), on again after, also when the assembly fails."""
+    import gc
+
+    server = in_process(WrappedStore(MemoryStore()))
+    assert "result" in ask(server, "session.open", session_id="s")
+    seen: list[bool] = []
+    assemble = server.service.assemble
+
+    def watched(session_id: str, **kwargs: Any) -> Any:
+        seen.append(gc.isenabled())
+        if len(seen) > 1:
+            raise RuntimeError("a bug in assembly")
+        return assemble(session_id, **kwargs)
+
+    server.service.assemble = watched  # type: ignore[method-assign]
+    assert gc.isenabled()
+    assert "result" in ask(server, "assemble", session_id="s", format="anthropic")
+    assert seen == [False] and gc.isenabled()
+    assert ask(server, "assemble", session_id="s", format="anthropic")["error"]
+    assert seen == [False, False] and gc.isenabled()

@@ -6,7 +6,10 @@ hundred times larger grows by about what a session of small outputs grows by."""
 from __future__ import annotations
 
 import gc
+import json
+import os
 import random
+import sys
 import tracemalloc
 import uuid
 from collections.abc import Iterator
@@ -16,6 +19,7 @@ import pytest
 
 from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.harness import HarnessSession
+from selfctx.adapters.harness.stdio import StdioServer
 from selfctx.adapters.xtdb import XtdbNode, open_store
 from selfctx.application.policies import policy_by_name
 from selfctx.application.service import ContextService
@@ -97,26 +101,50 @@ def test_a_long_session_holds_content_within_its_budget_and_reads_the_rest_back_
     assert cache.chars <= budget + max(len(v) for v in sent.values()) + cache.held_chars()
 
 
-def _growth(service: ContextService, size: int, turns: tuple[int, int]) -> tuple[int, int]:
+def _growth(
+    service: ContextService, size: int, turns: tuple[int, int], *, whole: bool = False
+) -> tuple[int, int]:
     """Bytes the process's Python heap grew by between two turns of a session whose outputs
-    have ``size`` characters, and the bytes of the messages sent meanwhile."""
+    have ``size`` characters, and the bytes of the messages sent meanwhile; the harness sends
+    its new messages (the append form) or, with ``whole``, its whole list every turn as a line
+    to the stdio server (which reads its own values from the line, as over a pipe)."""
     sid, prefix = f"mem-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:8]
-    h = HarnessSession(service, sid, policy=policy_by_name("relevance"))
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the tests"}]
+    if whole:
+        server = StdioServer(service, cwd=os.getcwd(), roots=[os.getcwd()])
+        rid = 0
+
+        def call(method: str, **params: Any) -> None:
+            nonlocal rid
+            rid += 1
+            line = json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+            answer = server.handle_line(line) or ""
+            assert answer and '"error"' not in answer[:200], answer[:300]
+
+        call("session.open", session_id=sid, policy="relevance")
+    else:
+        h = HarnessSession(service, sid, policy=policy_by_name("relevance"))
+        digest = h.ingest(messages).digest
     rng = random.Random(5)
-    digest = h.ingest([{"role": "user", "content": "fix the tests"}]).digest
     first, last = turns
-    heap = seen = 0
+    heap = seen = kept = 0
     for n in range(last):
         output = _output(rng, n, size)
-        digest = h.append(_turn([], prefix, n, output), extends=digest).digest  # the append form
-        h.request()
+        if whole:
+            call("ingest", session_id=sid, messages=_turn(messages, prefix, n, output))
+            call("assemble", session_id=sid)
+        else:
+            digest = h.append(_turn([], prefix, n, output), extends=digest).digest
+            h.request()
         if n + 1 == first:
             gc.collect()
-            heap = tracemalloc.get_traced_memory()[0]
+            heap, kept = tracemalloc.get_traced_memory()[0], len(messages)
         elif n + 1 > first:
             seen += len(output)
     gc.collect()
-    return tracemalloc.get_traced_memory()[0] - heap, seen
+    # the caller's own list grew too (by the outputs' bytes): not the server's
+    ours = sum(sys.getsizeof(m["content"]) for m in messages[kept:]) if whole else 0
+    return tracemalloc.get_traced_memory()[0] - heap - ours, seen
 
 
 def test_memory_grows_with_the_number_of_messages_not_with_their_bytes(service_on: Any) -> None:
@@ -165,3 +193,21 @@ def test_an_id_is_held_once_however_many_structures_hold_it(service_on: Any) -> 
     arguments = {c.id: c.arguments for c in requests}
     assert not cache.hollow(calls[-1])
     assert cache.meta(calls[-1]).args is arguments[calls[-1]]
+
+
+def test_a_whole_list_resent_each_turn_grows_the_heap_by_its_count_not_its_bytes(
+    service_on: Any,
+) -> None:
+    """Decision 0100: a harness that resends its whole list to the stdio server sends the
+    session's bytes every turn; what the server keeps of them is bounded by its content cache,
+    as for the append form: 2 MB more of outputs grow the heap by a small part of those bytes
+    (a server that kept the last list's text would grow by all of them)."""
+    service = service_on(50_000)
+    tracemalloc.start()
+    try:
+        small, small_bytes = _growth(service, 200, (30, 110), whole=True)
+        large, large_bytes = _growth(service, 20_000, (30, 110), whole=True)
+    finally:
+        tracemalloc.stop()
+    assert large_bytes > 90 * small_bytes
+    assert large - small < 0.1 * (large_bytes - small_bytes), (small, large, large_bytes)
