@@ -22,6 +22,7 @@ from json.encoder import encode_basestring_ascii as _ascii
 from typing import Any
 
 import attrs
+import orjson
 
 from selfctx.adapters import jsontext
 from selfctx.adapters.harness.encode import ascii_dumps
@@ -129,10 +130,13 @@ class _Items:
     """The final items of the chat's rendering so far, as parallel lists (so that a request
     joins them without a loop in Python)."""
 
-    def __init__(self, values: bool = True) -> None:
+    def __init__(self, values: bool = True, pieces: bool = False) -> None:
         self.keeps_values = values
         """False: only the texts are kept (``values`` holds None for each item), and a value
         is read back from its text when it is asked for."""
+        self.pieces: dict[int, Any] | None = {} if pieces and values else None
+        """Each item's compact UTF-8 JSON as orjson writes it (an ``orjson.Fragment``), by the
+        identity of its value (None: not kept). An item orjson refuses has none."""
         self.values: list[dict[str, Any] | None] = []
         self.texts: list[str] = []
         self.chars = [0]
@@ -148,6 +152,10 @@ class _Items:
 
     def append(self, item: _Item) -> None:
         self.values.append(item.value if self.keeps_values else None)
+        if self.pieces is not None:
+            piece = _piece(item.value)
+            if piece is not None:
+                self.pieces[id(item.value)] = piece
         self.texts.append(item.text)
         self.chars.append(self.chars[-1] + item.chars)
 
@@ -157,9 +165,21 @@ class _Items:
         return self
 
     def truncate(self, n: int) -> None:
+        if self.pieces:
+            for value in self.values[n:]:
+                self.pieces.pop(id(value), None)
         del self.values[n:]
         del self.texts[n:]
         del self.chars[n + 1 :]
+
+
+def _piece(value: Any) -> Any:
+    """``value``'s JSON as orjson writes it inside a request body (as an item of its list: two
+    levels down, so that one orjson refuses there for its depth has none), or None."""
+    try:
+        return orjson.Fragment(orjson.dumps([[value]])[2:-2])
+    except (TypeError, orjson.JSONEncodeError):
+        return None
 
 
 @attrs.define
@@ -186,11 +206,14 @@ class RequestCache:
         cache_control: bool = True,
         text: bool = True,
         values: bool = True,
+        pieces: bool = False,
     ) -> None:
         """``text``: False when only the body is wanted (``Encoded.text`` is then empty).
         ``values``: False when mostly the text is wanted: the chat's items are kept as text
         only (about half the memory per message), and ``Encoded.body`` is read back from the
-        text when asked for (:meth:`keep_values` switches to keeping both)."""
+        text when asked for (:meth:`keep_values` switches to keeping both).
+        ``pieces``: keep each chat item's compact UTF-8 JSON beside its values (:attr:`pieces`),
+        for a caller that encodes the body with orjson at every request (the proxy)."""
         if fmt not in ("openai", "anthropic", "responses"):
             raise InvalidInput("format", fmt, "use 'openai', 'anthropic' or 'responses'")
         self.fmt = fmt
@@ -198,7 +221,15 @@ class RequestCache:
         self.cache_control = cache_control
         self.text = text
         self.values = values or not text
+        self.keeps_pieces = pieces
         self._reset()
+
+    @property
+    def pieces(self) -> Mapping[int, Any]:
+        """The chat items of the last request as orjson wrote them (``orjson.Fragment``), by
+        the identity of their values in ``Encoded.body`` (empty unless made with ``pieces``):
+        ``codec.dumps_with`` puts them in the body's JSON instead of encoding them again."""
+        return self._items.pieces or {}
 
     def keep_values(self) -> None:
         """Keep each item's values beside its text from now on (the next request renders the
@@ -209,7 +240,7 @@ class RequestCache:
 
     def _reset(self) -> None:
         self._chat: tuple[RenderedMessage, ...] = ()
-        self._items = _Items(self.values)
+        self._items = _Items(self.values, self.keeps_pieces)
         self._cuts: list[_Cut] = [_Cut(0, 0)]
         self._cut_at: list[int] = [0]
         """The chat position of each cut (for bisection)."""

@@ -47,7 +47,7 @@ from selfctx.adapters.harness.tools import (
     tool_schemas,
 )
 from selfctx.adapters.proxy.bodies import RecentBodies
-from selfctx.adapters.proxy.codec import dumps, loads
+from selfctx.adapters.proxy.codec import dumps, dumps_with, loads
 from selfctx.adapters.proxy.guard import LOOPBACK_NAMES, TOKEN_HEADER, Guard
 from selfctx.adapters.proxy.incremental import (
     ParsedConversation,
@@ -498,7 +498,7 @@ class Proxy:
     def _content(self, turn: _Turn) -> bytes:
         """The first request to send upstream for ``turn`` (in a worker thread)."""
         raw = turn.raw
-        content = dumps(self._build(turn))
+        content = self._encode(turn, self._build(turn))
         if self.config.never_larger and len(content) > len(raw):
             # Never larger than what the client sent: its own request, unchanged.
             turn.as_sent = True
@@ -534,9 +534,19 @@ class Proxy:
         """The next round's request, after the proxy answered context calls."""
 
         def build() -> bytes:
-            return dumps(self._build(turn, last=last))
+            return self._encode(turn, self._build(turn, last=last))
 
         return await anyio.to_thread.run_sync(build)
+
+    @staticmethod
+    def _encode(turn: _Turn, managed: dict[str, Any]) -> bytes:
+        """``managed`` as JSON: the conversation's items already encoded for an earlier request
+        are not encoded again (``codec.dumps_with``; the same bytes as ``dumps``)."""
+        requests = turn.session.requests
+        if requests is None:
+            return dumps(managed)
+        key = "input" if turn.provider.name == "responses" else "messages"
+        return dumps_with(managed, key, requests.pieces)
 
     def _build(self, turn: _Turn, *, last: bool = False) -> dict[str, Any]:
         """The managed request (in a worker thread): the session's context in the client's
@@ -555,7 +565,7 @@ class Proxy:
         requests = turn.session.requests
         if requests is None:  # the provider places the cache marks
             requests = RequestCache(
-                provider.name, tool_prefix=prefix, cache_control=False, text=False
+                provider.name, tool_prefix=prefix, cache_control=False, text=False, pieces=True
             )
             turn.session.requests = requests
         rendered = requests.render(context).body

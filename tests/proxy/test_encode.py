@@ -13,11 +13,14 @@ from typing import Any
 
 import pytest
 
+from selfctx.adapters.bench.cache import RECORDINGS, _replay
+from selfctx.adapters.bench.recording import read_recording
 from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.harness.request import RequestCache, _Item
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.proxy import Proxy, ProxyConfig
 from selfctx.adapters.proxy.app import _Turn
-from selfctx.adapters.proxy.codec import dumps, loads
+from selfctx.adapters.proxy.codec import dumps, dumps_with, loads
 from selfctx.adapters.proxy.providers import PROVIDERS
 
 
@@ -77,6 +80,8 @@ def test_the_bytes_sent_are_the_managed_body_as_json(fmt: str, tmp_path: Path) -
         for n in range(40):
             command = "cat app.py" if n % 7 == 0 else f"echo {n}"
             output = (tmp_path / "app.py").read_text() if n % 7 == 0 else f"{n}\n" * 40
+            if n == 23:  # one orjson refuses: that request's body goes through the standard library
+                output += " \ud800 lone"
             items = [*items, *_call(fmt, n, command, output)]
             if n % 10 == 9:  # the client edits its history: a compaction of its own
                 items = [*system, first, *items[len(system) + 5 :]]
@@ -85,9 +90,13 @@ def test_the_bytes_sent_are_the_managed_body_as_json(fmt: str, tmp_path: Path) -
             proxy._ingest(turn, lambda: built.append(proxy._build(turn)))  # noqa: B023
             managed = built[-1]
             assert json.loads(dumps(managed)) == managed
+            # the items encoded for earlier requests are reused, and the bytes are the same
+            assert session.requests is not None and session.requests.pieces
+            assert proxy._encode(turn, managed) == dumps(managed)
             if n % 5 == 0:  # and the model's own context call, answered by the proxy
                 again = proxy._build(turn)
                 assert json.loads(dumps(again)) == again
+                assert proxy._encode(turn, again) == dumps(again)
 
     try:
         asyncio.run(run())
@@ -106,3 +115,47 @@ def test_what_orjson_refuses_goes_through_unchanged() -> None:
     assert big == {"big": 10**30} and dumps(big) == b'{"big":1' + b"0" * 30 + b"}"
     plain = {"messages": [{"role": "user", "content": "ünïcode ✓ \u2028"}]}
     assert loads(dumps(plain)) == plain
+
+
+def test_pieces_give_the_bytes_of_the_whole_body() -> None:
+    """``dumps_with`` writes what ``dumps`` writes: items found in the pieces (by identity) as
+    they were encoded, the others (and bodies orjson refuses anywhere) as before."""
+    deep: Any = "leaf"
+    for _ in range(252):  # deep enough that orjson refuses it two levels down only
+        deep = [deep]
+    items = [{"role": "user", "content": "ünïcode ✓ \u2028"}, {"role": "tool", "content": deep}]
+    cache = RequestCache("openai", text=False, pieces=True)
+    for item in items:
+        cache._items.append(_Item(item, "", 0))
+    assert id(items[0]) in cache.pieces and id(items[1]) not in cache.pieces
+    for body in (
+        {"model": "m", "messages": items[:1], "n": 1.5e16},
+        {"model": "m", "messages": items},  # the standard library's, for the depth
+        {"model": "m", "messages": items[:1], "odd": "\ud800"},
+        {"model": "m", "messages": [{"role": "user", "content": "new"}, *items[:1]]},
+    ):
+        assert dumps_with(body, "messages", cache.pieces) == dumps(body)
+    cache._items.truncate(0)
+    assert not cache.pieces
+
+
+@pytest.mark.parametrize("name", ["claude-code-28", "codex-28", "pi-28", "aider-28"])
+def test_recorded_sessions_are_sent_byte_for_byte_as_before(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every managed request of each recorded client session (Anthropic with its cache marks,
+    Responses, Chat Completions) encoded with the pieces is the body's ``dumps``, byte for byte."""
+    checked: list[int] = []
+    encode = Proxy._encode
+
+    def compared(turn: _Turn, managed: dict[str, Any]) -> bytes:
+        content = encode(turn, managed)
+        assert content == dumps(managed)
+        assert turn.session.requests is not None
+        checked.append(len(turn.session.requests.pieces))
+        return content
+
+    monkeypatch.setattr(Proxy, "_encode", staticmethod(compared))
+    _replay(read_recording(RECORDINGS / f"{name}.jsonl.xz"), None, {})
+    assert len(checked) >= 25
+    assert sum(1 for n in checked if n) >= len(checked) // 2  # the pieces were there to use
