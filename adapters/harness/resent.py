@@ -127,16 +127,25 @@ class ResentLine:
         return self.line[self.begin : self.end]
 
     def held(self, version: int) -> Held:
-        """What the server holds of this list once the session recorded it as ``version``."""
+        """What the server holds of this list once the session recorded it as ``version`` (its
+        ends read from the line in place: the text is never copied)."""
+        line, begin, end = self.line, self.begin, self.end
         if self.prefix is None:
-            return Held.of(self.session_id, self.text, self.count, self.last, version)
-        hasher = self.prefix.copy()
-        hasher.update(
-            self.line[self.begin + self.known.length : self.end].encode(  # type: ignore[union-attr]
-                "utf-8", "surrogatepass"
-            )
+            hasher = _hasher(line[begin:end])
+        else:
+            hasher = self.prefix.copy()
+            new = line[begin + self.known.length : end]  # type: ignore[union-attr]
+            hasher.update(new.encode("utf-8", "surrogatepass"))
+        return Held(
+            self.session_id,
+            end - begin,
+            line[begin : min(end, begin + _ENDS)],
+            line[max(begin, end - _ENDS) : end],
+            hasher,
+            self.count,
+            self.last,
+            version,
         )
-        return Held.of(self.session_id, self.text, self.count, self.last, version, hasher)
 
 
 def read_resent(line: str, held: dict[str, Held]) -> ResentLine | None:
