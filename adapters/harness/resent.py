@@ -74,20 +74,27 @@ class Held:
     """The session's list version once it was recorded."""
 
     @classmethod
-    def of(
-        cls, session_id: str, text: str, count: int, last: Any, version: int, hasher: Any = None
+    def within(
+        cls,
+        session_id: str,
+        line: str,
+        span: tuple[int, int],
+        hasher: Any,
+        count: int,
+        last: Any,
+        version: int,
     ) -> Held:
-        """What is held of ``text`` (``hasher``: its SHA-256 state, when already made)."""
-        return cls(
-            session_id,
-            len(text),
-            text[:_ENDS],
-            text[-_ENDS:] if len(text) > _ENDS else text,
-            _hasher(text) if hasher is None else hasher,
-            count,
-            last,
-            version,
-        )
+        """What is held of the text ``line[span[0]:span[1]]`` whose SHA-256 state is
+        ``hasher``; its ends are read from ``line`` in place (the text is never copied)."""
+        begin, end = span
+        head = line[begin : min(end, begin + _ENDS)]
+        tail = line[max(begin, end - _ENDS) : end]
+        return cls(session_id, end - begin, head, tail, hasher, count, last, version)
+
+    @classmethod
+    def of(cls, session_id: str, text: str, count: int, last: Any, version: int) -> Held:
+        """What is held of ``text``."""
+        return cls.within(session_id, text, (0, len(text)), _hasher(text), count, last, version)
 
     def begins(self, line: str, at: int) -> Any:
         """The SHA-256 state after the held text if ``line`` holds that text at ``at``
@@ -127,24 +134,16 @@ class ResentLine:
         return self.line[self.begin : self.end]
 
     def held(self, version: int) -> Held:
-        """What the server holds of this list once the session recorded it as ``version`` (its
-        ends read from the line in place: the text is never copied)."""
+        """What the server holds of this list once the session recorded it as ``version``."""
         line, begin, end = self.line, self.begin, self.end
         if self.prefix is None:
             hasher = _hasher(line[begin:end])
-        else:
+        else:  # the known list's state, taken on past it
             hasher = self.prefix.copy()
             new = line[begin + self.known.length : end]  # type: ignore[union-attr]
             hasher.update(new.encode("utf-8", "surrogatepass"))
-        return Held(
-            self.session_id,
-            end - begin,
-            line[begin : min(end, begin + _ENDS)],
-            line[max(begin, end - _ENDS) : end],
-            hasher,
-            self.count,
-            self.last,
-            version,
+        return Held.within(
+            self.session_id, line, (begin, end), hasher, self.count, self.last, version
         )
 
 

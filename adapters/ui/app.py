@@ -86,10 +86,6 @@ _STATUS = {
 }
 
 
-_COLLECTOR = COLLECTOR
-"""Paused while pages are built (decision 0076): shared with the rest of the process."""
-
-
 def _loopback_address(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -180,7 +176,7 @@ class Inspector:
             base = self._base(request)
             self.index_ahead()
             try:
-                with _COLLECTOR:
+                with COLLECTOR:  # decision 0076
                     return HTMLResponse(view(request, base))
             except (SelfContextError, ValueError) as exc:
                 status = _status(exc)
@@ -191,7 +187,7 @@ class Inspector:
     def _api(self, view: Callable[[Request], Response]) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:
             try:
-                with _COLLECTOR:
+                with COLLECTOR:  # decision 0076
                     return view(request)
             except (SelfContextError, ValueError) as exc:
                 kind = getattr(exc, "kind", "invalid_input")
@@ -257,7 +253,7 @@ class Inspector:
         base = self._base(request)
         oid = request.path_params["oid"]
         try:
-            with _COLLECTOR:
+            with COLLECTOR:  # decision 0076
                 view = views.met_view(self.service, self.sessions, oid)
         except (SelfContextError, ValueError) as exc:
             status = _status(exc)
