@@ -129,18 +129,6 @@ def doc_cache_bytes() -> int:
     return int(megabytes) * 1024 * 1024
 
 
-GOLDEN_DIR = "log-and-documents"
-"""The RocksDB of a ``rocksdb`` node's tx-log and documents (decision 0101)."""
-
-
-def split_layout(data_dir: Path) -> bool:
-    """Whether ``data_dir`` was made before decision 0101: its tx-log and its documents in two
-    RocksDB stores (``tx-log/``, ``documents/``), each syncing its own writes. Such a directory
-    keeps that layout (``rocksdb-split.edn``); a new one holds both in :data:`GOLDEN_DIR`, where
-    the log entry's sync covers its documents."""
-    return (data_dir / "tx-log").is_dir() and not (data_dir / GOLDEN_DIR).is_dir()
-
-
 def render_config(
     config: ConfigName,
     *,
@@ -150,10 +138,7 @@ def render_config(
     secret_file: Path,
 ) -> str:
     """The node's EDN config: ``xtdb/config/<config>.edn`` with its placeholders filled in."""
-    name: str = config
-    if config == "rocksdb" and data_dir is not None and split_layout(data_dir):
-        name = "rocksdb-split"
-    template = string.Template((paths.project_dir() / "config" / f"{name}.edn").read_text())
+    template = string.Template((paths.project_dir() / "config" / f"{config}.edn").read_text())
     values: dict[str, str] = {
         "port": str(port),
         "doc_cache_bytes": str(doc_cache_bytes()),
@@ -165,7 +150,6 @@ def render_config(
         values["index_dir"] = _edn_string(str(data_dir / "indexes"))
         values["tx_log_dir"] = _edn_string(str(data_dir / "tx-log"))
         values["doc_store_dir"] = _edn_string(str(data_dir / "documents"))
-        values["golden_dir"] = _edn_string(str(data_dir / GOLDEN_DIR))
     if config == "postgres":
         if postgres is None:
             raise XtdbSetupError("a postgres node needs a PostgresTarget")

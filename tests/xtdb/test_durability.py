@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from selfctx.adapters.xtdb import XtdbNode, XtdbStore, open_store
-from selfctx.adapters.xtdb.node import GOLDEN_DIR
 from selfctx.application.ports.store import (
     Expect,
     ObjectStore,
@@ -144,13 +143,14 @@ def _write_files(store: XtdbStore, versions: int) -> tuple[list[str], list[int]]
 
 def test_the_index_store_keeps_no_write_ahead_log(rocksdb_node: XtdbNode) -> None:
     """Decision 0016: the index store writes no WAL and flushes its column families atomically;
-    the tx-log and the documents keep theirs (one, decision 0101)."""
+    the tx-log and the documents keep theirs."""
     with closing(open_store(rocksdb_node.url, timeout=10.0)) as store:
         _write_files(store, versions=20)
     assert rocksdb_node.data_dir is not None
     indexes = rocksdb_node.data_dir / "indexes"
     assert sum(_files(indexes, ".log").values()) == 0
-    assert sum(_files(rocksdb_node.data_dir / GOLDEN_DIR, ".log").values()) > 0
+    assert sum(_files(rocksdb_node.data_dir / "tx-log", ".log").values()) > 0
+    assert sum(_files(rocksdb_node.data_dir / "documents", ".log").values()) > 0
     options = max(indexes.glob("OPTIONS-*"), key=lambda p: p.stat().st_mtime).read_text()
     assert "atomic_flush=true" in options.replace(" ", "")
     # A clean stop flushes what the log would have held: the index entries of the 420 versions
@@ -252,60 +252,3 @@ class TestXtdbStoreOnRocksDB(StoreContract):
             self.node.stop()
             self.node.start()
         return open_store(self.node.url, timeout=10.0)
-
-
-def _commit_files(store: XtdbStore, versions: int) -> list[int]:
-    """``versions`` commits of two files and a log entry, each with its preconditions."""
-    tx_ids = []
-    previous: dict[str, Any] = {}
-    for version in range(versions):
-        docs: list[dict[str, Any]] = [
-            {"xt/id": f"f{i}", "type": "file", "v": version, "t": "x" * 5000} for i in (0, 1)
-        ]
-        log = {"xt/id": f"log:g:{version:09d}", "type": "session_log", "session_id": "g"}
-        expect = [Expect(d["xt/id"], previous.get(d["xt/id"])) for d in docs]
-        tx_ids.append(store.commit([*docs, log], [*expect, Expect(log["xt/id"], None)]).tx_id)
-        previous = {d["xt/id"]: d for d in docs}
-    return tx_ids
-
-
-def test_the_log_and_the_documents_share_one_rocksdb(rocksdb_node: XtdbNode) -> None:
-    """Decision 0101: a new data directory holds the tx-log and the documents in one RocksDB,
-    whose write-ahead log has both (the log entry's sync covers its documents); every commit
-    reads back whole after a kill -9, preconditions included."""
-    assert rocksdb_node.data_dir is not None
-    data = rocksdb_node.data_dir
-    store = open_store(rocksdb_node.url, timeout=10.0)
-    tx_ids = _commit_files(store, versions=6)
-    before = snapshot(store, ["f0", "f1"], tx_ids, "g")
-    stores = {p.name for p in data.iterdir() if p.is_dir()} - {"tmp"}
-    assert stores == {GOLDEN_DIR, "indexes"}
-    assert sum(_files(data / GOLDEN_DIR, ".log").values()) > 0
-    rocksdb_node.kill()
-    rocksdb_node.start()
-    assert snapshot(store, ["f0", "f1"], tx_ids, "g") == before
-    store.close()
-
-
-def test_a_data_directory_of_two_stores_keeps_them(xtdb_jars: Path, tmp_path: Path) -> None:
-    """A data directory made before decision 0101 (``tx-log/`` and ``documents/``) is opened
-    with its own layout: what it holds reads back, and new commits go where its log is."""
-    data = tmp_path / "data"
-    (data / "tx-log").mkdir(parents=True)  # as a node before decision 0101 left it
-    node = XtdbNode("rocksdb", data)
-    try:
-        node.start()
-        with closing(open_store(node.url, timeout=10.0)) as store:
-            tx_ids = _commit_files(store, versions=3)
-            before = snapshot(store, ["f0", "f1"], tx_ids, "g")
-        node.stop()
-        assert not (data / GOLDEN_DIR).exists()
-        assert sum(_files(data / "documents", ".log").values()) > 0
-        node.start()
-        with closing(open_store(node.url, timeout=10.0)) as store:
-            assert snapshot(store, ["f0", "f1"], tx_ids, "g") == before
-            later = store.commit([{"xt/id": "f2", "type": "file"}], [Expect("f2", None)])
-            assert later.tx_id > tx_ids[-1]
-    finally:
-        node.stop(timeout=20)
-    assert not (data / GOLDEN_DIR).exists()

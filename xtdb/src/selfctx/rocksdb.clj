@@ -13,11 +13,9 @@
   they must be flushed together, or a crash could leave one family holding entries of
   transactions that another, with the last-indexed marker, does not. See
   docs/decisions/0016-index-store-without-wal.md."
-  (:require [xtdb.kv :as kv]
-            [xtdb.rocksdb :as rocks]
+  (:require [xtdb.rocksdb :as rocks]
             [xtdb.system :as sys])
-  (:import [java.io Closeable]
-           [org.rocksdb DBOptions WriteOptions]))
+  (:import [org.rocksdb DBOptions]))
 
 (defn ->kv-store
   "`xtdb.rocksdb/->kv-store` with the write-ahead log off and every column family flushed
@@ -54,34 +52,3 @@
                                             (* 1024 1024 (long write-buffer-mb)))
                                            ;; What xtdb.rocksdb sets when it makes the options.
                                            (.setMaxBackgroundJobs background-jobs))))))
-
-(defrecord UnsyncedView [kv ^WriteOptions write-options]
-  ;; `kv` with this view's write options: the same RocksDB, its writes not synced.
-  kv/KvStore
-  (new-snapshot [_] (kv/new-snapshot kv))
-  (store [_ kvs] (kv/store (assoc kv :write-options write-options) kvs))
-  (fsync [_] (kv/fsync kv))
-  (compact [_] (kv/compact kv))
-  (count-keys [_] (kv/count-keys kv))
-  (db-dir [_] (kv/db-dir kv))
-  (kv-name [_] (kv/kv-name kv))
-
-  Closeable
-  ;; The RocksDB is the shared store's: closed by it, once, after every module that uses it.
-  (close [_] (.close write-options)))
-
-(defn ->unsynced-view
-  "The RocksDB store `:kv-store` (an `xtdb.rocksdb` store with its write-ahead log on), its writes
-  made without a sync of their own, for the document store of a node whose tx-log is the same
-  RocksDB with every write synced. A synced write makes every write before it in the store's
-  write-ahead log durable with it, and XTDB writes a transaction's documents before its log
-  entry: the entry's sync covers them, one sync per commit instead of two, and no log entry is
-  ever durable without its documents. See
-  docs/decisions/0101-the-log-entry-syncs-its-documents.md."
-  {::sys/deps {:kv-store `->durable-kv-store}}
-  [{:keys [kv-store]}]
-  (let [^WriteOptions shared (:write-options kv-store)]
-    (when (or (nil? shared) (.disableWAL shared))
-      (throw (IllegalArgumentException.
-              "an unsynced view needs a RocksDB store that keeps its write-ahead log")))
-    (->UnsyncedView kv-store (doto (WriteOptions.) (.setSync false) (.setDisableWAL false)))))
