@@ -16,6 +16,11 @@ them all would pause for its collector, in either side's time).
   alternating). Reported: each side's p50 and p95 latency, the added p95 (proxy p95 minus
   pass-through p95), and requests per second.
 
+Before either is measured, ``warmup`` requests of a session of its own go through both sides,
+unmeasured: a proxy serves for hours, and what it stands on warms up first (an XTDB node's JVM
+compiles its hot paths over its first thousands of commits: a fresh node spent 9-26 ms of CPU a
+commit where a warm one spends 3-5, decision 0101). ``--warmup 0`` measures a cold start.
+
 Machines here are shared: the figures that carry are the ratios to the pass-through measured in
 the same run. ``--workers`` runs the proxy with that many worker processes (decision 0058); the
 proxy's CPU time is its front's and its workers' together, and the front's alone is reported as
@@ -249,6 +254,21 @@ def _one_client(size: int, requests: int, proxy: _Running, passthrough: _Running
     }
 
 
+def _warm_up(requests: int, size: int, proxy: _Running, passthrough: _Running) -> int:
+    """``requests`` unmeasured requests of a session of ``size`` objects through both sides;
+    returns how many each side answered."""
+    if requests <= 0:
+        return 0
+    session = _Session(f"bench-warm-{size}", size)
+    with httpx.Client(timeout=300) as client:
+        session.post(client, proxy.url, _body(session.messages))
+        for _ in range(requests):
+            content = session.grow()
+            session.post(client, passthrough.url, content)
+            session.post(client, proxy.url, content)
+    return requests
+
+
 def _concurrent(
     clients: int, size: int, requests: int, proxy: _Running, passthrough: _Running
 ) -> dict[str, Any]:
@@ -317,10 +337,11 @@ def run_proxy(
     concurrent_requests: int = 20,
     workers: int = 1,
     store: str = "memory",
+    warmup: int = 200,
 ) -> dict[str, Any]:
     """Run the benchmark; the top-level figures are those of the largest session. ``store``:
     ``memory``, ``auto`` (this user's local XTDB node, started if need be) or an XTDB node's
-    ``xtdb://host:port``."""
+    ``xtdb://host:port``. ``warmup``: unmeasured requests through both sides first."""
     if store == "auto":  # resolved once: the proxy's process (and its workers) use that node
         from selfctx.adapters.xtdb import ensure_local_node
 
@@ -330,6 +351,9 @@ def run_proxy(
         _server("passthrough", model.url) as passthrough,
         _server("proxy", model.url, workers, store) as proxy,
     ):
+        if warmup > 0 and progress:
+            progress(f"warm-up: {warmup} unmeasured requests through both sides")
+        warmed = _warm_up(warmup, max(sizes), proxy, passthrough)
         runs = []
         for size in sizes:
             if progress:
@@ -349,6 +373,7 @@ def run_proxy(
     return {
         "workers": workers,
         "store": "memory" if store == "memory" else "xtdb",
+        "warmup": warmed,
         "added_ms": largest["added_ms"],
         "objects": largest["objects"],
         "runs": runs,

@@ -516,12 +516,14 @@ def _proxy(args: argparse.Namespace) -> int:
         concurrent_requests=args.concurrent_requests,
         workers=workers_wanted(args.workers),
         store=args.store,
+        warmup=args.warmup,
     )
     if args.json:
         print(json.dumps(result))
         return 0
     print(
-        f"proxy with {result['workers']} worker process(es), {result['store']} store; one client:"
+        f"proxy with {result['workers']} worker process(es), {result['store']} store, after "
+        f"{result['warmup']} unmeasured requests; one client:"
     )
     print(
         f"{'objects':>8} {'requests':>9} {'added p50 ms':>13} {'added p95 ms':>13} "
@@ -698,6 +700,12 @@ def _register_proxy(benches: Any) -> None:
         "--store",
         default="memory",
         help="the proxy's store: memory (default), auto (the local XTDB node) or xtdb://HOST:PORT",
+    )
+    proxy.add_argument(
+        "--warmup",
+        type=int,
+        default=200,
+        help="unmeasured requests through both sides first (default 200; 0: a cold start)",
     )
     proxy.add_argument("--json", action="store_true", help="print JSON")
     proxy.set_defaults(handler=_proxy)

@@ -9,8 +9,8 @@ from selfctx.adapters.bench.proxy import run_proxy
 
 
 def test_the_benchmark_reports_latency_cpu_and_throughput() -> None:
-    result = run_proxy((5,), 2, clients=2, concurrent_size=5, concurrent_requests=2)
-    assert result["store"] == "memory"
+    result = run_proxy((5,), 2, clients=2, concurrent_size=5, concurrent_requests=2, warmup=3)
+    assert result["store"] == "memory" and result["warmup"] == 3
     (run,) = result["runs"]
     assert set(run["cpu_ms_per_request"]) == {"passthrough", "proxy", "proxy_front"}
     assert run["requests"] == 2 and "p50" in run["added_ms"]
@@ -21,8 +21,8 @@ def test_the_benchmark_reports_latency_cpu_and_throughput() -> None:
 
 
 def test_with_workers_the_fronts_cpu_is_reported_apart() -> None:
-    result = run_proxy((5,), 2, clients=2, concurrent_size=5, concurrent_requests=2, workers=2)
-    assert result["workers"] == 2
+    result = run_proxy((5,), 2, clients=2, concurrent_size=5, concurrent_requests=2, workers=2, warmup=0)
+    assert result["workers"] == 2 and result["warmup"] == 0
     cpu = result["runs"][0]["cpu_ms_per_request"]
     # the front alone, and front and workers (in clock ticks: a tiny run may count 0 for both)
     assert 0 <= cpu["proxy_front"] <= cpu["proxy"]
