@@ -21,7 +21,9 @@ def test_the_benchmark_reports_latency_cpu_and_throughput() -> None:
 
 
 def test_with_workers_the_fronts_cpu_is_reported_apart() -> None:
-    result = run_proxy((5,), 2, clients=2, concurrent_size=5, concurrent_requests=2, workers=2, warmup=0)
+    result = run_proxy(
+        (5,), 2, clients=2, concurrent_size=5, concurrent_requests=2, workers=2, warmup=0
+    )
     assert result["workers"] == 2 and result["warmup"] == 0
     cpu = result["runs"][0]["cpu_ms_per_request"]
     # the front alone, and front and workers (in clock ticks: a tiny run may count 0 for both)
