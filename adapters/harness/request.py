@@ -130,10 +130,13 @@ class _Items:
     """The final items of the chat's rendering so far, as parallel lists (so that a request
     joins them without a loop in Python)."""
 
-    def __init__(self, values: bool = True, pieces: bool = False) -> None:
+    def __init__(self, values: bool = True, pieces: bool = False, texts: bool = True) -> None:
         self.keeps_values = values
         """False: only the texts are kept (``values`` holds None for each item), and a value
         is read back from its text when it is asked for."""
+        self.keeps_texts = texts or not values
+        """False: no item's text is kept (``texts`` holds an empty string for each): a cache
+        whose requests are wanted as values only (decision 0102)."""
         self.pieces: dict[int, Any] | None = {} if pieces and values else None
         """Each item's compact UTF-8 JSON as orjson writes it (an ``orjson.Fragment``), by the
         identity of its value (None: not kept). An item orjson refuses has none."""
@@ -156,7 +159,7 @@ class _Items:
             piece = _piece(item.value)
             if piece is not None:
                 self.pieces[id(item.value)] = piece
-        self.texts.append(item.text)
+        self.texts.append(item.text if self.keeps_texts else "")
         self.chars.append(self.chars[-1] + item.chars)
 
     def __iadd__(self, items: list[_Item]) -> _Items:
@@ -208,7 +211,8 @@ class RequestCache:
         values: bool = True,
         pieces: bool = False,
     ) -> None:
-        """``text``: False when only the body is wanted (``Encoded.text`` is then empty).
+        """``text``: False when only the body is wanted (``Encoded.text`` is then empty, and
+        no item's text is kept: the values alone, and the pieces if asked for).
         ``values``: False when mostly the text is wanted: the chat's items are kept as text
         only (about half the memory per message), and ``Encoded.body`` is read back from the
         text when asked for (:meth:`keep_values` switches to keeping both).
@@ -240,7 +244,7 @@ class RequestCache:
 
     def _reset(self) -> None:
         self._chat: tuple[RenderedMessage, ...] = ()
-        self._items = _Items(self.values, self.keeps_pieces)
+        self._items = _Items(self.values, self.keeps_pieces, self.text)
         self._cuts: list[_Cut] = [_Cut(0, 0)]
         self._cut_at: list[int] = [0]
         """The chat position of each cut (for bisection)."""
@@ -258,7 +262,13 @@ class RequestCache:
         hit = self._rendered.get(id(message))
         if hit is None or hit[0] is not message:
             made = make(message)
-            if not self.values and make is not _blocks:  # the texts alone
+            if not self.text and make is not _blocks:  # the values alone (decision 0102)
+                made = (
+                    _Item(made.value, "", made.chars)
+                    if isinstance(made, _Item)
+                    else [_Item(m.value, "", m.chars) for m in made]
+                )
+            elif not self.values and make is not _blocks:  # the texts alone
                 made = (
                     _Item(None, made.text, made.chars)  # type: ignore[arg-type]
                     if isinstance(made, _Item)
@@ -486,7 +496,6 @@ def _finish(
 ) -> Encoded:
     """The request: ``head``, the first ``shared`` items (all by default), ``tail``."""
     n = len(items) if shared is None else shared
-    texts = items.texts if n == len(items) else items.texts[:n]
     count = len(head) + n + len(tail)
     chars = items.chars[n] + sum(text_chars(v) for v in (*head, *tail))
     chars += sum(text_chars(value) for value in extra.values())
@@ -495,11 +504,12 @@ def _finish(
         values = items.values if n == len(items) else items.values[:n]
         body = {key: [*head, *values, *tail], **extra}
     else:  # read back from the texts, if it is ever asked for
-        kept = list(texts)
+        kept = items.texts[:n]
         body = lambda: {key: [*head, *map(jsontext.loads, kept), *tail], **extra}  # noqa: E731
     if not text:
         assert isinstance(body, dict)  # a cache without text keeps its values
         return Encoded(body, "", chars, count)
+    texts = items.texts if n == len(items) else items.texts[:n]
     listed = [*(ascii_dumps(v) for v in head), *texts, *(ascii_dumps(v) for v in tail)]
     # '{"key":[' item "," item ... "]" ',"name":value'... "}", joined once, when it is asked for
     pieces = [","] * (2 * len(listed) - 1) if listed else []

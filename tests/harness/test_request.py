@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -146,6 +147,41 @@ def test_a_cache_of_texts_keeps_no_values_until_asked_to(fmt: str) -> None:
         else:
             assert len(held) == len(items.values)
         assert got.body == body
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_cache_without_text_keeps_no_items_text(fmt: str) -> None:
+    """Decision 0102: the proxy's cache (values and orjson pieces, no text) keeps no item's
+    ASCII text, neither in its items nor in its renderings; its bodies and pieces are as
+    before, each piece the item's compact JSON."""
+    cache = RequestCache(fmt, tool_prefix="context_", cache_control=False, text=False, pieces=True)
+    chat: list[RenderedMessage] = [RenderedMessage("user", "go")]
+    for n in range(40):
+        call = ToolCallRequest(f"c{n}", "bash", {"command": f"ls {n}"})
+        chat += [
+            RenderedMessage("assistant", f"step {n}", (call,)),
+            RenderedMessage("tool", f"output {n} \u00e9", toolcall_id=f"c{n}"),
+        ]
+        context = AssembledContext("You fix bugs.", (), tuple(chat), ())
+        got = cache.render(context)
+        if fmt == "anthropic":
+            body = to_anthropic(context, cache_control=False, tool_prefix="context_")
+        else:
+            body = render(context, fmt, tool_prefix="context_")
+        assert got.body == body
+        assert got.text == ""
+        items = cache._items
+        assert len(items.texts) >= n
+        assert set(items.texts) <= {""}
+        for _message, made in cache._rendered.values():
+            for item in made if isinstance(made, list) else [made]:
+                assert not isinstance(item, request_module._Item) or item.text == ""
+        listed = got.body["input" if fmt == "responses" else "messages"]
+        pieces = [cache.pieces[id(v)] for v in listed if id(v) in cache.pieces]
+        assert len(pieces) >= n
+        for value in listed:
+            if id(value) in cache.pieces:
+                assert orjson.dumps([cache.pieces[id(value)]]) == orjson.dumps([value])
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
