@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import hashlib
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from typing import TypeVar
 
 import attrs
 
@@ -45,6 +46,8 @@ __all__ = ["SYSTEM_MARK", "Cursor", "Plan", "Planned", "digest_position"]
 
 _CHAIN_ROOT = hashlib.blake2b(b"selfctx message list", digest_size=16).digest()
 
+_K = TypeVar("_K")
+
 Unique = tuple[str, ...] | str | None
 """What the uniqueness rule needs of a position: an assistant message's call ids as the harness
 sent them, a tool result's call id, or None."""
@@ -55,6 +58,29 @@ def _chain(previous: bytes, fingerprint: str) -> bytes:
 
 
 _LINK = 16
+
+Copies = tuple[str, ...] | list[tuple[str, ...]]
+"""The object ids of each recorded copy of a message's calls: the one tuple while there is one
+copy (a list of one was 72 bytes more a message; decision 0105), a list from the second on."""
+
+
+def _copies_of(table: Mapping[_K, Copies], key: _K) -> list[tuple[str, ...]]:
+    """The copies recorded under ``key``, oldest first."""
+    found = table.get(key)
+    if found is None:
+        return []
+    return found if isinstance(found, list) else [found]
+
+
+def _add_copy(table: dict[_K, Copies], key: _K, held: tuple[str, ...]) -> None:
+    found = table.get(key)
+    if found is None:
+        table[key] = held
+    elif isinstance(found, list):
+        found.append(held)
+    else:
+        table[key] = [found, held]
+
 
 _SHARED_TUPLES = 64
 """Tuples of ids :meth:`Cursor.shared` looks among (the ones of the last list or two)."""
@@ -150,9 +176,9 @@ class Cursor:
         self.chain = _Chain()
         """``chain[n]``: the digest of the view's first ``n`` messages."""
         self.recorded: collections.Counter[str] = collections.Counter()
-        self.recorded_calls: dict[str, list[tuple[str, ...]]] = {}
+        self.recorded_calls: dict[str, Copies] = {}
         """Fingerprint of an assistant message → its calls' object ids, for each recorded copy."""
-        self.by_harness_ids: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+        self.by_harness_ids: dict[tuple[str, ...], Copies] = {}
         """The harness's ids of an assistant message's calls → their object ids, per message."""
         self.total = 0
         """Messages recorded over the session's life."""
@@ -258,9 +284,9 @@ class Cursor:
         self.recorded[fp] += 1
         if calls:
             held = self.shared(tuple(c.id for c in calls))
-            self.recorded_calls.setdefault(fp, []).append(held)
+            _add_copy(self.recorded_calls, fp, held)
             harness = self.shared(tuple(c.provider_id or c.id for c in calls))
-            self.by_harness_ids.setdefault(harness, []).append(held)
+            _add_copy(self.by_harness_ids, harness, held)
         self.total += 1
 
     # -- planning --------------------------------------------------------------------------
@@ -500,7 +526,7 @@ class _Planner:
         to hold the latest copies of identical messages, as a compaction keeps the recent ones:
         the j-th match after the prefix is copy ``len(copies) - matches + j``)."""
         self.available[fp] -= 1
-        copies = self.cursor.recorded_calls.get(fp, [])
+        copies = _copies_of(self.cursor.recorded_calls, fp)
         j = self.matched[fp]
         self.matched[fp] += 1
         held = copies[max(0, len(copies) - self.matches[fp] + j)] if copies else ()
@@ -516,7 +542,7 @@ class _Planner:
             return None
         harness = tuple(self.ids.canonical(c.id) for c in message.tool_calls)
         wanted = [(c.name, c.arguments) for c in message.tool_calls]
-        for held in reversed(self.cursor.by_harness_ids.get(harness, [])):
+        for held in reversed(_copies_of(self.cursor.by_harness_ids, harness)):
             if any(i in self.claimed for i in held):
                 continue
             calls = [self.cursor.ids.call(i) for i in held]
