@@ -11,6 +11,7 @@ docs/decisions/0008-cache-aware-layout.md explains the choices and the measureme
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,7 +31,15 @@ from selfctx.domain.relevance import superseded_by
 from selfctx.domain.rendering import ActiveBlock, AssembledContext, RenderedMessage, field
 from selfctx.domain.session.state import SessionState, members
 
-__all__ = ["INLINE_GUIDE", "InlineCache", "compact_call", "handle", "inline_guide", "render_inline"]
+__all__ = [
+    "INLINE_GUIDE",
+    "InlineCache",
+    "Origins",
+    "compact_call",
+    "handle",
+    "inline_guide",
+    "render_inline",
+]
 
 
 def inline_guide(prefix: str = "") -> str:
@@ -93,13 +102,38 @@ def handle(state: SessionState, object_id: str) -> str:
     return f"#{state.positions[object_id] + 1}"
 
 
+class Origins:
+    """(turn number, index in the turn) of each rendered message, as two arrays of machine
+    integers: 8 bytes each, where a tuple of Python integers per message was about 72 bytes
+    (decision 0105)."""
+
+    def __init__(self) -> None:
+        self._turns = array("q")
+        self._indexes = array("q")
+
+    def __len__(self) -> int:
+        return len(self._turns)
+
+    def __getitem__(self, position: int) -> tuple[int, int]:
+        return self._turns[position], self._indexes[position]
+
+    def append(self, origin: tuple[int, int]) -> None:
+        self._turns.append(origin[0])
+        self._indexes.append(origin[1])
+
+    def truncate(self, position: int) -> None:
+        """Forget the origins from ``position`` on."""
+        del self._turns[position:]
+        del self._indexes[position:]
+
+
 @attrs.define(eq=False)
 class InlineCache:
     """Rendered messages of one session. Appending renders only the new messages; a collapse (or
     a new version of something shown) re-renders only from the first message it changes."""
 
     messages: list[RenderedMessage] = attrs.field(factory=list)
-    origin: list[tuple[int, int]] = attrs.field(factory=list)
+    origin: Origins = attrs.field(factory=Origins)
     """(turn number, index in the turn) of each rendered message."""
     counts: list[int] = attrs.field(factory=list)
     """Chat messages rendered per turn."""
@@ -154,7 +188,7 @@ class InlineCache:
             for kind, key in self.registered.pop(at, ()):
                 del (self.shown if kind == "shown" else self.positions)[key]
         del self.messages[position:]
-        del self.origin[position:]
+        self.origin.truncate(position)
         self.stale_from = None
 
 

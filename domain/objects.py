@@ -18,7 +18,7 @@ from pyrsistent import PMap, thaw
 from selfctx.domain import hashing
 from selfctx.domain.chat import freeze_json
 from selfctx.domain.errors import InvalidInput, InvalidPath
-from selfctx.domain.identifiers import interned
+from selfctx.domain.identifiers import interned, interned_or_none
 
 __all__ = [
     "CONTENT_TYPES",
@@ -104,7 +104,7 @@ class FilesystemSource:
     identity."""
 
     type: ClassVar[str] = "filesystem"
-    filesystem_id: str
+    filesystem_id: str = attrs.field(converter=interned)
     """Namespace of the filesystem (§5.4): the host's id, or a container's declared id."""
     path: str
     """Canonical absolute path on that filesystem (for a bind mount, the host-side path)."""
@@ -158,14 +158,14 @@ class FileObject:
     identity_hash: str
     content: str | None
     """The file's text; None for a discovery stub, a deleted file, or binary/oversized content."""
-    file_type: str
+    file_type: str = attrs.field(converter=interned)
     char_count: int
     file_hash: str | None
     """SHA-256 of the bytes on disk; None for a stub (never read) and for a deletion."""
     content_hash: str | None
     metadata_hash: str
     object_hash: str
-    content_status: ContentStatus | None = None
+    content_status: ContentStatus | None = attrs.field(default=None, converter=interned_or_none)
     """Why content is null although the file was seen; None for ordinary versions and stubs."""
     reported_by: str | None = None
     """The session whose harness handed this content over when it could not be checked against
@@ -257,8 +257,9 @@ class ToolcallObject:
     tool: str = attrs.field(converter=interned)
     args: Mapping[str, Any] = attrs.field(converter=freeze_json)
     """The call's arguments as a JSON object (stored frozen)."""
-    status: ToolStatus
-    chat_ref: str
+    status: ToolStatus = attrs.field(converter=interned)
+    chat_ref: str = attrs.field(converter=interned)
+    """One string for every call of a session, as the status (decision 0105)."""
     args_display: str | None
     file_refs: tuple[str, ...] | None
     content_hash: str | None

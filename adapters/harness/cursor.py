@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import hashlib
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from typing import TypeVar
 
 import attrs
 
@@ -45,13 +46,71 @@ __all__ = ["SYSTEM_MARK", "Cursor", "Plan", "Planned", "digest_position"]
 
 _CHAIN_ROOT = hashlib.blake2b(b"selfctx message list", digest_size=16).digest()
 
+_K = TypeVar("_K")
+
 Unique = tuple[str, ...] | str | None
 """What the uniqueness rule needs of a position: an assistant message's call ids as the harness
 sent them, a tool result's call id, or None."""
 
 
 def _chain(previous: bytes, fingerprint: str) -> bytes:
-    return hashlib.blake2b(previous + fingerprint.encode("ascii"), digest_size=16).digest()
+    return hashlib.blake2b(previous + fingerprint.encode("ascii"), digest_size=_LINK).digest()
+
+
+_LINK = 16
+
+Copies = tuple[str, ...] | list[tuple[str, ...]]
+"""The object ids of each recorded copy of a message's calls: the one tuple while there is one
+copy (a list of one was 72 bytes more a message; decision 0105), a list from the second on."""
+
+
+def _copies_of(table: Mapping[_K, Copies], key: _K) -> list[tuple[str, ...]]:
+    """The copies recorded under ``key``, oldest first."""
+    found = table.get(key)
+    if found is None:
+        return []
+    return found if isinstance(found, list) else [found]
+
+
+def _add_copy(table: dict[_K, Copies], key: _K, held: tuple[str, ...]) -> None:
+    found = table.get(key)
+    if found is None:
+        table[key] = held
+    elif isinstance(found, list):
+        found.append(held)
+    else:
+        table[key] = [found, held]
+
+
+_SHARED_TUPLES = 64
+"""Tuples of ids :meth:`Cursor.shared` looks among (the ones of the last list or two)."""
+"""Bytes of each digest of the chain."""
+
+
+class _Chain:
+    """The digests of a view's prefixes, ``chain[n]`` of its first ``n`` messages, in one
+    buffer of 16 bytes each (a ``bytes`` object of its own was 57 bytes a message; decision
+    0105)."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray(_CHAIN_ROOT)
+
+    def __len__(self) -> int:
+        return len(self._buffer) // _LINK
+
+    def __getitem__(self, n: int) -> bytes:
+        if not 0 <= n < len(self):
+            raise IndexError(n)
+        return bytes(self._buffer[n * _LINK : (n + 1) * _LINK])
+
+    def extend(self, start: int, fingerprints: Iterable[str]) -> None:
+        """Keep the first ``start + 1`` digests, then one more per fingerprint."""
+        buffer = self._buffer
+        del buffer[(start + 1) * _LINK :]
+        last = bytes(buffer[-_LINK:])
+        for fp in fingerprints:
+            last = _chain(last, fp)
+            buffer += last
 
 
 def digest_position(digest: str) -> int | None:
@@ -114,15 +173,18 @@ class Cursor:
         self.view_calls: list[tuple[str, ...]] = []
         """For each position: an assistant message's calls by the harness's (canonical) ids."""
         self.view_unique: list[Unique] = []
-        self.chain: list[bytes] = [_CHAIN_ROOT]
+        self.chain = _Chain()
         """``chain[n]``: the digest of the view's first ``n`` messages."""
         self.recorded: collections.Counter[str] = collections.Counter()
-        self.recorded_calls: dict[str, list[tuple[str, ...]]] = {}
+        self.recorded_calls: dict[str, Copies] = {}
         """Fingerprint of an assistant message → its calls' object ids, for each recorded copy."""
-        self.by_harness_ids: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+        self.by_harness_ids: dict[tuple[str, ...], Copies] = {}
         """The harness's ids of an assistant message's calls → their object ids, per message."""
         self.total = 0
         """Messages recorded over the session's life."""
+        self._tuples: dict[tuple[str, ...], tuple[str, ...]] = {}
+        """The tuples of ids made last (at most :data:`_SHARED_TUPLES`), each the one copy the
+        structures above hold of it (:meth:`shared`)."""
         self._answered: dict[str, bool] = {}
         self._answered_at = 0
         """The uniqueness rule's state at the end of the last list planned, and that list's
@@ -165,16 +227,13 @@ class Cursor:
                 self._count(fp, calls)
         self.view, self.view_objects = view, objects
         self.view_calls, self.view_unique = harness, unique
-        self.chain = [_CHAIN_ROOT]
+        self.chain = _Chain()
         self._extend_chain(0)
         self._answered, self._answered_at = {}, 0
 
     def _extend_chain(self, start: int) -> None:
         """Recompute the digests of the view from position ``start`` on."""
-        del self.chain[start + 1 :]
-        chain = self.chain
-        for fp in self.view[start:]:
-            chain.append(_chain(chain[-1], fp))
+        self.chain.extend(start, self.view[start:])
 
     def digest(self, length: int | None = None) -> str:
         """The digest of the view's first ``length`` messages (all of them by default): what a
@@ -206,13 +265,28 @@ class Cursor:
         harness = [(self.ids.provider_id(c.id), c.name, c.arguments) for c in calls]
         return message_fingerprint("assistant", text, harness)
 
+    def shared(self, ids: tuple[str, ...]) -> tuple[str, ...]:
+        """``ids``, or the equal tuple made last: a message's calls are held as a tuple by the
+        view, the recorded copies and the harness's ids, each made on its own; one copy for
+        all instead of up to five (decision 0105). Only the last few are looked at: the copies
+        of one message are made within one list."""
+        if not ids:
+            return ()
+        held = self._tuples.get(ids)
+        if held is not None:
+            return held
+        if len(self._tuples) >= _SHARED_TUPLES:
+            self._tuples.clear()
+        self._tuples[ids] = ids
+        return ids
+
     def _count(self, fp: str, calls: Sequence[ToolCallRequest]) -> None:
         self.recorded[fp] += 1
         if calls:
-            held = tuple(c.id for c in calls)
-            self.recorded_calls.setdefault(fp, []).append(held)
-            harness = tuple(c.provider_id or c.id for c in calls)
-            self.by_harness_ids.setdefault(harness, []).append(held)
+            held = self.shared(tuple(c.id for c in calls))
+            _add_copy(self.recorded_calls, fp, held)
+            harness = self.shared(tuple(c.provider_id or c.id for c in calls))
+            _add_copy(self.by_harness_ids, harness, held)
         self.total += 1
 
     # -- planning --------------------------------------------------------------------------
@@ -382,10 +456,11 @@ class _Planner:
         start = self.start
         for index in range(self.prefix, start + len(self.messages)):
             message, fp = self.messages[index - start], self.fps[index - start]
-            named = tuple(self.ids.canonical(c.id) for c in message.tool_calls)
+            shared = self.cursor.shared
+            named = shared(tuple(self.ids.canonical(c.id) for c in message.tool_calls))
             self.calls.append(named)
             if message.tool_calls:
-                self.unique.append(tuple(c.id for c in message.tool_calls))
+                self.unique.append(shared(tuple(c.id for c in message.tool_calls)))
             elif message.role == "tool":
                 self.unique.append(message.tool_call_id or "")
             else:
@@ -400,8 +475,8 @@ class _Planner:
             elif message.role == "assistant":
                 calls = tuple(self.ids.request(call) for call in message.tool_calls)
                 new.append(Planned(message, index, fp, calls=calls))
-                held = tuple(c.id for c in calls)
-                named = tuple(self.ids.canonical(c.id) for c in message.tool_calls)
+                held = shared(tuple(c.id for c in calls))
+                named = shared(tuple(self.ids.canonical(c.id) for c in message.tool_calls))
                 self.calls[-1] = named
                 self.objects.append(held)
                 self._point(named, held)
@@ -432,7 +507,7 @@ class _Planner:
             raise MalformedMessage(
                 message.index, f"tool result for {call_id!r}, which no assistant message requested"
             )
-        self.objects.append((target,))
+        self.objects.append(self.cursor.shared((target,)))
         if target in self.ids.answered:
             if self.diverged and target in self.cursor.ids.answered:
                 return  # recorded already: a diverging list holds it again
@@ -451,7 +526,7 @@ class _Planner:
         to hold the latest copies of identical messages, as a compaction keeps the recent ones:
         the j-th match after the prefix is copy ``len(copies) - matches + j``)."""
         self.available[fp] -= 1
-        copies = self.cursor.recorded_calls.get(fp, [])
+        copies = _copies_of(self.cursor.recorded_calls, fp)
         j = self.matched[fp]
         self.matched[fp] += 1
         held = copies[max(0, len(copies) - self.matches[fp] + j)] if copies else ()
@@ -467,7 +542,7 @@ class _Planner:
             return None
         harness = tuple(self.ids.canonical(c.id) for c in message.tool_calls)
         wanted = [(c.name, c.arguments) for c in message.tool_calls]
-        for held in reversed(self.cursor.by_harness_ids.get(harness, [])):
+        for held in reversed(_copies_of(self.cursor.by_harness_ids, harness)):
             if any(i in self.claimed for i in held):
                 continue
             calls = [self.cursor.ids.call(i) for i in held]

@@ -17,6 +17,7 @@ holds it to that), so a turn costs what is new in the chat, not the chat's lengt
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring_ascii as _ascii
 from typing import Any
@@ -142,8 +143,8 @@ class _Items:
         identity of its value (None: not kept). An item orjson refuses has none."""
         self.values: list[dict[str, Any] | None] = []
         self.texts: list[str] = []
-        self.chars = [0]
-        """``chars[n]``: the characters of the first ``n`` items."""
+        self.chars = array("q", [0])
+        """``chars[n]``: the characters of the first ``n`` items (machine integers)."""
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -193,6 +194,34 @@ class _Cut:
     items: int
     pending: tuple[str, list[dict[str, Any]]] | None = None
     """Anthropic: the last message (role, blocks), which what follows may still join."""
+
+
+class _Cuts:
+    """The closed points of the chat, in order: their positions as machine integers, 8 bytes
+    each, and the few with something pending by their number (a :class:`_Cut` of its own was
+    about 100 bytes a message; decision 0105)."""
+
+    def __init__(self) -> None:
+        self.chat = array("q", [0])
+        """The chat position of each cut (for bisection)."""
+        self._items = array("q", [0])
+        self._pending: dict[int, tuple[str, list[dict[str, Any]]]] = {}
+
+    def append(self, cut: _Cut) -> None:
+        if cut.pending is not None:
+            self._pending[len(self.chat)] = cut.pending
+        self.chat.append(cut.chat)
+        self._items.append(cut.items)
+
+    def before(self, position: int) -> _Cut:
+        """The last cut at or before chat position ``position``; the ones after it go."""
+        k = bisect.bisect_right(self.chat, position) - 1
+        if k + 1 < len(self.chat):
+            del self.chat[k + 1 :]
+            del self._items[k + 1 :]
+            if self._pending:
+                self._pending = {n: p for n, p in self._pending.items() if n <= k}
+        return _Cut(self.chat[k], self._items[k], self._pending.get(k))
 
 
 class RequestCache:
@@ -245,9 +274,7 @@ class RequestCache:
     def _reset(self) -> None:
         self._chat: tuple[RenderedMessage, ...] = ()
         self._items = _Items(self.values, self.keeps_pieces, self.text)
-        self._cuts: list[_Cut] = [_Cut(0, 0)]
-        self._cut_at: list[int] = [0]
-        """The chat position of each cut (for bisection)."""
+        self._cuts = _Cuts()
         self._rendered: dict[int, tuple[RenderedMessage, Any]] = {}
         """Each chat message's rendering, by identity, for the chat as last rendered (and up to
         :data:`_STALE_RENDERINGS` of messages it held before)."""
@@ -282,10 +309,7 @@ class RequestCache:
         """The final items of the rendering of ``chat``, and what is still open at its end
         (Anthropic's last message; OpenAI's images waiting for their message)."""
         same = self._same(chat)
-        k = bisect.bisect_right(self._cut_at, same) - 1
-        cut = self._cuts[k]
-        del self._cuts[k + 1 :]
-        del self._cut_at[k + 1 :]
+        cut = self._cuts.before(same)
         self._items.truncate(cut.items)
         if self._rendered and len(self._rendered) > len(chat) + _STALE_RENDERINGS:
             # the renderings of messages the chat no longer holds (an output shown whole, since
@@ -317,7 +341,6 @@ class RequestCache:
                         # their results is closed after each result, not only before a text)
                         kept = None if pending is None else (pending[0], list(pending[1]))
                         self._cuts.append(_Cut(position + 1, len(items), kept))
-                        self._cut_at.append(position + 1)
                 else:
                     orphans.add(message.toolcall_id)
                 continue
@@ -366,7 +389,6 @@ class RequestCache:
                     shown = []
                 kept = None if pending is None else (pending[0], list(pending[1]))
                 self._cuts.append(_Cut(position + 1, len(items), kept))
-                self._cut_at.append(position + 1)
         open_end: Any = shown if fmt == "openai" else pending
         if fmt == "anthropic" and pending is not None:
             open_end = (pending[0], list(pending[1]))

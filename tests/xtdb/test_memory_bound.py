@@ -211,3 +211,71 @@ def test_a_whole_list_resent_each_turn_grows_the_heap_by_its_count_not_its_bytes
         tracemalloc.stop()
     assert large_bytes > 90 * small_bytes
     assert large - small < 0.1 * (large_bytes - small_bytes), (small, large, large_bytes)
+
+
+def _bookkeeping(roots: list[Any]) -> int:
+    """Bytes of every object reachable from ``roots`` but strings (the prompt's texts, ids and
+    fingerprints, which other tests bound), each counted once."""
+    seen: set[int] = set()
+    total = 0
+    stack = list(roots)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, str | type) or callable(obj):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        stack.extend(gc.get_referents(obj))
+    return total
+
+
+def test_what_a_session_keeps_of_each_message_beside_its_texts_is_small(service_on: Any) -> None:
+    """Decision 0105: what the harness's session keeps per message to read the next list
+    (the cursor's view and chain, the digests of the last list, the request cache's cuts and
+    sizes) and the inline rendering's origins, strings apart, is a few machine integers and
+    shared tuples per message: under 400 bytes a message (about 270 here; Python integers, a
+    tuple of its own per structure and position, a list per recorded message and a ``bytes``
+    per digest were about 660)."""
+    service = service_on(20_000)
+    sid, prefix = f"mem-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:8]
+    server = StdioServer(service, cwd=os.getcwd(), roots=[os.getcwd()])
+    rid = 0
+
+    def call(method: str, **params: Any) -> dict[str, Any]:
+        nonlocal rid
+        rid += 1
+        line = json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        answer = json.loads(server.handle_line(line) or "{}")
+        assert "result" in answer, answer
+        return dict(answer["result"])
+
+    call("session.open", session_id=sid, policy="relevance")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the tests"}]
+    digest = call("ingest", session_id=sid, messages=messages)["digest"]
+    rng = random.Random(11)
+
+    def held() -> int:
+        harness = server.sessions[sid].harness
+        cursor = vars(harness.ingestor.cursor)
+        requests = harness._requests
+        return _bookkeeping(
+            [
+                *(v for k, v in cursor.items() if k != "ids"),  # the ids: the session's calls
+                harness._digests,
+                requests._items,
+                requests._cuts,
+                getattr(requests, "_cut_at", None),
+                service._open(sid).inline_cache.origin,
+            ]
+        )
+
+    counts = []
+    for n in range(120):
+        new = _turn([], prefix, n, _output(rng, n, 300))
+        digest = call("ingest", session_id=sid, messages=new, extends=digest)["digest"]
+        call("assemble", session_id=sid)
+        if n + 1 in (40, 120):
+            gc.collect()
+            counts.append(held())
+    per_message = (counts[1] - counts[0]) / (2 * 80)
+    assert 0 < per_message < 400, per_message
