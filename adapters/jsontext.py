@@ -68,7 +68,8 @@ def _long_number(raw: bytes | str) -> bool:
     followed by what may follow a number (or ending the text). Digits inside strings may
     match too (then the parsed value is walked); no such integer goes unseen."""
     text = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-    return (text.translate(_CLASSES) + b".").find(_LONG_NUMBER_END) >= 0
+    classes = text.translate(_CLASSES)  # one copy: the end is looked at apart
+    return classes.find(_LONG_NUMBER_END) >= 0 or classes.endswith(_LONG_NUMBER_END[:-1])
 
 
 _SPARSE = 64
