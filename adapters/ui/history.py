@@ -703,12 +703,25 @@ class SessionHistory:
 
     def collapse_before(self, object_id: str, seq: int) -> Collapse | None:
         """The latest collapse of ``object_id`` at or before ``seq``."""
-        found = None
-        for collapse in self._collapses(seq).get(object_id, ()):
-            if collapse.seq > seq:
-                break
-            found = collapse
-        return found
+        return self.collapses_before(seq)(object_id)
+
+    def collapses_before(self, seq: int) -> Callable[[str], Collapse | None]:
+        """:meth:`collapse_before` at ``seq`` for any object: the collapses are gathered once
+        (a request's page asks for each of its ~3,000 collapsed outputs), on the first ask (a
+        page without a collapsed output reads none)."""
+        gathered: list[dict[str, list[Collapse]]] = []
+
+        def before(object_id: str) -> Collapse | None:
+            if not gathered:
+                gathered.append(self._collapses(seq))
+            found = None
+            for collapse in gathered[0].get(object_id, ()):
+                if collapse.seq > seq:
+                    break
+                found = collapse
+            return found
+
+        return before
 
     def record(self, n: int) -> RequestRecord:
         """Request ``n``, with the transaction that recorded it."""

@@ -273,8 +273,10 @@ def request_view(
     lines = history.lines_of(record.n) if record is not None else None
     digest = history.digest(past)
 
+    collapse_before = history.collapses_before(seq)
+
     def why(object_id: str) -> str:
-        collapse = history.collapse_before(object_id, seq)
+        collapse = collapse_before(object_id)
         later = collapse.superseded_by if collapse else None
         shown = _label(state, later) if later is not None and later in state.positions else None
         return reason_text(collapse, shown)
