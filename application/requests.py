@@ -465,6 +465,10 @@ def _data(version: Version | None) -> Mapping[str, Any]:
 # -- the digest of a context ----------------------------------------------------------------
 
 
+_DIGESTED = json.JSONEncoder(ensure_ascii=True, sort_keys=True).encode
+"""``json.dumps(..., ensure_ascii=True, sort_keys=True)`` without building an encoder a call."""
+
+
 def _sha(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
@@ -480,12 +484,12 @@ def _message_digest(message: RenderedMessage) -> bytes:
         [thaw_json(r) for r in message.reasoning],
         [thaw_json(i) for i in message.images],
     ]
-    return _sha(json.dumps(body, ensure_ascii=True, sort_keys=True))
+    return _sha(_DIGESTED(body))
 
 
 def _block_digest(block: ActiveBlock) -> bytes:
     body = [block.object_id, block.content, [thaw_json(i) for i in block.images]]
-    return _sha(json.dumps(body, ensure_ascii=True, sort_keys=True))
+    return _sha(_DIGESTED(body))
 
 
 _START = bytes(32)

@@ -108,3 +108,33 @@ def test_digits_in_strings_alone_leave_the_parsed_value_unwalked(
     }
     assert len(walks) == 1  # digits that end as a number ends: walked, read as orjson read it
     assert loads("[12345678901234567890123]") == [12345678901234567890123] and len(walks) == 2
+
+
+def test_a_long_text_of_few_values_is_walked_without_the_look(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A harness's list of long messages: walking its few values costs a few hundredths of
+    looking at every byte for long numbers, so the value is walked instead (decision 0103);
+    a text of many values is looked at first, as before. Long integers read exactly either way."""
+    from selfctx.adapters import jsontext
+
+    looks: list[int] = []
+    look = jsontext._long_number
+
+    def counted(raw: bytes | str) -> bool:
+        looks.append(len(raw))
+        return look(raw)
+
+    monkeypatch.setattr(jsontext, "_long_number", counted)
+    prose = "the tests pass now; " * 1000  # 20,000 bytes, no comma
+    sparse = [{"role": "tool", "content": prose + str(k)} for k in range(40)]
+    for number in (7, 2**70, -(2**66)):
+        text = json.dumps([*sparse, {"n": number}])
+        assert _same(loads(text), json.loads(text)) and _same(
+            loads(text.encode()), json.loads(text)
+        )
+    assert looks == []
+    dense = [{"h": f"{k:064x}", "n": k, "seq": [k, k + 1]} for k in range(2000)]
+    text = json.dumps([*dense, {"n": 2**70}])
+    assert _same(loads(text), json.loads(text))
+    assert looks == [len(text)]

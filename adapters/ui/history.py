@@ -139,6 +139,12 @@ class SessionHistory:
         """Held while objects are read, so that two pages do not read the same ones."""
         self._calls_of: object = None
         """The index (of a state) whose every tool call has been read."""
+        self._lines_kept: tuple[RequestRecords, int, dict[str, Line] | None] | None = None
+        """The records, the request and the lines :meth:`lines_of` gave last."""
+        self._named_for: tuple[object, bool, object] | None = None
+        """The state, ``lean`` and ``lined`` whose named files have been read: the files a
+        state names depend on it and on its tool calls alone (never rewritten), so a later
+        look at the same state (the page's, after the thread reading ahead) skips the walk."""
 
     def refresh(self, *, n: int | None = None, seq: int | None = None) -> SessionHistory:
         """Read what the records gained since the last call (their latest version; their
@@ -452,7 +458,11 @@ class SessionHistory:
             self._read(calls)
             with self._lock:  # the next look at the same state (a page's) skips the walk
                 self._calls_of = state.index
+            done = (state, lean, None if lean else lined)  # ``lean``: no line is listed
             with self._lock:
+                found = self._named_for
+                if found is not None and all(a is b for a, b in zip(found, done, strict=True)):
+                    return
                 if state.policy.inline_layout:
                     named = _files_named(
                         state, self._objects, listed=lambda i: not lean and i not in lined
@@ -461,6 +471,8 @@ class SessionHistory:
                     named = [i for i in state.index if kinds[i] != "toolcall"]
                 files = [i for i in named if i not in self._objects]
             self._read(files)
+            with self._lock:
+                self._named_for = done
 
     def _take_held(self) -> None:
         """Before the first read: take the objects of a session this process holds open (no
@@ -511,9 +523,20 @@ class SessionHistory:
         """The collapsed lines request ``n`` sent, by tool call id, from the records' lines
         (:class:`PromptLines`): the latest complete set up to ``n`` updated by each record
         after it. None when a record on the way kept none (written before records held lines,
-        or under the ``ssot`` layout)."""
-        out: dict[str, Line] = {}
+        or under the ``ssot`` layout). The last answer is kept (a request's page asks twice;
+        a record is never rewritten, so it holds while the records are the same) and a copy
+        handed out."""
         records = self.records
+        kept = self._lines_kept  # one attribute, read and set whole: no lock (callers hold it)
+        if kept is not None and kept[0] is records and kept[1] == n:
+            return dict(kept[2]) if kept[2] is not None else None
+        found = self._lines_chain(records, n)
+        self._lines_kept = (records, n, found)
+        return dict(found) if found is not None else None
+
+    @staticmethod
+    def _lines_chain(records: RequestRecords, n: int) -> dict[str, Line] | None:
+        out: dict[str, Line] = {}
         for k in range(n - 1, -1, -1):
             lines = records.lines(k)
             if lines is None:
@@ -680,12 +703,25 @@ class SessionHistory:
 
     def collapse_before(self, object_id: str, seq: int) -> Collapse | None:
         """The latest collapse of ``object_id`` at or before ``seq``."""
-        found = None
-        for collapse in self._collapses(seq).get(object_id, ()):
-            if collapse.seq > seq:
-                break
-            found = collapse
-        return found
+        return self.collapses_before(seq)(object_id)
+
+    def collapses_before(self, seq: int) -> Callable[[str], Collapse | None]:
+        """:meth:`collapse_before` at ``seq`` for any object: the collapses are gathered once
+        (a request's page asks for each of its ~3,000 collapsed outputs), on the first ask (a
+        page without a collapsed output reads none)."""
+        gathered: list[dict[str, list[Collapse]]] = []
+
+        def before(object_id: str) -> Collapse | None:
+            if not gathered:
+                gathered.append(self._collapses(seq))
+            found = None
+            for collapse in gathered[0].get(object_id, ()):
+                if collapse.seq > seq:
+                    break
+                found = collapse
+            return found
+
+        return before
 
     def record(self, n: int) -> RequestRecord:
         """Request ``n``, with the transaction that recorded it."""

@@ -229,11 +229,12 @@ def _label(state: SessionState, object_id: str) -> str:
     return object_id
 
 
+_ARGUMENTS = json.JSONEncoder(ensure_ascii=False).encode
+"""``json.dumps(..., ensure_ascii=False)`` without building an encoder a call."""
+
+
 def _calls(message: RenderedMessage) -> tuple[tuple[str, str, str], ...]:
-    return tuple(
-        (c.id, c.name, json.dumps(thaw_json(c.arguments), ensure_ascii=False))
-        for c in message.tool_calls
-    )
+    return tuple((c.id, c.name, _ARGUMENTS(thaw_json(c.arguments))) for c in message.tool_calls)
 
 
 def _size(obj: FileObject | ToolcallObject | None) -> int | None:
@@ -272,8 +273,10 @@ def request_view(
     lines = history.lines_of(record.n) if record is not None else None
     digest = history.digest(past)
 
+    collapse_before = history.collapses_before(seq)
+
     def why(object_id: str) -> str:
-        collapse = history.collapse_before(object_id, seq)
+        collapse = collapse_before(object_id)
         later = collapse.superseded_by if collapse else None
         shown = _label(state, later) if later is not None and later in state.positions else None
         return reason_text(collapse, shown)

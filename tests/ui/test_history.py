@@ -5,6 +5,7 @@ the requests it was shown in full, and states rebuilt at any position equal the 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -499,4 +500,54 @@ def test_a_page_reads_each_object_once(tmp_path: Path, monkeypatch: pytest.Monke
         assert view.items
         assert asked and [i for i, k in asked.items() if k > 1] == [], (n, seq)
         assert any(i.startswith("tc_") for i in asked)
+    reader.close()
+
+
+@pytest.mark.parametrize("waits", [False, True])
+def test_a_page_names_a_states_files_and_chains_its_lines_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, waits: bool
+) -> None:
+    """A cold request page looks for the files a state names once per state (the thread
+    reading ahead and the page share the look at the page's state) and walks its records'
+    lines once (the page and its view ask for them both), and shows what it showed with every
+    look made (decision 0103)."""
+    from collections import Counter
+
+    from selfctx.adapters.bench.ui import SESSION
+    from selfctx.adapters.ui import history, pages, views
+
+    store, work = _bench_session(tmp_path, 30, waits=waits)
+    reader = build_service(store=store, workspace=str(work))
+    looks: Counter[str] = Counter()
+    states: list[int] = []
+    named, chain = history._files_named, history.SessionHistory._lines_chain
+
+    def counted_named(state: Any, *args: Any, **kwargs: Any) -> list[str]:
+        states.append(id(state))
+        return named(state, *args, **kwargs)
+
+    def counted_chain(records: Any, n: int) -> Any:
+        looks["chain"] += 1
+        return chain(records, n)
+
+    shown = {}
+    for n in (30, 15):
+        shown[n] = pages.request_page(
+            "", views.request_view(reader, Sessions(reader), SESSION, n=n, seq=None)
+        )
+    monkeypatch.setattr(history, "_files_named", counted_named)
+    monkeypatch.setattr(history.SessionHistory, "_lines_chain", staticmethod(counted_chain))
+    for n in (30, 15):
+        looks.clear()
+        states.clear()
+        sessions = Sessions(reader)
+        page = pages.request_page("", views.request_view(reader, sessions, SESSION, n=n, seq=None))
+        assert page == shown[n]
+        assert states and len(set(states)) == len(states), (n, len(states))
+        assert looks == {"chain": 1}, (n, looks)
+        history_ = sessions.get(SESSION)
+        lines = history_.lines_of(n)
+        assert lines is not None and lines == history_.lines_of(n)
+        lines.clear()  # a copy: what the history keeps is not changed by its reader
+        assert history_.lines_of(n) and looks["chain"] == 1
     reader.close()
