@@ -12,7 +12,9 @@ import pytest
 
 import selfctx.application.usecases.sessions as sessions
 from selfctx.application.ports.store import Document, ObjectStore
-from selfctx.domain.objects import FilesystemSource
+from selfctx.application.usecases import base
+from selfctx.application.usecases.base import Deps
+from selfctx.domain.objects import FileObject, FilesystemSource
 from tests.filesystem.conftest import MakeFsService
 from tests.filesystem.helpers import write
 from tests.support import WrappedStore
@@ -104,9 +106,9 @@ def test_a_resume_reads_the_files_sources_while_the_tool_calls_are_being_read(
     write(workspace / "a.py", "# a.py, edited while nobody watched\n")
     waiting = _WaitingStore(store)
     observed: list[str] = []
-    observe = sessions.observe_source
+    observe = base.observe_source
 
-    def observing(deps: sessions.Deps, source: FilesystemSource) -> object:
+    def observing(deps: Deps, source: FilesystemSource) -> FileObject:
         found = observe(deps, source)
         observed.append(source.path)
         if len(observed) == 2:  # both files read: the tool calls may come now
@@ -116,7 +118,7 @@ def test_a_resume_reads_the_files_sources_while_the_tool_calls_are_being_read(
     monkeypatch.setattr(sessions, "observe_source", observing)
     waiting.hold = True
     report = make_fs_service(track=False, store=waiting).open_session(sid)
-    assert waiting.released is True
+    assert report is not None and waiting.released is True
     # each source read once, and what was read then is what the resume reconciled
     assert sorted(observed) == [str(workspace / "a.py"), str(workspace / "b.py")]
     assert report.updated == (ids["a.py"],) and report.unchanged == 1
