@@ -50,7 +50,7 @@ from selfctx.application.ports.store import (
 from selfctx.application.requests import MAX_PENDING, Mark, entry_marks
 from selfctx.application.tokens import TokenCounts
 from selfctx.domain.chat import AssistantMessage
-from selfctx.domain.documents import from_document, to_document
+from selfctx.domain.documents import from_document, to_document, toolcall_without_content
 from selfctx.domain.errors import InvalidInput, SessionNotFound
 from selfctx.domain.infrastructure import (
     ChatObject,
@@ -752,14 +752,11 @@ class SessionRunner:
                 if isinstance(obj, FileObject):
                     session.loaded[object_id] = doc
                 continue
-            obj = from_document({**doc, "content": None, "source": None})
-            assert isinstance(obj, ToolcallObject)
+            obj = toolcall_without_content(doc)
             if obj.content_hash is None:  # no output at all: nothing to read again
                 session.objects[object_id] = obj
             else:
-                session.objects.hold_hollow(
-                    attrs.evolve(obj, content_length=int(doc["content_length"]))
-                )
+                session.objects.hold_hollow(obj)
 
     def _system_prompt(self, object_id: str) -> SystemPromptObject:
         doc = self.store.get(object_id)
