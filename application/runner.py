@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from itertools import chain
@@ -50,7 +50,7 @@ from selfctx.application.ports.store import (
 from selfctx.application.requests import MAX_PENDING, Mark, entry_marks
 from selfctx.application.tokens import TokenCounts
 from selfctx.domain.chat import AssistantMessage
-from selfctx.domain.documents import from_document, to_document
+from selfctx.domain.documents import from_document, to_document, toolcall_without_content
 from selfctx.domain.errors import InvalidInput, SessionNotFound
 from selfctx.domain.infrastructure import (
     ChatObject,
@@ -509,12 +509,41 @@ def _outcome(item: _InFlight) -> Receipt | StoreError:
         return exc
 
 
+def _named_objects(
+    entries: Iterable[Document], known: set[str], toolcalls: set[str]
+) -> tuple[list[str], list[str]]:
+    """The objects a log tail adds to the index and those of ``known`` it writes versions of,
+    read from its entries as stored: the tool calls (by the kind an ``ObjectEncountered`` gives
+    them, or for ``known`` by ``toolcalls``), and the others."""
+    kinds: dict[str, str] = {}
+    for entry in entries:
+        for event in entry_events(entry):
+            if not isinstance(event, dict):
+                continue
+            object_id = event.get("object_id")
+            if not isinstance(object_id, str):
+                continue
+            if event.get("event") == "ObjectEncountered" and object_id not in known:
+                kinds[object_id] = "toolcall" if event.get("kind") == "toolcall" else "other"
+            elif "object_hash" in event and object_id in known:
+                kinds[object_id] = "toolcall" if object_id in toolcalls else "other"
+    calls = [i for i, kind in kinds.items() if kind == "toolcall"]
+    return calls, [i for i, kind in kinds.items() if kind != "toolcall"]
+
+
+_LOAD_READS: Final = 4
+"""Reads a load has in flight at once: the log tail, the index's tool calls and its other
+objects, and the system prompt (the objects the tail added follow as the first two end)."""
+
+
 class _Ahead:
     """Reads started now and waited for later: on threads when ``parallel`` (a store whose
     reads wait on another process), else made at once, one after the other."""
 
     def __init__(self, parallel: bool) -> None:
-        self._pool = ThreadPoolExecutor(3, thread_name_prefix="selfctx-load") if parallel else None
+        self._pool = (
+            ThreadPoolExecutor(_LOAD_READS, thread_name_prefix="selfctx-load") if parallel else None
+        )
 
     def __call__(self, read: Callable[..., Any], *args: Any) -> Callable[[], Any]:
         """Start ``read(*args)``; the call returned gives its result (or raises its error)."""
@@ -529,6 +558,31 @@ class _Ahead:
     def __exit__(self, *exc: object) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Read:
+    """Objects of a session's index being read (:meth:`SessionRunner._read_objects`)."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        calls: list[str],
+        read_calls: Callable[[], dict[str, Document]],
+        read_others: Callable[[], dict[str, Document]],
+    ) -> None:
+        self._store, self._calls = store, calls
+        self._read_calls, self.others = read_calls, read_others
+        """``others()`` waits for the objects that are not tool calls only."""
+
+    def __call__(self) -> dict[str, Document]:
+        """Wait for all of them."""
+        found = dict(self._read_calls())
+        # a tool call written before its metadata was kept apart is read whole
+        whole = [i for i in self._calls if i in found and "content_length" not in found[i]]
+        found.update(self.others())
+        if whole:
+            found.update(self._store.get_many(whole))
+        return found
 
 
 class SessionRunner:
@@ -555,7 +609,9 @@ class SessionRunner:
     # -- loading ---------------------------------------------------------------------------
 
     def exists(self, session_id: str) -> bool:
-        return self.store.get(session_id_for(session_id)) is not None
+        """Whether the session is stored (its snapshot's id only is read, not the snapshot)."""
+        sid = session_id_for(session_id)
+        return sid in self.store.get_many_fields([sid], ("type",))
 
     def feed_position(self) -> int:
         """Where the store's file versions feed is now: a session loaded after this learns the
@@ -563,76 +619,123 @@ class SessionRunner:
         position = self.store.file_versions(None).position
         return -1 if position is None else position
 
-    def load(self, session_id: str) -> OpenSession:
+    def load(
+        self,
+        session_id: str,
+        on_files: Callable[[Sequence[FileObject]], None] | None = None,
+    ) -> OpenSession:
         """Rebuild a session from its latest snapshot and the log entries after it.
 
-        The reads that need only the snapshot go out together (decision 0087): the chat, the
-        log after the snapshot and the objects of the snapshot's index are read while this
-        thread decodes what has come (on threads where the store's reads wait on another
-        process, ``ObjectStore.reads_wait``; one after the other otherwise). Objects the log
-        tail adds, and those it wrote new versions of, are read once it is folded."""
+        The snapshot and its chat are read in one request (decision 0104); then the log after
+        the snapshot, the objects of the snapshot's index and the system prompt are read
+        together (decision 0087) while this thread builds the snapshot's state, on threads
+        where the store's reads wait on another process (``ObjectStore.reads_wait``; one
+        after the other otherwise). Objects the log tail adds, and those it wrote new versions
+        of, are read as soon as the tail is, beside what is still being read, while this thread
+        folds it. ``on_files``: called with the files of the snapshot's index as soon as they
+        are read, while the tool calls may still be (a resume reads their sources then)."""
         position = self.feed_position()  # before reading anything: nothing written since is lost
-        session_doc = self.store.get(session_id_for(session_id))
+        snap_id, chat_id = session_id_for(session_id), chat_id_for(session_id)
+        # One read, one basis: the chat is written with every snapshot, so this is its chat.
+        docs = self.store.get_many([snap_id, chat_id])
+        session_doc, chat_doc = docs.get(snap_id), docs.get(chat_id)
         if session_doc is None:
             raise SessionNotFound(session_id)
         snapshot = from_document(session_doc)
         if not isinstance(snapshot, SessionObject):
             raise StoreError(f"session {session_id!r} has a damaged snapshot")
+        chat = from_document(chat_doc) if chat_doc is not None else None
+        if chat_doc is None or not isinstance(chat, ChatObject):
+            raise StoreError(f"session {session_id!r} has a damaged snapshot")
         with _Ahead(self.store.reads_wait) as ahead:
-            read_chat = ahead(self.store.get, chat_id_for(session_id))
             read_tail = ahead(self.store.session_log, session_id, snapshot.seq)
-            chat_doc = read_chat()
-            chat = from_document(chat_doc) if chat_doc is not None else None
-            if not isinstance(chat, ChatObject):
-                raise StoreError(f"session {session_id!r} has a damaged snapshot")
+            # the snapshot's tool calls are its chat's and the detached ones: its state's kinds
+            toolcalls = {*chat.toolcall_refs, *snapshot.detached}
+            index = snapshot.session_index
+            read_index = self._read_objects(
+                ahead,
+                [i for i in index if i in toolcalls],
+                [i for i in index if i not in toolcalls],
+            )
+            read_prompt = ahead(self._system_prompt, snapshot.system_prompt_ref)
             state = state_from_snapshot(snapshot, chat)
-            read_index = self._read_objects(ahead, state, state.index)
-            prompt = self._system_prompt(snapshot.system_prompt_ref)
             session = OpenSession(
                 session_id=session_id,
                 state=state,
                 seq=snapshot.seq,
-                system_prompt=prompt,
+                system_prompt=read_prompt(),
                 objects=self.new_objects(),
                 snapshot_bytes=document_size(session_doc) + document_size(chat_doc),
                 log_bytes_since_snapshot=0,
                 versions_at=position,
             )
+            entries = read_tail()
+            # What the tail names, read now, beside the index and while it is folded: the
+            # objects it adds (by the kind it gives them) and those it wrote new versions of
+            # (perhaps after the read above had seen them).
+            known = set(index)
+            early = _named_objects(entries, known, toolcalls)
+            read_early = self._read_objects(ahead, *early) if early[0] or early[1] else None
             versioned: set[str] = set()
-            self.catch_up(session, load_objects=False, entries=read_tail(), versioned=versioned)
+            self.catch_up(session, load_objects=False, entries=entries, versioned=versioned)
+            state = session.state
+            # Read again (as the state kinds them) any that was not read after the tail, or
+            # not as its kind is read: a snapshot or a tail naming a tool call otherwise than
+            # the state does (none is known to).
+            read_as = {i: i in toolcalls for i in index}
+            read_as.update(dict.fromkeys(early[0], True))
+            read_as.update(dict.fromkeys(early[1], False))
+            after = {*early[0], *early[1]}
+            kinds = state.kinds
+            again = [
+                i
+                for i in state.index
+                if ((i not in known or i in versioned) and i not in after)
+                or read_as.get(i) != (kinds.get(i) == "toolcall")
+            ]
+            read_again = self._read_objects(ahead, *self._by_kind(state, again)) if again else None
+            parsed: dict[str, tuple[Document, Any]] = {}
+            if on_files is not None:
+                parsed = {i: (doc, from_document(doc)) for i, doc in read_index.others().items()}
+                on_files([obj for _, obj in parsed.values() if isinstance(obj, FileObject)])
             found = read_index()
-            # what the tail added, and what it wrote new versions of after the read above
-            later = [i for i in session.state.index if i not in found or i in versioned]
-            if later:
-                found.update(self._read_objects(ahead, session.state, later)())
-        self._hold_objects(session, found)
+            if read_early is not None:
+                found.update(read_early())
+            if read_again is not None:
+                found.update(read_again())
+            missing = [i for i in state.index if i not in found]
+            if missing:  # not stored when the index was read: once more, as before
+                found.update(self._read_objects(ahead, *self._by_kind(state, missing))())
+        self._hold_objects(session, found, parsed)
         return session
 
-    def _read_objects(
-        self, ahead: _Ahead, state: SessionState, object_ids: Iterable[str]
-    ) -> Callable[[], dict[str, Document]]:
-        """Start reading these objects of the session's index: files (and other objects)
-        whole; tool calls without their content (the session shows few of them in full, and
-        reads those again when it does: ``ObjectCache``). The call returned waits for them."""
+    @staticmethod
+    def _by_kind(state: SessionState, object_ids: Iterable[str]) -> tuple[list[str], list[str]]:
+        """These objects of the index: the tool calls, and the others."""
         kinds = state.kinds
         ids = list(object_ids)
-        calls = [i for i in ids if kinds.get(i) == "toolcall"]
-        others = [i for i in ids if kinds.get(i) != "toolcall"]
-        read_calls = ahead(self.store.get_many_fields, calls, _TOOLCALL_METADATA)
-        read_others = ahead(self.store.get_many, others)
+        return (
+            [i for i in ids if kinds.get(i) == "toolcall"],
+            [i for i in ids if kinds.get(i) != "toolcall"],
+        )
 
-        def wait() -> dict[str, Document]:
-            found: dict[str, Document] = read_calls()
-            # a tool call written before its metadata was kept apart is read whole
-            whole = [i for i in calls if i in found and "content_length" not in found[i]]
-            found.update(read_others())
-            if whole:
-                found.update(self.store.get_many(whole))
-            return found
+    def _read_objects(self, ahead: _Ahead, calls: list[str], others: list[str]) -> _Read:
+        """Start reading these objects of the session's index: ``others`` (files...) whole;
+        ``calls``, tool calls, without their content (the session shows few of them in full,
+        and reads those again when it does: ``ObjectCache``)."""
+        return _Read(
+            self.store,
+            calls,
+            ahead(self.store.get_many_fields, calls, _TOOLCALL_METADATA),
+            ahead(self.store.get_many, others),
+        )
 
-        return wait
-
-    def _hold_objects(self, session: OpenSession, found: Mapping[str, Document]) -> None:
+    def _hold_objects(
+        self,
+        session: OpenSession,
+        found: Mapping[str, Document],
+        parsed: Mapping[str, tuple[Document, Any]] | None = None,
+    ) -> None:
         """Put the objects of the session's index, as :meth:`_read_objects` read them, in its
         cache (files' documents also into ``session.loaded``: a resume reconciles them)."""
         state = session.state
@@ -642,20 +745,18 @@ class SessionRunner:
         for object_id in state.index:
             doc = found[object_id]
             if "content_length" not in doc or "content" in doc:  # a whole document
-                obj = from_document(doc)
+                was = parsed.get(object_id) if parsed else None
+                obj = was[1] if was is not None and was[0] is doc else from_document(doc)
                 assert isinstance(obj, FileObject | ToolcallObject)
                 session.objects[object_id] = obj
                 if isinstance(obj, FileObject):
                     session.loaded[object_id] = doc
                 continue
-            obj = from_document({**doc, "content": None, "source": None})
-            assert isinstance(obj, ToolcallObject)
+            obj = toolcall_without_content(doc)
             if obj.content_hash is None:  # no output at all: nothing to read again
                 session.objects[object_id] = obj
             else:
-                session.objects.hold_hollow(
-                    attrs.evolve(obj, content_length=int(doc["content_length"]))
-                )
+                session.objects.hold_hollow(obj)
 
     def _system_prompt(self, object_id: str) -> SystemPromptObject:
         doc = self.store.get(object_id)

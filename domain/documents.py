@@ -26,7 +26,7 @@ from selfctx.domain.objects import (
 )
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
-__all__ = ["StoredObject", "from_document", "to_document"]
+__all__ = ["StoredObject", "from_document", "to_document", "toolcall_without_content"]
 
 StoredObject: TypeAlias = (
     FileObject | ToolcallObject | SystemPromptObject | ChatObject | SessionObject | SummaryObject
@@ -137,6 +137,46 @@ def from_document(doc: Mapping[str, Any]) -> StoredObject:
         raise InvalidInput("document", doc.get("xt/id"), f"not a valid object: {exc!r}") from exc
 
 
+def toolcall_without_content(doc: Mapping[str, Any]) -> ToolcallObject:
+    """The tool call a document read without its content holds (``content_length`` and every
+    other field but the content: what :func:`from_document` gives with ``content`` None, and
+    ``content_length`` as stored when the call has an output). Raises :class:`InvalidInput`
+    as :func:`from_document` does, and for a document of another type."""
+    try:
+        if doc["type"] != "toolcall":
+            raise InvalidInput("document", doc.get("xt/id"), "is not a tool call")
+        common = {
+            "id": doc["xt/id"],
+            "identity_hash": doc["identity_hash"],
+            "content_hash": doc["content_hash"],
+            "metadata_hash": doc["metadata_hash"],
+            "object_hash": doc["object_hash"],
+        }
+        if doc["content_hash"] is not None:
+            common["content_length"] = int(doc["content_length"])
+        return _toolcall(doc, None, common)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, InvalidInput):
+            raise
+        raise InvalidInput("document", doc.get("xt/id"), f"not a valid object: {exc!r}") from exc
+
+
+def _toolcall(doc: Mapping[str, Any], content: str | None, common: Any) -> ToolcallObject:
+    refs = doc.get("file_refs")
+    views = doc.get("file_views")
+    return ToolcallObject(
+        content=content,
+        tool=doc["tool"],
+        args=doc["args"],
+        status=doc["status"],
+        chat_ref=doc["chat_ref"],
+        args_display=doc.get("args_display"),
+        file_refs=tuple(refs) if refs is not None else None,
+        file_views=tuple(FileView.from_json(v) for v in views) if views is not None else None,
+        **common,
+    )
+
+
 def _from_document(doc: Mapping[str, Any]) -> StoredObject:
     kind = doc["type"]
     common = {
@@ -158,19 +198,7 @@ def _from_document(doc: Mapping[str, Any]) -> StoredObject:
             **common,
         )
     if kind == "toolcall":
-        refs = doc.get("file_refs")
-        views = doc.get("file_views")
-        return ToolcallObject(
-            content=doc["content"],
-            tool=doc["tool"],
-            args=doc["args"],
-            status=doc["status"],
-            chat_ref=doc["chat_ref"],
-            args_display=doc.get("args_display"),
-            file_refs=tuple(refs) if refs is not None else None,
-            file_views=tuple(FileView.from_json(v) for v in views) if views is not None else None,
-            **common,
-        )
+        return _toolcall(doc, doc["content"], common)
     if kind == "system_prompt":
         return SystemPromptObject(content=doc["content"], **common)
     if kind == "summary":

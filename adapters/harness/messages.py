@@ -14,9 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal
 
 import attrs
-from pyrsistent import thaw
 
-from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.chat import ToolCallRequest, thaw_json
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.hashing import stable_stringify
 
@@ -73,14 +72,24 @@ def message_fingerprint(role: str, text: str, calls: Iterable[tuple[str, str, An
     id, name and arguments)."""
     if role == "system":  # known by the form it is recorded in, so a resume recognises it
         role, text = "user", SYSTEM_MARK + text
-    key = [role, text, [[i, n, thaw(a)] for i, n, a in calls]]
-    blob = json.dumps(key, ensure_ascii=False, sort_keys=True).encode("utf-8", "surrogatepass")
+    key = [role, text, [[i, n, thaw_json(a)] for i, n, a in calls]]
+    blob = _KEY_ENCODER.encode(key).encode("utf-8", "surrogatepass")
     return hashlib.sha256(blob).hexdigest()[:32]
 
 
+_KEY_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, sort_keys=True)
+"""What ``json.dumps(key, ensure_ascii=False, sort_keys=True)`` builds at every call, built once
+(a resume fingerprints every message of the chat again: decision 0104)."""
+_escape: Final[Any] = getattr(json.encoder, "c_encode_basestring", None) or (
+    json.encoder.py_encode_basestring
+)
+
+
 def tool_fingerprint(call_id: str) -> str:
-    """Identity of a tool result: the call it answers."""
-    return message_fingerprint("tool", "", [(call_id, "", None)])
+    """Identity of a tool result: the call it answers (:func:`message_fingerprint` of the key
+    ``["tool", "", [[call_id, "", null]]]``, its text written directly)."""
+    blob = f'["tool", "", [[{_escape(call_id)}, "", null]]]'.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(blob).hexdigest()[:32]
 
 
 @attrs.frozen

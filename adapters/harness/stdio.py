@@ -12,6 +12,7 @@ docs/harness.md lists the methods with an example exchange.
 
 from __future__ import annotations
 
+import gc
 import logging
 import posixpath
 from collections.abc import Iterable, Mapping
@@ -232,16 +233,22 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     cwd = _absolute(p.get("cwd", server.agent_cwd))
     roots = [_absolute(r) for r in p.get("roots", server.agent_roots)]
     warnings = _root_warnings(server, cwd, roots)
-    harness = HarnessSession(
-        server.service,
-        session_id,
-        p.get("format", "openai"),
-        system_prompt=p.get("system_prompt", ""),
-        cwd=cwd,
-        roots=roots,
-        policy=chosen,
-        tool_prefix=p.get("tool_prefix", ""),
-    )
+    # A resume builds a whole session that lives on: full collections meanwhile walk all of it
+    # and free nothing (decision 0104, as an assembly's in decision 0098). One walk at its end
+    # instead, so that the first assembly does not meet the young session's first collection.
+    with COLLECTOR:
+        harness = HarnessSession(
+            server.service,
+            session_id,
+            p.get("format", "openai"),
+            system_prompt=p.get("system_prompt", ""),
+            cwd=cwd,
+            roots=roots,
+            policy=chosen,
+            tool_prefix=p.get("tool_prefix", ""),
+        )
+        if harness.resumed is not None:
+            gc.collect()
     policy = harness.service.state(session_id).policy.name  # a resumed session keeps its own
     server.sessions[session_id] = _Open(harness, policy)
     report = harness.resumed

@@ -23,7 +23,7 @@ from selfctx.domain.infrastructure import (
     session_id_for,
     state_from_snapshot,
 )
-from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
+from selfctx.domain.objects import FileObject, Source, SystemPromptObject, ToolcallObject
 from selfctx.domain.rendering import AssembledContext
 from selfctx.domain.session import commands as c
 from selfctx.domain.session.events import ToolCallRecorded
@@ -109,9 +109,30 @@ class ResumeSession:
 
     def __call__(self, session_id: str) -> tuple[OpenSession, ResumeReport]:
         validate_session_id(session_id)
-        session = self._deps.runner.load(session_id)
+        # The files' sources are read while the store still sends the tool calls (decision
+        # 0104); the first reconciliation takes what was read then, a retry reads them again.
+        read_early: dict[str, tuple[Source, FileObject | SourceUnavailable]] = {}
+
+        def observe(files: Sequence[FileObject]) -> None:
+            for obj in files:
+                if obj.is_stub:
+                    continue
+                try:
+                    read_early[obj.id] = (obj.source, observe_source(self._deps, obj.source))
+                except SourceUnavailable as exc:
+                    read_early[obj.id] = (obj.source, exc)
+
+        session = self._deps.runner.load(session_id, on_files=observe)
         report: dict[str, list[str]] = {"updated": [], "deleted": [], "orphaned": []}
         unchanged = 0
+
+        def source_of(obj: FileObject) -> FileObject:
+            early = read_early.pop(obj.id, None)
+            if early is None or early[0] != obj.source:
+                return observe_source(self._deps, obj.source)
+            if isinstance(early[1], SourceUnavailable):
+                raise early[1]
+            return early[1]
 
         def build(reads: Reads, state: SessionState) -> c.Command:
             nonlocal unchanged
@@ -127,7 +148,7 @@ class ResumeSession:
             for obj in files:
                 latest = stored[obj.id] or obj
                 try:
-                    observed = observe_source(self._deps, obj.source)
+                    observed = source_of(obj)
                 except SourceMissing:
                     if not latest.is_deleted:
                         reconciled.append(c.RecordDeletion(latest, "resume"))
@@ -146,6 +167,7 @@ class ResumeSession:
             return c.Resume(tuple(reconciled))
 
         self._deps.runner.execute(session, build)
+        read_early.clear()
         # What the server before the restart had looked at, so that the next request collapses
         # what it would have collapsed (decision 0093).
         session.relevance_memo.answered.update(answered_earlier(session.state))

@@ -9,13 +9,19 @@ import json
 from typing import Any
 from unittest import mock
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from selfctx.domain import infrastructure
 from selfctx.domain.chat import AssistantMessage, ToolCallRequest, turn_to_json
-from selfctx.domain.documents import StoredObject, from_document, to_document
+from selfctx.domain.documents import (
+    StoredObject,
+    from_document,
+    to_document,
+    toolcall_without_content,
+)
 from selfctx.domain.errors import InvalidInput, SelfContextError
 from selfctx.domain.hashing import metadata_hash
 from selfctx.domain.infrastructure import ChatObject, SessionObject, state_from_snapshot
@@ -190,6 +196,19 @@ STORED = st.one_of(
 def through_json(doc: dict[str, Any]) -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads(json.dumps(doc, ensure_ascii=False, allow_nan=False))
     return loaded
+
+
+@given(TOOLCALLS)
+def test_a_tool_call_read_without_its_content_is_the_call_without_it(call: ToolcallObject) -> None:
+    # what a resume holds of a tool call read without its content (decision 0104): every field
+    # of the call but the content, its length kept when it has an output
+    doc = through_json(to_document(call))
+    read = {k: v for k, v in doc.items() if k not in ("content", "source")}
+    held = toolcall_without_content(read)
+    assert held == attrs.evolve(call, content=None, content_length=held.content_length)
+    assert held.content_length == (call.content_length if call.content_hash is not None else 0)
+    with pytest.raises(InvalidInput):
+        toolcall_without_content({**read, "type": "file"})
 
 
 @given(STORED)

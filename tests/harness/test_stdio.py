@@ -698,3 +698,32 @@ def test_an_assembly_runs_with_the_collector_paused_and_restores_it() -> None:
     assert seen == [False] and gc.isenabled()
     assert ask(server, "assemble", session_id="s", format="anthropic")["error"]
     assert seen == [False, False] and gc.isenabled()
+
+
+def test_a_resume_runs_with_the_collector_paused_and_restores_it() -> None:
+    """Decision 0104: the cyclic collector is off while a session is resumed (full collections
+    would walk the whole session being built and free nothing), on again after, also when the
+    resume fails."""
+    import gc
+
+    store = WrappedStore(MemoryStore())
+    first = in_process(store)
+    assert "result" in ask(first, "session.open", session_id="s")
+    server = in_process(store)
+    seen: list[bool] = []
+    resume = server.service.resume_session
+
+    def watched(session_id: str) -> Any:
+        seen.append(gc.isenabled())
+        if len(seen) > 1:
+            raise RuntimeError("a bug in the resume")
+        return resume(session_id)
+
+    server.service.resume_session = watched  # type: ignore[method-assign]
+    assert gc.isenabled()
+    assert ask(server, "session.open", session_id="s")["result"]["resumed"] is True
+    assert seen == [False] and gc.isenabled()
+    server.service.close_session("s")
+    server.sessions.clear()
+    assert ask(server, "session.open", session_id="s")["error"]
+    assert seen == [False, False] and gc.isenabled()

@@ -1,0 +1,124 @@
+"""What a resume reads, and when (decision 0104): the snapshot once, with its chat; the files'
+sources while the store still sends the tool calls. On real files, over the store
+``store_factory`` chooses, wrapped so that its reads wait on another thread as a database's do."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pytest
+
+import selfctx.application.usecases.sessions as sessions
+from selfctx.application.ports.store import Document, ObjectStore
+from selfctx.application.usecases import base
+from selfctx.application.usecases.base import Deps
+from selfctx.domain.objects import FileObject, FilesystemSource
+from tests.filesystem.conftest import MakeFsService
+from tests.filesystem.helpers import write
+from tests.support import WrappedStore
+
+WAIT = 60.0
+"""Seconds the tool calls' read waits for a source to be read before it gives up (a bound, so
+that a resume which reads them one after the other fails the test instead of hanging it)."""
+
+
+class _WaitingStore(WrappedStore):
+    """Reads as a database's: on the loader's threads. Counts the whole documents read by id;
+    the tool calls' metadata is held back until ``release`` is set (or ``WAIT`` has passed)."""
+
+    reads_wait = True
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.read: list[str] = []
+        self.requests: list[list[str]] = []
+        self.release = threading.Event()
+        self.released: bool | None = None
+        """Whether the tool calls' read saw ``release`` set (None: it was not made)."""
+        self.hold = False
+
+    def get(self, object_id: str) -> Document | None:
+        self.read.append(object_id)
+        self.requests.append([object_id])
+        return super().get(object_id)
+
+    def get_many(self, object_ids: Iterable[str]) -> dict[str, Document]:
+        ids = list(object_ids)
+        self.read += ids
+        self.requests.append(ids)
+        return super().get_many(ids)
+
+    def get_many_fields(
+        self, object_ids: Iterable[str], fields: Sequence[str]
+    ) -> dict[str, Document]:
+        ids = list(object_ids)
+        if self.hold and ids and "content_length" in fields:
+            self.released = self.release.wait(WAIT)
+        return {
+            i: {k: v for k, v in doc.items() if k == "xt/id" or k in fields}
+            for i, doc in super().get_many(ids).items()
+        }
+
+
+@pytest.fixture
+def sid(ns: str) -> str:
+    return f"{ns}reads"
+
+
+def _session(
+    make_fs_service: MakeFsService, workspace: Path, sid: str
+) -> tuple[dict[str, str], ObjectStore]:
+    """A session of two files and three tool calls, stored; its ids, and the store."""
+    first = make_fs_service(track=False)
+    first.start_session(sid)
+    ids = {}
+    for name in ("a.py", "b.py"):
+        write(workspace / name, f"# {name}\n")
+        ids[name] = first.index_file(sid, str(workspace / name)).object_id
+    for n in range(3):
+        first.record_tool_call(
+            sid, f"{sid}-call-{n}", tool="bash", args={"cmd": "ls"}, output="x" * n
+        )
+    first.close()
+    return ids, first.store
+
+
+def test_a_resume_reads_the_snapshot_once_and_its_chat_with_it(
+    make_fs_service: MakeFsService, workspace: Path, sid: str
+) -> None:
+    _, store = _session(make_fs_service, workspace, sid)
+    waiting = _WaitingStore(store)
+    make_fs_service(track=False, store=waiting).open_session(sid)
+    snapshot, chat = f"session:{sid}", f"chat:{sid}"
+    assert waiting.read.count(snapshot) == 1  # not once more to learn that the session exists
+    assert [r for r in waiting.requests if snapshot in r] == [[snapshot, chat]]
+
+
+def test_a_resume_reads_the_files_sources_while_the_tool_calls_are_being_read(
+    make_fs_service: MakeFsService,
+    workspace: Path,
+    sid: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ids, store = _session(make_fs_service, workspace, sid)
+    write(workspace / "a.py", "# a.py, edited while nobody watched\n")
+    waiting = _WaitingStore(store)
+    observed: list[str] = []
+    observe = base.observe_source
+
+    def observing(deps: Deps, source: FilesystemSource) -> FileObject:
+        found = observe(deps, source)
+        observed.append(source.path)
+        if len(observed) == 2:  # both files read: the tool calls may come now
+            waiting.release.set()
+        return found
+
+    monkeypatch.setattr(sessions, "observe_source", observing)
+    waiting.hold = True
+    report = make_fs_service(track=False, store=waiting).open_session(sid)
+    assert report is not None and waiting.released is True
+    # each source read once, and what was read then is what the resume reconciled
+    assert sorted(observed) == [str(workspace / "a.py"), str(workspace / "b.py")]
+    assert report.updated == (ids["a.py"],) and report.unchanged == 1
