@@ -394,6 +394,43 @@ class StoreContract:
             (second.tx_id, ns + "f", "h2")
         ]
 
+    def test_file_versions_carry_the_documents_of_the_held_files_that_changed(
+        self, store: ObjectStore, ns: str
+    ) -> None:
+        """Asked with the files a caller holds (id -> object_hash), the feed's answer carries
+        the document of each held file whose latest version listed has another hash: the
+        latest as of the answer's position (decision 0106). Files not held, and held files
+        whose hash is the one held, come without."""
+        start_at = store.file_versions(None)
+        if not start_at.supported:
+            return
+        start = start_at.position if start_at.position is not None else -1
+        doc = {"type": "file", "content": "one"}
+        store.commit(
+            [
+                {**doc, "xt/id": ns + "a", "object_hash": "a1"},
+                {**doc, "xt/id": ns + "b", "object_hash": "b1"},
+                {**doc, "xt/id": ns + "c", "object_hash": "c1"},
+            ]
+        )
+        last = store.commit(
+            [
+                {**doc, "xt/id": ns + "a", "object_hash": "a2", "content": "two"},
+                {**doc, "xt/id": ns + "c", "object_hash": "c2"},
+            ]
+        )
+        held = {ns + "a": "a1", ns + "b": "b1", ns + "gone": "x"}
+        deadline = time.monotonic() + 10
+        found = store.file_versions(start, held)
+        while (found.position or -1) < last.tx_id and time.monotonic() < deadline:
+            time.sleep(0.02)  # a node's feed follows its indexing
+            found = store.file_versions(start, held)
+        assert found.complete
+        mine = {i: d for i, d in found.documents.items() if i.startswith(ns)}
+        assert list(mine) == [ns + "a"]  # b is held as it is; c is not held
+        assert mine[ns + "a"]["object_hash"] == "a2" and mine[ns + "a"]["content"] == "two"
+        assert store.file_versions(start).documents == {}  # not asked: none
+
     def test_changes_refuse_a_limit_below_one(self, store: ObjectStore) -> None:
         with pytest.raises(InvalidInput):
             store.changes(None, limit=0)

@@ -154,6 +154,9 @@ class XtdbStore(ObjectStore):
         that, so :func:`open_store` turns it on when the node's status says it does."""
         self.feed = False
         """The node keeps the file versions feed (decision 0066; our node's status says so)."""
+        self.feed_documents = False
+        """The feed also answers with the documents of the files a client holds (decision
+        0106; our node's status says so)."""
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -290,14 +293,25 @@ class XtdbStore(ObjectStore):
             for entry in entries
         ]
 
-    def file_versions(self, after_tx_id: int | None) -> FileVersions:
-        answer = self.client.versions(after_tx_id, timeout=self.timeout) if self.feed else None
+    def file_versions(
+        self, after_tx_id: int | None, held: Mapping[str, str] | None = None
+    ) -> FileVersions:
+        body = None
+        if held and self.feed_documents and after_tx_id is not None:
+            pairs = [[text.encode_str(i), text.encode_str(h)] for i, h in held.items()]
+            body = _json_bytes({"held": pairs}, "held files")
+        answer = (
+            self.client.versions(after_tx_id, timeout=self.timeout, held=body)
+            if self.feed
+            else None
+        )
         if answer is None:  # a node without the feed
             return super().file_versions(after_tx_id)
         position = answer.get("position")
         position = position if isinstance(position, int) and position >= 0 else None
         versions = tuple((int(v[0]), str(v[1]), str(v[2])) for v in answer["versions"])
-        return FileVersions(position, answer["complete"], versions)
+        documents = {str(doc["xt/id"]): doc for doc in answer.get("documents", ())}
+        return FileVersions(position, answer["complete"], versions, documents=documents)
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -463,6 +477,7 @@ def open_store(url: str, *, timeout: float = 10.0, key: str | None = None) -> Xt
         status = store.client.status(timeout=timeout)
         store.blobs = status.get("selfctxBlobs") == 1
         store.feed = status.get("selfctxVersions") == 1
+        store.feed_documents = status.get("selfctxVersionDocuments") == 1
         store.client.sync(wait=max(0.001, timeout - 0.25), timeout=timeout)
     except BaseException:
         http.close()

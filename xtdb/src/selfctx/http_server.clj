@@ -21,7 +21,9 @@
   - `tx-log` takes `limit=N` (at most N transactions); with `with-ops=true` the ops are
     `txOps: [[\"put\", doc], ...]`.
   - `GET /_xtdb/selfctx/versions?after-tx-id=N` (ours): the file versions written after N, from
-    the feed the node keeps (`selfctx.versions`); `/status` counts the requests answered.
+    the feed the node keeps (`selfctx.versions`); `/status` counts the requests answered. A
+    `POST` there with `{\"held\": [[id, object_hash], ...]}` adds the documents of the held
+    files that have newer versions (decision 0106).
   - Only JSON responses; the server binds to the given host (default 127.0.0.1) only.
   - Only its owner gets in (decision 0027, `selfctx.guard`): every request carries the secret
     read from `:secret-file` at start (401 otherwise); requests a web page could make get 403, a
@@ -291,10 +293,12 @@
 
 (defn- status [node _ _]
   ;; "selfctxBlobs" tells our adapter that this node reads bodies with blobs (decision 0015),
-  ;; "selfctxVersions" that it answers /_xtdb/selfctx/versions (decision 0066).
+  ;; "selfctxVersions" that it answers /_xtdb/selfctx/versions (decision 0066),
+  ;; "selfctxVersionDocuments" that it takes a POST there naming the files held (decision 0106).
   [200 (assoc (camel-keys (xt/status node))
               "selfctxBlobs" 1
               "selfctxVersions" 1
+              "selfctxVersionDocuments" 1
               "selfctxRequests" (.get ^AtomicLong requests))])
 
 (defn- versions-route
@@ -303,6 +307,24 @@
   [feed]
   (fn [_ _ params]
     [200 (versions/versions-after feed (->long params :after-tx-id))]))
+
+(defn- held-files
+  "The `held` of a versions request's body: `[[id, object_hash], ...]` as a map."
+  [body]
+  (let [held (:held body)]
+    (when-not (and (vector? held)
+                   (every? #(and (vector? %) (= 2 (count %)) (every? string? %)) held))
+      (bad-request "the body must be {\"held\": [[id, object_hash], ...]}"))
+    (into {} held)))
+
+(defn- versions-with-documents-route
+  "Our extension (decision 0106): as `versions-route`, and the documents of the files the body
+  says the client holds whose latest version it lists has another hash (`selfctx.versions`)."
+  [feed]
+  (fn [_ ex params]
+    (let [held (held-files (json-body (body-string ex)))]
+      [200 (versions/with-documents
+             feed (versions/versions-after feed (->long params :after-tx-id)) held)])))
 
 (defn- entity [node _ params]
   (let [eid (eid-of params)
@@ -434,7 +456,9 @@
   ;; Awaits block a thread each, so the pool is larger than the core count.
   (let [expected (guard/read-secret secret-file)
         feed (versions/->feed xtdb-node (:versions opts))
-        routes (assoc routes ["GET" "/_xtdb/selfctx/versions"] (versions-route feed))
+        routes (assoc routes
+                      ["GET" "/_xtdb/selfctx/versions"] (versions-route feed)
+                      ["POST" "/_xtdb/selfctx/versions"] (versions-with-documents-route feed))
         pool (Executors/newFixedThreadPool (int threads))
         server (HttpServer/create (InetSocketAddress. ^String host (int port)) 128)]
     (.createContext server "/" (reify HttpHandler
