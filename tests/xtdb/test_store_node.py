@@ -15,7 +15,7 @@ import pytest
 
 from selfctx.adapters.xtdb import XtdbClient, XtdbNode, XtdbStore, open_store, secret
 from selfctx.application.persistence import decode_events, entry_events, log_entry
-from selfctx.application.ports.store import ConflictError, Expect
+from selfctx.application.ports.store import ConflictError, Expect, StoreRejected
 from selfctx.domain.session import events as ev
 
 pytestmark = pytest.mark.xtdb
@@ -351,3 +351,23 @@ def test_the_versions_feed_holds_a_version_another_client_was_told_is_written(
             other.commit([{"xt/id": f"{ns}f", "type": "file", "object_hash": f"h{i}"}])
             found = store.file_versions(before)
             assert (f"{ns}f", f"h{i}") in [(oid, h) for _, oid, h in found.versions], i
+
+
+def test_the_versions_feed_carries_held_documents_and_refuses_a_malformed_held_list(
+    store: XtdbStore, ns: str
+) -> None:
+    """A POST to the feed naming the files held gets, in the same answer, the documents of those
+    with a newer version (decision 0106), strings needing the node's escapes included; a body
+    that is not ``{"held": [[id, object_hash], ...]}`` is a typed refusal, not a 500."""
+    assert store.feed_documents
+    start = store.file_versions(None).position
+    start = -1 if start is None else start
+    odd = "lone \ud800 surrogate"
+    store.commit([{"xt/id": ns + "f", "type": "file", "object_hash": "h1", "content": odd}])
+    found = store.file_versions(start, {ns + "f": "h0"})
+    assert found.documents[ns + "f"]["content"] == odd
+    assert store.file_versions(start, {ns + "f": "h1"}).documents == {}
+    for body in (b'{"held": {"a": "b"}}', b'{"held": [["a"]]}', b'{"held": [["a", 1]]}', b"[]"):
+        with pytest.raises(StoreRejected) as refused:
+            store.client.versions(start, timeout=10.0, held=body)
+        assert refused.value.status == 400
