@@ -248,9 +248,9 @@ class Reads:
             if prepared is not None:
                 self._overlay.update((str(doc["xt/id"]), doc) for doc in prepared.puts)
 
-    def seed(self, documents: Mapping[str, Document]) -> None:
-        """Take these documents as read from the store just now (the commit's preconditions
-        catch a newer version)."""
+    def seed(self, documents: Mapping[str, Document | None]) -> None:
+        """Take these documents as read from the store just now (None: absent; the commit's
+        preconditions catch a newer version)."""
         for object_id, doc in documents.items():
             if object_id not in self.documents:
                 self._remember(object_id, doc)

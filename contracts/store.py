@@ -431,6 +431,22 @@ class StoreContract:
         assert mine[ns + "a"]["object_hash"] == "a2" and mine[ns + "a"]["content"] == "two"
         assert store.file_versions(start).documents == {}  # not asked: none
 
+    def test_a_refused_commit_says_what_is_stored_of_what_it_expected(
+        self, store: ObjectStore, ns: str
+    ) -> None:
+        """A conflict of a commit carries the version of each expected object as of the
+        refusal (None: absent), so that the retry reads nothing again (decision 0106)."""
+        a1 = {"xt/id": ns + "a", "v": 1}
+        store.commit([a1])
+        store.commit([{"xt/id": ns + "a", "v": 2}])
+        with pytest.raises(ConflictError) as refused:
+            store.commit(
+                [{"xt/id": ns + "a", "v": 3}, {"xt/id": ns + "b", "v": 1}],
+                [Expect(ns + "a", a1), Expect(ns + "b", None)],
+            )
+        assert refused.value.object_ids == (ns + "a",)
+        assert refused.value.current == {ns + "a": {"xt/id": ns + "a", "v": 2}, ns + "b": None}
+
     def test_changes_refuse_a_limit_below_one(self, store: ObjectStore) -> None:
         with pytest.raises(InvalidInput):
             store.changes(None, limit=0)

@@ -305,7 +305,8 @@ class WrappedStore(ObjectStore):
             if not self.namespace:
                 raise
             ids = [self._id_out(i) for i in exc.object_ids]
-            raise ConflictError(ids, url=exc.url, operation=exc.operation) from exc
+            current = {self._id_out(i): self._out(d) for i, d in exc.current.items()}
+            raise ConflictError(ids, url=exc.url, operation=exc.operation, current=current) from exc
         self.commits += 1
         self.bytes_committed += sum(json_bytes(d) for d in submitted.puts)
         self.committed.append(submitted.puts)

@@ -149,13 +149,14 @@ class MemoryStore(ObjectStore):
         if len(set(ids)) != len(ids):
             raise InvalidInput("commit", sorted(ids), "names the same document twice")
         with self._lock:
+            current = {cond.object_id: self.get(cond.object_id) for cond in expect}
             failed = [
                 cond.object_id
                 for cond in expect
-                if self.get(cond.object_id) != (dict(cond.document) if cond.document else None)
+                if current[cond.object_id] != (dict(cond.document) if cond.document else None)
             ]
             if failed:
-                raise ConflictError(failed, url="memory:", operation="commit")
+                raise ConflictError(failed, url="memory:", operation="commit", current=current)
             tx_id = (self._tx[-1][0] + 1) if self._tx else 1
             tx_time = _now()
             for text, doc in encoded:

@@ -376,7 +376,15 @@ class XtdbStore(ObjectStore):
         if committed is None:  # upstream's server: await and ask, two more round trips
             return self._settle(tx, expect, deadline)
         if not committed:
-            raise ConflictError(self._stale(expect), url=self.url, operation="commit")
+            current = _current(tx.get("current"))
+            if current is None:  # a node that does not say: read them
+                raise ConflictError(self._stale(expect), url=self.url, operation="commit")
+            raise ConflictError(
+                _changed(expect, current) or [e.object_id for e in expect],
+                url=self.url,
+                operation="commit",
+                current=current,
+            )
         return Receipt(tx_id=tx["txId"], tx_time=tx["txTime"])
 
     def submit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Submission:
@@ -418,12 +426,7 @@ class XtdbStore(ObjectStore):
             current = self.get_many(e.object_id for e in expect)
         except StoreError:
             return [e.object_id for e in expect]
-        stale = [
-            e.object_id
-            for e in expect
-            if current.get(e.object_id) != (None if e.document is None else dict(e.document))
-        ]
-        return stale or [e.object_id for e in expect]
+        return _changed(expect, current) or [e.object_id for e in expect]
 
     def close(self) -> None:
         """Finish sending what was submitted, then close the HTTP connections if this store
@@ -436,6 +439,34 @@ class XtdbStore(ObjectStore):
             self.client.http.close()
             if self.client.connections is not None:
                 self.client.connections.close()
+
+
+def _changed(expect: Sequence[Expect], current: Mapping[str, Document | None]) -> list[str]:
+    """The expected ids whose version in ``current`` is not the one expected."""
+    return [
+        e.object_id
+        for e in expect
+        if current.get(e.object_id) != (None if e.document is None else dict(e.document))
+    ]
+
+
+def _current(answer: Any) -> dict[str, Document | None] | None:
+    """The ``current`` of a refused commit's answer (decision 0106): by id, the document each
+    ``match`` named as of the refused transaction (None: it does not exist); None when the
+    answer has none, or not in that shape."""
+    if not isinstance(answer, list):
+        return None
+    out: dict[str, Document | None] = {}
+    for pair in answer:
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and (pair[1] is None or isinstance(pair[1], dict))
+        ):
+            return None
+        out[pair[0]] = pair[1]
+    return out
 
 
 class _Submitted(Landing):

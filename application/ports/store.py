@@ -138,9 +138,17 @@ class ConflictError(StoreError):
     kind = "conflict"
 
     def __init__(
-        self, object_ids: Sequence[str], *, url: str = "", operation: str = "commit"
+        self,
+        object_ids: Sequence[str],
+        *,
+        url: str = "",
+        operation: str = "commit",
+        current: Mapping[str, Document | None] | None = None,
     ) -> None:
         self.object_ids = tuple(object_ids)
+        self.current: Mapping[str, Document | None] = {} if current is None else current
+        """The latest versions of the expected objects as of the refusal (None: absent), when
+        the store's answer carried them (decision 0106): a retry need not read them again."""
         super().__init__(
             f"another writer changed {', '.join(map(repr, self.object_ids)) or 'an object'} first",
             url=url,

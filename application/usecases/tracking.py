@@ -17,7 +17,7 @@ assembled context shows it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
@@ -179,8 +179,10 @@ class TrackSources:
         """Write what changed in one commit, on top of the versions read; retry on conflict."""
         store = self._deps.runner.store
         contention = Contention()
+        current: Mapping[str, Document | None] = {}
         while True:
             reads = Reads(store)
+            reads.seed(current)  # what a refusal said is stored now (decision 0106)
             stored = reads.stored_many(observed)
             puts = []
             expect = []
@@ -211,6 +213,7 @@ class TrackSources:
                 except ConflictError as exc:
                     # another client wrote first: decide again on what it wrote
                     contention.failed(exc, sessions_log=False)
+                    current = exc.current
                     continue
             self._adopt(latest)
             return written, unchanged

@@ -142,11 +142,13 @@ def test_a_commit_is_one_request_and_its_bytes_are_counted(xtdb_node: XtdbNode, 
     assert json.loads(body) == {"tx-ops": [["match", ns + "x", None], ["put", doc]]}
     assert len(body) < 300, "JSON is compact and UTF-8, not \\u-escaped"
     sent.clear()
-    # A failed match is known from the same one answer; the re-read names what changed.
+    # A failed match is known from the same one answer, and so is what is stored now of what
+    # it expected, which names what changed (decision 0106): no re-read.
     with pytest.raises(ConflictError) as info:
         store.commit([{"xt/id": ns + "y"}], [Expect(ns + "x", None)])
     assert info.value.object_ids == (ns + "x",)
-    assert [r.url.path for r in sent] == ["/_xtdb/submit-tx", "/_xtdb/query"]
+    assert info.value.current == {ns + "x": doc}
+    assert [r.url.path for r in sent] == ["/_xtdb/submit-tx"]
     store.close()
 
 

@@ -15,7 +15,8 @@
   - A malformed tx-op gets a 400 that says what is wrong (upstream: `Malformed request`).
   - `submit-tx?await-timeout=MS` also awaits the transaction and answers whether it committed
     (`200 {\"txId\", \"txTime\", \"txCommitted?\"}`): one round trip per commit instead of three.
-    Without the parameter it answers as upstream does.
+    A refused one adds `\"current\": [[id, doc], ...]`, the documents its `match` ops named as
+    of it (decision 0106). Without the parameter it answers as upstream does.
   - `submit-tx` with an `X-Selfctx-Blobs` header takes long string values as raw UTF-8 after a
     JSON head (see `blob-body`); `/_xtdb/status` says so with \"selfctxBlobs\": 1.
   - `tx-log` takes `limit=N` (at most N transactions); with `with-ops=true` the ops are
@@ -255,6 +256,19 @@
               (bad-request (str (- size at) " bytes of the body follow its last blob")))
             (assoc body :tx-ops ops))))))
 
+(defn- current-of
+  "Our extension (decision 0106): the documents, as of a refused transaction, of the ids its
+  `match` ops named (null for one that does not exist), `[[id, doc], ...]`: what the client reads
+  again to decide anew, in the answer that tells it to."
+  [node tx ops]
+  (let [db (xt/db node {::xt/valid-time #inst "9999-12-31T00:00:00Z" ::xt/tx tx})]
+    (into []
+          (comp (filter #(and (vector? %) (= "match" (first %)) (string? (second %))))
+                (map second)
+                (distinct)
+                (map (fn [id] [id (xt/entity db id)])))
+          ops)))
+
 (defn- submit-tx [node ^HttpExchange ex params]
   (let [blobs (.getFirst (.getRequestHeaders ex) "X-Selfctx-Blobs")
         body (if blobs
@@ -267,7 +281,9 @@
         ;; Our extension: submit, await and tx-committed? in one round trip. Upstream ignores the
         ;; parameter and answers 202 without "txCommitted?"; the adapter then asks separately.
         (do (xt/await-tx node tx wait)
-            [200 (assoc (tx->json tx) "txCommitted?" (xt/tx-committed? node tx))])
+            (let [committed? (xt/tx-committed? node tx)]
+              [200 (cond-> (assoc (tx->json tx) "txCommitted?" committed?)
+                     (not committed?) (assoc "current" (current-of node tx ops)))]))
         [202 (tx->json tx)]))))
 
 (defn- await-tx [node _ params]
