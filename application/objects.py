@@ -52,6 +52,8 @@ class ObjectCache(MutableMapping[str, ContentObject]):
         self._whole: collections.OrderedDict[str, int] = collections.OrderedDict()
         """Ids whose content is in memory, least recently used first, with its size."""
         self._hollow: set[str] = set()
+        self._files: set[str] = set()
+        """The ids of the file objects among them (what the versions feed is asked about)."""
         self._held: frozenset[str] = frozenset()
         """The ids the last :meth:`showing` showed whole: their content stays whatever the
         budget (a prompt shows it anyway), so that a working set larger than the budget is not
@@ -75,6 +77,8 @@ class ObjectCache(MutableMapping[str, ContentObject]):
     def __setitem__(self, object_id: str, obj: ContentObject) -> None:
         self._drop(object_id)
         self._objects[object_id] = obj
+        if isinstance(obj, FileObject):
+            self._files.add(object_id)
         size = _size(obj)
         if size:
             self._whole[object_id] = size
@@ -101,12 +105,19 @@ class ObjectCache(MutableMapping[str, ContentObject]):
         read from the store when asked for whole."""
         self._drop(obj.id)
         self._objects[obj.id] = obj
+        if isinstance(obj, FileObject):
+            self._files.add(obj.id)
         self._hollow.add(obj.id)
 
     def meta(self, object_id: str) -> ContentObject | None:
         """The object as held in memory (hollow: ``content`` None although it has content;
         its hashes, source and ``char_count`` are right), without reading the store."""
         return self._objects.get(object_id)
+
+    def file_hashes(self) -> dict[str, str]:
+        """The object hash of every file object held, by id (walks the files only)."""
+        objects = self._objects
+        return {object_id: objects[object_id].object_hash for object_id in self._files}
 
     @property
     def held(self) -> frozenset[str]:
@@ -170,6 +181,7 @@ class ObjectCache(MutableMapping[str, ContentObject]):
         return shown, frozenset(shown)
 
     def _drop(self, object_id: str) -> None:
+        self._files.discard(object_id)
         size = self._whole.pop(object_id, None)
         if size is not None:
             self.chars -= size

@@ -147,9 +147,10 @@ class OpenSession:
     versions_at: int | None = None
     """The store's transaction up to which this session has learned the versions other clients
     wrote of its files (``ObjectStore.file_versions``, decision 0066)."""
-    versions_ahead: tuple[int | None, Callable[[], FileVersions]] | None = None
+    versions_ahead: tuple[int | None, Mapping[str, str], Callable[[], FileVersions]] | None = None
     """A read of the file versions feed started ahead of the next assembly (the position it
-    asks from, and its result: ``TrackSources.look_ahead``, decision 0089)."""
+    asks from, the files it named as held with their hashes, and its result:
+    ``TrackSources.look_ahead``, decisions 0089 and 0106)."""
     lock: threading.RLock = attrs.field(factory=threading.RLock)
     render_cache: RenderCache = attrs.field(factory=RenderCache)
     """What assembly rendered last time; told about every object whose version changes."""
@@ -247,9 +248,9 @@ class Reads:
             if prepared is not None:
                 self._overlay.update((str(doc["xt/id"]), doc) for doc in prepared.puts)
 
-    def seed(self, documents: Mapping[str, Document]) -> None:
-        """Take these documents as read from the store just now (the commit's preconditions
-        catch a newer version)."""
+    def seed(self, documents: Mapping[str, Document | None]) -> None:
+        """Take these documents as read from the store just now (None: absent; the commit's
+        preconditions catch a newer version)."""
         for object_id, doc in documents.items():
             if object_id not in self.documents:
                 self._remember(object_id, doc)

@@ -394,6 +394,59 @@ class StoreContract:
             (second.tx_id, ns + "f", "h2")
         ]
 
+    def test_file_versions_carry_the_documents_of_the_held_files_that_changed(
+        self, store: ObjectStore, ns: str
+    ) -> None:
+        """Asked with the files a caller holds (id -> object_hash), the feed's answer carries
+        the document of each held file whose latest version listed has another hash: the
+        latest as of the answer's position (decision 0106). Files not held, and held files
+        whose hash is the one held, come without."""
+        start_at = store.file_versions(None)
+        if not start_at.supported:
+            return
+        start = start_at.position if start_at.position is not None else -1
+        doc = {"type": "file", "content": "one"}
+        store.commit(
+            [
+                {**doc, "xt/id": ns + "a", "object_hash": "a1"},
+                {**doc, "xt/id": ns + "b", "object_hash": "b1"},
+                {**doc, "xt/id": ns + "c", "object_hash": "c1"},
+            ]
+        )
+        last = store.commit(
+            [
+                {**doc, "xt/id": ns + "a", "object_hash": "a2", "content": "two"},
+                {**doc, "xt/id": ns + "c", "object_hash": "c2"},
+            ]
+        )
+        held = {ns + "a": "a1", ns + "b": "b1", ns + "gone": "x"}
+        deadline = time.monotonic() + 10
+        found = store.file_versions(start, held)
+        while (found.position or -1) < last.tx_id and time.monotonic() < deadline:
+            time.sleep(0.02)  # a node's feed follows its indexing
+            found = store.file_versions(start, held)
+        assert found.complete
+        mine = {i: d for i, d in found.documents.items() if i.startswith(ns)}
+        assert list(mine) == [ns + "a"]  # b is held as it is; c is not held
+        assert mine[ns + "a"]["object_hash"] == "a2" and mine[ns + "a"]["content"] == "two"
+        assert store.file_versions(start).documents == {}  # not asked: none
+
+    def test_a_refused_commit_says_what_is_stored_of_what_it_expected(
+        self, store: ObjectStore, ns: str
+    ) -> None:
+        """A conflict of a commit carries the version of each expected object as of the
+        refusal (None: absent), so that the retry reads nothing again (decision 0106)."""
+        a1 = {"xt/id": ns + "a", "v": 1}
+        store.commit([a1])
+        store.commit([{"xt/id": ns + "a", "v": 2}])
+        with pytest.raises(ConflictError) as refused:
+            store.commit(
+                [{"xt/id": ns + "a", "v": 3}, {"xt/id": ns + "b", "v": 1}],
+                [Expect(ns + "a", a1), Expect(ns + "b", None)],
+            )
+        assert refused.value.object_ids == (ns + "a",)
+        assert refused.value.current == {ns + "a": {"xt/id": ns + "a", "v": 2}, ns + "b": None}
+
     def test_changes_refuse_a_limit_below_one(self, store: ObjectStore) -> None:
         with pytest.raises(InvalidInput):
             store.changes(None, limit=0)

@@ -305,7 +305,8 @@ class WrappedStore(ObjectStore):
             if not self.namespace:
                 raise
             ids = [self._id_out(i) for i in exc.object_ids]
-            raise ConflictError(ids, url=exc.url, operation=exc.operation) from exc
+            current = {self._id_out(i): self._out(d) for i, d in exc.current.items()}
+            raise ConflictError(ids, url=exc.url, operation=exc.operation, current=current) from exc
         self.commits += 1
         self.bytes_committed += sum(json_bytes(d) for d in submitted.puts)
         self.committed.append(submitted.puts)
@@ -350,14 +351,22 @@ class WrappedStore(ObjectStore):
             for change in self.inner.changes(after_tx_id, limit)
         ]
 
-    def file_versions(self, after_tx_id: int | None) -> FileVersions:
-        found = self.inner.file_versions(after_tx_id)
+    def file_versions(
+        self, after_tx_id: int | None, held: Mapping[str, str] | None = None
+    ) -> FileVersions:
+        inner_held = None if held is None else {self._id(i): h for i, h in held.items()}
+        found = self.inner.file_versions(after_tx_id, inner_held)
         mine = tuple(
             (tx, self._id_out(object_id), object_hash)
             for tx, object_id, object_hash in found.versions
             if self._mine(object_id)
         )
-        return attrs.evolve(found, versions=mine)
+        documents = {
+            self._id_out(object_id): self._strip(doc)
+            for object_id, doc in found.documents.items()
+            if self._mine(object_id)
+        }
+        return attrs.evolve(found, versions=mine, documents=documents)
 
     def close(self) -> None:
         self.inner.close()

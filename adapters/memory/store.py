@@ -126,13 +126,22 @@ class MemoryStore(ObjectStore):
 
     # -- writes ----------------------------------------------------------------------------
 
-    def file_versions(self, after_tx_id: int | None) -> FileVersions:
+    def file_versions(
+        self, after_tx_id: int | None, held: Mapping[str, str] | None = None
+    ) -> FileVersions:
         with self._lock:
             position = self._tx[-1][0] if self._tx else None
             if after_tx_id is None:
                 return FileVersions(position, False)
             start = bisect.bisect_right(self._files, after_tx_id, key=lambda entry: entry[0])
-            return FileVersions(position, True, tuple(self._files[start:]))
+            found = tuple(self._files[start:])
+            documents: dict[str, Document] = {}
+            if held:
+                latest = {object_id: object_hash for _, object_id, object_hash in found}
+                for object_id, object_hash in latest.items():
+                    if held.get(object_id, object_hash) != object_hash:
+                        documents[object_id] = loads(self._versions[object_id][-1][2])
+            return FileVersions(position, True, found, documents=documents)
 
     def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
         encoded = [(_encode(doc), doc) for doc in puts]
@@ -140,13 +149,14 @@ class MemoryStore(ObjectStore):
         if len(set(ids)) != len(ids):
             raise InvalidInput("commit", sorted(ids), "names the same document twice")
         with self._lock:
+            current = {cond.object_id: self.get(cond.object_id) for cond in expect}
             failed = [
                 cond.object_id
                 for cond in expect
-                if self.get(cond.object_id) != (dict(cond.document) if cond.document else None)
+                if current[cond.object_id] != (dict(cond.document) if cond.document else None)
             ]
             if failed:
-                raise ConflictError(failed, url="memory:", operation="commit")
+                raise ConflictError(failed, url="memory:", operation="commit", current=current)
             tx_id = (self._tx[-1][0] + 1) if self._tx else 1
             tx_time = _now()
             for text, doc in encoded:

@@ -581,25 +581,35 @@ class XtdbClient:
             raise self._shape_error("tx-log", answer)
         return entries if limit is None else entries[:limit]
 
-    def versions(self, after_tx_id: int | None, *, timeout: float) -> dict[str, Any] | None:
+    def versions(
+        self, after_tx_id: int | None, *, timeout: float, held: bytes | None = None
+    ) -> dict[str, Any] | None:
         """``GET /_xtdb/selfctx/versions`` (our node only, decision 0066): the file versions
-        written after ``after_tx_id``; None from a node without it (upstream's server)."""
+        written after ``after_tx_id``; None from a node without it (upstream's server). With
+        ``held`` (a JSON body ``{"held": [[id, object_hash], ...]}``) it is a ``POST``, and the
+        answer's ``documents`` lists those of the held files with a newer version (decision
+        0106)."""
         params = {} if after_tx_id is None else {"after-tx-id": after_tx_id}
         answer = self._call(
-            "GET",
+            "GET" if held is None else "POST",
             "/_xtdb/selfctx/versions",
             "versions",
             timeout=timeout,
             params=params,
+            content=held,
+            headers=_JSON if held is None else _JSON_BODY,
             missing_ok=True,
         )
         if answer is None:
             return None
         versions = answer.get("versions") if isinstance(answer, dict) else None
+        documents = answer.get("documents", []) if isinstance(answer, dict) else None
         if not (
             isinstance(versions, list)
             and isinstance(answer.get("complete"), bool)
             and all(isinstance(v, list) and len(v) == 3 and isinstance(v[0], int) for v in versions)
+            and isinstance(documents, list)
+            and all(isinstance(d, dict) and isinstance(d.get("xt/id"), str) for d in documents)
         ):
             raise self._shape_error("versions", answer)
         return dict(answer)

@@ -154,6 +154,9 @@ class XtdbStore(ObjectStore):
         that, so :func:`open_store` turns it on when the node's status says it does."""
         self.feed = False
         """The node keeps the file versions feed (decision 0066; our node's status says so)."""
+        self.feed_documents = False
+        """The feed also answers with the documents of the files a client holds (decision
+        0106; our node's status says so)."""
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -290,14 +293,25 @@ class XtdbStore(ObjectStore):
             for entry in entries
         ]
 
-    def file_versions(self, after_tx_id: int | None) -> FileVersions:
-        answer = self.client.versions(after_tx_id, timeout=self.timeout) if self.feed else None
+    def file_versions(
+        self, after_tx_id: int | None, held: Mapping[str, str] | None = None
+    ) -> FileVersions:
+        body = None
+        if held and self.feed_documents and after_tx_id is not None:
+            pairs = [[text.encode_str(i), text.encode_str(h)] for i, h in held.items()]
+            body = _json_bytes({"held": pairs}, "held files")
+        answer = (
+            self.client.versions(after_tx_id, timeout=self.timeout, held=body)
+            if self.feed
+            else None
+        )
         if answer is None:  # a node without the feed
             return super().file_versions(after_tx_id)
         position = answer.get("position")
         position = position if isinstance(position, int) and position >= 0 else None
         versions = tuple((int(v[0]), str(v[1]), str(v[2])) for v in answer["versions"])
-        return FileVersions(position, answer["complete"], versions)
+        documents = {str(doc["xt/id"]): doc for doc in answer.get("documents", ())}
+        return FileVersions(position, answer["complete"], versions, documents=documents)
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -362,7 +376,15 @@ class XtdbStore(ObjectStore):
         if committed is None:  # upstream's server: await and ask, two more round trips
             return self._settle(tx, expect, deadline)
         if not committed:
-            raise ConflictError(self._stale(expect), url=self.url, operation="commit")
+            current = _current(tx.get("current"))
+            if current is None:  # a node that does not say: read them
+                raise ConflictError(self._stale(expect), url=self.url, operation="commit")
+            raise ConflictError(
+                _changed(expect, current) or [e.object_id for e in expect],
+                url=self.url,
+                operation="commit",
+                current=current,
+            )
         return Receipt(tx_id=tx["txId"], tx_time=tx["txTime"])
 
     def submit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Submission:
@@ -404,12 +426,7 @@ class XtdbStore(ObjectStore):
             current = self.get_many(e.object_id for e in expect)
         except StoreError:
             return [e.object_id for e in expect]
-        stale = [
-            e.object_id
-            for e in expect
-            if current.get(e.object_id) != (None if e.document is None else dict(e.document))
-        ]
-        return stale or [e.object_id for e in expect]
+        return _changed(expect, current) or [e.object_id for e in expect]
 
     def close(self) -> None:
         """Finish sending what was submitted, then close the HTTP connections if this store
@@ -422,6 +439,34 @@ class XtdbStore(ObjectStore):
             self.client.http.close()
             if self.client.connections is not None:
                 self.client.connections.close()
+
+
+def _changed(expect: Sequence[Expect], current: Mapping[str, Document | None]) -> list[str]:
+    """The expected ids whose version in ``current`` is not the one expected."""
+    return [
+        e.object_id
+        for e in expect
+        if current.get(e.object_id) != (None if e.document is None else dict(e.document))
+    ]
+
+
+def _current(answer: Any) -> dict[str, Document | None] | None:
+    """The ``current`` of a refused commit's answer (decision 0106): by id, the document each
+    ``match`` named as of the refused transaction (None: it does not exist); None when the
+    answer has none, or not in that shape."""
+    if not isinstance(answer, list):
+        return None
+    out: dict[str, Document | None] = {}
+    for pair in answer:
+        if not (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and (pair[1] is None or isinstance(pair[1], dict))
+        ):
+            return None
+        out[pair[0]] = pair[1]
+    return out
 
 
 class _Submitted(Landing):
@@ -463,6 +508,7 @@ def open_store(url: str, *, timeout: float = 10.0, key: str | None = None) -> Xt
         status = store.client.status(timeout=timeout)
         store.blobs = status.get("selfctxBlobs") == 1
         store.feed = status.get("selfctxVersions") == 1
+        store.feed_documents = status.get("selfctxVersionDocuments") == 1
         store.client.sync(wait=max(0.001, timeout - 0.25), timeout=timeout)
     except BaseException:
         http.close()

@@ -71,6 +71,10 @@ class FileVersions:
     """``(tx_id, object id, object_hash)`` of each version, oldest first."""
     supported: bool = True
     """False for a store that keeps no such feed: nothing is to be learned from it this way."""
+    documents: Mapping[str, Document] = attrs.field(factory=dict)
+    """Asked with ``held``: by id, the document as of ``position`` of each held file whose
+    latest version in ``versions`` has another hash than the one held, so that learning it
+    needs no second read (decision 0106). A store may leave any out: the caller reads those."""
 
 
 @attrs.frozen
@@ -134,9 +138,17 @@ class ConflictError(StoreError):
     kind = "conflict"
 
     def __init__(
-        self, object_ids: Sequence[str], *, url: str = "", operation: str = "commit"
+        self,
+        object_ids: Sequence[str],
+        *,
+        url: str = "",
+        operation: str = "commit",
+        current: Mapping[str, Document | None] | None = None,
     ) -> None:
         self.object_ids = tuple(object_ids)
+        self.current: Mapping[str, Document | None] = {} if current is None else current
+        """The latest versions of the expected objects as of the refusal (None: absent), when
+        the store's answer carried them (decision 0106): a retry need not read them again."""
         super().__init__(
             f"another writer changed {', '.join(map(repr, self.object_ids)) or 'an object'} first",
             url=url,
@@ -288,11 +300,15 @@ class ObjectStore(abc.ABC):
             for object_id, doc in self.get_many(object_ids).items()
         }
 
-    def file_versions(self, after_tx_id: int | None) -> FileVersions:
+    def file_versions(
+        self, after_tx_id: int | None, held: Mapping[str, str] | None = None
+    ) -> FileVersions:
         """Which file versions the transactions after ``after_tx_id`` wrote (None: from where
         the store can say; the answer is then not ``complete`` but gives a ``position`` to ask
         from next time). Clients learn from it the versions other clients wrote of the files
-        their sessions hold (decision 0066). The default keeps no feed (``supported`` False)."""
+        their sessions hold (decision 0066). ``held`` (file id -> the object_hash the caller
+        holds) asks for the :attr:`FileVersions.documents` of the held files with a newer
+        version as well (decision 0106). The default keeps no feed (``supported`` False)."""
         latest = self.latest_tx()
         return FileVersions(latest.tx_id if latest else None, False, (), supported=False)
 

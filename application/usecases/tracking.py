@@ -17,14 +17,14 @@ assembled context shows it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
 import attrs
 
 from selfctx.application.ports.files import SourceMissing, SourceUnavailable
-from selfctx.application.ports.store import ConflictError
+from selfctx.application.ports.store import ConflictError, Document
 from selfctx.application.ports.tracking import SourceChange, SourceTracker
 from selfctx.application.runner import Contention, OpenSession, Reads
 from selfctx.application.usecases.base import Deps, observe_source
@@ -179,8 +179,10 @@ class TrackSources:
         """Write what changed in one commit, on top of the versions read; retry on conflict."""
         store = self._deps.runner.store
         contention = Contention()
+        current: Mapping[str, Document | None] = {}
         while True:
             reads = Reads(store)
+            reads.seed(current)  # what a refusal said is stored now (decision 0106)
             stored = reads.stored_many(observed)
             puts = []
             expect = []
@@ -211,6 +213,7 @@ class TrackSources:
                 except ConflictError as exc:
                     # another client wrote first: decide again on what it wrote
                     contention.failed(exc, sessions_log=False)
+                    current = exc.current
                     continue
             self._adopt(latest)
             return written, unchanged
@@ -224,9 +227,11 @@ class TrackSources:
         store = self._deps.runner.store
         ahead, session.versions_ahead = session.versions_ahead, None
         if ahead is not None and ahead[0] == session.versions_at:
-            feed = ahead[1]()  # asked before, from where the session still is
+            held = ahead[1]
+            feed = ahead[2]()  # asked before, from where the session still is
         else:
-            feed = store.file_versions(session.versions_at)
+            held = session.objects.file_hashes()
+            feed = store.file_versions(session.versions_at, held)
         if not feed.supported:
             return ()
         objects = session.objects
@@ -249,7 +254,27 @@ class TrackSources:
             ]
         adopted = []
         if wanted:
-            for doc in store.get_many(wanted).values():
+            # The feed's answer carries the documents of the held files it knew to be newer
+            # (decision 0106). One is taken only if the session still holds the version it held
+            # when it asked (a read started ahead may precede a version the session took in
+            # since, which may be the newer); the others are read as the latest.
+            delivered = feed.documents
+            docs: list[Document] = []
+            missing = []
+            for object_id in wanted:
+                doc = delivered.get(object_id)
+                known = objects.meta(object_id)
+                if (
+                    doc is not None
+                    and known is not None
+                    and held.get(object_id) == known.object_hash
+                ):
+                    docs.append(doc)
+                else:
+                    missing.append(object_id)
+            if missing:
+                docs += store.get_many(missing).values()
+            for doc in docs:
                 version = from_document(doc)
                 known = objects.meta(version.id)
                 if (
@@ -276,9 +301,11 @@ class TrackSources:
             if self._ahead is None:
                 self._ahead = ThreadPoolExecutor(2, thread_name_prefix="selfctx-ahead")
             position = session.versions_at
+            held = session.objects.file_hashes()
             session.versions_ahead = (
                 position,
-                self._ahead.submit(store.file_versions, position).result,
+                held,
+                self._ahead.submit(store.file_versions, position, held).result,
             )
 
     def close(self) -> None:

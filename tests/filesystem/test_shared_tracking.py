@@ -163,9 +163,9 @@ def test_a_read_started_ahead_is_the_next_assemblys(
     asked: list[int | None] = []
     feed = store.file_versions
 
-    def counted(after_tx_id: int | None) -> Any:
+    def counted(after_tx_id: int | None, held: Any = None) -> Any:
         asked.append(after_tx_id)
-        return feed(after_tx_id)
+        return feed(after_tx_id, held)
 
     store.file_versions = counted  # type: ignore[method-assign]
     first.look_ahead(f"{ns}one")
@@ -186,4 +186,73 @@ def test_a_read_started_ahead_is_the_next_assemblys(
     assert first.object(f"{ns}one", oid).content == "third\n"
     first.assemble(f"{ns}one")  # a read started ahead is taken once
     assert len(asked) == 4
+    os.remove(path)
+
+
+def test_a_session_learns_another_clients_version_from_the_feeds_answer_alone(
+    make_fs_service: MakeFsService, workspace: Path, ns: str
+) -> None:
+    """The feed's answer carries the versions of the files the session holds (decision 0106):
+    learning another client's version reads nothing more from the store."""
+    path = workspace / "other.py"
+    write(path, "mine\n")
+    first = make_fs_service(track=False)
+    second = make_fs_service(track=False)
+    first.start_session(f"{ns}one")
+    second.start_session(f"{ns}two")
+    oid = first.index_file(f"{ns}one", str(path)).object_id
+    second.index_file(f"{ns}two", str(path))
+    write(path, "theirs now\n")
+    second.index_file(f"{ns}two", str(path), wrote=True)
+    store = first.store
+    read: list[list[str]] = []
+    get_many = store.get_many
+
+    def counted(object_ids: Any) -> Any:
+        ids = list(object_ids)
+        read.append(ids)
+        return get_many(ids)
+
+    store.get_many = counted  # type: ignore[method-assign]
+    assert _line(first, f"{ns}one", oid).endswith("char_count=11")
+    assert first.object(f"{ns}one", oid).content == "theirs now\n"
+    assert not [ids for ids in read if oid in ids]
+    os.remove(path)
+
+
+def test_a_version_taken_in_after_a_read_ahead_is_not_replaced_by_what_it_carried(
+    make_fs_service: MakeFsService, workspace: Path, ns: str
+) -> None:
+    """A read of the feed started ahead carries another client's version; the session then
+    takes in a newer one itself before it assembles: the assembly keeps the newer one (the
+    version carried is taken only if the session still holds what it held when it asked)."""
+    path = workspace / "other.py"
+    write(path, "v1\n")
+    first = make_fs_service(track=False)
+    second = make_fs_service(track=False)
+    store = first.store
+    store.reads_wait = True  # as a database server's: on a thread
+    first.start_session(f"{ns}one")
+    second.start_session(f"{ns}two")
+    oid = first.index_file(f"{ns}one", str(path)).object_id
+    second.index_file(f"{ns}two", str(path))
+    write(path, "v2, theirs\n")
+    second.index_file(f"{ns}two", str(path), wrote=True)
+    asked: list[Any] = []
+    feed = store.file_versions
+
+    def counted(after_tx_id: int | None, held: Any = None) -> Any:
+        found = feed(after_tx_id, held)
+        asked.append(found)
+        return found
+
+    store.file_versions = counted  # type: ignore[method-assign]
+    first.look_ahead(f"{ns}one")
+    eventually(lambda: len(asked) == 1, "the read started ahead")
+    assert oid in asked[0].documents  # it carries the second client's version
+    write(path, "v3, mine, the newest\n")
+    first.index_file(f"{ns}one", str(path), wrote=True)
+    assert _line(first, f"{ns}one", oid).endswith("char_count=21")
+    assert len(asked) == 1  # the assembly took the read started ahead
+    assert first.object(f"{ns}one", oid).content == "v3, mine, the newest\n"
     os.remove(path)

@@ -15,7 +15,7 @@ import pytest
 
 from selfctx.adapters.xtdb import XtdbClient, XtdbNode, XtdbStore, open_store, secret
 from selfctx.application.persistence import decode_events, entry_events, log_entry
-from selfctx.application.ports.store import ConflictError, Expect
+from selfctx.application.ports.store import ConflictError, Expect, StoreRejected
 from selfctx.domain.session import events as ev
 
 pytestmark = pytest.mark.xtdb
@@ -142,11 +142,13 @@ def test_a_commit_is_one_request_and_its_bytes_are_counted(xtdb_node: XtdbNode, 
     assert json.loads(body) == {"tx-ops": [["match", ns + "x", None], ["put", doc]]}
     assert len(body) < 300, "JSON is compact and UTF-8, not \\u-escaped"
     sent.clear()
-    # A failed match is known from the same one answer; the re-read names what changed.
+    # A failed match is known from the same one answer, and so is what is stored now of what
+    # it expected, which names what changed (decision 0106): no re-read.
     with pytest.raises(ConflictError) as info:
         store.commit([{"xt/id": ns + "y"}], [Expect(ns + "x", None)])
     assert info.value.object_ids == (ns + "x",)
-    assert [r.url.path for r in sent] == ["/_xtdb/submit-tx", "/_xtdb/query"]
+    assert info.value.current == {ns + "x": doc}
+    assert [r.url.path for r in sent] == ["/_xtdb/submit-tx"]
     store.close()
 
 
@@ -351,3 +353,23 @@ def test_the_versions_feed_holds_a_version_another_client_was_told_is_written(
             other.commit([{"xt/id": f"{ns}f", "type": "file", "object_hash": f"h{i}"}])
             found = store.file_versions(before)
             assert (f"{ns}f", f"h{i}") in [(oid, h) for _, oid, h in found.versions], i
+
+
+def test_the_versions_feed_carries_held_documents_and_refuses_a_malformed_held_list(
+    store: XtdbStore, ns: str
+) -> None:
+    """A POST to the feed naming the files held gets, in the same answer, the documents of those
+    with a newer version (decision 0106), strings needing the node's escapes included; a body
+    that is not ``{"held": [[id, object_hash], ...]}`` is a typed refusal, not a 500."""
+    assert store.feed_documents
+    start = store.file_versions(None).position
+    start = -1 if start is None else start
+    odd = "lone \ud800 surrogate"
+    store.commit([{"xt/id": ns + "f", "type": "file", "object_hash": "h1", "content": odd}])
+    found = store.file_versions(start, {ns + "f": "h0"})
+    assert found.documents[ns + "f"]["content"] == odd
+    assert store.file_versions(start, {ns + "f": "h1"}).documents == {}
+    for body in (b'{"held": {"a": "b"}}', b'{"held": [["a"]]}', b'{"held": [["a", 1]]}', b"[]"):
+        with pytest.raises(StoreRejected) as refused:
+            store.client.versions(start, timeout=10.0, held=body)
+        assert refused.value.status == 400

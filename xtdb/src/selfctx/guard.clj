@@ -13,7 +13,8 @@
   "The one content type each POST route reads. Anything else, `text/plain` and forms above all
   (what a web page may send without asking), is refused."
   {"/_xtdb/submit-tx" "application/json"
-   "/_xtdb/query" "application/edn"})
+   "/_xtdb/query" "application/edn"
+   "/_xtdb/selfctx/versions" "application/json"})
 
 (defn read-secret
   "The secret in `file`: it must be the owner's alone and long enough to be unguessable."

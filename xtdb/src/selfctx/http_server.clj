@@ -15,13 +15,16 @@
   - A malformed tx-op gets a 400 that says what is wrong (upstream: `Malformed request`).
   - `submit-tx?await-timeout=MS` also awaits the transaction and answers whether it committed
     (`200 {\"txId\", \"txTime\", \"txCommitted?\"}`): one round trip per commit instead of three.
-    Without the parameter it answers as upstream does.
+    A refused one adds `\"current\": [[id, doc], ...]`, the documents its `match` ops named as
+    of it (decision 0106). Without the parameter it answers as upstream does.
   - `submit-tx` with an `X-Selfctx-Blobs` header takes long string values as raw UTF-8 after a
     JSON head (see `blob-body`); `/_xtdb/status` says so with \"selfctxBlobs\": 1.
   - `tx-log` takes `limit=N` (at most N transactions); with `with-ops=true` the ops are
     `txOps: [[\"put\", doc], ...]`.
   - `GET /_xtdb/selfctx/versions?after-tx-id=N` (ours): the file versions written after N, from
-    the feed the node keeps (`selfctx.versions`); `/status` counts the requests answered.
+    the feed the node keeps (`selfctx.versions`); `/status` counts the requests answered. A
+    `POST` there with `{\"held\": [[id, object_hash], ...]}` adds the documents of the held
+    files that have newer versions (decision 0106).
   - Only JSON responses; the server binds to the given host (default 127.0.0.1) only.
   - Only its owner gets in (decision 0027, `selfctx.guard`): every request carries the secret
     read from `:secret-file` at start (401 otherwise); requests a web page could make get 403, a
@@ -253,6 +256,19 @@
               (bad-request (str (- size at) " bytes of the body follow its last blob")))
             (assoc body :tx-ops ops))))))
 
+(defn- current-of
+  "Our extension (decision 0106): the documents, as of a refused transaction, of the ids its
+  `match` ops named (null for one that does not exist), `[[id, doc], ...]`: what the client reads
+  again to decide anew, in the answer that tells it to."
+  [node tx ops]
+  (let [db (xt/db node {::xt/valid-time #inst "9999-12-31T00:00:00Z" ::xt/tx tx})]
+    (into []
+          (comp (filter #(and (vector? %) (= "match" (first %)) (string? (second %))))
+                (map second)
+                (distinct)
+                (map (fn [id] [id (xt/entity db id)])))
+          ops)))
+
 (defn- submit-tx [node ^HttpExchange ex params]
   (let [blobs (.getFirst (.getRequestHeaders ex) "X-Selfctx-Blobs")
         body (if blobs
@@ -265,7 +281,9 @@
         ;; Our extension: submit, await and tx-committed? in one round trip. Upstream ignores the
         ;; parameter and answers 202 without "txCommitted?"; the adapter then asks separately.
         (do (xt/await-tx node tx wait)
-            [200 (assoc (tx->json tx) "txCommitted?" (xt/tx-committed? node tx))])
+            (let [committed? (xt/tx-committed? node tx)]
+              [200 (cond-> (assoc (tx->json tx) "txCommitted?" committed?)
+                     (not committed?) (assoc "current" (current-of node tx ops)))]))
         [202 (tx->json tx)]))))
 
 (defn- await-tx [node _ params]
@@ -291,10 +309,12 @@
 
 (defn- status [node _ _]
   ;; "selfctxBlobs" tells our adapter that this node reads bodies with blobs (decision 0015),
-  ;; "selfctxVersions" that it answers /_xtdb/selfctx/versions (decision 0066).
+  ;; "selfctxVersions" that it answers /_xtdb/selfctx/versions (decision 0066),
+  ;; "selfctxVersionDocuments" that it takes a POST there naming the files held (decision 0106).
   [200 (assoc (camel-keys (xt/status node))
               "selfctxBlobs" 1
               "selfctxVersions" 1
+              "selfctxVersionDocuments" 1
               "selfctxRequests" (.get ^AtomicLong requests))])
 
 (defn- versions-route
@@ -303,6 +323,24 @@
   [feed]
   (fn [_ _ params]
     [200 (versions/versions-after feed (->long params :after-tx-id))]))
+
+(defn- held-files
+  "The `held` of a versions request's body: `[[id, object_hash], ...]` as a map."
+  [body]
+  (let [held (:held body)]
+    (when-not (and (vector? held)
+                   (every? #(and (vector? %) (= 2 (count %)) (every? string? %)) held))
+      (bad-request "the body must be {\"held\": [[id, object_hash], ...]}"))
+    (into {} held)))
+
+(defn- versions-with-documents-route
+  "Our extension (decision 0106): as `versions-route`, and the documents of the files the body
+  says the client holds whose latest version it lists has another hash (`selfctx.versions`)."
+  [feed]
+  (fn [_ ex params]
+    (let [held (held-files (json-body (body-string ex)))]
+      [200 (versions/with-documents
+             feed (versions/versions-after feed (->long params :after-tx-id)) held)])))
 
 (defn- entity [node _ params]
   (let [eid (eid-of params)
@@ -434,7 +472,9 @@
   ;; Awaits block a thread each, so the pool is larger than the core count.
   (let [expected (guard/read-secret secret-file)
         feed (versions/->feed xtdb-node (:versions opts))
-        routes (assoc routes ["GET" "/_xtdb/selfctx/versions"] (versions-route feed))
+        routes (assoc routes
+                      ["GET" "/_xtdb/selfctx/versions"] (versions-route feed)
+                      ["POST" "/_xtdb/selfctx/versions"] (versions-with-documents-route feed))
         pool (Executors/newFixedThreadPool (int threads))
         server (HttpServer/create (InetSocketAddress. ^String host (int port)) 128)]
     (.createContext server "/" (reify HttpHandler

@@ -88,3 +88,25 @@
                               out))
                           out))]
             {"position" position "complete" true "versions" (vec found)}))))))
+
+(def ^:private far-future
+  "The valid time reads are pinned to, as the adapter's are: the latest version at a basis."
+  #inst "9999-12-31T00:00:00Z")
+
+(defn with-documents
+  "`answer` (of `versions-after`) with `\"documents\"`: the document, as of the answer's position,
+  of each file in `held` (id -> the object_hash the client holds) whose latest version the answer
+  lists has another hash. A client learns other clients' versions of its files from this one
+  answer, without a second read (decision 0106). Nothing is added to an incomplete answer: the
+  client then compares all its files itself."
+  [{:keys [node]} answer held]
+  (let [{position "position" complete "complete" found "versions"} answer
+        latest (reduce (fn [m [_ id h]] (assoc m id h)) {} found)
+        wanted (for [[id h] latest
+                     :let [mine (get held id ::none)]
+                     :when (and (not= mine ::none) (not= mine h))]
+                 id)]
+    (if (or (not complete) (nil? position) (empty? wanted))
+      (assoc answer "documents" [])
+      (let [db (xt/db node {::xt/valid-time far-future ::xt/tx {::xt/tx-id position}})]
+        (assoc answer "documents" (into [] (keep #(xt/entity db %)) wanted))))))
