@@ -145,13 +145,7 @@ def toolcall_without_content(doc: Mapping[str, Any]) -> ToolcallObject:
     try:
         if doc["type"] != "toolcall":
             raise InvalidInput("document", doc.get("xt/id"), "is not a tool call")
-        common = {
-            "id": doc["xt/id"],
-            "identity_hash": doc["identity_hash"],
-            "content_hash": doc["content_hash"],
-            "metadata_hash": doc["metadata_hash"],
-            "object_hash": doc["object_hash"],
-        }
+        common = _identity(doc)
         if doc["content_hash"] is not None:
             common["content_length"] = int(doc["content_length"])
         return _toolcall(doc, None, common)
@@ -159,6 +153,17 @@ def toolcall_without_content(doc: Mapping[str, Any]) -> ToolcallObject:
         if isinstance(exc, InvalidInput):
             raise
         raise InvalidInput("document", doc.get("xt/id"), f"not a valid object: {exc!r}") from exc
+
+
+def _identity(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields every object's document has: its id and its four hashes."""
+    return {
+        "id": doc["xt/id"],
+        "identity_hash": doc["identity_hash"],
+        "content_hash": doc["content_hash"],
+        "metadata_hash": doc["metadata_hash"],
+        "object_hash": doc["object_hash"],
+    }
 
 
 def _toolcall(doc: Mapping[str, Any], content: str | None, common: Any) -> ToolcallObject:
@@ -179,13 +184,7 @@ def _toolcall(doc: Mapping[str, Any], content: str | None, common: Any) -> Toolc
 
 def _from_document(doc: Mapping[str, Any]) -> StoredObject:
     kind = doc["type"]
-    common = {
-        "id": doc["xt/id"],
-        "identity_hash": doc["identity_hash"],
-        "content_hash": doc["content_hash"],
-        "metadata_hash": doc["metadata_hash"],
-        "object_hash": doc["object_hash"],
-    }
+    common = _identity(doc)
     if kind == "file":
         return FileObject(
             source=source_from_json(doc["source"]),
