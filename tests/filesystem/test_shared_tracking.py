@@ -125,18 +125,30 @@ def test_when_the_watching_client_stops_another_takes_the_file_over(
     assert history(second, oid)[-1] == ("v2, seen by the second\n", None)
 
 
+def _two_clients(
+    make_fs_service: MakeFsService, path: Path, ns: str, text: str, *, reads_wait: bool = False
+) -> tuple[ContextService, ContextService, str]:
+    """Two clients without watchers, a session each, both holding ``path`` (written as
+    ``text``); ``reads_wait``: the first one's store reads on threads, as a database
+    server's (otherwise its store's own way). Returns the two services and the file's object id."""
+    write(path, text)
+    first = make_fs_service(track=False)
+    second = make_fs_service(track=False)
+    if reads_wait:
+        first.store.reads_wait = True
+    first.start_session(f"{ns}one")
+    second.start_session(f"{ns}two")
+    oid = first.index_file(f"{ns}one", str(path)).object_id
+    second.index_file(f"{ns}two", str(path))
+    return first, second, oid
+
+
 def test_a_session_learns_versions_other_clients_wrote_before_it_assembles(
     make_fs_service: MakeFsService, workspace: Path, ns: str
 ) -> None:
     """Without any watcher: another client's agent rewrote the file (and indexed it)."""
     path = workspace / "other.py"
-    write(path, "mine\n")
-    first = make_fs_service(track=False)
-    second = make_fs_service(track=False)
-    first.start_session(f"{ns}one")
-    second.start_session(f"{ns}two")
-    oid = first.index_file(f"{ns}one", str(path)).object_id
-    second.index_file(f"{ns}two", str(path))
+    first, second, oid = _two_clients(make_fs_service, path, ns, "mine\n")
     write(path, "theirs now\n")
     second.index_file(f"{ns}two", str(path), wrote=True)
     assert _line(first, f"{ns}one", oid).endswith("char_count=11")
@@ -151,15 +163,8 @@ def test_a_read_started_ahead_is_the_next_assemblys(
     (decision 0089): the assembly takes it, and learns what was written before it; what is
     written after it is learned by the assembly after."""
     path = workspace / "other.py"
-    write(path, "mine\n")
-    first = make_fs_service(track=False)
-    second = make_fs_service(track=False)
+    first, second, oid = _two_clients(make_fs_service, path, ns, "mine\n", reads_wait=True)
     store = first.store
-    store.reads_wait = True  # as a database server's: on a thread
-    first.start_session(f"{ns}one")
-    second.start_session(f"{ns}two")
-    oid = first.index_file(f"{ns}one", str(path)).object_id
-    second.index_file(f"{ns}two", str(path))
     asked: list[int | None] = []
     feed = store.file_versions
 
@@ -195,13 +200,7 @@ def test_a_session_learns_another_clients_version_from_the_feeds_answer_alone(
     """The feed's answer carries the versions of the files the session holds (decision 0106):
     learning another client's version reads nothing more from the store."""
     path = workspace / "other.py"
-    write(path, "mine\n")
-    first = make_fs_service(track=False)
-    second = make_fs_service(track=False)
-    first.start_session(f"{ns}one")
-    second.start_session(f"{ns}two")
-    oid = first.index_file(f"{ns}one", str(path)).object_id
-    second.index_file(f"{ns}two", str(path))
+    first, second, oid = _two_clients(make_fs_service, path, ns, "mine\n")
     write(path, "theirs now\n")
     second.index_file(f"{ns}two", str(path), wrote=True)
     store = first.store
@@ -227,15 +226,8 @@ def test_a_version_taken_in_after_a_read_ahead_is_not_replaced_by_what_it_carrie
     takes in a newer one itself before it assembles: the assembly keeps the newer one (the
     version carried is taken only if the session still holds what it held when it asked)."""
     path = workspace / "other.py"
-    write(path, "v1\n")
-    first = make_fs_service(track=False)
-    second = make_fs_service(track=False)
+    first, second, oid = _two_clients(make_fs_service, path, ns, "v1\n", reads_wait=True)
     store = first.store
-    store.reads_wait = True  # as a database server's: on a thread
-    first.start_session(f"{ns}one")
-    second.start_session(f"{ns}two")
-    oid = first.index_file(f"{ns}one", str(path)).object_id
-    second.index_file(f"{ns}two", str(path))
     write(path, "v2, theirs\n")
     second.index_file(f"{ns}two", str(path), wrote=True)
     asked: list[Any] = []
