@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -118,19 +119,25 @@ def test_every_request_is_the_whole_rendering(
                 assert json.loads(json.dumps(got.body)) == json.loads(text)
 
 
+def _calls(steps: int, output: str) -> Iterator[tuple[int, AssembledContext]]:
+    """A chat growing by one bash call and its output (``output`` formatted with ``n``) a step:
+    each step's number and context."""
+    chat: list[RenderedMessage] = [RenderedMessage("user", "go")]
+    for n in range(steps):
+        call = ToolCallRequest(f"c{n}", "bash", {"command": f"ls {n}"})
+        chat += [
+            RenderedMessage("assistant", f"step {n}", (call,)),
+            RenderedMessage("tool", output.format(n=n), toolcall_id=f"c{n}"),
+        ]
+        yield n, AssembledContext("You fix bugs.", (), tuple(chat), ())
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_cache_of_texts_keeps_no_values_until_asked_to(fmt: str) -> None:
     """Decision 0092: a harness that reads only the request's text (the stdio server) has each
     item of the chat kept once, as its text; ``keep_values`` switches to values as well."""
     cache = RequestCache(fmt, values=False)
-    chat: list[RenderedMessage] = [RenderedMessage("user", "go")]
-    for n in range(60):
-        call = ToolCallRequest(f"c{n}", "bash", {"command": f"ls {n}"})
-        chat += [
-            RenderedMessage("assistant", f"step {n}", (call,)),
-            RenderedMessage("tool", f"output {n}", toolcall_id=f"c{n}"),
-        ]
-        context = AssembledContext("You fix bugs.", (), tuple(chat), ())
+    for n, context in _calls(60, "output {n}"):
         if n == 30:
             cache.keep_values()
         got = cache.render(context)
@@ -155,14 +162,7 @@ def test_a_cache_without_text_keeps_no_items_text(fmt: str) -> None:
     ASCII text, neither in its items nor in its renderings; its bodies and pieces are as
     before, each piece the item's compact JSON."""
     cache = RequestCache(fmt, tool_prefix="context_", cache_control=False, text=False, pieces=True)
-    chat: list[RenderedMessage] = [RenderedMessage("user", "go")]
-    for n in range(40):
-        call = ToolCallRequest(f"c{n}", "bash", {"command": f"ls {n}"})
-        chat += [
-            RenderedMessage("assistant", f"step {n}", (call,)),
-            RenderedMessage("tool", f"output {n} \u00e9", toolcall_id=f"c{n}"),
-        ]
-        context = AssembledContext("You fix bugs.", (), tuple(chat), ())
+    for n, context in _calls(40, "output {n} \u00e9"):
         got = cache.render(context)
         if fmt == "anthropic":
             body = to_anthropic(context, cache_control=False, tool_prefix="context_")
