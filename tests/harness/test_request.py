@@ -119,6 +119,14 @@ def test_every_request_is_the_whole_rendering(
                 assert json.loads(json.dumps(got.body)) == json.loads(text)
 
 
+def _proxys_body(context: AssembledContext, fmt: str) -> dict[str, Any]:
+    """The body the proxy sends of ``context``, rendered whole: context tools under a prefix,
+    no cache marks."""
+    if fmt == "anthropic":
+        return to_anthropic(context, cache_control=False, tool_prefix="context_")
+    return render(context, fmt, tool_prefix="context_")
+
+
 def _calls(steps: int, output: str) -> Iterator[tuple[int, AssembledContext]]:
     """A chat growing by one bash call and its output (``output`` formatted with ``n``) a step:
     each step's number and context."""
@@ -164,10 +172,7 @@ def test_a_cache_without_text_keeps_no_items_text(fmt: str) -> None:
     cache = RequestCache(fmt, tool_prefix="context_", cache_control=False, text=False, pieces=True)
     for n, context in _calls(40, "output {n} \u00e9"):
         got = cache.render(context)
-        if fmt == "anthropic":
-            body = to_anthropic(context, cache_control=False, tool_prefix="context_")
-        else:
-            body = render(context, fmt, tool_prefix="context_")
+        body = _proxys_body(context, fmt)
         assert got.body == body
         assert got.text == ""
         items = cache._items
@@ -196,10 +201,7 @@ def test_the_proxys_requests_are_the_whole_rendering(
     for chat, metadata, active in history:
         context = _context(prompt, chat, metadata=metadata, active=active)
         got = cache.render(context)
-        if fmt == "anthropic":
-            body = to_anthropic(context, cache_control=False, tool_prefix="context_")
-        else:
-            body = render(context, fmt, tool_prefix="context_")
+        body = _proxys_body(context, fmt)
         assert got.body == body
         assert got.text == ""
         conversation = body["input" if fmt == "responses" else "messages"]
