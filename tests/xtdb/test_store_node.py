@@ -130,6 +130,32 @@ def test_batch_reads_are_one_request_each(xtdb_node: XtdbNode, ns: str) -> None:
     store.close()
 
 
+def test_reads_by_id_give_exactly_the_documents_at_every_batch_size(
+    store: XtdbStore, ns: str
+) -> None:
+    """A read of many ids binds them to the entities (decision 0109): at every batch size,
+    and as of an earlier transaction, it gives what one ``get`` per id gives, once per id
+    asked twice, nothing for an id never written, and the named fields alone when asked."""
+    first = store.commit(
+        [{"xt/id": f"{ns}{i:03d}", "type": ns + "by-id", "n": i, "s": "x" * i} for i in range(48)]
+    )
+    store.commit(
+        [{"xt/id": f"{ns}{i:03d}", "type": ns + "by-id", "n": -i} for i in range(0, 48, 3)]
+    )
+    written = [f"{ns}{i:03d}" for i in range(48)]
+    now = {i: store.get(i) for i in written}
+    then = {i: store.get_as_of(i, first.tx_id) for i in written}
+    assert all(d is not None for d in (*now.values(), *then.values()))
+    assert now[written[3]] != then[written[3]]
+    for size in range(1, 41):
+        ids = [written[(k * 7 + size) % len(written)] for k in range(size)]
+        asked = [*ids, ids[0], ns + "never-written"]
+        assert store.get_many(asked) == {i: now[i] for i in ids}, size
+        assert store.get_many_as_of(asked, first.tx_id) == {i: then[i] for i in ids}, size
+        fields = store.get_many_fields(asked, ["n"])
+        assert fields == {i: {"xt/id": i, "n": now[i]["n"]} for i in ids}, size  # type: ignore[index]
+
+
 def test_a_commit_is_one_request_and_its_bytes_are_counted(xtdb_node: XtdbNode, ns: str) -> None:
     store, sent = counting_store(xtdb_node.url)
     doc = {"xt/id": ns + "x", "text": "é" * 100}
