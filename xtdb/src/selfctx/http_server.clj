@@ -12,9 +12,8 @@
   - JSON integers are read as Long, never Integer, so a document read back through JSON and sent
     again as a `match` document has the same content hash (https://github.com/xtdb/xtdb/issues/2528).
   - Timestamps keep their milliseconds (upstream truncates to whole seconds).
-  - A malformed tx-op gets a 400 that says what is wrong (upstream: `Malformed request`).
-  - A request body is read by `selfctx.json` (decision 0108): the values data.json gives, and a
-    400 for anything but white space after the JSON value (which data.json ignores).
+  - A malformed tx-op gets a 400 that says what is wrong (upstream: `Malformed request`), and
+    so does a body with more than white space after its JSON value (decision 0108).
   - `submit-tx?await-timeout=MS` also awaits the transaction and answers whether it committed
     (`200 {\"txId\", \"txTime\", \"txCommitted?\"}`): one round trip per commit instead of three.
     A refused one adds `\"current\": [[id, doc], ...]`, the documents its `match` ops named as
@@ -39,7 +38,6 @@
             [clojure.string :as str]
             [clojure.tools.logging :as log]
             [selfctx.guard :as guard]
-            [selfctx.json :as sjson]
             [selfctx.versions :as versions]
             [xtdb.api :as xt]
             [xtdb.codec :as c]
@@ -117,9 +115,10 @@
 
 (defn- read-json [^String s]
   ;; Every object key becomes a keyword at every depth, as upstream's jsonista mapper does, so
-  ;; documents written as JSON can be queried with `:attr` and compared with EDN literals. The
-  ;; values data.json's `read-str` gives, read in place (`selfctx.json`, decision 0108).
-  (sjson/read-str s))
+  ;; documents written as JSON can be queried with `:attr` and compared with EDN literals. One
+  ;; value and nothing after it but white space: data.json alone would read the value and drop
+  ;; the rest unread (decision 0108).
+  (json/read-str (str/trimr s) :key-fn keyword :extra-data-fn json/on-extra-throw))
 
 ;; ---- requests and responses ----------------------------------------------------------------
 
@@ -222,14 +221,8 @@
 
 ;; ---- handlers ------------------------------------------------------------------------------
 
-(defn- tx->json
-  "A transaction as upstream answers it: `{\"txId\" ..., \"txTime\" ...}` (what `camel-keys`
-  makes of its two keys, without the regex and the string building each answer to a commit paid)."
-  [tx]
-  (when tx
-    (cond-> {}
-      (contains? tx ::xt/tx-id) (assoc "txId" (::xt/tx-id tx))
-      (contains? tx ::xt/tx-time) (assoc "txTime" (::xt/tx-time tx)))))
+(defn- tx->json [tx]
+  (when tx (camel-keys (select-keys tx [::xt/tx-id ::xt/tx-time]))))
 
 (defn- json-body [^String s]
   (try (read-json s)
