@@ -320,6 +320,75 @@ def test_a_malformed_body_with_blobs_is_refused_naming_the_problem(
     assert after.content == before.content  # nothing was submitted
 
 
+def _submit_raw(xtdb_node: XtdbNode, body: str) -> httpx.Response:
+    return httpx.post(
+        xtdb_node.url + "/_xtdb/submit-tx",
+        params={"await-timeout": 10000},
+        content=body.encode("utf-8", "surrogatepass"),
+        headers={**xtdb_node.headers, "Content-Type": "application/json"},
+    )
+
+
+# JSON as other writers spell it (escapes the adapter's encoder never writes, white space
+# between tokens, exponents, a repeated key): the node keeps the values the text means.
+RAW_VALUES = (
+    r'{"xt/id": "%s", "slash": "a\/b", "lower": "\u00e9", "upper": "\u00C9\u00c9",'
+    r' "pair": "\ud83d\ude00", "escapes": "\"\\\b\f\n\r\t", "raw": "'
+    "\u0001\u2028"
+    r'",'
+    r' "numbers": [ -0 , 1E2, 1.5e+2, 2.5E-1, -12, 9223372036854775807 ],'
+    r' "twice": 1, "twice": 2, "": {"nested": [[], {}, [null, true, false]]} }'
+)
+
+
+def test_json_spelt_otherwise_keeps_the_values_it_means(
+    xtdb_node: XtdbNode, store: XtdbStore, ns: str
+) -> None:
+    body = '{"tx-ops": [["put", %s]]}' % (RAW_VALUES % (ns + "raw"))
+    answer = _submit_raw(xtdb_node, body)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["txCommitted?"] is True
+    expected = json.loads(RAW_VALUES % (ns + "raw"), strict=False)
+    assert expected["numbers"] == [0, 100.0, 150.0, 0.25, -12, 2**63 - 1]
+    assert expected["slash"] == "a/b" and expected["pair"] == "\U0001f600"
+    assert expected["escapes"] == '"\\\b\f\n\r\t' and expected["twice"] == 2
+    assert store.get(ns + "raw") == expected
+    # What was read back is a precondition that holds: the same document, the same hash.
+    store.commit([{**expected, "n": 1}], [Expect(ns + "raw", expected)])
+
+
+@pytest.mark.parametrize(
+    ("body", "complaint"),
+    [
+        # What the node read and submitted before decision 0108: a value followed by more.
+        ('{"tx-ops": [["put", {"xt/id": "%s"}]]} x', "extra data after"),
+        ('{"tx-ops": [["put", {"xt/id": "%s"}]]}]', "extra data after"),
+        ('{"tx-ops": [["put", {"xt/id": "%s"}]]}{"tx-ops": []}', "extra data after"),
+        # What it refused before too.
+        ('{"tx-ops": [["put", {"xt/id": "%s"}]]', "EOF"),
+        ('{"tx-ops": [["put", {"xt/id": "%s"},]]}', "unexpected character"),
+        ('{"tx-ops": [["put", {"xt/id": "%s", "v": 01}]]}', "invalid number"),
+        ('{"tx-ops": [["put", {"xt/id": "%s", "v": tru}]]}', "expected true"),
+    ],
+)
+def test_a_body_that_is_not_one_json_value_is_refused(
+    xtdb_node: XtdbNode, store: XtdbStore, ns: str, body: str, complaint: str
+) -> None:
+    answer = _submit_raw(xtdb_node, body % (ns + "bad"))
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error.startswith("request body is not JSON") and complaint in error, error
+    assert store.get(ns + "bad") is None
+
+
+def test_white_space_after_a_body_is_still_json(
+    xtdb_node: XtdbNode, store: XtdbStore, ns: str
+) -> None:
+    answer = _submit_raw(xtdb_node, '{"tx-ops": [["put", {"xt/id": "%s"}]]} \r\n\t' % (ns + "ws"))
+    assert answer.status_code == 200, answer.text
+    assert store.get(ns + "ws") == {"xt/id": ns + "ws"}
+
+
 def _query(store: XtdbStore, query: str, *args: Any) -> list[list[Any]]:
     in_args = " ".join(json.dumps(a) for a in args)
     return store.client.query(
@@ -379,6 +448,33 @@ def test_the_versions_feed_holds_a_version_another_client_was_told_is_written(
             other.commit([{"xt/id": f"{ns}f", "type": "file", "object_hash": f"h{i}"}])
             found = store.file_versions(before)
             assert (f"{ns}f", f"h{i}") in [(oid, h) for _, oid, h in found.versions], i
+
+
+def test_the_versions_feed_lists_the_files_a_committed_transaction_puts_in_order(
+    store: XtdbStore, ns: str
+) -> None:
+    """Only puts of ``file`` documents, in their order within the transaction: not the file
+    version a ``match`` expects, not another type's document, nothing of a refused transaction
+    (the feed reads a transaction's put documents itself, decision 0108)."""
+    first = {"xt/id": ns + "a", "type": "file", "object_hash": "h1"}
+    store.commit([first])
+    start = store.file_versions(None).position
+    assert start is not None
+    store.commit(
+        [
+            {"xt/id": ns + "note", "type": "session_log", "object_hash": "x"},
+            {"xt/id": ns + "b", "type": "file", "object_hash": "h1", "content": LONG},
+            {**first, "object_hash": "h2"},
+        ],
+        [Expect(ns + "a", first), Expect(ns + "b", None)],
+    )
+    with pytest.raises(ConflictError):
+        store.commit(
+            [{"xt/id": ns + "c", "type": "file", "object_hash": "h9"}], [Expect(ns + "a", first)]
+        )
+    store.commit([{"xt/id": ns + "d", "type": "file", "object_hash": "h1"}])
+    listed = [(oid, h) for _, oid, h in store.file_versions(start).versions]
+    assert listed == [(ns + "b", "h1"), (ns + "a", "h2"), (ns + "d", "h1")]
 
 
 def test_the_versions_feed_carries_held_documents_and_refuses_a_malformed_held_list(

@@ -12,7 +12,8 @@
   - JSON integers are read as Long, never Integer, so a document read back through JSON and sent
     again as a `match` document has the same content hash (https://github.com/xtdb/xtdb/issues/2528).
   - Timestamps keep their milliseconds (upstream truncates to whole seconds).
-  - A malformed tx-op gets a 400 that says what is wrong (upstream: `Malformed request`).
+  - A malformed tx-op gets a 400 that says what is wrong (upstream: `Malformed request`), and
+    so does a body with more than white space after its JSON value (decision 0108).
   - `submit-tx?await-timeout=MS` also awaits the transaction and answers whether it committed
     (`200 {\"txId\", \"txTime\", \"txCommitted?\"}`): one round trip per commit instead of three.
     A refused one adds `\"current\": [[id, doc], ...]`, the documents its `match` ops named as
@@ -114,8 +115,10 @@
 
 (defn- read-json [^String s]
   ;; Every object key becomes a keyword at every depth, as upstream's jsonista mapper does, so
-  ;; documents written as JSON can be queried with `:attr` and compared with EDN literals.
-  (json/read-str s :key-fn keyword))
+  ;; documents written as JSON can be queried with `:attr` and compared with EDN literals. One
+  ;; value and nothing after it but white space: data.json alone would read the value and drop
+  ;; the rest unread (decision 0108).
+  (json/read-str (str/trimr s) :key-fn keyword :extra-data-fn json/on-extra-throw))
 
 ;; ---- requests and responses ----------------------------------------------------------------
 

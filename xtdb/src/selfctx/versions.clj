@@ -13,7 +13,10 @@
   indexed: a client told its write is indexed may ask before the feed has it. So an answer
   waits (a bounded time) until the feed has seen every transaction the node had indexed when it
   was asked."
-  (:require [xtdb.api :as xt])
+  (:require [xtdb.api :as xt]
+            [xtdb.bus :as bus]
+            [xtdb.db :as db]
+            [xtdb.tx.event :as txe])
   (:import [java.io Closeable]
            [java.util ArrayDeque Iterator]))
 
@@ -21,19 +24,33 @@
   Closeable
   (close [_] (.close listener)))
 
-(defn- add-tx [{:keys [^ArrayDeque entries capacity state]} {::xt/keys [tx-id tx-ops] :as event}]
-  (locking entries
-    (when (:committed? event)
-      (doseq [[op doc] tx-ops
-              :when (and (= op ::xt/put) (map? doc) (= "file" (:type doc)))]
-        (.addLast entries [tx-id (:xt/id doc) (:object_hash doc)])
+(defn- put-documents
+  "The documents a transaction's events put, in their order: what the transaction's tx-ops would
+  carry, read without them. The node's `listen` `:with-tx-ops?` fetches every document the
+  transaction names (a `match`'s expected ones too) and renames each one's id key, for every
+  transaction, on the bus listener's thread: the feed needs the ones put alone, and their
+  `:type`, id and `:object_hash` (decision 0108)."
+  [document-store tx-events]
+  (let [hashes (into [] (keep (fn [[op _ doc-hash]] (when (= op :crux.tx/put) doc-hash))) tx-events)]
+    (when (seq hashes)
+      (let [docs (db/fetch-docs document-store hashes)]
+        (keep #(get docs %) hashes)))))
+
+(defn- add-tx [{:keys [^ArrayDeque entries capacity state document-store]} event]
+  (let [tx-id (::xt/tx-id (:submitted-tx event))
+        docs (when (:committed? event) (put-documents document-store (::txe/tx-events event)))]
+    (locking entries
+      (doseq [doc docs
+              :when (and (map? doc) (= "file" (:type doc)))]
+        ;; The document store keeps a document's id under XTDB's own key.
+        (.addLast entries [tx-id (:crux.db/id doc) (:object_hash doc)])
         (when (> (.size entries) ^long capacity)
           ;; What is dropped may be part of a transaction: from now on only the transactions
           ;; after it are complete.
           (let [[dropped] (.removeFirst entries)]
-            (swap! state assoc :complete-after dropped)))))
-    (swap! state assoc :position tx-id)
-    (.notifyAll entries)))
+            (swap! state assoc :complete-after dropped))))
+      (swap! state assoc :position tx-id)
+      (.notifyAll entries))))
 
 (def ^:private catch-up-ms
   "How long an answer waits for the listener to hear of what the node has indexed: far longer
@@ -59,9 +76,12 @@
         ;; Incomplete until the listener is in place: a transaction indexed before it is not in
         ;; the feed, so only those after the node's latest one from then on are complete.
         state (atom {:complete-after Long/MAX_VALUE :position nil})
-        feed (map->Feed {:node node :entries entries :capacity capacity :state state})
-        listener (xt/listen node {::xt/event-type ::xt/indexed-tx :with-tx-ops? true}
-                            (fn [event] (add-tx feed event)))
+        feed (map->Feed {:node node :entries entries :capacity capacity :state state
+                         :document-store (:document-store node)})
+        ;; What `xt/listen` on `::xt/indexed-tx` hears, straight from the node's bus: the event
+        ;; carries the transaction's events (decision 0108).
+        listener (bus/listen (:bus node) {::xt/event-types #{:xtdb.tx/indexed-tx}}
+                             (fn [event] (add-tx feed event)))
         start (or (::xt/tx-id (xt/latest-completed-tx node)) -1)]
     (locking entries
       (swap! state (fn [{:keys [position] :as s}]
