@@ -136,6 +136,11 @@ class ProxyConfig:
     """Seconds between SSE comments while a streamed answer is being prepared."""
     max_event_chars: int = 64 * 1024 * 1024
     max_sessions: int = 256
+    answer_before_commit: bool = False
+    """Hand a whole (not streamed) answer to the client while the commit made beside its
+    request lands, instead of after it (decision 0107). Off (the default): a client that has an
+    answer knows that what its request added and the request's record are stored (decision
+    0089), even if the proxy is killed the moment after."""
     never_larger: bool = True
     """Send the client's own request whenever the managed one would be larger (decision 0049).
     Off only in tests of the context-call rounds, whose tiny conversations never pay for the
@@ -355,7 +360,7 @@ class Proxy:
             if content is None:
                 return await self._forward(provider, "POST", url, headers, raw, "unmanaged")
             try:
-                whole = not provider.streamed(body)
+                whole = self.config.answer_before_commit and not provider.streamed(body)
                 first = await self._while_there(turn, self._open(turn, content, whole=whole))
             except _Gone:
                 self._log(turn, 499)

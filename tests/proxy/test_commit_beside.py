@@ -109,9 +109,11 @@ def _upstream_then(model: ScriptedModel, want: int, then: Callable[[], None]) ->
     return hook
 
 
-def test_a_whole_answer_is_given_while_its_commit_lands(tmp_path: Path) -> None:
-    """A whole (not streamed) answer goes to the client before the commit made beside its
-    request is known; the session's next request waits for it (decision 0107)."""
+@pytest.mark.parametrize("early", [False, True], ids=["default", "answer_before_commit"])
+def test_a_whole_answer_and_its_commit(tmp_path: Path, early: bool) -> None:
+    """By default a whole (not streamed) answer waits for the commit made beside its request
+    (decisions 0078, 0089). With ``answer_before_commit`` it goes to the client before that
+    commit is known, and the session's next request waits for it (decision 0107)."""
     store = WrappedStore(MemoryStore())
     steps = [bash(f"echo {n}") for n in range(4)]
     seen: dict[str, float] = {}
@@ -119,7 +121,10 @@ def test_a_whole_answer_is_given_while_its_commit_lands(tmp_path: Path) -> None:
     def committed() -> None:
         seen["committed_at"] = time.monotonic()
 
-    with scripted(steps) as (model, up), proxy_for(up, tmp_path, store) as (proxy, base):
+    with (
+        scripted(steps) as (model, up),
+        proxy_for(up, tmp_path, store, answer_before_commit=early) as (proxy, base),
+    ):
         talk = Conversation(base)
         with httpx.Client() as client:
             talk.send(client)
@@ -130,15 +135,19 @@ def test_a_whole_answer_is_given_while_its_commit_lands(tmp_path: Path) -> None:
             answered_at = time.monotonic()
             talk.send(client)
             next_answered_at = time.monotonic()
-    assert answered_at < seen["committed_at"], "the answer waited for the commit"
-    assert next_answered_at > seen["committed_at"], "the next request did not wait for it"
+    if early:
+        assert answered_at < seen["committed_at"], "the answer waited for the commit"
+        assert next_answered_at > seen["committed_at"], "the next request did not wait for it"
+    else:
+        assert answered_at >= seen["committed_at"], "the answer came before the commit was made"
     # every call the client sent back (the last answer's call is recorded when it comes back)
     assert _commands(store.inner, tmp_path, sid) == [f"echo {n}" for n in range(3)]
 
 
 def test_a_streamed_answer_waits_for_its_commit(tmp_path: Path) -> None:
     """A streamed answer is read whole before the client gets any of it (decision 0036), and
-    the client gets none of it before the commit is known (decision 0078)."""
+    the client gets none of it before the commit is known (decision 0078), with
+    ``answer_before_commit`` too (decision 0107)."""
     store = WrappedStore(MemoryStore())
     steps = [bash(f"echo {n}") for n in range(4)]
     seen: dict[str, float] = {}
@@ -146,7 +155,10 @@ def test_a_streamed_answer_waits_for_its_commit(tmp_path: Path) -> None:
     def committed() -> None:
         seen["committed_at"] = time.monotonic()
 
-    with scripted(steps) as (model, up), proxy_for(up, tmp_path, store) as (proxy, base):
+    with (
+        scripted(steps) as (model, up),
+        proxy_for(up, tmp_path, store, answer_before_commit=True) as (proxy, base),
+    ):
         talk = Conversation(base)
         with httpx.Client() as client:
             talk.send(client)
@@ -166,13 +178,16 @@ def _fail() -> None:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_a_store_that_fails_meanwhile_loses_nothing(tmp_path: Path, stream: bool) -> None:
-    """The commit beside a request fails after the model answered. A whole answer was handed
-    on: the client's next request carries what the failed commit held, and it is recorded then
-    (decision 0107). A streamed one was not: the client gets the answer to its own request
-    (decision 0078)."""
+    """The commit beside a request fails after the model answered (``answer_before_commit``).
+    A whole answer was handed on: the client's next request carries what the failed commit
+    held, and it is recorded then (decision 0107). A streamed one was not: the client gets the
+    answer to its own request (decision 0078)."""
     store = WrappedStore(MemoryStore())
     steps = [bash(f"echo {n}") for n in range(5)]
-    with scripted(steps) as (model, up), proxy_for(up, tmp_path, store) as (proxy, base):
+    with (
+        scripted(steps) as (model, up),
+        proxy_for(up, tmp_path, store, answer_before_commit=True) as (proxy, base),
+    ):
         talk = Conversation(base)
         with httpx.Client() as client:
             talk.send(client)
@@ -199,8 +214,9 @@ def test_a_store_that_fails_meanwhile_loses_nothing(tmp_path: Path, stream: bool
 def test_a_store_that_fails_before_context_calls_are_run_sends_the_clients_own(
     tmp_path: Path,
 ) -> None:
-    """A whole answer whose context calls the proxy would run waits for the commit first: the
-    store failed, so the client gets the answer to its own request (decision 0107)."""
+    """A whole answer whose context calls the proxy would run waits for the commit first
+    (``answer_before_commit``): the store failed, so the client gets the answer to its own
+    request (decision 0107)."""
     store = WrappedStore(MemoryStore())
     steps = iter(
         [bash("echo 0"), bash("echo 1"), Step("", (("context_activate", {"id": "#1"}),))]
@@ -210,7 +226,10 @@ def test_a_store_that_fails_before_context_calls_are_run_sends_the_clients_own(
     def script(_seen: Seen) -> Step:
         return next(steps)
 
-    with scripted(script) as (model, up), proxy_for(up, tmp_path, store) as (proxy, base):
+    with (
+        scripted(script) as (model, up),
+        proxy_for(up, tmp_path, store, answer_before_commit=True) as (proxy, base),
+    ):
         talk = Conversation(base)
         with httpx.Client() as client:
             talk.send(client)
@@ -233,8 +252,9 @@ def test_a_store_that_fails_before_context_calls_are_run_sends_the_clients_own(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_a_commit_refused_for_another_writer(tmp_path: Path, stream: bool) -> None:
-    """Another writer of the session came first. A streamed answer was not given yet: the
-    request built again on what that writer left is sent again (decision 0078). A whole one
+    """Another writer of the session came first (``answer_before_commit``). A streamed answer
+    was not given yet: the request built again on what that writer left is sent again
+    (decision 0078). A whole one
     was: the request sent is recorded, with a note that the log holds that writer's commit
     before it, and the client's next request sees what it wrote (decision 0107)."""
     inner = MemoryStore()
@@ -253,7 +273,10 @@ def test_a_commit_refused_for_another_writer(tmp_path: Path, stream: bool) -> No
         _on_another_thread(write)
 
     try:
-        with scripted(steps) as (model, up), proxy_for(up, tmp_path, store) as (proxy, base):
+        with (
+            scripted(steps) as (model, up),
+            proxy_for(up, tmp_path, store, answer_before_commit=True) as (proxy, base),
+        ):
             talk = Conversation(base)
             with httpx.Client() as client:
                 talk.send(client)
