@@ -360,7 +360,7 @@ class Proxy:
             if content is None:
                 return await self._forward(provider, "POST", url, headers, raw, "unmanaged")
             try:
-                whole = self.config.answer_before_commit and not provider.streamed(body)
+                whole = not provider.streamed(body)
                 first = await self._while_there(turn, self._open(turn, content, whole=whole))
             except _Gone:
                 self._log(turn, 499)
@@ -656,8 +656,10 @@ class Proxy:
         upstream, becomes the client's answer at once (the former exactly as the provider shaped
         it). The request's record is written meanwhile (``_recording``), and what the client's
         conversation added is committed (``turn.commit``): a streamed answer waits for both; a
-        ``whole`` one (not streamed) waits only for the record, the commit being known before
-        the proxy acts on the session again (``turn.landing``, decision 0107)."""
+        ``whole`` one (not streamed) waits only for the record, and is read while the commit
+        lands (``turn.landing``, known before the client gets the answer or the proxy acts on
+        the session again; with ``answer_before_commit``, before the proxy acts on the session
+        again: decision 0107)."""
         commit, turn.commit = turn.commit, None
         # With a commit under way, the record is in its transaction (``_prepare``): a second
         # thread writing it meanwhile would put it before what it was built from.
@@ -805,9 +807,14 @@ class Proxy:
             try:
                 response = loads(payload)
             except (ValueError, RecursionError):
-                self._log(turn, upstream.status_code)
-                return Response(payload, upstream.status_code, headers=_returned(upstream.headers))
-            if turn.landing is not None and self._acts(turn, response):
+                response = None
+            # The answer was read while the commit beside its request landed; unless the proxy
+            # answers before the commit (and has no context call to run), it is known now.
+            if turn.landing is not None and (
+                response is None
+                or not self.config.answer_before_commit
+                or self._acts(turn, response)
+            ):
                 instead = await self._landed_before(turn, upstream)
                 if isinstance(instead, Response):
                     self._log(turn, instead.status_code)
@@ -815,6 +822,9 @@ class Proxy:
                 if instead is not None:  # built again on another writer's commit: sent again
                     upstream = instead
                     continue
+            if response is None:
+                self._log(turn, upstream.status_code)
+                return Response(payload, upstream.status_code, headers=_returned(upstream.headers))
             outcome = await self._answer(turn, response)
             if outcome.exhausted:
                 self._log(turn, 502)
