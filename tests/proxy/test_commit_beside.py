@@ -110,11 +110,11 @@ def _upstream_then(model: ScriptedModel, want: int, then: Callable[[], None]) ->
 
 
 @pytest.mark.parametrize("early", [False, True], ids=["default", "answer_before_commit"])
-def test_a_whole_answer_and_its_commit(tmp_path: Path, early: bool) -> None:
+def test_a_whole_answer_and_its_commit(tmp_path: Path, store: WrappedStore, early: bool) -> None:
     """By default a whole (not streamed) answer waits for the commit made beside its request
     (decisions 0078, 0089). With ``answer_before_commit`` it goes to the client before that
-    commit is known, and the session's next request waits for it (decision 0107)."""
-    store = WrappedStore(MemoryStore())
+    commit is known, and the session's next request waits for it (decision 0107). On each
+    store (a real XTDB node's too)."""
     steps = [bash(f"echo {n}") for n in range(4)]
     seen: dict[str, float] = {}
 
@@ -141,7 +141,7 @@ def test_a_whole_answer_and_its_commit(tmp_path: Path, early: bool) -> None:
     else:
         assert answered_at >= seen["committed_at"], "the answer came before the commit was made"
     # every call the client sent back (the last answer's call is recorded when it comes back)
-    assert _commands(store.inner, tmp_path, sid) == [f"echo {n}" for n in range(3)]
+    assert _commands(store, tmp_path, sid) == [f"echo {n}" for n in range(3)]
 
 
 def test_a_streamed_answer_waits_for_its_commit(tmp_path: Path) -> None:
