@@ -697,8 +697,9 @@ class Proxy:
         return None if settled is answer else settled
 
     async def _land(self, turn: _Turn, landing: asyncio.Future[IngestResult]) -> None:
-        """After a whole answer went to the client: wait for the commit made beside its request,
-        then release the session's lock (decision 0107). A store that failed rolled the session
+        """After a whole answer went to the client (or the exchange ended before the answer
+        was read): wait for the commit made beside its request, then release the session's lock
+        (decision 0107). A store that failed rolled the session
         back, and the client's next request carries the conversation again: it is recorded
         then. A transaction refused because another writer came first was made again on what
         that writer left: the request sent is recorded on its own, with a note when the request
@@ -709,8 +710,8 @@ class Proxy:
                 result = landing.result()
             except SelfContextError as exc:
                 log.warning(
-                    "session %s: what the conversation added could not be stored (%s) after its "
-                    "answer was given: the client's next request carries it again",
+                    "session %s: what the conversation added could not be stored (%s): the "
+                    "client's next request carries it again",
                     turn.session_id,
                     redact(str(exc)),
                 )
