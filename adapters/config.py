@@ -209,6 +209,13 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         default=5, flag="--max-rounds",
     ),
     Setting(
+        "proxy.answer_before_commit", "bool",
+        "Hand a whole (not streamed) answer to the client while the commit beside its request "
+        "lands (decision 0107): faster on XTDB, but a proxy killed at that moment loses the "
+        "request's record, and what it added until the client sends it again.",
+        default=False, env="SELFCTX_PROXY_ANSWER_BEFORE_COMMIT",
+    ),
+    Setting(
         "proxy.token", "str",
         "A token clients must send (x-selfctx-token, or a /t/TOKEN base URL); needed to serve "
         "beyond 127.0.0.1. At least 16 characters.",

@@ -198,7 +198,11 @@ def test_an_explicit_file_must_exist_and_replaces_the_users(tmp_path: Path) -> N
     ("text", "message"),
     [
         ("stor = 'auto'\n", "stor: not a setting"),
-        ("[proxy]\nprot = 1\n", r"proxy.prot: not a setting .known in that table: proxy.host"),
+        (
+            "[proxy]\nprot = 1\n",
+            r"proxy.prot: not a setting .known in that table: "
+            r"proxy.answer_before_commit, proxy.host",
+        ),
         ("[proxy]\nport = '8788'\n", "proxy.port: '8788' is not an integer"),
         ("[policy]\nname = 'fast'\n", "'fast' is not one of ssot, inline, relevance"),
         ("[proxy]\nupstream_openai = 'ftp://x'\n", "is not an http or https URL"),

@@ -88,11 +88,16 @@ def proxy_app(upstream: str, workspace: str, *, workers: int = 1, store: str = "
     (``selfctx proxy`` processes, ending with this one)."""
     if workers <= 1:
         from selfctx.adapters.bootstrap import build_service, open_store
+        from selfctx.adapters.config import setting
         from selfctx.adapters.proxy import Proxy, ProxyConfig
 
         service = build_service(store=open_store(store), workspace=workspace)
         config = ProxyConfig(
-            upstream_anthropic=upstream, upstream_openai=upstream, cwd=workspace, roots=(workspace,)
+            upstream_anthropic=upstream,
+            upstream_openai=upstream,
+            cwd=workspace,
+            roots=(workspace,),
+            answer_before_commit=setting("proxy.answer_before_commit"),
         )
         return Proxy(service, config).app
     from selfctx.adapters.proxy.spawn import start_workers

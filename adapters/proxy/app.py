@@ -136,6 +136,11 @@ class ProxyConfig:
     """Seconds between SSE comments while a streamed answer is being prepared."""
     max_event_chars: int = 64 * 1024 * 1024
     max_sessions: int = 256
+    answer_before_commit: bool = False
+    """Hand a whole (not streamed) answer to the client while the commit made beside its
+    request lands, instead of after it (decision 0107). Off (the default): a client that has an
+    answer knows that what its request added and the request's record are stored (decision
+    0089), even if the proxy is killed the moment after."""
     never_larger: bool = True
     """Send the client's own request whenever the managed one would be larger (decision 0049).
     Off only in tests of the context-call rounds, whose tiny conversations never pay for the
@@ -175,6 +180,13 @@ class _Turn:
     commit: asyncio.Future[IngestResult] | None = None
     """The commit of what the client's conversation added, made in a worker thread while the
     first request goes upstream (decision 0078), until ``_open`` has waited for it."""
+    landing: asyncio.Future[IngestResult] | None = None
+    """That commit, when ``_open`` handed the answer on before it was known (a whole answer,
+    decision 0107): it is known before the proxy acts on the session again, and the session's
+    lock is held until then."""
+    built: tuple[AssembledContext, str | None] | None = None
+    """The context of the first request sent and its note, kept for its record should the
+    store refuse the transaction that carried it (decision 0107)."""
     raw: bytes = b""
     """The client's request."""
     sent: bytes = b""
@@ -348,7 +360,8 @@ class Proxy:
             if content is None:
                 return await self._forward(provider, "POST", url, headers, raw, "unmanaged")
             try:
-                first = await self._while_there(turn, self._open(turn, content))
+                whole = not provider.streamed(body)
+                first = await self._while_there(turn, self._open(turn, content, whole=whole))
             except _Gone:
                 self._log(turn, 499)
                 return Response(status_code=499)
@@ -372,9 +385,20 @@ class Proxy:
                     headers=_returned(first.headers),
                     media_type="text/event-stream",
                 )
-            return await self._complete(turn, first)
+            try:
+                return await self._complete(turn, first)
+            except _Unstored:  # known before the proxy acted on the answer: as above
+                return await self._forward(provider, "POST", url, headers, raw, "unmanaged")
         finally:
             watcher.cancel()
+            landing, turn.landing = turn.landing, None
+            if landing is not None and not released:
+                # The answer is on its way: the session's lock is released once the commit
+                # it was built beside is known (decision 0107).
+                task = asyncio.create_task(self._land(turn, landing))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                released = True
             if not released:
                 session.lock.release()
 
@@ -466,6 +490,7 @@ class Proxy:
 
         def hand() -> None:  # in the thread, inside the ingest's transaction
             content = self._content(turn)
+            turn.built = turn.recorded
             loop.call_soon_threadsafe(_resolve, ready, content)
             # The request's record (decision 0055) goes in the same transaction as what it was
             # built from (decision 0089): one commit per request. Should the store refuse that
@@ -624,11 +649,17 @@ class Proxy:
             note=note,
         )
 
-    async def _open(self, turn: _Turn, content: bytes) -> httpx.Response | Response:
+    async def _open(
+        self, turn: _Turn, content: bytes, *, whole: bool = False
+    ) -> httpx.Response | Response:
         """Send ``content`` upstream; a response whose status is not 2xx, or an unreachable
         upstream, becomes the client's answer at once (the former exactly as the provider shaped
         it). The request's record is written meanwhile (``_recording``), and what the client's
-        conversation added is committed (``turn.commit``): the answer waits for both."""
+        conversation added is committed (``turn.commit``): a streamed answer waits for both; a
+        ``whole`` one (not streamed) waits only for the record, and is read while the commit
+        lands (``turn.landing``, known before the client gets the answer or the proxy acts on
+        the session again; with ``answer_before_commit``, before the proxy acts on the session
+        again: decision 0107)."""
         commit, turn.commit = turn.commit, None
         # With a commit under way, the record is in its transaction (``_prepare``): a second
         # thread writing it meanwhile would put it before what it was built from.
@@ -637,14 +668,70 @@ class Proxy:
             recording = asyncio.ensure_future(self._recording(turn))
         try:
             answer = await self._send(turn, content)
+        except BaseException:
+            if commit is not None:  # the session's lock is not released before it ends
+                await asyncio.wait({commit})
+            raise
         finally:
             if recording is not None:
                 await recording
-            if commit is not None:
-                await asyncio.wait({commit})
         if commit is None:
             return answer
+        if whole and isinstance(answer, httpx.Response) and not commit.done():
+            turn.landing = commit
+            return answer
+        await asyncio.wait({commit})
         return await self._settled(turn, commit, answer)
+
+    async def _landed_before(
+        self, turn: _Turn, answer: httpx.Response
+    ) -> httpx.Response | Response | None:
+        """Wait for the commit a whole answer was handed on beside (``turn.landing``) before the
+        proxy acts on the session for it (its context calls): None when the answer stands, else
+        what ``_settled`` sends in its place (raises ``_Unstored`` as it does)."""
+        landing, turn.landing = turn.landing, None
+        if landing is None:
+            return None
+        await asyncio.wait({landing})
+        settled = await self._settled(turn, landing, answer)
+        return None if settled is answer else settled
+
+    async def _land(self, turn: _Turn, landing: asyncio.Future[IngestResult]) -> None:
+        """After a whole answer went to the client (or the exchange ended before the answer
+        was read): wait for the commit made beside its request, then release the session's lock
+        (decision 0107). A store that failed rolled the session
+        back, and the client's next request carries the conversation again: it is recorded
+        then. A transaction refused because another writer came first was made again on what
+        that writer left: the request sent is recorded on its own, with a note when the request
+        built again differs from it."""
+        try:
+            await asyncio.wait({landing})
+            try:
+                result = landing.result()
+            except SelfContextError as exc:
+                log.warning(
+                    "session %s: what the conversation added could not be stored (%s): the "
+                    "client's next request carries it again",
+                    turn.session_id,
+                    redact(str(exc)),
+                )
+                return
+            if result.redone:
+                await self._record_sent(turn)
+        except Exception:  # a bug: the exchange is over, the session goes on
+            log.exception("session %s: the commit beside the answer failed", turn.session_id)
+        finally:
+            turn.session.lock.release()
+
+    async def _record_sent(self, turn: _Turn) -> None:
+        """Record the first request sent, whose record the store refused with its transaction
+        after the answer was handed on (decision 0107)."""
+        again = await anyio.to_thread.run_sync(self._content, turn)
+        if again != turn.sent and turn.built is not None:
+            context, note = turn.built
+            written = "built before another writer's commit, which the session's log holds first"
+            turn.recorded = (context, f"{note}; {written}" if note else written)
+        await self._recording(turn)
 
     async def _settled(
         self,
@@ -721,6 +808,22 @@ class Proxy:
             try:
                 response = loads(payload)
             except (ValueError, RecursionError):
+                response = None
+            # The answer was read while the commit beside its request landed; unless the proxy
+            # answers before the commit (and has no context call to run), it is known now.
+            if turn.landing is not None and (
+                response is None
+                or not self.config.answer_before_commit
+                or self._acts(turn, response)
+            ):
+                instead = await self._landed_before(turn, upstream)
+                if isinstance(instead, Response):
+                    self._log(turn, instead.status_code)
+                    return instead
+                if instead is not None:  # built again on another writer's commit: sent again
+                    upstream = instead
+                    continue
+            if response is None:
                 self._log(turn, upstream.status_code)
                 return Response(payload, upstream.status_code, headers=_returned(upstream.headers))
             outcome = await self._answer(turn, response)
@@ -859,6 +962,12 @@ class Proxy:
 
     def _last(self, turn: _Turn) -> bool:
         return turn.rounds >= self.config.max_rounds
+
+    @staticmethod
+    def _acts(turn: _Turn, response: Mapping[str, Any]) -> bool:
+        """Whether the proxy acts on the session for ``response``: it holds context calls."""
+        prefix = turn.session.harness.tool_prefix
+        return any(is_context_tool(c.name, prefix) for c in turn.provider.calls(response))
 
     async def _answer(self, turn: _Turn, response: Mapping[str, Any]) -> _Outcome:
         """Run the context calls of ``response``: record them and their answers in the session.

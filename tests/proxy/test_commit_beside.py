@@ -1,7 +1,8 @@
 """What a request adds to its session is committed while the managed request is upstream
-(decision 0078), and the answer waits for that commit: a store that fails meanwhile gives the
+(decision 0078). A streamed answer waits for that commit: a store that fails meanwhile gives the
 client the answer to its own request, and loses nothing; a commit refused because another writer
-came first sends the request again if what the model should see changed."""
+came first sends the request again if what the model should see changed. A whole answer is
+handed on while the commit lands, and the session's next request waits for it (decision 0107)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.memory import MemoryStore
-from selfctx.adapters.proxy.scripted import ScriptedModel, Step
+from selfctx.adapters.proxy.scripted import ScriptedModel, Seen, Step
+from selfctx.application.ports.store import StoreUnavailable
 from selfctx.domain.chat import AssistantMessage, UserMessage
+from tests.proxy.drive import read_stream
 from tests.proxy.support import scripted
 from tests.proxy.test_proxy import proxy_for
 from tests.support import WrappedStore
@@ -44,10 +48,12 @@ class Conversation:
         tool = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
         return {"model": "m", "messages": self.messages, "tools": [tool]}
 
-    def send(self, client: httpx.Client) -> dict[str, Any]:
-        answer = client.post(self.base + PATH, json=self.body(), headers=HEADERS, timeout=30)
+    def send(self, client: httpx.Client, *, stream: bool = False) -> dict[str, Any]:
+        body = {**self.body(), "stream": True} if stream else self.body()
+        answer = client.post(self.base + PATH, json=body, headers=HEADERS, timeout=30)
         answer.raise_for_status()
-        message = answer.json()["choices"][0]["message"]
+        response = read_stream("openai", answer.text) if stream else answer.json()
+        message = response["choices"][0]["message"]
         self.messages.append(message)
         for call in message.get("tool_calls") or []:
             command = json.loads(call["function"]["arguments"])["command"]
@@ -90,62 +96,167 @@ def _on_another_thread(write: Callable[[], None]) -> None:
     assert done.wait(10)
 
 
-def test_the_commit_is_made_while_the_request_is_upstream(tmp_path: Path) -> None:
-    store = WrappedStore(MemoryStore())
-    steps = [bash(f"echo {n}") for n in range(4)]
-    seen: dict[str, Any] = {}
+def _upstream_then(model: ScriptedModel, want: int, then: Callable[[], None]) -> Callable[[], None]:
+    """A hook for the proxy's commit of a request: it waits until the model has that request
+    (which it could not, were the commit made before the request was sent), lets the answer come
+    back, then runs ``then`` (the commit goes on after it, unless it raises)."""
 
-    def commit_once_upstream() -> None:
-        # The first commit made for the request: it waits until the model has the request
-        # (which it could not, were the commit made before the request was sent).
-        seen["upstream_first"] = _model_has(model, seen["want"])
-        time.sleep(0.2)  # the answer is back by now: it must wait for the commit all the same
+    def hook() -> None:
+        assert _model_has(model, want), "a commit was made before the request went upstream"
+        time.sleep(0.3)  # the answer is back by now
+        then()
+
+    return hook
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["default", "answer_before_commit"])
+def test_a_whole_answer_and_its_commit(tmp_path: Path, store: WrappedStore, early: bool) -> None:
+    """By default a whole (not streamed) answer waits for the commit made beside its request
+    (decisions 0078, 0089). With ``answer_before_commit`` it goes to the client before that
+    commit is known, and the session's next request waits for it (decision 0107). On each
+    store (a real XTDB node's too)."""
+    steps = [bash(f"echo {n}") for n in range(4)]
+    seen: dict[str, float] = {}
+
+    def committed() -> None:
         seen["committed_at"] = time.monotonic()
 
-    with scripted(steps) as (model, up), proxy_for(up, tmp_path, store) as (proxy, base):
+    with (
+        scripted(steps) as (model, up),
+        proxy_for(up, tmp_path, store, answer_before_commit=early) as (proxy, base),
+    ):
         talk = Conversation(base)
         with httpx.Client() as client:
             talk.send(client)
             talk.send(client)
             sid = next(iter(proxy.sessions.items()))
-            seen["want"] = len(model.requests) + 1
-            store.on_commit = commit_once_upstream
+            store.on_commit = _upstream_then(model, len(model.requests) + 1, committed)
             talk.send(client)
             answered_at = time.monotonic()
             talk.send(client)
-    assert seen["upstream_first"], "a commit was made before the request went upstream"
-    assert answered_at >= seen["committed_at"], "the answer came before the commit was made"
+            next_answered_at = time.monotonic()
+    if early:
+        assert answered_at < seen["committed_at"], "the answer waited for the commit"
+        assert next_answered_at > seen["committed_at"], "the next request did not wait for it"
+    else:
+        assert answered_at >= seen["committed_at"], "the answer came before the commit was made"
     # every call the client sent back (the last answer's call is recorded when it comes back)
+    assert _commands(store, tmp_path, sid) == [f"echo {n}" for n in range(3)]
+
+
+def test_a_streamed_answer_waits_for_its_commit(tmp_path: Path) -> None:
+    """A streamed answer is read whole before the client gets any of it (decision 0036), and
+    the client gets none of it before the commit is known (decision 0078), with
+    ``answer_before_commit`` too (decision 0107)."""
+    store = WrappedStore(MemoryStore())
+    steps = [bash(f"echo {n}") for n in range(4)]
+    seen: dict[str, float] = {}
+
+    def committed() -> None:
+        seen["committed_at"] = time.monotonic()
+
+    with (
+        scripted(steps) as (model, up),
+        proxy_for(up, tmp_path, store, answer_before_commit=True) as (proxy, base),
+    ):
+        talk = Conversation(base)
+        with httpx.Client() as client:
+            talk.send(client)
+            talk.send(client)
+            sid = next(iter(proxy.sessions.items()))
+            store.on_commit = _upstream_then(model, len(model.requests) + 1, committed)
+            talk.send(client, stream=True)
+            answered_at = time.monotonic()
+            talk.send(client)
+    assert answered_at >= seen["committed_at"], "the answer came before the commit was made"
     assert _commands(store.inner, tmp_path, sid) == [f"echo {n}" for n in range(3)]
 
 
-def test_a_store_that_fails_meanwhile_gives_the_answer_to_the_clients_own_request(
-    tmp_path: Path,
-) -> None:
+def _fail() -> None:
+    raise StoreUnavailable("injected failure", operation="commit")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_store_that_fails_meanwhile_loses_nothing(tmp_path: Path, stream: bool) -> None:
+    """The commit beside a request fails after the model answered (``answer_before_commit``).
+    A whole answer was handed on: the client's next request carries what the failed commit
+    held, and it is recorded then (decision 0107). A streamed one was not: the client gets the
+    answer to its own request (decision 0078)."""
     store = WrappedStore(MemoryStore())
     steps = [bash(f"echo {n}") for n in range(5)]
-    with scripted(steps) as (model, up), proxy_for(up, tmp_path, store) as (proxy, base):
+    with (
+        scripted(steps) as (model, up),
+        proxy_for(up, tmp_path, store, answer_before_commit=True) as (proxy, base),
+    ):
         talk = Conversation(base)
         with httpx.Client() as client:
             talk.send(client)
             talk.send(client)
             sid = next(iter(proxy.sessions.items()))
             before = len(model.requests)
-            store.fail_commits = 1  # the commit of what this request adds, with its record
-            own = json.loads(json.dumps(talk.body()))
-            talk.send(client)
+            store.on_commit = _upstream_then(model, before + 1, _fail)
+            own = json.loads(json.dumps({**talk.body(), **({"stream": True} if stream else {})}))
+            talk.send(client, stream=stream)
             sent = [r.body for r in model.requests[before:]]
             talk.send(client)  # the store is back: what the failed one added is recorded now
             talk.send(client)
-    # the model was asked twice: the managed request, whose answer was dropped, then the
-    # client's own, unchanged (no context tools: an answer built from nothing that was lost)
-    assert len(sent) == 2
     assert "context_activate" in json.dumps(sent[0])
-    assert sent[1] == own
+    if stream:
+        # asked twice: the managed request, whose answer was dropped, then the client's own,
+        # unchanged (no context tools: an answer built from nothing that was lost)
+        assert len(sent) == 2
+        assert sent[1] == own
+    else:
+        assert len(sent) == 1  # the managed request's answer went to the client
     assert _commands(store.inner, tmp_path, sid) == [f"echo {n}" for n in range(4)]
 
 
-def test_a_commit_refused_for_another_writer_sends_the_request_again(tmp_path: Path) -> None:
+def test_a_store_that_fails_before_context_calls_are_run_sends_the_clients_own(
+    tmp_path: Path,
+) -> None:
+    """A whole answer whose context calls the proxy would run waits for the commit first
+    (``answer_before_commit``): the store failed, so the client gets the answer to its own
+    request (decision 0107)."""
+    store = WrappedStore(MemoryStore())
+    steps = iter(
+        [bash("echo 0"), bash("echo 1"), Step("", (("context_activate", {"id": "#1"}),))]
+        + [bash(f"echo {n}") for n in range(2, 5)]
+    )  # one a request, in the order the model gets them
+
+    def script(_seen: Seen) -> Step:
+        return next(steps)
+
+    with (
+        scripted(script) as (model, up),
+        proxy_for(up, tmp_path, store, answer_before_commit=True) as (proxy, base),
+    ):
+        talk = Conversation(base)
+        with httpx.Client() as client:
+            talk.send(client)
+            talk.send(client)
+            sid = next(iter(proxy.sessions.items()))
+            before = len(model.requests)
+            store.on_commit = _upstream_then(model, before + 1, _fail)
+            own = json.loads(json.dumps(talk.body()))
+            talk.send(client)
+            sent = [r.body for r in model.requests[before:]]
+            talk.send(client)
+    assert len(sent) == 2
+    assert "context_activate" in json.dumps(sent[0])
+    assert sent[1] == own
+    assert [m.get("tool_calls") is None for m in talk.messages if m["role"] == "assistant"] == [
+        False
+    ] * 4
+    assert _commands(store.inner, tmp_path, sid) == [f"echo {n}" for n in range(3)]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_commit_refused_for_another_writer(tmp_path: Path, stream: bool) -> None:
+    """Another writer of the session came first (``answer_before_commit``). A streamed answer
+    was not given yet: the request built again on what that writer left is sent again
+    (decision 0078). A whole one
+    was: the request sent is recorded, with a note that the log holds that writer's commit
+    before it, and the client's next request sees what it wrote (decision 0107)."""
     inner = MemoryStore()
     store = WrappedStore(inner)
     other = build_service(store=inner, workspace=str(tmp_path))
@@ -162,22 +273,32 @@ def test_a_commit_refused_for_another_writer_sends_the_request_again(tmp_path: P
         _on_another_thread(write)
 
     try:
-        with scripted(steps) as (model, up), proxy_for(up, tmp_path, store) as (proxy, base):
+        with (
+            scripted(steps) as (model, up),
+            proxy_for(up, tmp_path, store, answer_before_commit=True) as (proxy, base),
+        ):
             talk = Conversation(base)
             with httpx.Client() as client:
                 talk.send(client)
                 talk.send(client)
                 sid = next(iter(proxy.sessions.items()))
                 before = len(model.requests)
-                store.on_commit = another_writer_first
-                talk.send(client)
+                store.on_commit = _upstream_then(model, before + 1, another_writer_first)
+                talk.send(client, stream=stream)
                 sent = [json.dumps(r.body) for r in model.requests[before:]]
                 talk.send(client)
+                after = json.dumps(model.requests[-1].body)
+            records = proxy.service.requests(sid)
     finally:
         other.close()
-    # sent again, with what the other writer added; the client got one answer (its 3 calls)
-    assert len(sent) == 2
-    assert note not in sent[0] and note in sent[1]
+    assert note not in sent[0] and note in after
+    if stream:  # sent again, with what the other writer added; the client got one answer
+        assert len(sent) == 2
+        assert note in sent[1]
+    else:
+        assert len(sent) == 1
+        assert "another writer" in str(records[2].facts.note)
+        assert [r.n for r in records] == [1, 2, 3, 4]
     assert sum(1 for m in talk.messages if m["role"] == "tool") == 4
     service = build_service(store=inner, workspace=str(tmp_path))
     try:
