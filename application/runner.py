@@ -307,6 +307,27 @@ class Reads:
 
 CommandBuilder = Callable[[Reads, SessionState], Command]
 
+Refused = Callable[[Mapping[str, Document | None]], None]
+"""A check run when the store refuses a batch's transaction (:meth:`SessionRunner.batch`); it
+is given what the refusal said is stored (``ConflictError.current``: None, absent; empty when
+the store did not say)."""
+
+
+def _as_read(
+    current: Mapping[str, Document | None], *read: Mapping[str, Document | None]
+) -> dict[str, Document | None]:
+    """What a refusal said is stored (``ConflictError.current``) that a command's next attempt
+    may start from: whatever it said is absent, and the documents of the objects the command
+    read (the keys of ``Reads.documents``). The refusal also carries other documents (log
+    entries, riders), which are not objects."""
+    return {i: d for i, d in current.items() if d is None or any(i in r for r in read)}
+
+
+def _still_free(conflict: ConflictError, entry_id: str) -> bool:
+    """Whether the refusal says that the log entry ``entry_id`` did not exist (its session had
+    no other writer), so that the session's log need not be read again (decision 0112)."""
+    return entry_id in conflict.current and conflict.current[entry_id] is None
+
 
 def as_stored(doc: Document) -> dict[str, Any]:
     """``doc`` as a store gives it back (JSON types: lists, not tuples), for an :class:`Expect`."""
@@ -427,7 +448,7 @@ class _Batch:
     prior: dict[str, tuple[ContentObject | None, bool]] = attrs.field(factory=dict)
     """The object cache's entry (and whether it was hollow) before the batch changed it."""
     progress: BatchProgress = attrs.field(factory=lambda: BatchProgress())
-    checks: list[Callable[[], None]] = attrs.field(factory=list)
+    checks: list[Refused] = attrs.field(factory=list)
     """What to check when the store refuses the transaction, before the commands are executed
     again one by one (:meth:`SessionRunner.batch`)."""
     riders: list[Rider] = attrs.field(factory=list)
@@ -842,9 +863,23 @@ class SessionRunner:
         """
         if session.batch is not None:
             return self._execute_batched(session, session.batch, build)
+        return self._execute(session, build, {})[0]
+
+    def _execute(
+        self, session: OpenSession, build: CommandBuilder, known: Mapping[str, Document | None]
+    ) -> tuple[tuple[e.Event, ...], list[Document]]:
+        """:meth:`execute` outside a batch, its first reads seeded with ``known`` (documents as
+        the store last said they are: None, absent); returns the events and the documents
+        committed.
+
+        A refusal that says what is stored (``ConflictError.current``, decision 0106) is used
+        as such: the next attempt's reads start from it, and the session's log is read again
+        only when the refusal does not say that the entry this command wanted is still free
+        (decision 0112)."""
         command_id = self.ids.new_id()
         contention = Contention()
-        loaded, session.loaded = session.loaded, {}
+        loaded: Mapping[str, Document | None] = {**session.loaded, **known}
+        session.loaded = {}
         while True:
             if session.stale:
                 self.catch_up(session)
@@ -855,20 +890,23 @@ class SessionRunner:
             events, after = decide_and_fold(session.state, command)
             if not events:
                 self._refresh(session, reads, session.state)
-                return events
+                return events, []
             try:
-                self._commit(session, command, command_id, events, after, reads)
+                written = self._commit(session, command, command_id, events, after, reads)
             except ConflictError as exc:
                 # Either another writer of this session appended first (catch up), or an object
-                # we read changed underneath us (fresh reads on the next attempt).
+                # we read changed underneath us (the next attempt reads it, or takes it from
+                # the refusal).
                 own_log = log_entry_id(session.session_id, session.seq + 1)
-                self.catch_up(session)
+                if not _still_free(exc, own_log):
+                    self.catch_up(session)
                 contention.failed(exc, sessions_log=own_log in exc.object_ids)
+                loaded = _as_read(exc.current, reads.documents)
                 continue
             except StoreError:
                 session.stale = True
                 raise
-            return events
+            return events, written
 
     def _commit(
         self,
@@ -878,10 +916,12 @@ class SessionRunner:
         events: tuple[e.Event, ...],
         after: SessionState,
         reads: Reads,
-    ) -> None:
+    ) -> list[Document]:
+        """Commit the command; returns the documents written."""
         prepared = self._prepare(_Base.of(session), command, command_id, events, after, reads)
         self.store.commit(prepared.puts, prepared.expect)
         self._apply(session, prepared)  # durable: now the in-memory session may move on
+        return prepared.puts
 
     def _prepare(
         self,
@@ -961,7 +1001,7 @@ class SessionRunner:
 
     @contextmanager
     def batch(
-        self, session: OpenSession, refused: Callable[[], None] | None = None
+        self, session: OpenSession, refused: Refused | None = None
     ) -> Iterator[BatchProgress]:
         """Commit the commands executed on ``session`` inside this block together, in one
         transaction when it ends (decision 0077). The caller holds the session's lock
@@ -975,7 +1015,8 @@ class SessionRunner:
         batch commits what it holds before the second. When the transaction is refused
         (another writer came first), the session goes back to where the batch found it,
         catches up, and the commands are executed again one by one, as :meth:`execute` does
-        (fresh reads, bounded retries); when the store fails, the session goes back too, is
+        (bounded retries; reads start from what the refusal said is stored, when it said,
+        decision 0112); when the store fails, the session goes back too, is
         marked stale and the error is raised. When the block raises, what was decided before
         is committed, then the error is raised. What it yields counts what the caller recorded
         and what of it is committed (:class:`BatchProgress`).
@@ -983,7 +1024,8 @@ class SessionRunner:
         ``refused`` is called when the store refuses the transaction, once the session is back
         where the batch found it and has caught up, before the commands are executed again: it
         may raise, and then nothing the batch held is recorded (a check that would cost a round
-        trip on every batch costs one only when a transaction is refused, decision 0080)."""
+        trip on every batch costs one only when a transaction is refused, decision 0080). It is
+        given what the refusal said is stored, which may spare it that round trip too."""
         if session.batch is not None:
             if refused is not None:
                 session.batch.checks.append(refused)
@@ -1046,16 +1088,27 @@ class SessionRunner:
         puts, expect = batch.transaction()
         try:
             self.store.commit(puts, expect)
-        except ConflictError:
+        except ConflictError as exc:
+            read = [p.reads.documents for p in batch.pending]
             batch.roll_back(session)
-            self.catch_up(session)
+            # The refusal may say what is stored (decision 0106): then the session's log is read
+            # only if its next entry is taken, and the commands below start from what it said
+            # of what they read, and from what those before them wrote (decision 0112).
+            known = _as_read(exc.current, *read)
+            if not _still_free(exc, log_entry_id(session.session_id, session.seq + 1)):
+                self.catch_up(session)
             batch.restart(session)
             for check in batch.checks:
-                check()  # raising: nothing of the batch is recorded
+                check(exc.current)  # raising: nothing of the batch is recorded
             saved, session.batch = session.batch, None
             try:
                 for build in builds:  # one by one, the ordinary way
-                    self.execute(session, build)
+                    for doc in self._execute(session, build, known)[1]:
+                        doc_id = str(doc["xt/id"])
+                        if any(doc_id in r for r in read):
+                            known[doc_id] = as_stored(doc)
+                        else:
+                            known.pop(doc_id, None)
             finally:
                 session.batch = saved
                 batch.restart(session)

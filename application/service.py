@@ -29,12 +29,12 @@ from selfctx.application.ports.search import (
     SearchQuery,
     SearchUnavailable,
 )
-from selfctx.application.ports.store import ObjectStore, Version
+from selfctx.application.ports.store import Document, ObjectStore, Version
 from selfctx.application.ports.summarizer import Summarizer, SummarizerError
 from selfctx.application.ports.tokenizer import Tokenizer
 from selfctx.application.ports.tracking import SourceTracker
 from selfctx.application.requests import RequestFacts, RequestRecord, RequestRecords
-from selfctx.application.runner import BatchProgress, OpenSession, SessionRunner
+from selfctx.application.runner import BatchProgress, OpenSession, Refused, SessionRunner
 from selfctx.application.settings import Settings
 from selfctx.application.usecases.assemble import AssembleContext, foreseen_collapses
 from selfctx.application.usecases.base import Deps
@@ -471,15 +471,13 @@ class ContextService:
             return foreseen_collapses(session, self._assemble.counter(session))
 
     @contextmanager
-    def batch(
-        self, session_id: str, refused: Callable[[], None] | None = None
-    ) -> Iterator[BatchProgress]:
+    def batch(self, session_id: str, refused: Refused | None = None) -> Iterator[BatchProgress]:
         """What is recorded in the session inside this block is committed together, in one
         transaction when it ends (``SessionRunner.batch``, decision 0077): one request's
         messages, calls, reads and edits cost one commit. Other threads wait for the session
         until the block ends. ``refused`` is called if the store refuses the transaction,
-        before its commands are executed again one by one; when it raises, nothing of the
-        block is recorded."""
+        with what the refusal said is stored (decision 0112), before its commands are
+        executed again one by one; when it raises, nothing of the block is recorded."""
         session = self._open(session_id)
         with session.lock, self._runner.batch(session, refused) as progress:
             yield progress
@@ -491,13 +489,21 @@ class ContextService:
         with session.lock:
             return self._runner.catch_up(session)
 
-    def taken_ids(self, session_id: str, object_ids: Iterable[str]) -> list[str]:
+    def taken_ids(
+        self,
+        session_id: str,
+        object_ids: Iterable[str],
+        known: Mapping[str, Document | None] | None = None,
+    ) -> list[str]:
         """Of ``object_ids``, those another object already has in the store (outside this
-        session): a tool call may not take them (one store query)."""
+        session): a tool call may not take them (one store query, for the ids ``known`` does
+        not answer: what a refusal said is stored, None for absent, decision 0112)."""
         state = self._open(session_id).state
+        known = known or {}
         candidates = [i for i in dict.fromkeys(object_ids) if not state.in_index(i)]
-        found = self.store.get_many(candidates) if candidates else {}
-        return [i for i in candidates if i in found]
+        unknown = [i for i in candidates if i not in known]
+        found = self.store.get_many(unknown) if unknown else {}
+        return [i for i in candidates if i in found or known.get(i) is not None]
 
     def system_prompt(self, session_id: str) -> str:
         """The session's current system prompt, as the harness gave it."""

@@ -280,27 +280,39 @@ class WrappedStore(ObjectStore):
         return self._docs(self.inner.get_many(self._id(i) for i in object_ids))
 
     def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
-        return self.submit(puts, expect).result()
+        # The inner store's own commit (not a submit awaited): on a node, a refusal's answer
+        # says what is stored (decision 0106), as it does for the application.
+        if self.fail_commits:
+            self.fail_commits -= 1
+            raise StoreUnavailable("injected failure", operation="commit")
+        self._hook()
+        inner_puts, inner_expect = self._in_tx(puts, expect)
+        return self._landed(lambda: self.inner.commit(inner_puts, inner_expect), puts)
 
     def submit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Submission:
         if self.fail_commits:
             self.fail_commits -= 1
             return Settled(error=StoreUnavailable("injected failure", operation="commit"))
+        self._hook()
+        inner = self.inner.submit(*self._in_tx(puts, expect))
+        return _Wrapped(self, inner, [dict(d) for d in puts])
+
+    def _hook(self) -> None:
         hook, self.on_commit = self.on_commit, None
         if hook is not None:
             hook()
-        inner = self.inner.submit(
-            [self._in(doc) for doc in puts],
-            [
-                Expect(self._id(x.object_id), None if x.document is None else self._in(x.document))
-                for x in expect
-            ],
-        )
-        return _Wrapped(self, inner, [dict(d) for d in puts])
 
-    def _landed(self, submitted: _Wrapped) -> Receipt:
+    def _in_tx(
+        self, puts: Sequence[Document], expect: Sequence[Expect]
+    ) -> tuple[list[Document], list[Expect]]:
+        return [self._in(doc) for doc in puts], [
+            Expect(self._id(x.object_id), None if x.document is None else self._in(x.document))
+            for x in expect
+        ]
+
+    def _landed(self, land: Callable[[], Receipt], puts: Sequence[Document]) -> Receipt:
         try:
-            receipt = submitted.inner.result()
+            receipt = land()
         except ConflictError as exc:
             if not self.namespace:
                 raise
@@ -308,8 +320,8 @@ class WrappedStore(ObjectStore):
             current = {self._id_out(i): self._out(d) for i, d in exc.current.items()}
             raise ConflictError(ids, url=exc.url, operation=exc.operation, current=current) from exc
         self.commits += 1
-        self.bytes_committed += sum(json_bytes(d) for d in submitted.puts)
-        self.committed.append(submitted.puts)
+        self.bytes_committed += sum(json_bytes(d) for d in puts)
+        self.committed.append([dict(d) for d in puts])
         if self.lose_acks:
             self.lose_acks -= 1
             raise StoreUnavailable("injected: connection lost after the write", operation="commit")
@@ -381,7 +393,7 @@ class _Wrapped(Landing):
         self.puts = puts
 
     def _land(self) -> Receipt:
-        return self.store._landed(self)
+        return self.store._landed(self.inner.result, self.puts)
 
 
 @attrs.frozen

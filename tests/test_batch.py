@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from selfctx.application.persistence import entry_events
@@ -103,6 +105,52 @@ def test_a_refused_batch_is_decided_again_command_by_command(
     fresh = make_service()
     fresh.resume_session(sid)
     assert fresh.state(sid) == service.state(sid)
+
+
+def test_a_refused_batch_is_decided_again_on_what_the_refusal_said(
+    service: ContextService, store: WrappedStore, sid: str, make_service: MakeService, ns: str,
+    host_id: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Decision 0112: the refusal says what is stored of what the batch expected, so its
+    commands are decided again without reading the session's log (no other writer appended to
+    it), the documents the refusal carried, or those the commands before them wrote."""
+    a_turn(service, sid, 1, "v1\n")
+    other = make_service()
+    other.start_session(f"{ns}s2", "Another session.")
+    reads: list[tuple[str, tuple[str, ...]]] = []
+    counting: list[bool] = []
+
+    def count(name: str, read: Any) -> Any:
+        def counted(arg: Any, *rest: Any, **options: Any) -> Any:
+            if not counting:
+                return read(arg, *rest, **options)
+            ids = (arg,) if isinstance(arg, str) else tuple(arg)
+            reads.append((name, ids))
+            return read(arg if isinstance(arg, str) else ids, *rest, **options)
+
+        return counted
+
+    for name in ("get", "get_many", "session_log"):
+        monkeypatch.setattr(store, name, count(name, getattr(store, name)))
+
+    def another_writer() -> None:
+        # once, just before the batch's transaction: a new version of the file the batch read
+        if not counting:
+            other.index_file(f"{ns}s2", "/p/a.py", "v3\n")
+            counting.append(True)  # what follows is the batch's refusal and its redo
+
+    store.on_commit = another_writer
+    with service.batch(sid) as progress:
+        a_turn(service, sid, 2, "v2\n")
+    store.on_commit = None
+    assert progress.redone
+    fid = file_id(host_id, "/p/a.py")
+    assert [v.document["content"] for v in service.history(fid)] == ["v1\n", "v3\n", "v2\n"]
+    assert reads == []
+    fresh = make_service()
+    fresh.resume_session(sid)
+    assert fresh.state(sid) == service.state(sid)
+    assert service.object(sid, fid).content == "v2\n"
 
 
 def test_a_store_failure_at_the_end_leaves_the_session_as_the_store_has_it(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import operator
 import posixpath
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
@@ -34,7 +34,7 @@ from selfctx.adapters.harness.recognise import (
 from selfctx.adapters.harness.tools import called_context_tool
 from selfctx.application.persistence import entry_events
 from selfctx.application.ports.files import SourceUnavailable
-from selfctx.application.ports.store import StoreError
+from selfctx.application.ports.store import Document, StoreError
 from selfctx.application.runner import BatchProgress
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import ToolCallRequest, ToolResult
@@ -124,11 +124,14 @@ class Ingestor:
         """Messages recorded over the session's life."""
         return self.cursor.total
 
-    def _refuse_taken_ids(self, calls: Sequence[ToolCallRequest]) -> None:
+    def _refuse_taken_ids(
+        self, calls: Sequence[ToolCallRequest], known: Mapping[str, Document | None]
+    ) -> None:
         """Object ids are digests no other session produces; should one be held all the same,
         the list's transaction is refused (each new call's document must not exist yet), and
-        this names the id before anything of the list is recorded."""
-        taken = self.service.taken_ids(self.session_id, [c.id for c in calls])
+        this names the id before anything of the list is recorded. ``known``: what the refusal
+        said is stored (read only where it did not say, decision 0112)."""
+        taken = self.service.taken_ids(self.session_id, [c.id for c in calls], known)
         if taken:
             raise DuplicateObject(taken[0], "another object already has this id")
 
@@ -215,7 +218,7 @@ class Ingestor:
         try:
             # One transaction for all of it (decision 0077). Its preconditions refuse a call id
             # some other object holds; only then is the store asked which (decision 0080).
-            refused = (lambda: self._refuse_taken_ids(calls)) if calls else None
+            refused = (lambda known: self._refuse_taken_ids(calls, known)) if calls else None
             with self.service.batch(self.session_id, refused) as progress:
                 if prompt is not None:
                     self._lead = len(prompt)
