@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import attrs
+import pytest
 from pyrsistent import pset
 
 from selfctx.adapters.harness import HarnessSession
