@@ -32,11 +32,12 @@ CONTENT_BUDGET: Final = 4_000_000
 """Characters of content a session keeps in memory (about 4 MB of text): its active objects and
 the ones used last. Chosen as several times what a 200,000-token context can show in full."""
 
-METADATA_BUDGET: Final = 1_024
-"""Hollow tool calls whose metadata a session keeps in memory (the ones used last); an older
-one's is read again from the store when a pass needs it. Chosen in decision 0111: the passes of a
-turn read the metadata of the newest outputs and of what changed; a re-rendering after a collapse
-reads from the collapsed output on."""
+METADATA_BUDGET: Final = 256
+"""Hollow tool calls whose metadata a session keeps in memory (the ones used last, about 180 KB);
+an older one's is read again from the store when a pass needs it. Chosen in decision 0111: the
+passes of a turn read the metadata of the newest outputs and of what changed (the bench's
+sessions read none back over 1,000 turns with 16); a re-rendering after a collapse reads from the
+collapsed output on."""
 
 Loader = Callable[[list[str]], Mapping[str, object]]
 """Reads the latest stored documents of some ids (``ObjectStore.get_many``)."""

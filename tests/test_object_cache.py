@@ -120,7 +120,7 @@ def _conversation(h: HarnessSession, turns: int) -> list[dict[str, Any]]:
     return requests
 
 
-@pytest.mark.parametrize("metadata", [1_024, 0])
+@pytest.mark.parametrize("metadata", [256, 0])
 @pytest.mark.parametrize("policy", ["inline", "relevance", "ssot"])
 def test_a_session_with_a_small_budget_shows_exactly_what_a_large_one_does(
     make_service: MakeService, policy: str, metadata: int
