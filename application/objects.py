@@ -22,7 +22,7 @@ from typing import Final
 import attrs
 from pyrsistent import PSet
 
-from selfctx.domain.documents import from_document
+from selfctx.domain.documents import from_document, toolcall_without_content
 from selfctx.domain.objects import ContentObject, FileObject, ToolcallObject
 from selfctx.domain.session.state import members
 
@@ -56,8 +56,12 @@ class ObjectCache(MutableMapping[str, ContentObject]):
         loader: Loader | None = None,
         budget: int = CONTENT_BUDGET,
         metadata_budget: int = METADATA_BUDGET,
+        metadata_loader: Loader | None = None,
     ) -> None:
+        """``metadata_loader``: reads tool calls' documents without their content (default:
+        ``loader``, whose content is then dropped)."""
         self._loader = loader
+        self._metadata_loader = metadata_loader
         self.budget = budget
         self.metadata_budget = metadata_budget
         """Hollow tool calls whose metadata stays in memory (decision 0111)."""
@@ -183,30 +187,49 @@ class ObjectCache(MutableMapping[str, ContentObject]):
             self[object_id] = obj
 
     def _warm_up(self, object_id: str) -> ContentObject:
-        """A cold object's metadata, read from the store (its content dropped again: what
-        asks for metadata reads no content) and held as the hollow tool call used last."""
-        if self._loader is None:
-            raise LookupError(f"no store to read {object_id!r} from")
-        doc = self._loader([object_id]).get(object_id)
-        if doc is None:
-            raise LookupError(f"{object_id!r} is in the session but not in the store")
-        obj = from_document(doc)  # type: ignore[arg-type]
-        assert isinstance(obj, FileObject | ToolcallObject)
-        self.metadata_loads += 1
-        hollow = _hollowed(obj)
-        self._objects[object_id] = hollow
-        self._cool(hollow)
-        return hollow
+        """A cold object's metadata, read from the store."""
+        return self.read_metadata([object_id])[object_id]
+
+    def read_metadata(self, object_ids: Iterable[str]) -> dict[str, ContentObject]:
+        """The metadata of the cold objects among these, read from the store in one batch (their
+        content dropped again: what asks for metadata reads no content), each held as the
+        hollow tool call used last; by id."""
+        objects = self._objects
+        wanted = [i for i in dict.fromkeys(object_ids) if i in objects and objects[i] is None]
+        if not wanted:
+            return {}
+        loader = self._metadata_loader or self._loader
+        if loader is None:
+            raise LookupError(f"no store to read {wanted[:3]} from")
+        docs = loader(wanted)
+        read: dict[str, ContentObject] = {}
+        for object_id in wanted:
+            doc = docs.get(object_id)
+            if doc is None:
+                raise LookupError(f"{object_id!r} is in the session but not in the store")
+            if "content" in doc:  # type: ignore[operator]
+                obj = _hollowed(from_document(doc))  # type: ignore[arg-type]
+            else:
+                obj = toolcall_without_content(doc)  # type: ignore[arg-type]
+            assert isinstance(obj, ToolcallObject)  # only tool calls go cold
+            self.metadata_loads += 1
+            read[object_id] = objects[object_id] = obj
+            self._warm[object_id] = None
+        return read
 
     def _cool(self, obj: ContentObject) -> None:
-        """``obj`` is a hollow object used now: a tool call's metadata joins the ones kept,
-        and the least recently used beyond :attr:`metadata_budget` go cold."""
-        if not isinstance(obj, ToolcallObject):
-            return
-        warm = self._warm
-        warm[obj.id] = None
-        warm.move_to_end(obj.id)
-        objects = self._objects
+        """``obj`` is a hollow object used now: a tool call's metadata joins the ones kept
+        (:meth:`trim` drops the least recently used beyond the budget)."""
+        if isinstance(obj, ToolcallObject):
+            self._warm[obj.id] = None
+            self._warm.move_to_end(obj.id)
+
+    def trim(self) -> None:
+        """Drop the metadata of the hollow tool calls used least recently beyond
+        :attr:`metadata_budget` (they go cold: only their ids stay). Called after an assembly,
+        not while one walks the session (a resumed session's first one renders every message
+        with the metadata the resume read)."""
+        warm, objects = self._warm, self._objects
         while len(warm) > self.metadata_budget:
             object_id, _ = warm.popitem(last=False)
             objects[object_id] = None
@@ -278,11 +301,18 @@ def _hollowed(obj: ContentObject) -> ContentObject:
 class _Showing(Mapping[str, ContentObject]):
     cache: ObjectCache
     shown: Collection[str]
+    fetched: dict[str, ContentObject] = attrs.field(factory=dict)
+    """Cold objects :meth:`prefetch` read, for as long as this view is used."""
+
+    def prefetch(self, object_ids: Iterable[str]) -> None:
+        """Read the cold ones among these objects in one batch, and keep them here whatever
+        the metadata budget: what a renderer is about to walk (decision 0111)."""
+        self.fetched.update(self.cache.read_metadata(object_ids))
 
     def __getitem__(self, object_id: str) -> ContentObject:
         if object_id in self.shown:
             return self.cache[object_id]
-        obj = self.cache.meta(object_id)
+        obj = self.fetched.get(object_id) or self.cache.meta(object_id)
         if obj is None:
             raise KeyError(object_id)
         return obj

@@ -608,7 +608,13 @@ class SessionRunner:
 
     def new_objects(self) -> ObjectCache:
         """An empty object cache for a session, reading what it drops from this store."""
-        return ObjectCache(self.store.get_many, self.content_budget, self.metadata_budget)
+        store = self.store
+        return ObjectCache(
+            store.get_many,
+            self.content_budget,
+            self.metadata_budget,
+            lambda ids: store.get_many_fields(ids, _TOOLCALL_METADATA),
+        )
 
     # -- loading ---------------------------------------------------------------------------
 

@@ -56,23 +56,28 @@ def test_the_cache_keeps_content_within_its_budget_and_reads_the_rest_again() ->
 
 
 def test_the_metadata_of_hollow_tool_calls_is_kept_for_the_ones_used_last() -> None:
-    """Decision 0111: beyond ``metadata_budget`` hollow tool calls, the least recently used
-    one's metadata is dropped too (only its id stays) and read back from the store when asked
-    for, equal to what was held; files and objects whole keep theirs."""
+    """Decision 0111: after an assembly (``trim``), beyond ``metadata_budget`` hollow tool
+    calls the least recently used one's metadata is dropped too (only its id stays) and read
+    back from the store, without its content, when asked for: equal to what was held."""
     stored: dict[str, Any] = {}
     batches: list[list[str]] = []
 
-    def loader(ids: list[str]) -> dict[str, Any]:
+    def without_content(ids: list[str]) -> dict[str, Any]:
         batches.append(ids)
-        return {i: stored[i] for i in ids}
+        return {i: {k: v for k, v in stored[i].items() if k != "content"} for i in ids}
 
-    cache = ObjectCache(loader, budget=1_000, metadata_budget=3)
+    cache = ObjectCache(
+        lambda ids: {i: stored[i] for i in ids}, 1_000, metadata_budget=3,
+        metadata_loader=without_content,
+    )  # fmt: skip
     objects = [_call(n, 300) for n in range(10)]
     for obj in objects:
         stored[obj.id] = to_document(obj)
         cache[obj.id] = obj
     hollow = [o.id for o in objects if cache.hollow(o.id)]
     assert hollow == [o.id for o in objects[:7]]
+    assert not any(cache.cold(o.id) for o in objects)  # not while an assembly may walk them
+    cache.trim()
     cold = [o.id for o in objects if cache.cold(o.id)]
     assert cold == [o.id for o in objects[:4]]  # the 3 hollow ones used last stay
     assert len(cache) == 10 and all(o.id in cache for o in objects) and not batches
@@ -80,11 +85,15 @@ def test_the_metadata_of_hollow_tool_calls_is_kept_for_the_ones_used_last() -> N
     held = cache.meta("tc-1")  # read back: the metadata as it was, without content
     assert batches == [["tc-1"]] and cache.metadata_loads == 1 and cache.loads == 0
     assert held == attrs.evolve(objects[1], content=None)
-    assert not cache.cold("tc-1") and cache.cold("tc-4")  # now used last: tc-4 went cold
-    assert cache.meta("tc-1") is held and len(batches) == 1  # held: no read
-    assert cache["tc-2"] == objects[2]  # whole again, content and all
-    assert not cache.cold("tc-2") and not cache.hollow("tc-2")
-    assert sum(cache.cold(o.id) for o in objects) == 10 - 3 - 3  # 3 whole now, 3 hollow warm
+    assert cache.meta("tc-1") is held and len(batches) == 1  # held now: no read
+    cache.trim()
+    assert not cache.cold("tc-1") and cache.cold("tc-4")  # tc-1 used last: tc-4 went cold
+    view = cache.showing(set())
+    assert view["tc-2"] == attrs.evolve(objects[2], content=None)  # a renderer reads it
+    assert cache["tc-3"] == objects[3]  # whole: content and all
+    assert not cache.cold("tc-3") and not cache.hollow("tc-3")
+    cache.trim()
+    assert sum(not cache.cold(i) and cache.hollow(i) for i in cache) == 3
 
 
 def test_a_persistent_set_shown_again_shows_what_a_fresh_copy_would() -> None:
