@@ -148,6 +148,15 @@ def test_a_session_with_a_small_budget_shows_exactly_what_a_large_one_does(
     if policy != "inline":  # the inline layout shows every output whole: all of it is held
         assert any(cache.hollow(i) for i in cache)
         assert any(cache.cold(i) for i in cache) == (metadata == 0)
+    # An early output shown again and collapsed again: the prompt rendered from there on
+    # reads the metadata of what went cold after it
+    first = next(i for i in small.state("s1").index if small.state("s1").kinds[i] == "toolcall")
+    for step in (small.activate, small.deactivate):
+        step("s1", first)
+        large.activate("s1", first) if step == small.activate else large.deactivate("s1", first)
+        assert a.request() == b.request()
+    if policy == "relevance":  # (the ssot layout keeps each turn's rendering)
+        assert (cache.metadata_loads > 0) == (metadata == 0)
     # What was dropped comes back whole when asked for.
     for object_id in list(cache):
         assert small.object("s1", object_id) == large.object("s1", object_id)
