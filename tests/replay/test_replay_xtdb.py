@@ -66,17 +66,19 @@ _CALL_ID = re.compile(r"\btc_[0-9a-f]{16,}\b")
 
 def _prompts(trajectory: Trajectory, store: XtdbStore, tmp_path: Path, budget: int) -> list[str]:
     """Every prompt of a replay of ``trajectory`` by a service keeping ``budget`` characters of
-    content, as JSON text, with the session's namespace written as ``NS``."""
+    content, as JSON text, with the session's namespace written as ``NS``; with a tiny budget,
+    no metadata of the tool calls whose content it dropped either (decision 0111)."""
     ns = f"t{uuid.uuid4().hex[:8]}"
     filesystem = trajectory.filesystem_id or f"{ns}:{replay_filesystem_id(trajectory)}"
     service = build_service(
         store=store,
         workspace=str(tmp_path),
         default_filesystem_id=filesystem,
-        settings=Settings(content_budget=budget),
+        settings=Settings(content_budget=budget, metadata_budget=0 if budget < 1_000 else budget),
     )
     prompts: list[str] = []
     sid = session_id_for(trajectory, ns)
+    cold: list[int] = [0]
     names: dict[str, str] = {}  # the model's ids of tool calls derive from the session's ids
 
     def rename(match: re.Match[str]) -> str:
@@ -90,6 +92,7 @@ def _prompts(trajectory: Trajectory, store: XtdbStore, tmp_path: Path, budget: i
             # at most the one used last beyond the budget, and what the prompt shows whole
             largest = max(cache._whole.values(), default=0)
             assert cache.chars <= budget + largest + cache.held_chars()
+            cold.append(sum(cache.cold(i) for i in cache))
 
     try:
         replay(
@@ -103,6 +106,7 @@ def _prompts(trajectory: Trajectory, store: XtdbStore, tmp_path: Path, budget: i
         if budget < 1_000:
             cache = service._open(sid).objects
             assert cache.loads > 0  # content was dropped, and read back from the store
+            assert max(cold) > 0  # and the metadata of older outputs
     finally:
         service.close()
     return prompts
