@@ -78,7 +78,6 @@ def _prompts(trajectory: Trajectory, store: XtdbStore, tmp_path: Path, budget: i
     )
     prompts: list[str] = []
     sid = session_id_for(trajectory, ns)
-    cold: list[int] = [0]
     names: dict[str, str] = {}  # the model's ids of tool calls derive from the session's ids
 
     def rename(match: re.Match[str]) -> str:
@@ -92,7 +91,6 @@ def _prompts(trajectory: Trajectory, store: XtdbStore, tmp_path: Path, budget: i
             # at most the one used last beyond the budget, and what the prompt shows whole
             largest = max(cache._whole.values(), default=0)
             assert cache.chars <= budget + largest + cache.held_chars()
-            cold.append(sum(cache.cold(i) for i in cache))
 
     try:
         replay(
@@ -106,7 +104,6 @@ def _prompts(trajectory: Trajectory, store: XtdbStore, tmp_path: Path, budget: i
         if budget < 1_000:
             cache = service._open(sid).objects
             assert cache.loads > 0  # content was dropped, and read back from the store
-            assert max(cold) > 0  # and the metadata of older outputs
     finally:
         service.close()
     return prompts
