@@ -160,6 +160,13 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         default=Settings().content_budget,
     ),
     Setting(
+        "files.metadata_budget", "int",
+        "Tool calls whose content was dropped and whose metadata an open session keeps in "
+        "memory, the ones used last; an older one's is read back from the store when needed "
+        "(decision 0111).",
+        default=Settings().metadata_budget,
+    ),
+    Setting(
         "files.mounts", "path",
         "A TOML file of mount mappings for a sandboxed agent (docs/specification.md §3).",
         env="SELFCTX_MOUNTS",
@@ -497,6 +504,7 @@ class Config:
             max_file_bytes=self.get("files.max_file_bytes"),
             max_output_bytes=self.get("files.max_output_bytes"),
             content_budget=self.get("files.content_budget"),
+            metadata_budget=self.get("files.metadata_budget"),
         )
 
 

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 import attrs
 
-from selfctx.application.objects import CONTENT_BUDGET, ObjectCache
+from selfctx.application.objects import CONTENT_BUDGET, METADATA_BUDGET, ObjectCache
 from selfctx.application.persistence import (
     compact_json,
     decode_events,
@@ -617,16 +617,25 @@ class SessionRunner:
         ids: IdSource,
         *,
         content_budget: int = CONTENT_BUDGET,
+        metadata_budget: int = METADATA_BUDGET,
     ) -> None:
         self.store = store
         self.clock = clock
         self.ids = ids
         self.content_budget = content_budget
         """Characters of content each open session keeps in memory."""
+        self.metadata_budget = metadata_budget
+        """Hollow tool calls whose metadata each open session keeps in memory (decision 0111)."""
 
     def new_objects(self) -> ObjectCache:
         """An empty object cache for a session, reading what it drops from this store."""
-        return ObjectCache(self.store.get_many, self.content_budget)
+        store = self.store
+        return ObjectCache(
+            store.get_many,
+            self.content_budget,
+            self.metadata_budget,
+            lambda ids: store.get_many_fields(ids, _TOOLCALL_METADATA),
+        )
 
     # -- loading ---------------------------------------------------------------------------
 

@@ -119,7 +119,13 @@ class ContextService:
         Its ``failures()`` lists every error raised on its thread."""
         self.settings = settings or Settings()
         self.mounts = mounts
-        runner = SessionRunner(store, clock, ids, content_budget=self.settings.content_budget)
+        runner = SessionRunner(
+            store,
+            clock,
+            ids,
+            content_budget=self.settings.content_budget,
+            metadata_budget=self.settings.metadata_budget,
+        )
         deps = Deps(runner=runner, files=files, mounts=mounts, settings=self.settings)
         self._deps = deps
         self._runner = runner

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import attrs
 
-from selfctx.application.objects import CONTENT_BUDGET
+from selfctx.application.objects import CONTENT_BUDGET, METADATA_BUDGET
 from selfctx.application.policies import as_policy, default_policy
+from selfctx.domain.errors import InvalidInput
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = ["Settings"]
@@ -27,3 +28,12 @@ class Settings:
     content_budget: int = CONTENT_BUDGET
     """Characters of content each open session keeps in memory (the objects used last); the
     rest is read again from the store when needed (``selfctx.application.objects``)."""
+    metadata_budget: int = attrs.field(default=METADATA_BUDGET)
+    """Tool calls whose content was dropped and whose metadata each open session keeps in
+    memory (the ones used last); an older one's is read again from the store when needed
+    (decision 0111)."""
+
+    @metadata_budget.validator
+    def _check_metadata_budget(self, _: object, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InvalidInput("metadata_budget", value, "must be an integer >= 0")

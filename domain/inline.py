@@ -23,6 +23,7 @@ from selfctx.domain.chat import (
     ContextNote,
     ToolCallRequest,
     ToolResult,
+    Turn,
     UserMessage,
 )
 from selfctx.domain.compaction import summary_text
@@ -319,6 +320,29 @@ def _first_changed(state: SessionState, cache: InlineCache) -> int | None:
     return first
 
 
+def _prefetch(
+    objects: Mapping[str, ContentObject],
+    turns: Sequence[Turn],
+    start: int,
+    counts: list[int],
+) -> None:
+    """Let a mapping that reads what it does not hold (the session's objects, whose older tool
+    calls' metadata is in the store: decision 0111) read the calls about to be rendered in one
+    batch, not one at a time."""
+    prefetch = getattr(objects, "prefetch", None)
+    if prefetch is None:
+        return
+    ids: list[str] = []
+    for number in range(start, len(turns)):
+        for message in turns[number].messages[counts[number] :]:
+            if isinstance(message, ToolResult):
+                ids.append(message.toolcall_id)
+            elif isinstance(message, AssistantMessage):
+                ids.extend(call.id for call in message.tool_calls)
+    if len(ids) > 1:
+        prefetch(ids)
+
+
 def render_inline(
     state: SessionState,
     objects: Mapping[str, ContentObject],
@@ -345,6 +369,7 @@ def render_inline(
         cache.origin.append((last, len(turns[last].messages) - 1))
         cache.counts[last] = len(turns[last].messages)
     start = cache.origin[-1][0] if cache.origin else 0
+    _prefetch(objects, turns, start, cache.counts)
     for number in range(start, len(turns)):
         turn = turns[number]
         for index in range(cache.counts[number], len(turn.messages)):

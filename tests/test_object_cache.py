@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 from pyrsistent import pset
 
@@ -54,6 +55,47 @@ def test_the_cache_keeps_content_within_its_budget_and_reads_the_rest_again() ->
     assert cache.chars <= 1_000
 
 
+def test_the_metadata_of_hollow_tool_calls_is_kept_for_the_ones_used_last() -> None:
+    """Decision 0111: after an assembly (``trim``), beyond ``metadata_budget`` hollow tool
+    calls the least recently used one's metadata is dropped too (only its id stays) and read
+    back from the store, without its content, when asked for: equal to what was held."""
+    stored: dict[str, Any] = {}
+    batches: list[list[str]] = []
+
+    def without_content(ids: list[str]) -> dict[str, Any]:
+        batches.append(ids)
+        return {i: {k: v for k, v in stored[i].items() if k != "content"} for i in ids}
+
+    cache = ObjectCache(
+        lambda ids: {i: stored[i] for i in ids}, 1_000, metadata_budget=3,
+        metadata_loader=without_content,
+    )  # fmt: skip
+    objects = [_call(n, 300) for n in range(10)]
+    for obj in objects:
+        stored[obj.id] = to_document(obj)
+        cache[obj.id] = obj
+    hollow = [o.id for o in objects if cache.hollow(o.id)]
+    assert hollow == [o.id for o in objects[:7]]
+    assert not any(cache.cold(o.id) for o in objects)  # not while an assembly may walk them
+    cache.trim()
+    cold = [o.id for o in objects if cache.cold(o.id)]
+    assert cold == [o.id for o in objects[:4]]  # the 3 hollow ones used last stay
+    assert len(cache) == 10 and all(o.id in cache for o in objects) and not batches
+    assert cache.meta("tc-1", read=False) is None  # not read: a pass that looks for files
+    held = cache.meta("tc-1")  # read back: the metadata as it was, without content
+    assert batches == [["tc-1"]] and cache.metadata_loads == 1 and cache.loads == 0
+    assert held == attrs.evolve(objects[1], content=None)
+    assert cache.meta("tc-1") is held and len(batches) == 1  # held now: no read
+    cache.trim()
+    assert not cache.cold("tc-1") and cache.cold("tc-4")  # tc-1 used last: tc-4 went cold
+    view = cache.showing(set())
+    assert view["tc-2"] == attrs.evolve(objects[2], content=None)  # a renderer reads it
+    assert cache["tc-3"] == objects[3]  # whole: content and all
+    assert not cache.cold("tc-3") and not cache.hollow("tc-3")
+    cache.trim()
+    assert sum(not cache.cold(i) and cache.hollow(i) for i in cache) == 3
+
+
 def test_a_persistent_set_shown_again_shows_what_a_fresh_copy_would() -> None:
     """The members of the last persistent set shown are kept by identity (a set of the session's
     state is immutable); another set, or a mutable one, is read anew."""
@@ -87,11 +129,15 @@ def _conversation(h: HarnessSession, turns: int) -> list[dict[str, Any]]:
     return requests
 
 
+@pytest.mark.parametrize("metadata", [256, 0])
 @pytest.mark.parametrize("policy", ["inline", "relevance", "ssot"])
 def test_a_session_with_a_small_budget_shows_exactly_what_a_large_one_does(
-    make_service: MakeService, policy: str
+    make_service: MakeService, policy: str, metadata: int
 ) -> None:
-    small = make_service(settings=Settings(content_budget=2_000))  # on the test's store
+    """And with no metadata kept of hollow tool calls (decision 0111): every prompt the same."""
+    small = make_service(  # on the test's store
+        settings=Settings(content_budget=2_000, metadata_budget=metadata)
+    )
     large = make_service(settings=Settings(content_budget=10**9), store=None)  # in memory
     a = HarnessSession(small, "s1", policy=policy_by_name(policy))
     b = HarnessSession(large, "s1", policy=policy_by_name(policy))
@@ -101,6 +147,16 @@ def test_a_session_with_a_small_budget_shows_exactly_what_a_large_one_does(
     assert cache.chars <= 2_000 + 1_000 + cache.held_chars()
     if policy != "inline":  # the inline layout shows every output whole: all of it is held
         assert any(cache.hollow(i) for i in cache)
+        assert any(cache.cold(i) for i in cache) == (metadata == 0)
+    # An early output shown again and collapsed again: the prompt rendered from there on
+    # reads the metadata of what went cold after it
+    first = next(i for i in small.state("s1").index if small.state("s1").kinds[i] == "toolcall")
+    for step in (small.activate, small.deactivate):
+        step("s1", first)
+        large.activate("s1", first) if step == small.activate else large.deactivate("s1", first)
+        assert a.request() == b.request()
+    if policy == "relevance":  # (the ssot layout keeps each turn's rendering)
+        assert (cache.metadata_loads > 0) == (metadata == 0)
     # What was dropped comes back whole when asked for.
     for object_id in list(cache):
         assert small.object("s1", object_id) == large.object("s1", object_id)

@@ -138,6 +138,7 @@ class AssembleContext:
         context = self._assemble(session)
         if session.context_counter is not None:
             session.context_counter.sent()  # what the next request finds cached (_paying)
+        session.objects.trim()  # the metadata of old outputs beyond the budget (decision 0111)
         return context
 
     def _assemble(self, session: OpenSession) -> AssembledContext:

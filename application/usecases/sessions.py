@@ -140,7 +140,7 @@ class ResumeSession:
             unchanged = 0
             files = [
                 obj
-                for obj in (session.objects.meta(i) for i in state.index)
+                for obj in (session.objects.meta(i, read=False) for i in state.index)
                 if isinstance(obj, FileObject) and not obj.is_stub
             ]
             stored = reads.stored_files(files)

@@ -90,7 +90,7 @@ class TrackSources:
             return
         ids = list(session.state.index) if object_ids is None else list(object_ids)
         for object_id in ids:
-            obj = session.objects.meta(object_id)
+            obj = session.objects.meta(object_id, read=False)
             if not isinstance(obj, FileObject) or obj.is_stub:
                 continue
             # Asked every time (cheap, idempotent): a watch may have ended since, e.g. when its
@@ -132,7 +132,7 @@ class TrackSources:
         with session.lock:
             files = [
                 obj
-                for obj in (session.objects.meta(i) for i in session.state.index)
+                for obj in (session.objects.meta(i, read=False) for i in session.state.index)
                 if isinstance(obj, FileObject) and not obj.is_stub
             ]
         report = self.refresh([SourceChange(f.source) for f in files])
@@ -240,7 +240,7 @@ class TrackSources:
             wanted = [
                 object_id
                 for object_id, object_hash in latest.items()
-                if (known := objects.meta(object_id)) is not None
+                if (known := objects.meta(object_id, read=False)) is not None
                 and isinstance(known, FileObject)
                 and known.object_hash != object_hash
             ]
@@ -250,7 +250,7 @@ class TrackSources:
             wanted = [
                 object_id
                 for object_id in session.state.index
-                if isinstance(objects.meta(object_id), FileObject)
+                if isinstance(objects.meta(object_id, read=False), FileObject)
             ]
         adopted = []
         if wanted:
@@ -263,7 +263,7 @@ class TrackSources:
             missing = []
             for object_id in wanted:
                 doc = delivered.get(object_id)
-                known = objects.meta(object_id)
+                known = objects.meta(object_id, read=False)
                 if (
                     doc is not None
                     and known is not None
@@ -276,7 +276,7 @@ class TrackSources:
                 docs += store.get_many(missing).values()
             for doc in docs:
                 version = from_document(doc)
-                known = objects.meta(version.id)
+                known = objects.meta(version.id, read=False)
                 if (
                     isinstance(version, FileObject)
                     and known is not None
@@ -322,6 +322,6 @@ class TrackSources:
         for session in self._sessions():
             with session.lock:
                 for object_id, version in latest.items():
-                    known = session.objects.meta(object_id)
+                    known = session.objects.meta(object_id, read=False)
                     if known is not None and known.object_hash != version.object_hash:
                         session.remember(version)

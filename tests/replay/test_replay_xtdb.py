@@ -66,14 +66,15 @@ _CALL_ID = re.compile(r"\btc_[0-9a-f]{16,}\b")
 
 def _prompts(trajectory: Trajectory, store: XtdbStore, tmp_path: Path, budget: int) -> list[str]:
     """Every prompt of a replay of ``trajectory`` by a service keeping ``budget`` characters of
-    content, as JSON text, with the session's namespace written as ``NS``."""
+    content, as JSON text, with the session's namespace written as ``NS``; with a tiny budget,
+    no metadata of the tool calls whose content it dropped either (decision 0111)."""
     ns = f"t{uuid.uuid4().hex[:8]}"
     filesystem = trajectory.filesystem_id or f"{ns}:{replay_filesystem_id(trajectory)}"
     service = build_service(
         store=store,
         workspace=str(tmp_path),
         default_filesystem_id=filesystem,
-        settings=Settings(content_budget=budget),
+        settings=Settings(content_budget=budget, metadata_budget=0 if budget < 1_000 else budget),
     )
     prompts: list[str] = []
     sid = session_id_for(trajectory, ns)

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import attrs
 import pytest
 
 from selfctx.adapters.bootstrap import build_service
@@ -24,6 +25,7 @@ from selfctx.adapters.xtdb import XtdbNode, open_store
 from selfctx.application.policies import policy_by_name
 from selfctx.application.service import ContextService
 from selfctx.application.settings import Settings
+from selfctx.domain.objects import ToolcallObject
 
 WORDS = [
     "alpha",
@@ -279,3 +281,59 @@ def test_what_a_session_keeps_of_each_message_beside_its_texts_is_small(service_
             counts.append(held())
     per_message = (counts[1] - counts[0]) / (2 * 80)
     assert 0 < per_message < 400, per_message
+
+
+def _held(cache: Any) -> int:
+    """Bytes of every object reachable from an object cache, strings included (the metadata's
+    hashes, paths and displays) but the ids (the session's index holds them), each counted
+    once."""
+    seen: set[int] = {id(i) for i in cache}
+    total = 0
+    stack = [cache]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, type) or callable(obj):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        stack.extend(gc.get_referents(obj))
+    return total
+
+
+def test_the_objects_a_session_holds_grow_by_an_id_per_object_beyond_their_budgets(
+    xtdb_node: XtdbNode,
+) -> None:
+    """Decision 0111: beyond its content budget and its metadata budget, a session's object
+    cache keeps of each older tool call a place in two tables for its id (about 130 bytes; the
+    metadata of each, its four hashes, display and arguments, was about 700): the cache's size at
+    turn 120 is about its size at turn 60, and what went cold reads back equal."""
+    service = build_service(
+        store=open_store(xtdb_node.url, timeout=10.0),
+        settings=Settings(content_budget=5_000, metadata_budget=16),
+    )
+    try:
+        sid, prefix = f"mem-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:8]
+        h = HarnessSession(service, sid, policy=policy_by_name("relevance"))
+        rng = random.Random(13)
+        digest = h.ingest([{"role": "user", "content": "fix the tests"}]).digest
+        sizes = []
+        for n in range(120):
+            new = _turn([], prefix, n, _output(rng, n, rng.randint(300, 500)))
+            digest = h.append(new, extends=digest).digest
+            h.request()
+            if n + 1 in (60, 120):
+                gc.collect()
+                sizes.append(_held(service._open(sid).objects))
+        cache = service._open(sid).objects
+        calls = [i for i in cache if service.state(sid).kinds.get(i) == "toolcall"]
+        cold = [i for i in calls if cache.cold(i)]
+        assert len(calls) == 120 and len(cold) > 80
+        per_object = (sizes[1] - sizes[0]) / 60
+        assert 0 < per_object < 250, (per_object, sizes)
+        first = cache.meta(cold[0])  # read back from the store: the metadata as recorded
+        assert isinstance(first, ToolcallObject) and first.content is None
+        whole = service.object(sid, cold[0])
+        assert attrs.evolve(whole, content=None) == first and whole.content
+        print(f"object cache: {per_object:.0f} bytes per tool call, turns 60-120")
+    finally:
+        service.close()
