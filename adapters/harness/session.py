@@ -105,6 +105,16 @@ class HarnessSession:
         self._requests = RequestCache(fmt, tool_prefix=self.tool_prefix, values=False)
         """The last request's rendering, which the next one renders on from where it changed:
         its text only, until :meth:`request` first asks for the values (decision 0092)."""
+        if self.resumed is not None:
+            self.prepare()
+
+    def prepare(self) -> None:
+        """Render, count and encode the session's context as it is, deciding nothing, so that
+        the next request does again only what changed since (decision 0110): a resumed
+        session's first request would otherwise render every message of the chat."""
+        context = self.service.prepare(self.session_id)
+        if self.format != "openai" or not self.text_actions:  # else shaped at every request
+            self._requests.render(context)
 
     @property
     def ids(self) -> CallIds:
