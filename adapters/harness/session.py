@@ -108,13 +108,13 @@ class HarnessSession:
         self._requests = RequestCache(fmt, tool_prefix=self.tool_prefix, values=False)
         """The last request's rendering, which the next one renders on from where it changed:
         its text only, until :meth:`request` first asks for the values (decision 0092)."""
-        if self.resumed is not None:
-            self.prepare()
 
     def prepare(self) -> None:
         """Render, count and encode the session's context as it is, deciding nothing, so that
-        the next request does again only what changed since (decision 0110): a resumed
-        session's first request would otherwise render every message of the chat."""
+        the next :meth:`encoded_request` does again only what changed since (decision 0110): a
+        resumed session's first request would otherwise render every message of the chat. For
+        a caller whose requests are this session's (the stdio server), not one with a request
+        cache of its own (the proxy), which would keep the encoded items for nothing."""
         try:
             context = self.service.prepare(self.session_id)
         except SelfContextError as exc:  # the store, say: the first request does it, or says so

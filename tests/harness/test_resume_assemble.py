@@ -111,6 +111,7 @@ def test_the_first_request_after_a_resume_does_only_what_an_ordinary_one_does(
         monkeypatch.setattr(tokenizer, "count", counting("counted", tokenizer.count))
         two = _harness(broken)
         assert two.resumed is not None
+        two.prepare()  # what the stdio server's session.open does on a resume
         before = dict(calls)
         expected = one.encoded_request().text
         ordinary = {k: calls[k] - before[k] for k in calls}
