@@ -400,6 +400,15 @@ class ContextService:
             self._tracking.learn(session)
             return self._assemble(session)
 
+    def prepare(self, session_id: str) -> AssembledContext:
+        """The context the model would see now, rendered, counted and looked at as the next
+        :meth:`assemble` would (which then does again only what changed since), deciding and
+        recording nothing: what a resumed session does once, so that its first assembly costs
+        what an ordinary one does (decision 0110)."""
+        session = self._open(session_id)
+        with session.lock:
+            return self._assemble.prepare(session)
+
     def look_ahead(self, session_id: str) -> None:
         """Start, in the background, the store read the session's next :meth:`assemble` makes
         (the file versions other clients wrote since: decision 0066), so that it overlaps the

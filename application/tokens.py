@@ -125,6 +125,8 @@ class ContextCounter:
         self._fresh_from = sent
         """Where the messages not yet sent begin: those after the context given to
         :meth:`sent` last, or changed since."""
+        self._primed = False
+        """The messages held were counted by :meth:`prime`, not for a request."""
 
     def __call__(self, context: AssembledContext) -> int:
         count = self._count
@@ -136,7 +138,9 @@ class ContextCounter:
         if same < len(messages):
             self._chat_total -= sum(counts[same:])
             del messages[same:], counts[same:]
-            self._fresh_from = min(self._fresh_from, same)
+            if not self._primed:  # a primed message was never sent, nor changed since
+                self._fresh_from = min(self._fresh_from, same)
+        self._primed = False
         for message in chat[same:]:
             n = sum(count(t) for t in _message_texts(message))
             messages.append(message)
@@ -144,6 +148,14 @@ class ContextCounter:
             self._chat_total += n
         total += self._chat_total
         return total + sum(count(block.text) for block in context.active)
+
+    def prime(self, context: AssembledContext) -> None:
+        """Count ``context`` ahead of the first request (a resumed session's, decision 0110):
+        that request then counts only the messages that differ from it, and what it finds was
+        sent before is what it would have found without this count."""
+        fresh = not self._messages
+        self(context)
+        self._primed = fresh
 
     def sent(self) -> None:
         """The context counted last is the one sent: a provider has its messages cached."""

@@ -17,7 +17,8 @@ from selfctx.adapters.harness.trajectories import load
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.tokenizer import EstimateTokenizer
 from selfctx.application.policies import policy_by_name
-from selfctx.application.tokens import context_tokens, identical_prefix
+from selfctx.application.tokens import ContextCounter, context_tokens, identical_prefix
+from selfctx.domain.rendering import AssembledContext, RenderedMessage
 
 
 @pytest.mark.parametrize(
@@ -91,3 +92,29 @@ def test_remembered_token_counts_keep_no_text_and_a_bounded_number_of_entries() 
     assert len(counts) == 100  # the entries counted last
     assert counts.get("text 999") == 999 and counts.get("text 0") is None
     assert counts.chars == sum(len(f"text {n}") for n in range(900, 1_000))
+
+
+def test_a_primed_count_leaves_what_was_sent_as_a_fresh_count_finds_it() -> None:
+    """A resumed session counts its context ahead of its first request (decision 0110): that
+    request's count, its total and what it finds a provider has cached (``tails``) are those of
+    a counter that counted nothing before it, even where the request changed a message the
+    preparation counted."""
+    tokenizer = EstimateTokenizer()
+
+    def message(n: int, text: str) -> RenderedMessage:
+        return RenderedMessage("tool", f"{text} {n} " * (n + 1), toolcall_id=f"call{n}")
+
+    chat = [message(n, "output") for n in range(8)]
+    prepared = AssembledContext("s", (), tuple(chat), ())
+    changed = [*chat[:2], message(2, "collapsed"), *chat[3:]]  # a collapse at position 2
+    request = AssembledContext("s", (), tuple(changed), ())
+
+    fresh = ContextCounter(tokenizer.count, sent=6)
+    primed = ContextCounter(tokenizer.count, sent=6)
+    primed.prime(prepared)
+    assert primed(request) == fresh(request) == context_tokens(request, tokenizer.count)
+    assert primed.tails(request) == fresh.tails(request)
+    assert set(fresh.tails(request)) == {f"call{n}" for n in range(6)}
+    unprimed = ContextCounter(tokenizer.count, sent=6)
+    unprimed(prepared)  # counted as a request's, not primed: the change is after what it sent
+    assert set(unprimed.tails(request)) == {"call0", "call1"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,10 +37,12 @@ from selfctx.adapters.harness.tools import (
     tool_schemas,
 )
 from selfctx.application.service import ContextService
-from selfctx.domain.errors import InvalidInput
+from selfctx.domain.errors import InvalidInput, SelfContextError
 from selfctx.domain.session.state import PolicyConfig
 
 __all__ = ["MAX_NESTING", "DigestMismatch", "HarnessSession"]
+
+log = logging.getLogger("selfctx.harness")
 
 MAX_NESTING = 98
 """Deepest nesting of arrays and objects in a message (the JSON-RPC server allows 100 levels in
@@ -105,6 +108,20 @@ class HarnessSession:
         self._requests = RequestCache(fmt, tool_prefix=self.tool_prefix, values=False)
         """The last request's rendering, which the next one renders on from where it changed:
         its text only, until :meth:`request` first asks for the values (decision 0092)."""
+
+    def prepare(self) -> None:
+        """Render, count and encode the session's context as it is, deciding nothing, so that
+        the next :meth:`encoded_request` does again only what changed since (decision 0110): a
+        resumed session's first request would otherwise render every message of the chat. For
+        a caller whose requests are this session's (the stdio server), not one with a request
+        cache of its own (the proxy), which would keep the encoded items for nothing."""
+        try:
+            context = self.service.prepare(self.session_id)
+        except SelfContextError as exc:  # the store, say: the first request does it, or says so
+            log.info("session %s: its first request not prepared: %s", self.session_id, exc)
+            return
+        if self.format != "openai" or not self.text_actions:  # else shaped at every request
+            self._requests.render(context)
 
     @property
     def ids(self) -> CallIds:

@@ -248,6 +248,9 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
             tool_prefix=p.get("tool_prefix", ""),
         )
         if harness.resumed is not None:
+            # its first request rendered, counted and encoded now, deciding nothing: that
+            # request then costs what an ordinary one does (decision 0110)
+            harness.prepare()
             gc.collect()
     policy = harness.service.state(session_id).policy.name  # a resumed session keeps its own
     server.sessions[session_id] = _Open(harness, policy)

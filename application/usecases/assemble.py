@@ -134,6 +134,37 @@ class AssembleContext:
         """Tokens of ``context`` (reusing the counts of messages counted before)."""
         return int(self.context_counter(session)(context))
 
+    def prepare(self, session: OpenSession) -> AssembledContext:
+        """What the next assembly of ``session`` would find in its caches, made now, deciding
+        and recording nothing (decision 0110): the context rendered as the state is, every
+        message of it counted, and the relevance plan's facts about the session's outputs
+        learnt. A resumed session calls it once, so that its first assembly costs what an
+        ordinary one does; an assembly after it renders, counts and looks again only at what
+        changed since, as every assembly does."""
+        policy = session.state.policy
+        context = self.render(session)
+        if (
+            policy.trigger_tokens is None
+            and policy.budget_tokens is None
+            and policy.max_input_tokens is None
+        ):
+            return context
+        count = self._counter(session)
+        if session.context_counter is None:
+            self.context_counter(session).prime(context)
+        if policy.seen_calls is not None or policy.trigger_tokens is not None:
+            # the plan is not kept (an assembly plans again, on the state it finds): what it
+            # learnt of each output on the way, in the memo, is what the next plan reads
+            plan_collapse(
+                session.state,
+                session.working_objects(),
+                self._deps.mounts.display_path,
+                count,
+                _newest_toolcalls(session, policy.keep_recent),
+                session.relevance_memo,
+            )
+        return context
+
     def __call__(self, session: OpenSession) -> AssembledContext:
         context = self._assemble(session)
         if session.context_counter is not None:

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from selfctx.adapters.harness import request
 from selfctx.adapters.harness.session import HarnessSession
+from selfctx.domain import inline
 from tests.conftest import StoreFactory
 from tests.harness.conftest import bash, make_service, o_assistant, o_tool, o_user, open_harness
 from tests.support import WrappedStore
@@ -66,6 +68,59 @@ def test_the_first_request_after_a_resume_is_the_uninterrupted_one(
             assert two.encoded_request().text == expected, f"turn {turn}"
         state = one.service.state("s1")
         assert len(state.pool) > len(state.active)  # the policy did collapse outputs
+    finally:
+        straight.close()
+        broken.close()
+
+
+@pytest.mark.parametrize("restart_at", [3, 9, TURNS])
+def test_the_first_request_after_a_resume_does_only_what_an_ordinary_one_does(
+    store_factory: StoreFactory, ns: str, restart_at: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resume prepares the request as the state is (decision 0110): the first request after
+    it renders, encodes and counts no more messages than the same request of the uninterrupted
+    session does, and is the same bytes."""
+    calls = {"rendered": 0, "encoded": 0, "counted": 0}
+
+    def counting(name: str, function: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return counted
+
+    listing = _listing()
+    cuts = [i + 1 for i, m in enumerate(listing) if m["role"] == "tool"][:restart_at]
+    straight = WrappedStore(store_factory.make(), namespace=f"{ns}a")
+    broken = WrappedStore(store_factory.make(), namespace=f"{ns}b")
+    try:
+        one, two = _harness(straight), _harness(broken)
+        for cut in cuts:
+            one.ingest(listing[:cut])
+            one.encoded_request()
+            two.ingest(listing[:cut])
+            two.encoded_request()
+        # a message more, then its request: on the uninterrupted server, and on a new one that
+        # resumed the session from the store alone in between
+        more = [*listing[: cuts[-1]], o_user("Go on.")]
+        one.ingest(more)
+        two.ingest(more)
+        tokenizer = type(two.service.tokenizer)
+        monkeypatch.setattr(inline, "_render_message", counting("rendered", inline._render_message))
+        monkeypatch.setattr(request, "_final_openai", counting("encoded", request._final_openai))
+        monkeypatch.setattr(tokenizer, "count", counting("counted", tokenizer.count))
+        two = _harness(broken)
+        assert two.resumed is not None
+        two.prepare()  # what the stdio server's session.open does on a resume
+        before = dict(calls)
+        expected = one.encoded_request().text
+        ordinary = {k: calls[k] - before[k] for k in calls}
+        before = dict(calls)
+        assert two.encoded_request().text == expected
+        first = {k: calls[k] - before[k] for k in calls}
+        assert ordinary["rendered"] > 0  # the uninterrupted request rendered its new message
+        for name in calls:
+            assert first[name] <= ordinary[name], (name, first, ordinary)
     finally:
         straight.close()
         broken.close()

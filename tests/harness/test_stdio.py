@@ -43,6 +43,7 @@ from selfctx.application.ports.store import (
     StoreUnavailable,
 )
 from selfctx.domain.identifiers import toolcall_object_id
+from tests.harness.conftest import bash, o_assistant, o_tool, o_user
 from tests.support import CountingClock, CountingIds, FakeFileReader, WrappedStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -727,3 +728,19 @@ def test_a_resume_runs_with_the_collector_paused_and_restores_it() -> None:
     server.sessions.clear()
     assert ask(server, "session.open", session_id="s")["error"]
     assert seen == [False, False] and gc.isenabled()
+
+
+def test_a_resumed_session_is_opened_with_its_first_request_prepared() -> None:
+    """Decision 0110: ``session.open`` of a stored session renders and encodes its request as the
+    state is, so that the first ``assemble`` encodes nothing it had; a new session does not."""
+    store = WrappedStore(MemoryStore())
+    first = in_process(store)
+    assert "result" in ask(first, "session.open", session_id="s")
+    listing = [o_user("Run it."), o_assistant("", bash("c1", "ls")), o_tool("c1", "a.py")]
+    assert "result" in ask(first, "ingest", session_id="s", messages=listing)
+    expected = ask(first, "assemble", session_id="s")["result"]["messages"]
+    server = in_process(store)
+    assert ask(server, "session.open", session_id="s")["result"]["resumed"] is True
+    prepared = server.sessions["s"].harness._requests._items
+    assert len(prepared) == 3  # the user's message, the call, its result: encoded
+    assert ask(server, "assemble", session_id="s")["result"]["messages"] == expected
