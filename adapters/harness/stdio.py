@@ -248,10 +248,11 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
             tool_prefix=p.get("tool_prefix", ""),
         )
         if harness.resumed is not None:
-            # its first request rendered, counted and encoded now, deciding nothing: that
-            # request then costs what an ordinary one does (decision 0110)
-            harness.prepare()
+            # The one walk first, then its first request rendered, counted and encoded, deciding
+            # nothing: that request then costs what an ordinary one does, and the walk does not
+            # also go over what was prepared (decision 0110).
             gc.collect()
+            harness.prepare()
     policy = harness.service.state(session_id).policy.name  # a resumed session keeps its own
     server.sessions[session_id] = _Open(harness, policy)
     report = harness.resumed
