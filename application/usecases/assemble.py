@@ -52,7 +52,7 @@ from selfctx.domain.rendering import (
     render_context,
 )
 from selfctx.domain.session import commands as c
-from selfctx.domain.session.state import SessionState, members
+from selfctx.domain.session.state import PolicyConfig, SessionState, members
 
 __all__ = ["AssembleContext", "BudgetExceeded", "foreseen_collapses"]
 
@@ -143,11 +143,7 @@ class AssembleContext:
         changed since, as every assembly does."""
         policy = session.state.policy
         context = self.render(session)
-        if (
-            policy.trigger_tokens is None
-            and policy.budget_tokens is None
-            and policy.max_input_tokens is None
-        ):
+        if _unbudgeted(policy):
             return context
         count = self._counter(session)
         if session.context_counter is None:
@@ -178,11 +174,7 @@ class AssembleContext:
             self._compact(session, self._counter(session))
         session.plan = None
         context = self.render(session)
-        if (
-            policy.trigger_tokens is None
-            and policy.budget_tokens is None
-            and policy.max_input_tokens is None
-        ):
+        if _unbudgeted(policy):
             return context
         count = self._counter(session)
         before, collapsed = session.state, False
@@ -683,3 +675,13 @@ _SHORTEST = 50
 
 def _truncation_note(left_out: int, budget: int, why: str) -> str:
     return f"[context] {left_out} earlier messages left out to fit {why} of {budget} tokens"
+
+
+def _unbudgeted(policy: PolicyConfig) -> bool:
+    """Whether ``policy`` sets no token limit: the context is then shown as rendered, and nothing
+    is counted or planned."""
+    return (
+        policy.trigger_tokens is None
+        and policy.budget_tokens is None
+        and policy.max_input_tokens is None
+    )
