@@ -109,12 +109,12 @@ def _upstream_then(model: ScriptedModel, want: int, then: Callable[[], None]) ->
     return hook
 
 
-@pytest.mark.parametrize("early", [False, True], ids=["default", "answer_before_commit"])
-def test_a_whole_answer_and_its_commit(tmp_path: Path, store: WrappedStore, early: bool) -> None:
-    """By default a whole (not streamed) answer waits for the commit made beside its request
-    (decisions 0078, 0089). With ``answer_before_commit`` it goes to the client before that
-    commit is known, and the session's next request waits for it (decision 0107). On each
-    store (a real XTDB node's too)."""
+def _third_answer_timed(
+    tmp_path: Path, store: WrappedStore, *, early: bool, stream: bool = False
+) -> tuple[dict[str, float], str]:
+    """Four requests of one conversation through the proxy; the third request's commit is held
+    until the model has answered it. When it was made (``committed_at``), and when the third and
+    fourth answers reached the client (``answered_at``, ``next_answered_at``); the session's id."""
     steps = [bash(f"echo {n}") for n in range(4)]
     seen: dict[str, float] = {}
 
@@ -131,15 +131,25 @@ def test_a_whole_answer_and_its_commit(tmp_path: Path, store: WrappedStore, earl
             talk.send(client)
             sid = next(iter(proxy.sessions.items()))
             store.on_commit = _upstream_then(model, len(model.requests) + 1, committed)
+            talk.send(client, stream=stream)
+            seen["answered_at"] = time.monotonic()
             talk.send(client)
-            answered_at = time.monotonic()
-            talk.send(client)
-            next_answered_at = time.monotonic()
+            seen["next_answered_at"] = time.monotonic()
+    return seen, sid
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["default", "answer_before_commit"])
+def test_a_whole_answer_and_its_commit(tmp_path: Path, store: WrappedStore, early: bool) -> None:
+    """By default a whole (not streamed) answer waits for the commit made beside its request
+    (decisions 0078, 0089). With ``answer_before_commit`` it goes to the client before that
+    commit is known, and the session's next request waits for it (decision 0107). On each
+    store (a real XTDB node's too)."""
+    seen, sid = _third_answer_timed(tmp_path, store, early=early)
     if early:
-        assert answered_at < seen["committed_at"], "the answer waited for the commit"
-        assert next_answered_at > seen["committed_at"], "the next request did not wait for it"
+        assert seen["answered_at"] < seen["committed_at"], "the answer waited for the commit"
+        assert seen["next_answered_at"] > seen["committed_at"], "the next request did not wait"
     else:
-        assert answered_at >= seen["committed_at"], "the answer came before the commit was made"
+        assert seen["answered_at"] >= seen["committed_at"], "the answer came before the commit"
     # every call the client sent back (the last answer's call is recorded when it comes back)
     assert _commands(store, tmp_path, sid) == [f"echo {n}" for n in range(3)]
 
@@ -149,26 +159,8 @@ def test_a_streamed_answer_waits_for_its_commit(tmp_path: Path) -> None:
     the client gets none of it before the commit is known (decision 0078), with
     ``answer_before_commit`` too (decision 0107)."""
     store = WrappedStore(MemoryStore())
-    steps = [bash(f"echo {n}") for n in range(4)]
-    seen: dict[str, float] = {}
-
-    def committed() -> None:
-        seen["committed_at"] = time.monotonic()
-
-    with (
-        scripted(steps) as (model, up),
-        proxy_for(up, tmp_path, store, answer_before_commit=True) as (proxy, base),
-    ):
-        talk = Conversation(base)
-        with httpx.Client() as client:
-            talk.send(client)
-            talk.send(client)
-            sid = next(iter(proxy.sessions.items()))
-            store.on_commit = _upstream_then(model, len(model.requests) + 1, committed)
-            talk.send(client, stream=True)
-            answered_at = time.monotonic()
-            talk.send(client)
-    assert answered_at >= seen["committed_at"], "the answer came before the commit was made"
+    seen, sid = _third_answer_timed(tmp_path, store, early=True, stream=True)
+    assert seen["answered_at"] >= seen["committed_at"], "the answer came before the commit"
     assert _commands(store.inner, tmp_path, sid) == [f"echo {n}" for n in range(3)]
 
 
