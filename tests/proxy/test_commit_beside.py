@@ -164,6 +164,28 @@ def test_a_streamed_answer_waits_for_its_commit(tmp_path: Path) -> None:
     assert _commands(store.inner, tmp_path, sid) == [f"echo {n}" for n in range(3)]
 
 
+def _third_request_meets(
+    talk: Conversation,
+    client: httpx.Client,
+    proxy: Any,
+    model: ScriptedModel,
+    store: WrappedStore,
+    then: Callable[[], None],
+    stream: bool = False,
+) -> tuple[str, dict[str, Any], list[Any]]:
+    """Two requests of ``talk``, then a third whose commit runs ``then`` once the model has
+    answered it: the session's id, the client's own third request, and the bodies the model got
+    for it."""
+    talk.send(client)
+    talk.send(client)
+    sid = next(iter(proxy.sessions.items()))
+    before = len(model.requests)
+    store.on_commit = _upstream_then(model, before + 1, then)
+    own = json.loads(json.dumps({**talk.body(), **({"stream": True} if stream else {})}))
+    talk.send(client, stream=stream)
+    return sid, own, [r.body for r in model.requests[before:]]
+
+
 def _fail() -> None:
     raise StoreUnavailable("injected failure", operation="commit")
 
@@ -182,14 +204,7 @@ def test_a_store_that_fails_meanwhile_loses_nothing(tmp_path: Path, stream: bool
     ):
         talk = Conversation(base)
         with httpx.Client() as client:
-            talk.send(client)
-            talk.send(client)
-            sid = next(iter(proxy.sessions.items()))
-            before = len(model.requests)
-            store.on_commit = _upstream_then(model, before + 1, _fail)
-            own = json.loads(json.dumps({**talk.body(), **({"stream": True} if stream else {})}))
-            talk.send(client, stream=stream)
-            sent = [r.body for r in model.requests[before:]]
+            sid, own, sent = _third_request_meets(talk, client, proxy, model, store, _fail, stream)
             talk.send(client)  # the store is back: what the failed one added is recorded now
             talk.send(client)
     assert "context_activate" in json.dumps(sent[0])
@@ -224,14 +239,7 @@ def test_a_store_that_fails_before_context_calls_are_run_sends_the_clients_own(
     ):
         talk = Conversation(base)
         with httpx.Client() as client:
-            talk.send(client)
-            talk.send(client)
-            sid = next(iter(proxy.sessions.items()))
-            before = len(model.requests)
-            store.on_commit = _upstream_then(model, before + 1, _fail)
-            own = json.loads(json.dumps(talk.body()))
-            talk.send(client)
-            sent = [r.body for r in model.requests[before:]]
+            sid, own, sent = _third_request_meets(talk, client, proxy, model, store, _fail)
             talk.send(client)
     assert len(sent) == 2
     assert "context_activate" in json.dumps(sent[0])
@@ -255,9 +263,9 @@ def test_a_commit_refused_for_another_writer(tmp_path: Path, stream: bool) -> No
     steps = [bash(f"echo {n}") for n in range(5)]
     note = "A note another agent left in this session."
 
-    sid = ""
-
     def another_writer_first() -> None:  # beside the proxy's first commit for the request
+        sid = next(iter(proxy.sessions.items()))
+
         def write() -> None:
             other.resume_session(sid)
             other.record_user_message(sid, note)
@@ -271,13 +279,10 @@ def test_a_commit_refused_for_another_writer(tmp_path: Path, stream: bool) -> No
         ):
             talk = Conversation(base)
             with httpx.Client() as client:
-                talk.send(client)
-                talk.send(client)
-                sid = next(iter(proxy.sessions.items()))
-                before = len(model.requests)
-                store.on_commit = _upstream_then(model, before + 1, another_writer_first)
-                talk.send(client, stream=stream)
-                sent = [json.dumps(r.body) for r in model.requests[before:]]
+                sid, _own, bodies = _third_request_meets(
+                    talk, client, proxy, model, store, another_writer_first, stream
+                )
+                sent = [json.dumps(b) for b in bodies]
                 talk.send(client)
                 after = json.dumps(model.requests[-1].body)
             records = proxy.service.requests(sid)
