@@ -51,6 +51,7 @@ def test_agents_and_resume_on_a_node(xtdb_jars: object) -> None:
     assert rows[0]["turns"] == 2 * 2 * 6  # two rounds of two agents' six turns
     resume = result["resume"]
     assert resume["digest_kept"] is True
+    assert resume["resume_node_cpu_s"] > 0  # the node read the session
     assert resume["resent_list"] == {"diverged": False, "consumed": 0}
 
 

@@ -41,7 +41,7 @@ from typing import Any
 import attrs
 
 from selfctx.adapters.bench.stats import percentile
-from selfctx.adapters.bench.stdio_client import RpcFailure, StdioClient
+from selfctx.adapters.bench.stdio_client import RpcFailure, StdioClient, cpu_ns
 from selfctx.adapters.bench.workload import Agent, make_workspace, message_bytes
 from selfctx.adapters.xtdb.node import ConfigName
 
@@ -636,10 +636,12 @@ def _resume(
         )
         try:
             client.call("tools", format="openai")  # the process is up and answering
-            began, cpu = time.perf_counter(), client.cpu_ns()
+            began, cpu, node_cpu = time.perf_counter(), client.cpu_ns(), _node_cpu_ns(node)
             opened = client.call("session.open", session_id=SESSION)
             out["resume_s"] = round(time.perf_counter() - began, 3)
             out["resume_cpu_s"] = round((client.cpu_ns() - cpu) / 1e9, 3)
+            # the node's part: its reads of the session (the JVM, every thread)
+            out["resume_node_cpu_s"] = round((_node_cpu_ns(node) - node_cpu) / 1e9, 3)
             out["digest_kept"] = opened["digest"] == digest
             began, cpu = time.perf_counter(), client.cpu_ns()
             client.call("assemble", session_id=SESSION)
@@ -655,6 +657,11 @@ def _resume(
             client.close()
     progress(f"resume: {out}")
     return out
+
+
+def _node_cpu_ns(node: Any) -> int:
+    """CPU time the node's process has used so far (0 when it is not running)."""
+    return cpu_ns(node.pid) if node.pid is not None else 0
 
 
 def _timed_turn(client: StdioClient, agent: Agent, digest: str) -> dict[str, Any]:
@@ -839,7 +846,8 @@ def print_scale(result: dict[str, Any]) -> None:
         )
         opened, cpu = resume.get("resume_s"), resume.get("resume_cpu_s")
         first, first_cpu = resume.get("first_assemble_s"), resume.get("first_assemble_cpu_s")
-        print(f"  session.open {opened} s (server CPU {cpu} s)")
+        node = resume.get("resume_node_cpu_s")
+        print(f"  session.open {opened} s (server CPU {cpu} s, node CPU {node} s)")
         print(f"  first assemble {first} s (server CPU {first_cpu} s)")
         print(f"  a turn before the kill: {resume.get('turn_before_kill_s')}")
         print(f"  a turn after the resume: {resume.get('turn_after_s')}")

@@ -143,6 +143,7 @@ class StdioServer(LineServer):
         for session_id in list(self.sessions):
             self.service.close_session(session_id)
             del self.sessions[session_id]
+        _thaw()
 
     def session(self, session_id: str) -> _Open:
         opened = self.sessions.get(session_id)
@@ -234,8 +235,7 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     roots = [_absolute(r) for r in p.get("roots", server.agent_roots)]
     warnings = _root_warnings(server, cwd, roots)
     # A resume builds a whole session that lives on: full collections meanwhile walk all of it
-    # and free nothing (decision 0104, as an assembly's in decision 0098). One walk at its end
-    # instead, so that the first assembly does not meet the young session's first collection.
+    # and free nothing (decision 0104, as an assembly's in decision 0098).
     with COLLECTOR:
         harness = HarnessSession(
             server.service,
@@ -248,11 +248,13 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
             tool_prefix=p.get("tool_prefix", ""),
         )
         if harness.resumed is not None:
-            # The one walk first, then its first request rendered, counted and encoded, deciding
-            # nothing: that request then costs what an ordinary one does, and the walk does not
-            # also go over what was prepared (decision 0110).
-            gc.collect()
+            # Its first request rendered, counted and encoded, deciding nothing: that request
+            # then costs what an ordinary one does (decision 0110). Then what the process holds
+            # is set aside from the collector instead of walked once (decision 0116): no walk
+            # now, none by the first assembly, and no later collection walks the resumed
+            # session again until a session is closed (_thaw).
             harness.prepare()
+            gc.freeze()
     policy = harness.service.state(session_id).policy.name  # a resumed session keeps its own
     server.sessions[session_id] = _Open(harness, policy)
     report = harness.resumed
@@ -478,7 +480,15 @@ def _session_close(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     server.session(p["session_id"])
     server.service.close_session(p["session_id"])
     del server.sessions[p["session_id"]]
+    _thaw()
     return {"closed": True}
+
+
+def _thaw() -> None:
+    """What resumes set aside from the collector (``gc.freeze``, decision 0116) handed back to
+    it: a closed session's objects, which reference counting frees, may hold cycles only the
+    collector finds."""
+    gc.unfreeze()
 
 
 class _KindCounts:

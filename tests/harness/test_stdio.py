@@ -744,3 +744,41 @@ def test_a_resumed_session_is_opened_with_its_first_request_prepared() -> None:
     prepared = server.sessions["s"].harness._requests._items
     assert len(prepared) == 3  # the user's message, the call, its result: encoded
     assert ask(server, "assemble", session_id="s")["result"]["messages"] == expected
+
+
+def test_a_resumed_session_is_set_aside_from_the_collector_until_a_session_is_closed() -> None:
+    """Decision 0116: what the process holds once a session is resumed and its first request
+    prepared is frozen (``gc.freeze``): no collection walks it then, nor later, and closing a
+    session (or the server) hands it back to the collector. A resume leaves no cycle unreachable
+    (what freezing would keep)."""
+    import gc
+
+    store = WrappedStore(MemoryStore())
+    first = in_process(store)
+    assert "result" in ask(first, "session.open", session_id="s")
+    listing = [o_user("Run it."), o_assistant("", bash("c1", "ls")), o_tool("c1", "a.py")]
+    assert "result" in ask(first, "ingest", session_id="s", messages=listing)
+    first.close()
+    assert gc.get_freeze_count() == 0
+    server = in_process(store)
+    assert "result" in ask(server, "session.open", session_id="s2")  # a new session: nothing
+    assert gc.get_freeze_count() == 0
+    gc.disable()
+    try:
+        gc.collect()
+        assert ask(server, "session.open", session_id="s")["result"]["resumed"] is True
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        state = server.service.state("s")
+        assert not any(o is state for o in gc.get_objects())  # set aside: no walk reaches it
+        gc.unfreeze()
+        assert gc.collect() == 0  # nothing the resume made was cyclic garbage
+        gc.freeze()
+    finally:
+        gc.enable()
+    assert "result" in ask(server, "assemble", session_id="s")
+    assert ask(server, "session.close", session_id="s2")["result"] == {"closed": True}
+    assert gc.get_freeze_count() == 0  # handed back
+    assert "result" in ask(server, "assemble", session_id="s")
+    server.close()
+    assert gc.get_freeze_count() == 0
