@@ -408,7 +408,7 @@ class XtdbStore(ObjectStore):
                             url=self.url,
                             operation="commit",
                         )
-                    # a member taken into a group is answered within the group's deadline
+                    # one taken into a group is answered within the group's deadline
                     self._turns.wait(max(left, 0.05))
                 if member.done:
                     return member.result()
@@ -428,7 +428,9 @@ class XtdbStore(ObjectStore):
         the receipt, or the error that is its own. A refused merged transaction wrote nothing:
         a member whose preconditions the refusal shows unchanged is sent again alone, as is
         every member when the refusal does not say (or a document could not be encoded)."""
-        deadline = min(m.deadline for m in group)
+        # The latest of the members' deadlines: one that waited long for its turn does not cut
+        # the others' time short (a member's commit ends within twice the timeout at most).
+        deadline = max(m.deadline for m in group)
         if len(group) == 1:
             only = group[0]
             only.settle(functools.partial(self._commit_once, only.puts, only.expect, deadline))
