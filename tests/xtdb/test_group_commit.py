@@ -4,6 +4,7 @@ node."""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -98,8 +99,8 @@ def _commit_behind_first(
 
 
 def test_commits_that_wait_together_go_as_one_transaction(store: XtdbStore, ns: str) -> None:
-    later = [
-        (lambda n=n: store.commit([{"xt/id": f"{ns}{n}", "n": n}], [Expect(f"{ns}{n}", None)]))
+    later: list[Callable[[], Receipt]] = [
+        functools.partial(store.commit, [{"xt/id": f"{ns}{n}", "n": n}], [Expect(f"{ns}{n}", None)])
         for n in range(4)
     ]
     held, first, outcomes = _commit_behind_first(store, ns, later)
