@@ -13,6 +13,12 @@ the clocks of the node, PostgreSQL and this machine say.
 for it (decision 0014), and on our node long string values go as raw UTF-8 after the JSON
 (decision 0015).
 
+Commits made at the same moment by several threads of one process (the proxy's sessions) go to
+the node together (decision 0114): while one transaction is on its way, the commits that arrive
+wait, and the next sender takes those of them that touch none of each other's documents as one
+transaction. Each keeps its own outcome: a member whose preconditions hold when a merged
+transaction is refused for another's is sent again, and a member that fails alone fails alone.
+
 Documents go out as JSON and come back as JSON, every string in them with its surrogate code
 points escaped on the way out and restored on the way back (:mod:`selfctx.adapters.xtdb.text`,
 decision 0026), since XTDB keeps strings as UTF-8, which has no form for them. The node
@@ -23,12 +29,14 @@ the same and its ``match`` passes.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -46,6 +54,7 @@ from selfctx.application.ports.store import (
     ObjectStore,
     Receipt,
     StoreError,
+    StoreUnavailable,
     Submission,
     Version,
 )
@@ -77,6 +86,11 @@ _MAY_ESCAPE = re.compile(r"\\u(?:d[89a-f]|fdd0)")
 (written ``\\udXXX``; a character beyond U+FFFF is written as a pair of them too) or U+FDD0.
 JSON without a match holds none (a match may be a false alarm: an escaped backslash followed by
 such letters, or a character beyond U+FFFF; the strings are then encoded one by one)."""
+
+
+GROUP_MEMBERS = 16
+"""The most commits one transaction carries when commits made at the same moment are sent
+together (decision 0114; the proxy's 8-client benchmark groups 1 to 4)."""
 
 
 class _Escapes(Exception):
@@ -153,6 +167,12 @@ class XtdbStore(ObjectStore):
         """Bytes of every submit-tx request body sent so far (the benchmarks report it)."""
         self._sender: ThreadPoolExecutor | None = None
         """The thread :meth:`submit` sends from, started on first use."""
+        self._turns = threading.Condition(threading.Lock())
+        """Guards :attr:`_waiting` and :attr:`_sending` (:meth:`commit`'s groups)."""
+        self._waiting: list[_Member] = []
+        """Commits that arrived while a transaction was on its way, oldest first."""
+        self._sending = False
+        """A thread of this store is sending a transaction of :meth:`commit`'s."""
         self.blobs = False
         """Send long strings as raw UTF-8 after a JSON head (decision 0015): only our node reads
         that, so :func:`open_store` turns it on when the node's status says it does."""
@@ -371,8 +391,83 @@ class XtdbStore(ObjectStore):
         return _json_bytes({"tx-ops": ops}, what, plain), 0
 
     def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
+        """One transaction of ``puts`` and ``expect`` (the port's contract). A commit made while
+        another thread's is on its way waits for it, and then goes with the others that waited
+        and touch none of its documents, in one transaction (decision 0114)."""
+        member = _Member.of(puts, expect, self._deadline())
+        with self._turns:
+            self._waiting.append(member)
+        while True:  # each round sends the oldest waiting commit at least: bounded
+            with self._turns:
+                while self._sending and not member.done:
+                    left = member.deadline - time.monotonic()
+                    if left <= 0 and member in self._waiting:
+                        self._waiting.remove(member)
+                        raise StoreUnavailable(
+                            f"no turn to send within {self.timeout:.2f} s",
+                            url=self.url,
+                            operation="commit",
+                        )
+                    # one taken into a group is answered within the group's deadline
+                    self._turns.wait(max(left, 0.05))
+                if member.done:
+                    return member.result()
+                group = _take(self._waiting)
+                self._sending = True
+            try:
+                self._send_group(group)
+            finally:
+                with self._turns:
+                    self._sending = False
+                    for taken in group:
+                        taken.done = True
+                    self._turns.notify_all()
+
+    def _send_group(self, group: list[_Member]) -> None:
+        """Send ``group`` as one transaction and give each member its outcome (never raises):
+        the receipt, or the error that is its own. A refused merged transaction wrote nothing:
+        a member whose preconditions the refusal shows unchanged is sent again alone, as is
+        every member when the refusal does not say (or a document could not be encoded)."""
+        # The latest of the members' deadlines: one that waited long for its turn does not cut
+        # the others' time short (a member's commit ends within twice the timeout at most).
+        deadline = max(m.deadline for m in group)
+        if len(group) == 1:
+            only = group[0]
+            only.settle(functools.partial(self._commit_once, only.puts, only.expect, deadline))
+            return
+        puts = [doc for m in group for doc in m.puts]
+        expect = [e for m in group for e in m.expect]
+        try:
+            receipt = self._commit_once(puts, expect, deadline)
+        except ConflictError as exc:
+            again = []
+            for m in group:
+                ids = [e.object_id for e in m.expect]
+                changed = _changed(m.expect, exc.current)
+                if exc.current and all(i in exc.current for i in ids) and changed:
+                    current = {i: exc.current[i] for i in ids}
+                    m.outcome = ConflictError(
+                        changed, url=self.url, operation="commit", current=current
+                    )
+                else:
+                    again.append(m)
+            for m in again:
+                m.settle(functools.partial(self._commit_once, m.puts, m.expect, m.deadline))
+        except InvalidInput:
+            for m in group:
+                m.settle(functools.partial(self._commit_once, m.puts, m.expect, m.deadline))
+        except Exception as exc:  # the same fate for each (a store's error: unknown whether
+            for m in group:  # it landed, as for a commit alone), each raising its own copy
+                m.outcome = _own(exc)
+        else:
+            for m in group:
+                m.outcome = receipt
+
+    def _commit_once(
+        self, puts: Sequence[Document], expect: Sequence[Expect], deadline: float
+    ) -> Receipt:
+        """One transaction, sent now."""
         body, head = self._body(puts, expect)
-        deadline = self._deadline()
         left = self._left(deadline)
         # The server gives up a little before the HTTP timeout, so its answer still arrives.
         tx = self.client.submit_tx(body, timeout=left, wait=max(0.001, left - 0.25), blob_head=head)
@@ -471,6 +566,75 @@ def _current(answer: Any) -> dict[str, Document | None] | None:
             return None
         out[pair[0]] = pair[1]
     return out
+
+
+class _Member:
+    """A commit waiting for its turn (:meth:`XtdbStore.commit`): its checked documents, its
+    preconditions, the ids it writes and matches, and, once sent, its outcome."""
+
+    __slots__ = ("deadline", "done", "expect", "matched", "outcome", "puts", "written")
+
+    def __init__(
+        self, puts: list[dict[str, Any]], expect: tuple[Expect, ...], deadline: float
+    ) -> None:
+        self.puts = puts
+        self.expect = expect
+        self.deadline = deadline
+        self.written = frozenset(doc["xt/id"] for doc in puts)
+        self.matched = frozenset(e.object_id for e in expect)
+        self.done = False
+        self.outcome: Receipt | BaseException | None = None
+
+    @classmethod
+    def of(cls, puts: Sequence[Document], expect: Sequence[Expect], deadline: float) -> _Member:
+        """Checked here, in the caller's thread: a bad document is its caller's error alone."""
+        docs = [_check(doc) for doc in puts]
+        ids = [doc["xt/id"] for doc in docs]
+        if len(set(ids)) != len(ids):
+            raise InvalidInput("commit", sorted(ids), "names the same document twice")
+        return cls(docs, tuple(expect), deadline)
+
+    def settle(self, send: Callable[[], Receipt]) -> None:
+        try:
+            self.outcome = send()
+        except Exception as exc:  # handed to the member's own thread, which raises it
+            self.outcome = exc
+
+    def result(self) -> Receipt:
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        if self.outcome is None:  # its sender was interrupted: the fate is unknown
+            raise StoreUnavailable("the commit's transaction was not answered", operation="commit")
+        return self.outcome
+
+
+def _own(exc: Exception) -> Exception:
+    """A copy of ``exc`` for one more thread to raise (``exc`` itself if it cannot be copied)."""
+    try:
+        return copy.copy(exc)
+    except Exception:  # an exception class whose arguments do not rebuild it
+        return exc
+
+
+def _take(waiting: list[_Member]) -> list[_Member]:
+    """The next transaction's members, taken out of ``waiting``: the oldest, then each later
+    one (at most :data:`GROUP_MEMBERS`) that writes no document another member writes or
+    matches, and matches none another writes. Such commits give the same result in any order,
+    so sending them as one transaction (every ``match`` first, then every ``put``) is what
+    sending them one after the other would give."""
+    group = [waiting[0]]
+    written = set(waiting[0].written)
+    touched = written | waiting[0].matched
+    for member in waiting[1:]:
+        if len(group) == GROUP_MEMBERS:
+            break
+        if member.written.isdisjoint(touched) and member.matched.isdisjoint(written):
+            group.append(member)
+            written |= member.written
+            touched |= member.written | member.matched
+    taken = {id(m) for m in group}
+    waiting[:] = [m for m in waiting if id(m) not in taken]
+    return group
 
 
 class _Submitted(Landing):
