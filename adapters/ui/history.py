@@ -136,6 +136,9 @@ class SessionHistory:
         self._objects: dict[str, FileObject | ToolcallObject] = {}
         self._contexts: dict[tuple[int, int], PastContext] = {}
         self._digests: dict[tuple[int, int], str] = {}
+        self._partial: set[tuple[int, int]] = set()
+        """Contexts kept whose objects are only the tool calls a request's page shows by more
+        than their line (``few``): a log position's page does not take them."""
         self._preparing: threading.Thread | None = None
         self._refreshing = threading.Lock()
         self._loading = threading.Lock()
@@ -619,6 +622,8 @@ class SessionHistory:
         key = (seq, tx_id)
         with self._lock:
             found = self._contexts.get(key)
+            if n is None and key in self._partial:
+                found = None
         if found is not None:
             return found
         state = self.state_at(seq, few=n is not None)
@@ -646,15 +651,23 @@ class SessionHistory:
                 digest = bare
         else:
             digest = context_digest(past.context)
+        partial = n is not None and lines is not None
         if exact is not None and lines is not None and digest != exact.digest:
             past = self._render(state, seq, tx_id, None)
             digest = context_digest(past.context)
+            partial = False
         with self._lock:
+            self._contexts.pop(key, None)  # a context read whole replaces a partial one
             self._contexts[key] = past
             self._digests[key] = digest
+            if partial:
+                self._partial.add(key)
+            else:
+                self._partial.discard(key)
             while len(self._contexts) > CONTEXTS_KEPT:
-                del self._digests[next(iter(self._contexts))]
-                del self._contexts[next(iter(self._contexts))]
+                oldest = next(iter(self._contexts))
+                del self._digests[oldest], self._contexts[oldest]
+                self._partial.discard(oldest)
         return past
 
     def digest(self, past: PastContext) -> str:

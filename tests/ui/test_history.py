@@ -573,6 +573,7 @@ def test_a_request_page_reads_the_tool_calls_it_shows_by_more_than_a_line(
     reader = build_service(store=store, workspace=str(work))
     asked: set[str] = set()
     chosen: list[bool] = []
+
     def choose(context: Any, actives: Any) -> list[str]:
         found = digests(context, actives)
         chosen.append(len(found) > 1 and found[0] != found[1])
@@ -612,4 +613,25 @@ def test_a_request_page_reads_the_tool_calls_it_shows_by_more_than_a_line(
     # active files that no tool call it read viewed showed as blocks, and the recorded digest
     # took them out (reading ahead, the snapshot's recent calls happen to name them all)
     assert any(chosen) or waits
+    reader.close()
+
+
+def test_a_log_position_does_not_take_a_request_pages_partial_context(tmp_path: Path) -> None:
+    """A context kept from a request's page holds only the tool calls that page shows by more
+    than their line (decision 0115); a log position's page at the same position and
+    transaction (a proxied request's record is in its entries' transaction) reads the others
+    rather than take it."""
+    from selfctx.adapters.bench.ui import SESSION
+
+    store, work = _bench_session(tmp_path, 40)
+    reader = build_service(store=store, workspace=str(work))
+    history = Sessions(reader).get(SESSION)
+    record = history.record(len(history.records))
+    lean = history.past(record.seq, record.tx_id, record.n)
+    whole = history.past(record.seq, record.tx_id, None)
+    kinds = whole.state.kinds
+    calls = {i for i in whole.state.index if kinds[i] == "toolcall"}
+    assert not calls <= set(lean.objects)
+    assert calls <= set(whole.objects) and whole.context == lean.context
+    assert history.past(record.seq, record.tx_id, record.n) is whole  # kept, read whole
     reader.close()
