@@ -43,6 +43,7 @@ __all__ = [
     "RequestRecord",
     "cache_cost",
     "context_digest",
+    "context_digests",
     "entry_marks",
     "record_from_version",
     "request_document",
@@ -511,15 +512,21 @@ def _combine(system: bytes, metadata: bytes, chat: bytes, active: Iterable[bytes
 def context_digest(context: AssembledContext) -> str:
     """SHA-256 over everything the context shows (every section, every message's role, text,
     tool calls, reasoning and images): equal digests mean the same prompt."""
+    return context_digests(context, (context.active,))[0]
+
+
+def context_digests(
+    context: AssembledContext, actives: Iterable[Sequence[ActiveBlock]]
+) -> list[str]:
+    """:func:`context_digest` of ``context`` with each of ``actives`` as its active blocks in
+    turn (its chat digested once)."""
     chat = _START
     for message in context.chat:
         chat = _chain(chat, _message_digest(message))
-    return _combine(
-        _sha(context.system_prompt),
-        _sha("\n".join(context.metadata)),
-        chat,
-        (_block_digest(b) for b in context.active),
-    )
+    system, metadata = _sha(context.system_prompt), _sha("\n".join(context.metadata))
+    return [
+        _combine(system, metadata, chat, (_block_digest(b) for b in active)) for active in actives
+    ]
 
 
 # -- measuring successive requests ----------------------------------------------------------

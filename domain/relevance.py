@@ -43,6 +43,7 @@ __all__ = [
     "named_files",
     "relevance",
     "superseded_by",
+    "working_set_calls",
 ]
 
 SUPERSEDED = 0
@@ -189,20 +190,41 @@ def _recent_tokens(
     seen: dict[int, tuple[AssistantMessage, tuple[Any, ...], tuple[str, ...]]] = {}
     kept = memo.tokens
     try:
-        for turn in reversed(state.turns):
-            for message in reversed(turn.messages):
-                if not isinstance(message, AssistantMessage):
-                    continue
-                if len(seen) >= messages:
-                    return
-                key = _outputs_key(message, objects)
-                entry = kept.get(id(message))
-                if entry is None or entry[0] is not message or entry[1] != key:
-                    entry = (message, key, name_tokens(_message_texts(message, objects)))
-                seen[id(message)] = entry
-                yield entry[2]
+        for message in _recent_messages(state, messages):
+            key = _outputs_key(message, objects)
+            entry = kept.get(id(message))
+            if entry is None or entry[0] is not message or entry[1] != key:
+                entry = (message, key, name_tokens(_message_texts(message, objects)))
+            seen[id(message)] = entry
+            yield entry[2]
     finally:
         memo.tokens = seen  # only the recent messages' stay: bounded by ``messages``
+
+
+def _recent_messages(state: SessionState, messages: int) -> Iterator[AssistantMessage]:
+    """The assistant messages of the chat, newest first, until ``messages`` distinct ones."""
+    seen: set[int] = set()
+    for turn in reversed(state.turns):
+        for message in reversed(turn.messages):
+            if not isinstance(message, AssistantMessage):
+                continue
+            if len(seen) >= messages:
+                return
+            seen.add(id(message))
+            yield message
+
+
+def working_set_calls(state: SessionState, recent_messages: int) -> list[str]:
+    """The tool calls whose objects :func:`relevance` reads to find the working set: the active
+    ones (and the files they show) and those of the last ``recent_messages`` assistant messages
+    (their outputs' traceback frames name files). A reader holding only these, and the files
+    the active ones show, gets the same working set as one holding every object (the tiers and
+    supersession look further: at the outputs recorded after each active one)."""
+    kinds = state.kinds
+    out = dict.fromkeys(i for i in state.ordered(state.active) if kinds.get(i) == "toolcall")
+    for message in _recent_messages(state, recent_messages):
+        out.update(dict.fromkeys(call.id for call in message.tool_calls))
+    return list(out)
 
 
 def name_tokens(texts: Iterable[str]) -> tuple[str, ...]:

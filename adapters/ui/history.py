@@ -21,15 +21,18 @@ from selfctx.application.requests import (
     RequestRecord,
     RequestRecords,
     context_digest,
+    context_digests,
     record_from_document,
     requests_id,
 )
 from selfctx.application.service import ContextService
 from selfctx.application.usecases.sessions import PastContext, validate_session_id
+from selfctx.domain.chat import ToolResult
 from selfctx.domain.documents import from_document
 from selfctx.domain.errors import InvalidInput, SessionNotFound
 from selfctx.domain.inline import MAX_LISTED_FILES, render_inline
 from selfctx.domain.objects import FileObject, SystemPromptObject, ToolcallObject
+from selfctx.domain.relevance import working_set_calls
 from selfctx.domain.rendering import RenderedMessage, render_context
 from selfctx.domain.session.machine import fold_many
 from selfctx.domain.session.state import SessionState
@@ -133,6 +136,9 @@ class SessionHistory:
         self._objects: dict[str, FileObject | ToolcallObject] = {}
         self._contexts: dict[tuple[int, int], PastContext] = {}
         self._digests: dict[tuple[int, int], str] = {}
+        self._partial: set[tuple[int, int]] = set()
+        """Contexts kept whose objects are only the tool calls a request's page shows by more
+        than their line (``few``): a log position's page does not take them."""
         self._preparing: threading.Thread | None = None
         self._refreshing = threading.Lock()
         self._loading = threading.Lock()
@@ -275,10 +281,12 @@ class SessionHistory:
 
     # -- the context at any point --------------------------------------------------------
 
-    def state_at(self, seq: int) -> SessionState:
+    def state_at(self, seq: int, *, few: bool = False) -> SessionState:
         """The session's state right after log position ``seq``: folded from the nearest state
         kept, when it is at most ``STATE_EVERY`` entries before (the entries read by id);
-        otherwise rebuilt from the store's snapshot (``ContextService.state_at``) and kept."""
+        otherwise rebuilt from the store's snapshot (``ContextService.state_at``) and kept
+        (``few``: for a request's page, which reads only the tool calls it shows by more than
+        their lines: see :meth:`_rebuilt`)."""
         with self._lock:
             if not 1 <= seq <= self.last_seq:
                 raise InvalidInput("log position", seq, f"the session has 1 to {self.last_seq}")
@@ -299,7 +307,7 @@ class SessionHistory:
             if len(entries) != seq - start:
                 raise InvalidInput("log position", seq, "the session's log has a gap there")
         else:
-            state = self._open_state(seq) or self._rebuilt(seq)
+            state = self._open_state(seq) or self._rebuilt(seq, few=few)
         state = fold_many(
             [ev for entry in entries for ev in decode_events(entry_events(entry))], state
         )
@@ -326,7 +334,7 @@ class SessionHistory:
                 doc = self.service.store.get(requests_id(self.session_id))
                 record = record_from_document(doc) if doc is not None else None
                 if record is not None and record.n == n:
-                    self.ahead(record.seq)
+                    self.ahead(record.seq, few=True)
             except Exception:  # the page reads the records, and says what is wrong
                 log.debug("session %s: finding request %d ahead failed", self.session_id, n)
 
@@ -344,19 +352,19 @@ class SessionHistory:
         if finding is not None:
             finding.join()
 
-    def ahead(self, seq: int, *, locked: bool = False) -> None:
+    def ahead(self, seq: int, *, locked: bool = False, few: bool = False) -> None:
         """Start rebuilding the state at log position ``seq`` on a thread of its own, and
         reading its objects, unless it is held or being rebuilt (``locked``: the caller holds
-        the lock). :meth:`state_at` waits for it; a position the session does not have fails
-        there, not here."""
+        the lock; ``few``: for a request's page, see :meth:`_load_objects`). :meth:`state_at`
+        waits for it; a position the session does not have fails there, not here."""
 
         def rebuild() -> None:
             try:
                 if self.service.store.get(log_entry_id(self.session_id, seq)) is None:
                     return  # no such position: the page says so, having read nothing more
-                state = self._open_state(seq) or self._rebuilt(seq)
+                state = self._open_state(seq) or self._rebuilt(seq, few=few)
                 self._keep(seq, state)
-                self._load_objects(state, lean=True)
+                self._load_objects(state, lean=True, few=few)
             except Exception:  # the page rebuilds it itself, and says what is wrong
                 log.debug("session %s: rebuilding %d ahead failed", self.session_id, seq)
             finally:
@@ -370,12 +378,14 @@ class SessionHistory:
             self._ahead[seq] = thread
         thread.start()
 
-    def _rebuilt(self, seq: int) -> SessionState:
+    def _rebuilt(self, seq: int, *, few: bool = False) -> SessionState:
         """The state at ``seq`` rebuilt from the store (``ContextService.state_at``); the
         objects of the snapshot it starts from are read on a thread of their own meanwhile
         (on XTDB the node reads them while this process reads and applies the log entries):
         its tool calls as soon as the snapshot's documents are read (while this process builds
-        its state), then the files the state shows."""
+        its state), then the files the state shows. ``few``: for a request's page, which reads
+        only the tool calls it shows by more than their recorded lines (:meth:`_load_objects`):
+        none is read before the snapshot's state is built, which says which they are."""
         early: list[threading.Thread] = []
 
         def read_calls(ids: Sequence[str]) -> None:
@@ -394,7 +404,7 @@ class SessionHistory:
                 try:
                     for thread in early:  # its tool calls first: none is read twice
                         thread.join()
-                    self._load_objects(snapshot, lean=True)
+                    self._load_objects(snapshot, lean=True, few=few)
                 except Exception:  # the page reads what it needs itself, and says why
                     log.warning("session %s: reading ahead failed", self.session_id, exc_info=True)
 
@@ -405,7 +415,7 @@ class SessionHistory:
             self.session_id,
             seq,
             on_snapshot=read_ahead if wait else None,
-            on_toolcalls=read_calls if wait else None,
+            on_toolcalls=read_calls if wait and not few else None,
         )
         for thread in early:  # what the caller reads next: none read twice
             thread.join()
@@ -426,7 +436,7 @@ class SessionHistory:
 
             def read() -> None:
                 try:
-                    self._load_objects(self.state_at(seq), lean=lean)
+                    self._load_objects(self.state_at(seq, few=lean), lean=lean, few=lean)
                 except Exception:  # a page that needs them reads them itself, and says why
                     log.warning("session %s: reading ahead failed", self.session_id, exc_info=True)
 
@@ -434,38 +444,52 @@ class SessionHistory:
             self._preparing.start()
 
     def _load_objects(
-        self, state: SessionState, *, lean: bool = False, lined: Container[str] = ()
+        self,
+        state: SessionState,
+        *,
+        lean: bool = False,
+        lined: Container[str] | None = None,
+        few: bool = False,
     ) -> None:
         """Read the objects of ``state``'s index a page of it needs and this history does not
         hold yet: every tool call (whole: on XTDB a pull of named fields costs more than the
         whole document), and under the inline layouts only the files a prompt names
         (:func:`_files_named`), every file under ``ssot`` (its metadata block lists them all).
         ``lean``: the collapsed outputs come from a request's recorded lines, so not the files
-        only a collapsed line names; ``lined``: only those of the tool calls in it do. (Every
-        tool call is still read: the working set and supersession look at the outputs after
-        each active one, and where an active file is shown depends on whether any tool call
-        read or named it.)"""
+        only a collapsed line names; ``lined``: only those of the tool calls in it do.
+        ``few``: a request's page whose every collapsed output is its recorded line: under the
+        inline layouts not every tool call is read either, only those the page shows by more
+        than their line (:func:`_calls_shown`: the active and pinned ones, those the working
+        set looks at and, ``lined`` given, the collapsed ones without a recorded line and
+        size). A prompt rendered from them is checked by the request's digest, and rendered
+        again from every object when it differs (decision 0115)."""
         kinds = state.kinds
+        few = few and state.policy.inline_layout
         with self._loading:
             self._take_held()
             with self._lock:
                 # every indexed object has a kind; ``kinds[i]``, not Mapping's slower ``get``
-                calls = (
-                    [i for i in state.index if kinds[i] == "toolcall" and i not in self._objects]
-                    if self._calls_of is not state.index
-                    else []
-                )
+                if self._calls_of is state.index:
+                    calls = []
+                elif few:
+                    calls = [i for i in _calls_shown(state, lined) if i not in self._objects]
+                else:
+                    calls = [
+                        i for i in state.index if kinds[i] == "toolcall" and i not in self._objects
+                    ]
             self._read(calls)
-            with self._lock:  # the next look at the same state (a page's) skips the walk
-                self._calls_of = state.index
+            if not few:
+                with self._lock:  # the next look at the same state (a page's) skips the walk
+                    self._calls_of = state.index
             done = (state, lean, None if lean else lined)  # ``lean``: no line is listed
             with self._lock:
                 found = self._named_for
                 if found is not None and all(a is b for a, b in zip(found, done, strict=True)):
                     return
                 if state.policy.inline_layout:
+                    given = lined if lined is not None else ()
                     named = _files_named(
-                        state, self._objects, listed=lambda i: not lean and i not in lined
+                        state, self._objects, listed=lambda i: not lean and i not in given
                     )
                 else:
                     named = [i for i in state.index if kinds[i] != "toolcall"]
@@ -590,7 +614,7 @@ class SessionHistory:
         position that is no request's takes the lines :meth:`lines_at` gives."""
         store = self.service.store
         if tx_id is None:
-            self.state_at(seq)  # its transaction is known once it is rebuilt
+            self.state_at(seq, few=n is not None)  # its transaction is known once rebuilt
             with self._lock:
                 tx_id = self._txs.get(seq)
             if tx_id is None:
@@ -598,31 +622,52 @@ class SessionHistory:
         key = (seq, tx_id)
         with self._lock:
             found = self._contexts.get(key)
+            if n is None and key in self._partial:
+                found = None
         if found is not None:
             return found
-        state = self.state_at(seq)
+        state = self.state_at(seq, few=n is not None)
         lines, exact = None, None
         if n is not None and state.policy.inline_layout:
             lines, exact = self.lines_of(n), self.records[n - 1]
         elif state.policy.inline_layout:
             lines, exact = self.lines_at(seq)
-        shown = None
+        shown, sized = None, None
         if lines is not None:
             shown = {
                 i: RenderedMessage("tool", x.text, toolcall_id=i, is_error=x.is_error)
                 for i, x in lines.items()
             }
-        past = self._render(state, seq, tx_id, shown, lean=n is not None)
-        digest = context_digest(past.context)
+            sized = {i for i, x in lines.items() if x.size is not None}
+        past = self._render(state, seq, tx_id, shown, lean=n is not None, sized=sized)
+        if n is not None and past.context.active and exact is not None:
+            # Having read only the tool calls it shows (``few``), the page shows as blocks
+            # every active file none of those read or named, a superset of the prompt's; most
+            # often the prompt has none (each active file came through a tool call): the
+            # recorded digest says which (decision 0115).
+            digest, bare = context_digests(past.context, (past.context.active, ()))
+            if digest != exact.digest and bare == exact.digest:
+                past = attrs.evolve(past, context=attrs.evolve(past.context, active=()))
+                digest = bare
+        else:
+            digest = context_digest(past.context)
+        partial = n is not None and lines is not None
         if exact is not None and lines is not None and digest != exact.digest:
             past = self._render(state, seq, tx_id, None)
             digest = context_digest(past.context)
+            partial = False
         with self._lock:
+            self._contexts.pop(key, None)  # a context read whole replaces a partial one
             self._contexts[key] = past
             self._digests[key] = digest
+            if partial:
+                self._partial.add(key)
+            else:
+                self._partial.discard(key)
             while len(self._contexts) > CONTEXTS_KEPT:
-                del self._digests[next(iter(self._contexts))]
-                del self._contexts[next(iter(self._contexts))]
+                oldest = next(iter(self._contexts))
+                del self._digests[oldest], self._contexts[oldest]
+                self._partial.discard(oldest)
         return past
 
     def digest(self, past: PastContext) -> str:
@@ -639,10 +684,12 @@ class SessionHistory:
         lines: Mapping[str, RenderedMessage] | None,
         *,
         lean: bool = True,
+        sized: Container[str] | None = None,
     ) -> PastContext:
         """The context of ``state`` with the objects as of ``tx_id`` (see :meth:`past`);
         ``lean``: ``lines`` holds every collapsed output's line (else only some may be given:
-        the others are rendered, from the files they name)."""
+        the others are rendered, from the files they name); ``sized``: those of ``lines`` whose
+        output's size was recorded too (the page shows it; the others' tool calls are read)."""
         store = self.service.store
         prompt_read = _Background(
             store.get_as_of, state.system_prompt_id, tx_id, apart=store.reads_wait
@@ -650,7 +697,8 @@ class SessionHistory:
         if lines is None:
             self._load_objects(state)
         else:
-            self._load_objects(state, lean=lean, lined=lines)
+            given = sized if lean and sized is not None else lines
+            self._load_objects(state, lean=lean, lined=given, few=lean)
         with self._lock:
             objects = {i: self._objects[i] for i in state.index if i in self._objects}
         if not state.policy.inline_layout:
@@ -806,6 +854,26 @@ def _files_named(
         if listed(object_id):
             refs = [r for r in call.file_refs or () if is_file(r)]
             out.update(dict.fromkeys(refs[:MAX_LISTED_FILES]))
+    return list(out)
+
+
+def _calls_shown(state: SessionState, lined: Container[str] | None) -> list[str]:
+    """The tool calls a request's page of ``state`` shows by more than the collapsed line its
+    record kept: the active ones (in full), the pinned ones (named), those the working set
+    looks at (:func:`working_set_calls`) and, when the recorded lines are known (``lined``:
+    the calls whose line and size were recorded), the collapsed outputs of the chat without
+    one (rendered again)."""
+    kinds = state.kinds
+    out = dict.fromkeys(working_set_calls(state, state.policy.recent_messages))
+    out.update(dict.fromkeys(i for i in state.ordered(state.pinned) if kinds.get(i) == "toolcall"))
+    if lined is not None:
+        active = state.active
+        for turn in state.turns[state.compacted :]:
+            for message in turn.messages:
+                if isinstance(message, ToolResult):
+                    call_id = message.toolcall_id
+                    if call_id not in lined and call_id not in active:
+                        out[call_id] = None
     return list(out)
 
 

@@ -551,3 +551,87 @@ def test_a_page_names_a_states_files_and_chains_its_lines_once(
         lines.clear()  # a copy: what the history keeps is not changed by its reader
         assert history_.lines_of(n) and looks["chain"] == 1
     reader.close()
+
+
+@pytest.mark.parametrize("waits", [False, True])
+def test_a_request_page_reads_the_tool_calls_it_shows_by_more_than_a_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, waits: bool
+) -> None:
+    """A cold request page whose records keep its collapsed lines reads the tool calls it shows
+    by more than their line (the active and pinned ones, those the working set looks at), not
+    every tool call of the session, threads reading ahead included; what it shows is what it
+    shows with every tool call read, byte for byte, and the prompt is the one sent (its active
+    files' blocks decided by the recorded digest: decision 0115)."""
+    import threading
+
+    from selfctx.adapters.bench.ui import SESSION
+    from selfctx.adapters.ui import history as history_module
+    from selfctx.adapters.ui import pages, views
+    from selfctx.application.requests import context_digests as digests
+
+    store, work = _bench_session(tmp_path, 120, waits=waits)
+    reader = build_service(store=store, workspace=str(work))
+    asked: set[str] = set()
+    chosen: list[bool] = []
+
+    def choose(context: Any, actives: Any) -> list[str]:
+        found = digests(context, actives)
+        chosen.append(len(found) > 1 and found[0] != found[1])
+        return found
+
+    monkeypatch.setattr(history_module, "context_digests", choose)
+    store_type = type(store)
+    get_many = store_type.get_many
+
+    def spy(self: MemoryStore, ids: Any) -> Any:
+        ids = list(ids)
+        asked.update(i for i in ids if i.startswith("tc_"))
+        return get_many(self, ids)
+
+    monkeypatch.setattr(store_type, "get_many", spy)
+    records = Sessions(reader).get(SESSION).records
+    for n in (len(records), len(records) - 20, len(records) // 2):
+        asked.clear()
+        before = set(threading.enumerate())
+        view = views.request_view(reader, Sessions(reader), SESSION, n=n, seq=None)
+        for thread in set(threading.enumerate()) - before:
+            thread.join(10)
+        read = set(asked)
+        with monkeypatch.context() as every:  # the page with every tool call read
+            every.setattr(history_module, "_calls_shown", lambda s, _: list(s.index))
+            whole = views.request_view(reader, Sessions(reader), SESSION, n=n, seq=None)
+        assert view.identical and whole.identical, n
+        assert pages.request_page("", view) == pages.request_page("", whole), n
+        shown = Sessions(reader).get(SESSION).past(records[n - 1].seq, None, n).state
+        calls = [i for i in shown.index if shown.kinds[i] == "toolcall"]
+        full = {i for i in calls if i in shown.active or i in shown.pinned}
+        # those shown in full and the recent messages' (of the page's state and, read ahead,
+        # of the snapshot it was rebuilt from): not every one of the state's
+        bound = 2 * (len(full) + shown.policy.recent_messages)
+        assert full <= read and len(read) <= bound, (n, len(read), bound)
+        assert len(read) < len(calls), (n, len(read), len(calls))
+    # active files that no tool call it read viewed showed as blocks, and the recorded digest
+    # took them out (reading ahead, the snapshot's recent calls happen to name them all)
+    assert any(chosen) or waits
+    reader.close()
+
+
+def test_a_log_position_does_not_take_a_request_pages_partial_context(tmp_path: Path) -> None:
+    """A context kept from a request's page holds only the tool calls that page shows by more
+    than their line (decision 0115); a log position's page at the same position and
+    transaction (a proxied request's record is in its entries' transaction) reads the others
+    rather than take it."""
+    from selfctx.adapters.bench.ui import SESSION
+
+    store, work = _bench_session(tmp_path, 40)
+    reader = build_service(store=store, workspace=str(work))
+    history = Sessions(reader).get(SESSION)
+    record = history.record(len(history.records))
+    lean = history.past(record.seq, record.tx_id, record.n)
+    whole = history.past(record.seq, record.tx_id, None)
+    kinds = whole.state.kinds
+    calls = {i for i in whole.state.index if kinds[i] == "toolcall"}
+    assert not calls <= set(lean.objects)
+    assert calls <= set(whole.objects) and whole.context == lean.context
+    assert history.past(record.seq, record.tx_id, record.n) is whole  # kept, read whole
+    reader.close()
