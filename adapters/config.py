@@ -167,6 +167,13 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         default=Settings().metadata_budget,
     ),
     Setting(
+        "files.rendering_budget", "int",
+        "Chat messages, the last ones, whose rendering as a provider's item an open session's "
+        "request cache keeps; an older one is encoded again when a request renders it "
+        "(decision 0117).",
+        default=Settings().rendering_budget,
+    ),
+    Setting(
         "files.mounts", "path",
         "A TOML file of mount mappings for a sandboxed agent (docs/specification.md §3).",
         env="SELFCTX_MOUNTS",
@@ -505,6 +512,7 @@ class Config:
             max_output_bytes=self.get("files.max_output_bytes"),
             content_budget=self.get("files.content_budget"),
             metadata_budget=self.get("files.metadata_budget"),
+            rendering_budget=self.get("files.rendering_budget"),
         )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 import attrs
 
 from selfctx.application.objects import CONTENT_BUDGET, METADATA_BUDGET
@@ -9,7 +11,11 @@ from selfctx.application.policies import as_policy, default_policy
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
-__all__ = ["Settings"]
+__all__ = ["RENDERING_BUDGET", "Settings"]
+
+RENDERING_BUDGET: Final = 1_024
+"""Chat messages, the last of the chat, whose provider rendering a session's request cache keeps
+beside its text (decision 0117)."""
 
 
 @attrs.frozen
@@ -32,8 +38,17 @@ class Settings:
     """Tool calls whose content was dropped and whose metadata each open session keeps in
     memory (the ones used last); an older one's is read again from the store when needed
     (decision 0111)."""
+    rendering_budget: int = attrs.field(default=RENDERING_BUDGET)
+    """Chat messages, the last of the chat, whose rendering as a provider's item each session's
+    request cache keeps by the message's identity (a re-rendering from an older message encodes
+    again what it walks; decision 0117)."""
 
     @metadata_budget.validator
     def _check_metadata_budget(self, _: object, value: int) -> None:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise InvalidInput("metadata_budget", value, "must be an integer >= 0")
+
+    @rendering_budget.validator
+    def _check_rendering_budget(self, _: object, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise InvalidInput("rendering_budget", value, "must be an integer >= 0")

@@ -153,22 +153,17 @@ class InlineCache:
     arguments are where they show."""
     scanned: int = 0
     """How much of the session index ``viewed`` has looked at."""
-    registered: dict[int, list[tuple[str, str]]] = attrs.field(factory=dict)
-    """For each message position, the ``shown`` and ``positions`` keys it added, so that
-    :meth:`truncate` forgets them in the time of what it removes, not of the session's size."""
 
     def show(self, content_hash: str, label: str) -> None:
         """The next message shows this content in full under ``label``."""
         if content_hash not in self.shown:
-            position = len(self.messages)
-            self.shown[content_hash] = (label, position)
-            self.registered.setdefault(position, []).append(("shown", content_hash))
+            self.shown[content_hash] = (label, len(self.messages))
 
     def place(self, call_id: str, position: int) -> None:
-        """The first message that shows ``call_id`` (its request or result) is ``position``."""
+        """The first message that shows ``call_id`` (its request or result) is ``position``
+        (the message being rendered: positions come in the order of the messages)."""
         if call_id not in self.positions:
             self.positions[call_id] = position
-            self.registered.setdefault(position, []).append(("positions", call_id))
 
     def invalidate(self, object_id: str) -> None:
         """An object got a new version: render again from its first message."""
@@ -185,9 +180,15 @@ class InlineCache:
             self.counts[first_turn] = first_index
             for turn in range(first_turn + 1, len(self.counts)):
                 self.counts[turn] = 0
-        for at in range(position, len(self.messages)):
-            for kind, key in self.registered.pop(at, ()):
-                del (self.shown if kind == "shown" else self.positions)[key]
+        # ``shown`` and ``positions`` gain their keys as the messages are rendered, in order:
+        # the ones of the messages removed are their last, taken off in the time of what goes,
+        # not of the session's size, and without a table of its own for each message (decision
+        # 0117; a list of keys per position was about 100 bytes a message)
+        shown, positions = self.shown, self.positions
+        while shown and next(reversed(shown.values()))[1] >= position:
+            shown.popitem()
+        while positions and next(reversed(positions.values())) >= position:
+            positions.popitem()
         del self.messages[position:]
         self.origin.truncate(position)
         self.stale_from = None

@@ -44,6 +44,7 @@ from selfctx.adapters.harness.render import (
     _responses_message,
     _system_prompt,
 )
+from selfctx.application.settings import RENDERING_BUDGET
 from selfctx.application.tokens import identical_prefix
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.rendering import AssembledContext, RenderedMessage
@@ -64,8 +65,9 @@ def text_chars(value: Any, key: str = "") -> int:
 
 
 _STALE_RENDERINGS = 64
-"""Renderings of messages no longer in the chat kept before they are dropped all at once: each
-drop walks the kept ones, so it happens once per this many."""
+"""Renderings beyond the ones kept (of messages no longer in the chat, or older than the last
+``rendering_budget`` of it) before they are dropped all at once: each drop walks the kept ones,
+so it happens once per this many."""
 
 
 def _joined(text: str | tuple[str, ...]) -> str:
@@ -239,6 +241,7 @@ class RequestCache:
         text: bool = True,
         values: bool = True,
         pieces: bool = False,
+        rendering_budget: int = RENDERING_BUDGET,
     ) -> None:
         """``text``: False when only the body is wanted (``Encoded.text`` is then empty, and
         no item's text is kept: the values alone, and the pieces if asked for).
@@ -246,7 +249,11 @@ class RequestCache:
         only (about half the memory per message), and ``Encoded.body`` is read back from the
         text when asked for (:meth:`keep_values` switches to keeping both).
         ``pieces``: keep each chat item's compact UTF-8 JSON beside its values (:attr:`pieces`),
-        for a caller that encodes the body with orjson at every request (the proxy)."""
+        for a caller that encodes the body with orjson at every request (the proxy).
+        ``rendering_budget``: how many of the chat's last messages have their rendering kept by
+        identity (:meth:`_make`); an older message's is made again when a rendering walks it
+        (decision 0117: what the cache holds beside the items' texts does not grow with the
+        session)."""
         if fmt not in ("openai", "anthropic", "responses"):
             raise InvalidInput("format", fmt, "use 'openai', 'anthropic' or 'responses'")
         self.fmt = fmt
@@ -255,6 +262,7 @@ class RequestCache:
         self.text = text
         self.values = values or not text
         self.keeps_pieces = pieces
+        self.rendering_budget = rendering_budget
         self._reset()
 
     @property
@@ -276,8 +284,9 @@ class RequestCache:
         self._items = _Items(self.values, self.keeps_pieces, self.text)
         self._cuts = _Cuts()
         self._rendered: dict[int, tuple[RenderedMessage, Any]] = {}
-        """Each chat message's rendering, by identity, for the chat as last rendered (and up to
-        :data:`_STALE_RENDERINGS` of messages it held before)."""
+        """The rendering of each of the last ``rendering_budget`` messages of the chat as last
+        rendered, by identity (and up to :data:`_STALE_RENDERINGS` others: messages it held
+        before, or older ones)."""
 
     # -- the chat -------------------------------------------------------------------------
 
@@ -311,10 +320,12 @@ class RequestCache:
         same = self._same(chat)
         cut = self._cuts.before(same)
         self._items.truncate(cut.items)
-        if self._rendered and len(self._rendered) > len(chat) + _STALE_RENDERINGS:
+        kept = min(len(chat), self.rendering_budget)
+        if self._rendered and len(self._rendered) > kept + _STALE_RENDERINGS:
             # the renderings of messages the chat no longer holds (an output shown whole, since
-            # collapsed) go: at most a fixed number of them stay, whatever the session's length
-            keep = {id(m) for m in chat}
+            # collapsed) and of its older messages go: at most a fixed number of them stay,
+            # whatever the session's length (decision 0117)
+            keep = {id(m) for m in chat[len(chat) - kept :]}
             self._rendered = {i: hit for i, hit in self._rendered.items() if i in keep}
         self._chat = chat
         pending = cut.pending

@@ -105,7 +105,12 @@ class HarnessSession:
         )
         self._digests = ListDigests(fmt)
         """What is remembered of the last whole list (digests of its items, no text)."""
-        self._requests = RequestCache(fmt, tool_prefix=self.tool_prefix, values=False)
+        self._requests = RequestCache(
+            fmt,
+            tool_prefix=self.tool_prefix,
+            values=False,
+            rendering_budget=service.settings.rendering_budget,
+        )
         """The last request's rendering, which the next one renders on from where it changed:
         its text only, until :meth:`request` first asks for the values (decision 0092)."""
 

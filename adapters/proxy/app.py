@@ -590,7 +590,12 @@ class Proxy:
         requests = turn.session.requests
         if requests is None:  # the provider places the cache marks
             requests = RequestCache(
-                provider.name, tool_prefix=prefix, cache_control=False, text=False, pieces=True
+                provider.name,
+                tool_prefix=prefix,
+                cache_control=False,
+                text=False,
+                pieces=True,
+                rendering_budget=self.service.settings.rendering_budget,
             )
             turn.session.requests = requests
         rendered = requests.render(context).body

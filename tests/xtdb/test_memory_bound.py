@@ -215,10 +215,11 @@ def test_a_whole_list_resent_each_turn_grows_the_heap_by_its_count_not_its_bytes
     assert large - small < 0.1 * (large_bytes - small_bytes), (small, large, large_bytes)
 
 
-def _bookkeeping(roots: list[Any]) -> int:
+def _bookkeeping(roots: list[Any], seen: set[int] | None = None) -> int:
     """Bytes of every object reachable from ``roots`` but strings (the prompt's texts, ids and
-    fingerprints, which other tests bound), each counted once."""
-    seen: set[int] = set()
+    fingerprints, which other tests bound), each counted once (not counted either: the objects
+    in ``seen``, to which the ones counted are added)."""
+    seen = set() if seen is None else seen
     total = 0
     stack = list(roots)
     while stack:
@@ -335,5 +336,61 @@ def test_the_objects_a_session_holds_grow_by_an_id_per_object_beyond_their_budge
         whole = service.object(sid, cold[0])
         assert attrs.evolve(whole, content=None) == first and whole.content
         print(f"object cache: {per_object:.0f} bytes per tool call, turns 60-120")
+    finally:
+        service.close()
+
+
+def test_the_prompts_bookkeeping_beside_its_texts_is_bounded_by_the_rendering_budget(
+    xtdb_node: XtdbNode,
+) -> None:
+    """Decision 0117: what the stdio server keeps to render the next request beside the
+    prompt's texts (the request cache's renderings of messages by identity, the inline cache's
+    tables of what each position shows) is the renderings of the chat's last
+    ``rendering_budget`` messages and a few machine integers a message: the renderings held at
+    turn 120 are about those held at turn 60 (main's grew by 260 bytes a message), and the rest,
+    the chat's own objects apart, by about 100 bytes a message (a list of keys per rendered
+    position made it 210)."""
+    service = build_service(
+        store=open_store(xtdb_node.url, timeout=10.0),
+        settings=Settings(content_budget=20_000, rendering_budget=32),
+    )
+    try:
+        sid, prefix = f"mem-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:8]
+        server = StdioServer(service, cwd=os.getcwd(), roots=[os.getcwd()])
+        rid = 0
+
+        def call(method: str, **params: Any) -> dict[str, Any]:
+            nonlocal rid
+            rid += 1
+            line = json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+            answer = json.loads(server.handle_line(line) or "{}")
+            assert "result" in answer, answer
+            return dict(answer["result"])
+
+        call("session.open", session_id=sid, policy="relevance")
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the tests"}]
+        digest = call("ingest", session_id=sid, messages=messages)["digest"]
+        rng = random.Random(17)
+        renderings, rest, counts = [], [], []
+        for n in range(120):
+            new = _turn([], prefix, n, _output(rng, n, 300))
+            digest = call("ingest", session_id=sid, messages=new, extends=digest)["digest"]
+            call("assemble", session_id=sid)
+            if n + 1 in (60, 120):
+                gc.collect()
+                requests = server.sessions[sid].harness._requests
+                inline = service._open(sid).inline_cache
+                chat: set[int] = set()
+                _bookkeeping([service.state(sid)], chat)  # the chat's calls, shown as they are
+                renderings.append(_bookkeeping([requests._rendered], set(chat)))
+                tables = [getattr(inline, f.name) for f in attrs.fields(type(inline))]
+                tables = [t for t in tables if t is not inline.messages]
+                rest.append(_bookkeeping([requests._items, requests._cuts, *tables], chat))
+                counts.append(len(inline.messages))
+        assert counts[1] - counts[0] == 120  # two messages a turn, each rendered
+        assert renderings[1] < 1.2 * renderings[0], renderings
+        per_message = (rest[1] - rest[0]) / (counts[1] - counts[0])
+        assert 0 < per_message < 140, (per_message, rest)
+        print(f"renderings {renderings}, the rest {per_message:.0f} bytes a message")
     finally:
         service.close()
