@@ -37,6 +37,7 @@
             [clojure.instant :as instant]
             [clojure.string :as str]
             [clojure.tools.logging :as log]
+            [selfctx.documents :as documents]
             [selfctx.guard :as guard]
             [selfctx.versions :as versions]
             [xtdb.api :as xt]
@@ -313,12 +314,15 @@
 (defn- status [node _ _]
   ;; "selfctxBlobs" tells our adapter that this node reads bodies with blobs (decision 0015),
   ;; "selfctxVersions" that it answers /_xtdb/selfctx/versions (decision 0066),
-  ;; "selfctxVersionDocuments" that it takes a POST there naming the files held (decision 0106).
+  ;; "selfctxVersionDocuments" that it takes a POST there naming the files held (decision 0106);
+  ;; "selfctxDocumentsRead" counts the documents read back from the document store, not found in
+  ;; its cache (selfctx.documents, decision 0113).
   [200 (assoc (camel-keys (xt/status node))
               "selfctxBlobs" 1
               "selfctxVersions" 1
               "selfctxVersionDocuments" 1
-              "selfctxRequests" (.get ^AtomicLong requests))])
+              "selfctxRequests" (.get ^AtomicLong requests)
+              "selfctxDocumentsRead" (.get ^AtomicLong documents/read-back))])
 
 (defn- versions-route
   "Our extension (decision 0066): the file versions written after `after-tx-id`, from the feed

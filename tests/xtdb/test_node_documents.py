@@ -1,0 +1,92 @@
+"""A node keeps in its document cache the documents a commit writes (``selfctx.documents``,
+decision 0113): indexing the transaction finds them there instead of reading them back from the
+document store, and what every read returns is unchanged, across a restart too."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from selfctx.adapters.xtdb import XtdbNode, open_store
+from selfctx.application.ports.store import ConflictError, Expect
+
+pytestmark = pytest.mark.xtdb
+
+
+def read_back(store: Any) -> int:
+    """Documents the node has read from its document store so far, its cache having none."""
+    value = store.client.status(timeout=10.0)["selfctxDocumentsRead"]
+    assert isinstance(value, int)
+    return value
+
+
+def turn(
+    ns: str, n: int, previous: dict[str, Any] | None
+) -> tuple[list[dict[str, Any]], list[Expect]]:
+    """One proxied request's commit, in shape (decision 0101): log entries and a tool call that
+    must not exist yet, and the request's record on top of its previous version."""
+    entries: list[dict[str, Any]] = [
+        {"xt/id": f"{ns}log-{n}-{k}", "type": "session_log", "seq": 3 * n + k, "text": "x" * 400}
+        for k in range(3)
+    ]
+    call: dict[str, Any] = {
+        "xt/id": f"{ns}call-{n}",
+        "type": "toolcall",
+        "output": f"line\n{n}\t\u00e9" * 50,
+    }
+    record: dict[str, Any] = {
+        "xt/id": f"{ns}requests",
+        "type": "requests",
+        "count": n,
+        "nested": {"n": [n, 1.5]},
+    }
+    puts = [*entries, call, record]
+    expect = [Expect(str(doc["xt/id"]), None) for doc in puts[:4]]
+    expect.append(Expect(f"{ns}requests", previous))
+    return puts, expect
+
+
+def test_the_documents_a_commit_writes_are_indexed_without_reading_them_back(
+    rocksdb_node: XtdbNode,
+) -> None:
+    ns = f"d{uuid.uuid4().hex[:8]}-"
+    store = open_store(rocksdb_node.url, timeout=30.0)
+    written: dict[str, dict[str, Any]] = {}
+    try:
+        store.commit([{"xt/id": f"{ns}warm", "type": "x"}])  # the node's first fetches
+        before = read_back(store)
+        previous = None
+        for n in range(20):
+            puts, expect = turn(ns, n, previous)
+            store.commit(puts, expect)  # answered once indexed: the fetch is behind it
+            previous = puts[-1]
+            written |= {doc["xt/id"]: doc for doc in puts}
+        # 20 transactions of 5 documents each, every one fetched for indexing: from the cache.
+        assert read_back(store) == before
+        # A refused transaction's documents are written too (before it is known refused): the
+        # cache holding them changes no answer.
+        stale, expect = turn(ns, 99, {"xt/id": f"{ns}requests", "type": "requests", "count": -1})
+        with pytest.raises(ConflictError):
+            store.commit(stale, expect)
+        assert store.get_many(doc["xt/id"] for doc in stale) == {
+            doc["xt/id"]: written[doc["xt/id"]] for doc in stale if doc["xt/id"] in written
+        }
+        assert store.get_many(written) == written
+    finally:
+        store.close()
+
+    # After a restart the cache is empty: the same documents come from the store, unchanged, and
+    # the count shows they were read there (it counts what it says it counts).
+    rocksdb_node.stop(timeout=20)
+    rocksdb_node.start()
+    store = open_store(rocksdb_node.url, timeout=30.0)
+    try:
+        before = read_back(store)
+        got = store.get_many(written)
+        assert json.dumps(got, sort_keys=True) == json.dumps(written, sort_keys=True)
+        assert read_back(store) - before >= len(written)
+    finally:
+        store.close()
