@@ -153,6 +153,52 @@ def test_a_refused_batch_is_decided_again_on_what_the_refusal_said(
     assert service.object(sid, fid).content == "v2\n"
 
 
+def test_a_refused_batch_is_committed_again_as_one_transaction(
+    service: ContextService, store: WrappedStore, sid: str, make_service: MakeService, ns: str,
+    host_id: str,
+) -> None:  # fmt: skip
+    """Decision 0118: the refused batch's commands are decided again together, on what the
+    refusal said, and committed in one transaction (not one commit each); refused again while
+    another writer keeps writing the file, it is decided again each time, and each command is
+    recorded once, in order."""
+    a_turn(service, sid, 1, "v1\n")
+    other = make_service()
+    other.start_session(f"{ns}s2", "Another session.")
+    versions = iter(["v3\n", "v4\n", "v5\n"])
+
+    def another_writer() -> None:
+        # before each of the batch's first three transactions: a new version of the file it
+        # read (a hook runs once: it is set again after the other writer's own commit)
+        version = next(versions, None)
+        if version is not None:
+            other.index_file(f"{ns}s2", "/p/a.py", version)
+            store.on_commit = another_writer
+
+    logged = len(entries(store, sid))
+    before = store.commits
+    store.on_commit = another_writer
+    with service.batch(sid) as progress:
+        a_turn(service, sid, 2, "v2\n")
+        progress.done += 1
+    store.on_commit = None
+    assert progress.redone
+    assert progress.committed == 1
+    # the other writer's three, then the batch's: one commit, not one per command
+    assert store.commits == before + 4
+    fid = file_id(host_id, "/p/a.py")
+    contents = [v.document["content"] for v in service.history(fid)]
+    assert contents == ["v1\n", "v3\n", "v4\n", "v5\n", "v2\n"]
+    log = entries(store, sid)
+    assert [c for _, c in log[logged:]] == ["RecordAssistantMessage", "RecordToolCall", "IndexFile"]
+    assert [s for s, _ in log] == list(range(1, len(log) + 1))
+    landed = {store.history(f"log:{sid}:{s:09d}")[-1].tx_id for s, _ in log[logged:]}
+    assert len(landed) == 1  # one transaction
+    assert service.object(sid, fid).content == "v2\n"
+    fresh = make_service()
+    fresh.resume_session(sid)
+    assert fresh.state(sid) == service.state(sid)
+
+
 def test_a_store_failure_at_the_end_leaves_the_session_as_the_store_has_it(
     service: ContextService, store: WrappedStore, sid: str, make_service: MakeService
 ) -> None:
