@@ -1132,7 +1132,14 @@ class SessionRunner:
                 for check in batch.checks:
                     check(exc.current)  # raising: nothing of the batch is recorded
                 batch.progress.redone = True
-                self._decide_again(session, batch, builds, _as_read(exc.current, *read), read)
+                try:
+                    self._decide_again(session, batch, builds, _as_read(exc.current, *read), read)
+                except BaseException:
+                    # a command no longer decided (a domain error): what the redo decided is
+                    # dropped, the session is where the store has it, and the error is raised
+                    batch.roll_back(session)
+                    batch.restart(session)
+                    raise
                 continue
             except StoreError:
                 batch.roll_back(session)

@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 
+from selfctx.application import runner
 from selfctx.application.persistence import entry_events
 from selfctx.application.ports.store import StoreUnavailable
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.errors import InvalidInput
 from tests.conftest import MakeService
 from tests.support import WrappedStore, file_id
 
@@ -284,3 +286,42 @@ def test_a_record_refused_with_its_batch_is_not_written(
     assert [c for _, c in log].count("RecordToolCall") == 2
     # the caller records again what it then sends; it follows the other writer's
     assert service.record_request(sid, service.assemble(sid)).n == 2
+
+
+def test_a_command_no_longer_decided_in_a_redo_leaves_the_session_as_stored(
+    service: ContextService, store: WrappedStore, sid: str, make_service: MakeService,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Decision 0118: when a command of a refused batch is refused by the domain on its second
+    decision (after those before it were decided again), nothing of the batch is recorded, the
+    error is raised, and the session is where the store has it (the other writer's entry
+    folded in)."""
+    a_turn(service, sid, 1)
+    other = make_service()
+    other.resume_session(sid)
+    refused: list[bool] = []
+    decide = runner.decide_and_fold
+
+    def deciding(state: Any, command: Any) -> Any:
+        if refused and type(command).__name__ == "IndexFile":  # the redo's third: no
+            raise InvalidInput("command", type(command).__name__, "no longer applies")
+        return decide(state, command)
+
+    def another_writer() -> None:  # once, just before the batch's transaction
+        other.record_user_message(sid, "from elsewhere")
+        refused.append(True)
+
+    monkeypatch.setattr(runner, "decide_and_fold", deciding)
+    store.on_commit = another_writer
+    with pytest.raises(InvalidInput), service.batch(sid) as progress:
+        a_turn(service, sid, 2, "x = 2\n")
+        progress.done += 1
+    assert progress.redone
+    assert progress.committed == 0
+    monkeypatch.undo()
+    log = [c for _, c in entries(store, sid)]
+    assert log.count("RecordToolCall") == 1 and log[-1] == "RecordUserMessage"
+    assert service.log_position(sid) == len(log)
+    fresh = make_service()
+    fresh.resume_session(sid)
+    assert fresh.state(sid) == service.state(sid)
