@@ -13,6 +13,7 @@ from selfctx.application.ports.store import StoreUnavailable
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import ToolCallRequest
 from selfctx.domain.errors import InvalidInput
+from selfctx.domain.session.machine import decide_and_fold
 from tests.conftest import MakeService
 from tests.support import WrappedStore, file_id
 
@@ -300,18 +301,17 @@ def test_a_command_no_longer_decided_in_a_redo_leaves_the_session_as_stored(
     other = make_service()
     other.resume_session(sid)
     refused: list[bool] = []
-    decide = runner.decide_and_fold
 
     def deciding(state: Any, command: Any) -> Any:
         if refused and type(command).__name__ == "IndexFile":  # the redo's third: no
             raise InvalidInput("command", type(command).__name__, "no longer applies")
-        return decide(state, command)
+        return decide_and_fold(state, command)
 
     def another_writer() -> None:  # once, just before the batch's transaction
         other.record_user_message(sid, "from elsewhere")
         refused.append(True)
 
-    monkeypatch.setattr(runner, "decide_and_fold", deciding)
+    monkeypatch.setattr(runner, "decide_and_fold", deciding)  # as the runner calls it
     store.on_commit = another_writer
     with pytest.raises(InvalidInput), service.batch(sid) as progress:
         a_turn(service, sid, 2, "x = 2\n")
