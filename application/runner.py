@@ -412,8 +412,8 @@ class BatchProgress:
     committed: int = 0
     redone: bool = False
     """A commit of the batch was refused (another writer came first): its commands were
-    executed again one by one, on what that writer left, so what was read inside the block
-    before the commit may differ from what is stored."""
+    decided again, on what that writer left, so what was read inside the block before the
+    commit may differ from what is stored."""
 
 
 @attrs.frozen
@@ -421,8 +421,8 @@ class Rider:
     """Documents that go with a batch's transaction without being a command of the session
     (a request's record, decision 0089): committed with the batch's commands, or not at all.
     ``landed`` is called once they are committed; when the store refuses the transaction they
-    are dropped (the commands are executed again one by one, ``BatchProgress.redone`` says so,
-    and whoever attached them writes them again if it still wants them)."""
+    are dropped (the commands are decided again, ``BatchProgress.redone`` says so, and
+    whoever attached them writes them again if it still wants them)."""
 
     puts: tuple[Document, ...]
     expect: tuple[Expect, ...]
@@ -450,7 +450,7 @@ class _Batch:
     progress: BatchProgress = attrs.field(factory=lambda: BatchProgress())
     checks: list[Refused] = attrs.field(factory=list)
     """What to check when the store refuses the transaction, before the commands are executed
-    again one by one (:meth:`SessionRunner.batch`)."""
+    again (:meth:`SessionRunner.batch`)."""
     riders: list[Rider] = attrs.field(factory=list)
     """Documents committed with the next transaction (:meth:`SessionRunner.ride`)."""
 
@@ -1023,12 +1023,13 @@ class SessionRunner:
         document (a file read and then edited, two snapshots) go in two transactions: the
         batch commits what it holds before the second. When the transaction is refused
         (another writer came first), the session goes back to where the batch found it,
-        catches up, and the commands are executed again one by one, as :meth:`execute` does
-        (bounded retries; reads start from what the refusal said is stored, when it said,
-        decision 0112); when the store fails, the session goes back too, is
-        marked stale and the error is raised. When the block raises, what was decided before
-        is committed, then the error is raised. What it yields counts what the caller recorded
-        and what of it is committed (:class:`BatchProgress`).
+        catches up when another writer appended to its log, and the commands are decided
+        again, all of them, each on what the ones before it leave, and committed again as one
+        transaction (decision 0118; bounded retries as :meth:`execute`'s; reads start from
+        what the refusal said is stored, when it said, decision 0112); when the store fails,
+        the session goes back too, is marked stale and the error is raised. When the block
+        raises, what was decided before is committed, then the error is raised. What it yields
+        counts what the caller recorded and what of it is committed (:class:`BatchProgress`).
 
         ``refused`` is called when the store refuses the transaction, once the session is back
         where the batch found it and has caught up, before the commands are executed again: it
@@ -1066,73 +1067,113 @@ class SessionRunner:
     def _execute_batched(
         self, session: OpenSession, batch: _Batch, build: CommandBuilder
     ) -> tuple[e.Event, ...]:
+        loaded, session.loaded = session.loaded, {}
+        return self._decide_batched(session, batch, build, loaded)[0]
+
+    def _decide_batched(
+        self,
+        session: OpenSession,
+        batch: _Batch,
+        build: CommandBuilder,
+        known: Mapping[str, Document | None],
+    ) -> tuple[tuple[e.Event, ...], _Prepared | None]:
+        """Decide a command into ``batch``, its first reads seeded with ``known`` (documents as
+        the store last said they are: None, absent); returns its events and its transaction
+        (None when it changed nothing)."""
         if session.stale:
             self.catch_up(session)
-        loaded, session.loaded = session.loaded, {}
         reads = Reads(self.store, overlay=batch.pending)
-        reads.seed(loaded)
+        reads.seed(known)
         command = build(reads, session.state)
         events, after = decide_and_fold(session.state, command)
         if not events:
             batch.keep_prior(session, reads.objects)
             self._refresh(session, reads, session.state)
-            return events
+            return events, None
         base = _Base.of(session)
         prepared = self._prepare(base, command, self.ids.new_id(), events, after, reads)
         if batch.writes.intersection(str(doc["xt/id"]) for doc in prepared.puts):
             # A document the batch already writes: what it holds goes first, and the command
             # is decided again on top of it.
             self._flush(session, batch)
-            return self._execute_batched(session, batch, build)
+            return self._decide_batched(session, batch, build, {})
         batch.add(session, build, prepared)
         self._apply(session, prepared)
-        return events
+        return events, prepared
 
     def _flush(self, session: OpenSession, batch: _Batch) -> None:
-        """Commit what ``batch`` holds, in one transaction; the batch is empty afterwards."""
+        """Commit what ``batch`` holds, in one transaction; the batch is empty afterwards.
+
+        When the store refuses the transaction, the session goes back to where the batch
+        found it, and the batch's commands are decided again, all of them, on what the refusal
+        said is stored and on what those before them write, then committed again as one
+        transaction (decision 0118); as often as :class:`Contention` allows, as
+        :meth:`execute` retries a command."""
         if not batch.pending and not batch.riders:
             return
-        builds = list(batch.builds)
-        riders = list(batch.riders)
-        puts, expect = batch.transaction()
-        try:
-            self.store.commit(puts, expect)
-        except ConflictError as exc:
-            read = [p.reads.documents for p in batch.pending]
-            batch.roll_back(session)
-            # The refusal may say what is stored (decision 0106): then the session's log is read
-            # only if its next entry is taken, and the commands below start from what it said
-            # of what they read, and from what those before them wrote (decision 0112).
-            known = _as_read(exc.current, *read)
-            if not _still_free(exc, log_entry_id(session.session_id, session.seq + 1)):
-                self.catch_up(session)
-            batch.restart(session)
-            for check in batch.checks:
-                check(exc.current)  # raising: nothing of the batch is recorded
-            saved, session.batch = session.batch, None
+        contention = Contention()
+        while batch.pending or batch.riders:
+            builds = list(batch.builds)
+            riders = list(batch.riders)
+            puts, expect = batch.transaction()
             try:
-                for build in builds:  # one by one, the ordinary way
-                    for doc in self._execute(session, build, known)[1]:
-                        doc_id = str(doc["xt/id"])
-                        if any(doc_id in r for r in read):
-                            known[doc_id] = as_stored(doc)
-                        else:
-                            known.pop(doc_id, None)
-            finally:
-                session.batch = saved
+                self.store.commit(puts, expect)
+            except ConflictError as exc:
+                read = [p.reads.documents for p in batch.pending]
+                batch.roll_back(session)
+                # The refusal may say what is stored (decision 0106): then the session's log is
+                # read only if its next entry is taken, and the commands below start from what
+                # it said of what they read, and from what those before them write (0112).
+                own_log = log_entry_id(session.session_id, session.seq + 1)
+                if not _still_free(exc, own_log):
+                    self.catch_up(session)
+                batch.restart(session)  # the riders are dropped: BatchProgress.redone says so
+                contention.failed(exc, sessions_log=own_log in exc.object_ids)
+                for check in batch.checks:
+                    check(exc.current)  # raising: nothing of the batch is recorded
+                batch.progress.redone = True
+                try:
+                    self._decide_again(session, batch, builds, _as_read(exc.current, *read), read)
+                except BaseException:
+                    # a command no longer decided (a domain error): what the redo decided is
+                    # dropped, the session is where the store has it, and the error is raised
+                    batch.roll_back(session)
+                    batch.restart(session)
+                    raise
+                continue
+            except StoreError:
+                batch.roll_back(session)
                 batch.restart(session)
-            batch.progress.committed = batch.progress.done
-            batch.progress.redone = True
-            return
-        except StoreError:
-            batch.roll_back(session)
+                session.stale = True
+                raise
             batch.restart(session)
-            session.stale = True
-            raise
+            for rider in riders:
+                rider.landed()
+            break
         batch.progress.committed = batch.progress.done
-        batch.restart(session)
-        for rider in riders:
-            rider.landed()
+
+    def _decide_again(
+        self,
+        session: OpenSession,
+        batch: _Batch,
+        builds: Iterable[CommandBuilder],
+        known: dict[str, Document | None],
+        read: Sequence[Mapping[str, Document | None]],
+    ) -> None:
+        """Decide the commands of a refused transaction again into ``batch`` (empty, from
+        where the session is now), each on ``known`` (what the refusal said of what they
+        read: ``read``) as the objects the commands before it write leave it (a log entry or
+        a snapshot they write is not an object a command reads)."""
+        for build in builds:
+            prepared = self._decide_batched(session, batch, build, known)[1]
+            if prepared is None:
+                continue
+            for doc in prepared.puts:
+                doc_id = str(doc["xt/id"])
+                if doc_id in prepared.written and any(doc_id in r for r in read):
+                    known[doc_id] = as_stored(doc)
+                else:
+                    known.pop(doc_id, None)
 
     # -- pipelining ------------------------------------------------------------------------
 

@@ -492,7 +492,8 @@ class ContextService:
         messages, calls, reads and edits cost one commit. Other threads wait for the session
         until the block ends. ``refused`` is called if the store refuses the transaction,
         with what the refusal said is stored (decision 0112), before its commands are
-        executed again one by one; when it raises, nothing of the block is recorded."""
+        decided again (in one transaction, decision 0118); when it raises, nothing of the
+        block is recorded."""
         session = self._open(session_id)
         with session.lock, self._runner.batch(session, refused) as progress:
             yield progress

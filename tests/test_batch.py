@@ -7,10 +7,13 @@ from typing import Any
 
 import pytest
 
+from selfctx.application import runner
 from selfctx.application.persistence import entry_events
 from selfctx.application.ports.store import StoreUnavailable
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.errors import InvalidInput
+from selfctx.domain.session.machine import decide_and_fold
 from tests.conftest import MakeService
 from tests.support import WrappedStore, file_id
 
@@ -153,6 +156,52 @@ def test_a_refused_batch_is_decided_again_on_what_the_refusal_said(
     assert service.object(sid, fid).content == "v2\n"
 
 
+def test_a_refused_batch_is_committed_again_as_one_transaction(
+    service: ContextService, store: WrappedStore, sid: str, make_service: MakeService, ns: str,
+    host_id: str,
+) -> None:  # fmt: skip
+    """Decision 0118: the refused batch's commands are decided again together, on what the
+    refusal said, and committed in one transaction (not one commit each); refused again while
+    another writer keeps writing the file, it is decided again each time, and each command is
+    recorded once, in order."""
+    a_turn(service, sid, 1, "v1\n")
+    other = make_service()
+    other.start_session(f"{ns}s2", "Another session.")
+    versions = iter(["v3\n", "v4\n", "v5\n"])
+
+    def another_writer() -> None:
+        # before each of the batch's first three transactions: a new version of the file it
+        # read (a hook runs once: it is set again after the other writer's own commit)
+        version = next(versions, None)
+        if version is not None:
+            other.index_file(f"{ns}s2", "/p/a.py", version)
+            store.on_commit = another_writer
+
+    logged = len(entries(store, sid))
+    before = store.commits
+    store.on_commit = another_writer
+    with service.batch(sid) as progress:
+        a_turn(service, sid, 2, "v2\n")
+        progress.done += 1
+    store.on_commit = None
+    assert progress.redone
+    assert progress.committed == 1
+    # the other writer's three, then the batch's: one commit, not one per command
+    assert store.commits == before + 4
+    fid = file_id(host_id, "/p/a.py")
+    contents = [v.document["content"] for v in service.history(fid)]
+    assert contents == ["v1\n", "v3\n", "v4\n", "v5\n", "v2\n"]
+    log = entries(store, sid)
+    assert [c for _, c in log[logged:]] == ["RecordAssistantMessage", "RecordToolCall", "IndexFile"]
+    assert [s for s, _ in log] == list(range(1, len(log) + 1))
+    landed = {store.history(f"log:{sid}:{s:09d}")[-1].tx_id for s, _ in log[logged:]}
+    assert len(landed) == 1  # one transaction
+    assert service.object(sid, fid).content == "v2\n"
+    fresh = make_service()
+    fresh.resume_session(sid)
+    assert fresh.state(sid) == service.state(sid)
+
+
 def test_a_store_failure_at_the_end_leaves_the_session_as_the_store_has_it(
     service: ContextService, store: WrappedStore, sid: str, make_service: MakeService
 ) -> None:
@@ -238,3 +287,41 @@ def test_a_record_refused_with_its_batch_is_not_written(
     assert [c for _, c in log].count("RecordToolCall") == 2
     # the caller records again what it then sends; it follows the other writer's
     assert service.record_request(sid, service.assemble(sid)).n == 2
+
+
+def test_a_command_no_longer_decided_in_a_redo_leaves_the_session_as_stored(
+    service: ContextService, store: WrappedStore, sid: str, make_service: MakeService,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Decision 0118: when a command of a refused batch is refused by the domain on its second
+    decision (after those before it were decided again), nothing of the batch is recorded, the
+    error is raised, and the session is where the store has it (the other writer's entry
+    folded in)."""
+    a_turn(service, sid, 1)
+    other = make_service()
+    other.resume_session(sid)
+    refused: list[bool] = []
+
+    def deciding(state: Any, command: Any) -> Any:
+        if refused and type(command).__name__ == "IndexFile":  # the redo's third: no
+            raise InvalidInput("command", type(command).__name__, "no longer applies")
+        return decide_and_fold(state, command)
+
+    def another_writer() -> None:  # once, just before the batch's transaction
+        other.record_user_message(sid, "from elsewhere")
+        refused.append(True)
+
+    monkeypatch.setattr(runner, "decide_and_fold", deciding)  # as the runner calls it
+    store.on_commit = another_writer
+    with pytest.raises(InvalidInput), service.batch(sid) as progress:
+        a_turn(service, sid, 2, "x = 2\n")
+        progress.done += 1
+    assert progress.redone
+    assert progress.committed == 0
+    monkeypatch.undo()
+    log = [c for _, c in entries(store, sid)]
+    assert log.count("RecordToolCall") == 1 and log[-1] == "RecordUserMessage"
+    assert service.log_position(sid) == len(log)
+    fresh = make_service()
+    fresh.resume_session(sid)
+    assert fresh.state(sid) == service.state(sid)

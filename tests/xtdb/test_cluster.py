@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -15,8 +16,19 @@ import pytest
 
 from selfctx.adapters.bootstrap import store_identity
 from selfctx.adapters.filesystem.claims import claims_path
-from selfctx.adapters.xtdb import XtdbNode, open_store
+from selfctx.adapters.xtdb import XtdbNode, XtdbStore, open_store
 from selfctx.application.ports.store import ConflictError, Expect
+from selfctx.application.service import ContextService
+from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.mounts import MountTable
+from tests.support import (
+    CountingClock,
+    CountingIds,
+    FakeFileReader,
+    WrappedStore,
+    compose_service,
+    file_id,
+)
 from tests.xtdb.pg import LocalPostgres, find_bin_dir
 
 pytestmark = [pytest.mark.xtdb, pytest.mark.slow]
@@ -208,3 +220,74 @@ def test_both_nodes_name_the_store_alike_for_the_servers_watch_claims(
         assert names[0] is not None and names[0] == names[1]
         assert store_identity(on_a) == store_identity(on_b) == names[0]
         assert claims_path(names[0]) != claims_path("xtdb://" + a.url.removeprefix("http://"))
+
+
+def test_a_batch_refused_on_one_node_is_committed_again_as_one_transaction(
+    cluster: tuple[XtdbNode, XtdbNode],
+) -> None:
+    # Decision 0118: a session's batch through node a, refused twice because a session on node
+    # b wrote the file it read first (a node that had perhaps not indexed it yet), is decided
+    # again on what each refusal said and lands as one transaction: each command once, in
+    # order, every version of the file once, and node b resumes the session as a holds it.
+    a, b = cluster
+    ns = f"t{uuid.uuid4().hex[:8]}-"
+    host = f"{ns}host-fs"
+    ids, clock = CountingIds(), CountingClock()
+    with (
+        closing(WrappedStore(open_store(a.url), namespace=ns)) as on_a,
+        closing(WrappedStore(open_store(b.url), namespace=ns)) as on_b,
+    ):
+
+        def service(store: WrappedStore) -> ContextService:
+            files = FakeFileReader(host)
+            return compose_service(
+                store=store, files=files, clock=clock, ids=ids, mounts=MountTable(host, ())
+            )
+
+        mine, theirs = service(on_a), service(on_b)
+        mine.start_session("s1", "You are careful.")
+        theirs.start_session("s2", "Another session.")
+
+        def turn(n: int, content: str) -> None:
+            call = f"tc-{n}"
+            mine.record_assistant_message("s1", f"step {n}", [ToolCallRequest(call, "bash", {})])
+            mine.record_tool_call("s1", call, tool="bash", args={}, output=f"output {n}")
+            mine.index_file("s1", "/p/a.py", content)
+
+        turn(1, "v1\n")
+        versions = iter(["v3\n", "v4\n"])
+
+        def another_writer() -> None:  # before each of the batch's first two transactions
+            version = next(versions, None)
+            if version is not None:
+                theirs.index_file("s2", "/p/a.py", version)
+                on_a.on_commit = another_writer
+
+        before, logged = on_a.commits, len(on_a.session_log("s1"))
+        on_a.on_commit = another_writer
+        with mine.batch("s1") as progress:
+            turn(2, "v2\n")
+        on_a.on_commit = None
+        assert progress.redone
+        assert on_a.commits == before + 1  # the batch's, once: not one commit per command
+        fid = file_id(host, "/p/a.py")
+        assert [v.document["content"] for v in on_a.history(fid)] == [
+            "v1\n",
+            "v3\n",
+            "v4\n",
+            "v2\n",
+        ]
+        log = on_a.session_log("s1")
+        assert [int(e["seq"]) for e in log] == list(range(1, len(log) + 1))
+        assert [e["command"] for e in log[logged:]] == [
+            "RecordAssistantMessage", "RecordToolCall", "IndexFile"
+        ]  # fmt: skip
+        landed = {on_a.history(str(e["xt/id"]))[-1].tx_id for e in log[logged:]}
+        assert len(landed) == 1
+        receipt = on_a.latest_tx()
+        assert receipt is not None
+        assert isinstance(on_b.inner, XtdbStore)
+        on_b.inner.await_tx(receipt.tx_id)
+        fresh = service(on_b)
+        fresh.resume_session("s1")
+        assert fresh.state("s1") == mine.state("s1")
