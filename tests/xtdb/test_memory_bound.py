@@ -103,6 +103,20 @@ def test_a_long_session_holds_content_within_its_budget_and_reads_the_rest_back_
     assert cache.chars <= budget + max(len(v) for v in sent.values()) + cache.held_chars()
 
 
+def _caller(server: StdioServer) -> Any:
+    """A function sending one JSON-RPC request line to ``server`` (as over a pipe) and giving
+    back its result (an error fails the test)."""
+    ids = iter(range(1, 1 << 62))
+
+    def call(method: str, **params: Any) -> dict[str, Any]:
+        message = {"jsonrpc": "2.0", "id": next(ids), "method": method, "params": params}
+        answer = json.loads(server.handle_line(json.dumps(message)) or "{}")
+        assert "result" in answer, str(answer)[:300]
+        return dict(answer["result"])
+
+    return call
+
+
 def _growth(
     service: ContextService, size: int, turns: tuple[int, int], *, whole: bool = False
 ) -> tuple[int, int]:
@@ -114,15 +128,7 @@ def _growth(
     messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the tests"}]
     if whole:
         server = StdioServer(service, cwd=os.getcwd(), roots=[os.getcwd()])
-        rid = 0
-
-        def call(method: str, **params: Any) -> None:
-            nonlocal rid
-            rid += 1
-            line = json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-            answer = server.handle_line(line) or ""
-            assert answer and '"error"' not in answer[:200], answer[:300]
-
+        call = _caller(server)
         call("session.open", session_id=sid, policy="relevance")
     else:
         h = HarnessSession(service, sid, policy=policy_by_name("relevance"))
@@ -242,16 +248,7 @@ def test_what_a_session_keeps_of_each_message_beside_its_texts_is_small(service_
     service = service_on(20_000)
     sid, prefix = f"mem-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:8]
     server = StdioServer(service, cwd=os.getcwd(), roots=[os.getcwd()])
-    rid = 0
-
-    def call(method: str, **params: Any) -> dict[str, Any]:
-        nonlocal rid
-        rid += 1
-        line = json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-        answer = json.loads(server.handle_line(line) or "{}")
-        assert "result" in answer, answer
-        return dict(answer["result"])
-
+    call = _caller(server)
     call("session.open", session_id=sid, policy="relevance")
     messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the tests"}]
     digest = call("ingest", session_id=sid, messages=messages)["digest"]
@@ -357,16 +354,7 @@ def test_the_prompts_bookkeeping_beside_its_texts_is_bounded_by_the_rendering_bu
     try:
         sid, prefix = f"mem-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:8]
         server = StdioServer(service, cwd=os.getcwd(), roots=[os.getcwd()])
-        rid = 0
-
-        def call(method: str, **params: Any) -> dict[str, Any]:
-            nonlocal rid
-            rid += 1
-            line = json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-            answer = json.loads(server.handle_line(line) or "{}")
-            assert "result" in answer, answer
-            return dict(answer["result"])
-
+        call = _caller(server)
         call("session.open", session_id=sid, policy="relevance")
         messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the tests"}]
         digest = call("ingest", session_id=sid, messages=messages)["digest"]
