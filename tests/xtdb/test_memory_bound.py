@@ -117,6 +117,19 @@ def _caller(server: StdioServer) -> Any:
     return call
 
 
+def _opened(service: ContextService) -> tuple[StdioServer, Any, str, str, str]:
+    """A stdio server on ``service`` with a session opened (the relevance policy) and its first
+    user message ingested: the server, its caller, the session's id, a prefix for call ids and
+    the list's digest."""
+    sid, prefix = f"mem-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:8]
+    server = StdioServer(service, cwd=os.getcwd(), roots=[os.getcwd()])
+    call = _caller(server)
+    call("session.open", session_id=sid, policy="relevance")
+    first = [{"role": "user", "content": "fix the tests"}]
+    digest = call("ingest", session_id=sid, messages=first)["digest"]
+    return server, call, sid, prefix, digest
+
+
 def _growth(
     service: ContextService, size: int, turns: tuple[int, int], *, whole: bool = False
 ) -> tuple[int, int]:
@@ -246,12 +259,7 @@ def test_what_a_session_keeps_of_each_message_beside_its_texts_is_small(service_
     tuple of its own per structure and position, a list per recorded message and a ``bytes``
     per digest were about 660)."""
     service = service_on(20_000)
-    sid, prefix = f"mem-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:8]
-    server = StdioServer(service, cwd=os.getcwd(), roots=[os.getcwd()])
-    call = _caller(server)
-    call("session.open", session_id=sid, policy="relevance")
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the tests"}]
-    digest = call("ingest", session_id=sid, messages=messages)["digest"]
+    server, call, sid, prefix, digest = _opened(service)
     rng = random.Random(11)
 
     def held() -> int:
@@ -352,12 +360,7 @@ def test_the_prompts_bookkeeping_beside_its_texts_is_bounded_by_the_rendering_bu
         settings=Settings(content_budget=20_000, rendering_budget=32),
     )
     try:
-        sid, prefix = f"mem-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex[:8]
-        server = StdioServer(service, cwd=os.getcwd(), roots=[os.getcwd()])
-        call = _caller(server)
-        call("session.open", session_id=sid, policy="relevance")
-        messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the tests"}]
-        digest = call("ingest", session_id=sid, messages=messages)["digest"]
+        server, call, sid, prefix, digest = _opened(service)
         rng = random.Random(17)
         renderings, rest, counts = [], [], []
         for n in range(120):
