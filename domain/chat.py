@@ -38,7 +38,7 @@ def _tuples_as_lists(value: Any) -> Any:
     if isinstance(value, list):
         return [_tuples_as_lists(v) for v in value]
     if isinstance(value, Mapping):
-        return {k: _tuples_as_lists(v) for k, v in value.items()}
+        return {interned(k): _tuples_as_lists(v) for k, v in value.items()}
     return value
 
 
@@ -46,14 +46,18 @@ _SCALARS = (str, int, float, bool, type(None))
 
 
 def freeze_json(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A JSON object made immutable (nested dicts and lists become pyrsistent maps and vectors).
+    """A JSON object made immutable (nested dicts and lists become pyrsistent maps and vectors),
+    its keys interned.
 
     Tuples are JSON arrays too: they become vectors, as they would after a trip through the store.
     """
     if isinstance(value, PMap):
         return value  # already frozen (pyrsistent maps hold only frozen values here)
     if type(value) is dict and all(type(v) in _SCALARS for v in value.values()):
-        return pmap(value)  # the common case, tool arguments like {"command": "ls"}: no walk
+        # the common case, tool arguments like {"command": "ls"}: no walk. The keys are a tool's
+        # few parameter names, each read from its own JSON: one shared string for each name,
+        # not a copy per call (decision 0121), as ids and tool names are (decision 0092)
+        return pmap({interned(k): v for k, v in value.items()})
     return cast(Mapping[str, Any], freeze(_tuples_as_lists(value)))
 
 

@@ -277,6 +277,7 @@ def _render_message(
         return RenderedMessage("user", message.text, images=message.images)
     if isinstance(message, AssistantMessage):
         calls = []
+        shortened = False
         for call in message.tool_calls:
             cache.place(call.id, position)
             if call.id in state.positions and call.id not in state.active:
@@ -286,9 +287,13 @@ def _render_message(
                         call, handle(state, call.id)
                     )
                 calls.append(compacted)
+                shortened = shortened or compacted is not call
             else:
                 calls.append(call)
-        return RenderedMessage("assistant", message.text, tuple(calls), reasoning=message.reasoning)
+        # the chat's own tuple when no call is shortened (most are not): not a copy of it per
+        # rendered message (decision 0121)
+        shown = tuple(calls) if shortened else message.tool_calls
+        return RenderedMessage("assistant", message.text, shown, reasoning=message.reasoning)
     if isinstance(message, ContextNote):
         return RenderedMessage("user", f"[context] {message.text}")
     assert isinstance(message, ToolResult)
