@@ -129,11 +129,21 @@ def _item(value: dict[str, Any]) -> _Item:
     return _Item(value, ascii_dumps(value), text_chars(value))
 
 
+_JOINED_ITEMS = 256
+"""Items whose texts are joined into one string once they are older than the ones kept apart
+(decision 0121): a string of its own per item cost about 57 bytes beside its text (its header
+and its place in a list), a joined one 9 (a comma and an offset)."""
+
+
 class _Items:
     """The final items of the chat's rendering so far, as parallel lists (so that a request
-    joins them without a loop in Python)."""
+    joins them without a loop in Python). The texts of older items are held joined, in runs of
+    :data:`_JOINED_ITEMS` separated by commas as a request lists them; a truncation into a run
+    takes it apart again (decision 0121)."""
 
-    def __init__(self, values: bool = True, pieces: bool = False, texts: bool = True) -> None:
+    def __init__(
+        self, values: bool = True, pieces: bool = False, texts: bool = True, apart: int = 0
+    ) -> None:
         self.keeps_values = values
         """False: only the texts are kept (``values`` holds None for each item), and a value
         is read back from its text when it is asked for."""
@@ -145,16 +155,46 @@ class _Items:
         identity of its value (None: not kept). An item orjson refuses has none."""
         self.values: list[dict[str, Any] | None] = []
         self.texts: list[str] = []
+        """The texts of the items from :attr:`joined_items` on, one string each."""
+        self.joined: list[str] = []
+        """The texts of the first :attr:`joined_items` items, each run of
+        :data:`_JOINED_ITEMS` one string, the texts separated by commas."""
+        self.joined_items = 0
+        self._ends = array("q")
+        """Where each joined item's text ends in its run (machine integers)."""
+        self._apart = apart + _JOINED_ITEMS
+        """How many of the last items' texts stay strings of their own before a run is joined:
+        the last ones, which a rendering truncates and which the renderings kept by identity
+        hold as strings anyway."""
         self.chars = array("q", [0])
         """``chars[n]``: the characters of the first ``n`` items (machine integers)."""
 
     def __len__(self) -> int:
-        return len(self.texts)
+        return self.joined_items + len(self.texts)
+
+    def text(self, n: int) -> str:
+        """Item ``n``'s text."""
+        joined = self.joined_items
+        if n >= joined:
+            return self.texts[n - joined]
+        run = self.joined[n // _JOINED_ITEMS]
+        first = n - n % _JOINED_ITEMS
+        begin = 0 if n == first else self._ends[n - 1] + 1
+        return run[begin : self._ends[n]]
+
+    def listed(self, n: int) -> list[str]:
+        """Strings whose concatenation, with commas between them, is the texts of the first
+        ``n`` items with commas between them (whole runs where they can be)."""
+        joined = self.joined_items
+        if n >= joined:
+            return [*self.joined, *self.texts[: n - joined]]
+        runs = n // _JOINED_ITEMS
+        return [*self.joined[:runs], *(self.text(k) for k in range(runs * _JOINED_ITEMS, n))]
 
     def value(self, n: int) -> dict[str, Any]:
         """Item ``n`` as values (read from its text when the values are not kept)."""
         value = self.values[n]
-        return value if value is not None else jsontext.loads(self.texts[n])
+        return value if value is not None else jsontext.loads(self.text(n))
 
     def append(self, item: _Item) -> None:
         self.values.append(item.value if self.keeps_values else None)
@@ -162,8 +202,18 @@ class _Items:
             piece = _piece(item.value)
             if piece is not None:
                 self.pieces[id(item.value)] = piece
-        self.texts.append(item.text if self.keeps_texts else "")
+        texts = self.texts
+        texts.append(item.text if self.keeps_texts else "")
         self.chars.append(self.chars[-1] + item.chars)
+        if self.keeps_texts and len(texts) >= self._apart + _JOINED_ITEMS:
+            run = texts[:_JOINED_ITEMS]
+            end = -1
+            for text in run:
+                end += len(text) + 1
+                self._ends.append(end)
+            self.joined.append(",".join(run))
+            self.joined_items += _JOINED_ITEMS
+            del texts[:_JOINED_ITEMS]
 
     def __iadd__(self, items: list[_Item]) -> _Items:
         for item in items:
@@ -175,7 +225,15 @@ class _Items:
             for value in self.values[n:]:
                 self.pieces.pop(id(value), None)
         del self.values[n:]
-        del self.texts[n:]
+        joined = self.joined_items
+        if n < joined:  # into a joined run: its items before ``n`` are strings again
+            first = n - n % _JOINED_ITEMS
+            self.texts = [self.text(k) for k in range(first, n)]
+            del self.joined[first // _JOINED_ITEMS :]
+            del self._ends[first:]
+            self.joined_items = first
+        else:
+            del self.texts[n - joined :]
         del self.chars[n + 1 :]
 
 
@@ -281,7 +339,9 @@ class RequestCache:
 
     def _reset(self) -> None:
         self._chat: tuple[RenderedMessage, ...] = ()
-        self._items = _Items(self.values, self.keeps_pieces, self.text)
+        self._items = _Items(
+            self.values, self.keeps_pieces, self.text, self.rendering_budget + _STALE_RENDERINGS
+        )
         self._cuts = _Cuts()
         self._rendered: dict[int, tuple[RenderedMessage, Any]] = {}
         """The rendering of each of the last ``rendering_budget`` messages of the chat as last
@@ -517,6 +577,11 @@ def _final_responses(message: RenderedMessage) -> list[_Item]:
     return [_item(value) for value in _responses_items(message)]
 
 
+def _read(listed: list[str]) -> list[Any]:
+    """The items whose texts, with commas between them, are ``listed`` joined with commas."""
+    return list(jsontext.loads("[" + ",".join(listed) + "]")) if listed else []
+
+
 def _finish(
     key: str,
     head: Sequence[dict[str, Any]],
@@ -532,18 +597,17 @@ def _finish(
     count = len(head) + n + len(tail)
     chars = items.chars[n] + sum(text_chars(v) for v in (*head, *tail))
     chars += sum(text_chars(value) for value in extra.values())
+    kept = items.listed(n) if items.keeps_texts else []
     body: dict[str, Any] | Callable[[], dict[str, Any]]
     if items.keeps_values:
         values = items.values if n == len(items) else items.values[:n]
         body = {key: [*head, *values, *tail], **extra}
     else:  # read back from the texts, if it is ever asked for
-        kept = items.texts[:n]
-        body = lambda: {key: [*head, *map(jsontext.loads, kept), *tail], **extra}  # noqa: E731
+        body = lambda: {key: [*head, *_read(kept), *tail], **extra}  # noqa: E731
     if not text:
         assert isinstance(body, dict)  # a cache without text keeps its values
         return Encoded(body, "", chars, count)
-    texts = items.texts if n == len(items) else items.texts[:n]
-    listed = [*(ascii_dumps(v) for v in head), *texts, *(ascii_dumps(v) for v in tail)]
+    listed = [*(ascii_dumps(v) for v in head), *kept, *(ascii_dumps(v) for v in tail)]
     # '{"key":[' item "," item ... "]" ',"name":value'... "}", joined once, when it is asked for
     pieces = [","] * (2 * len(listed) - 1) if listed else []
     pieces[0::2] = listed

@@ -92,6 +92,7 @@ def _context(
     )
 
 
+@pytest.mark.parametrize("joined", [False, True])
 @pytest.mark.parametrize("values", [True, False])
 @pytest.mark.parametrize("fmt", FORMATS)
 @settings(max_examples=100, deadline=None)
@@ -99,11 +100,30 @@ def _context(
 def test_every_request_is_the_whole_rendering(
     fmt: str,
     values: bool,
+    joined: bool,
     history: list[tuple[tuple[RenderedMessage, ...], bool, bool]],
     prompt: str,
 ) -> None:
-    """With its items' values kept, or only their texts (the body then read back from them)."""
-    cache = RequestCache(fmt, values=values)
+    """With its items' values kept, or only their texts (the body then read back from them);
+    and with ``joined``, the items' texts but the last two to three joined in runs of two
+    (decision 0121: a long session's runs are of 256 items), cut into and joined again."""
+    with pytest.MonkeyPatch.context() as patch:
+        if joined:
+            patch.setattr(request_module, "_JOINED_ITEMS", 2)
+            patch.setattr(request_module, "_STALE_RENDERINGS", 0)
+            cache = RequestCache(fmt, values=values, rendering_budget=0)
+        else:
+            cache = RequestCache(fmt, values=values)
+        _every_request(cache, history, prompt)
+
+
+def _every_request(
+    cache: RequestCache,
+    history: list[tuple[tuple[RenderedMessage, ...], bool, bool]],
+    prompt: str,
+) -> None:
+    fmt = cache.fmt
+    values = cache.values
     for n, (chat, metadata, active) in enumerate(history):
         context = _context(prompt, chat, metadata=metadata, active=active)
         got = cache.render(context)
@@ -289,3 +309,31 @@ def test_renderings_of_collapsed_outputs_are_not_kept(fmt: str) -> None:
     kept = [hit for hit in cache._rendered.values() if hit[0] not in chat]
     assert len(kept) <= 64 + 1, len(kept)
     assert sum(big in repr(hit[1]) for hit in cache._rendered.values()) <= 64 + 2
+
+
+@pytest.mark.parametrize("values", [True, False])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_older_items_texts_are_held_joined_and_cut_apart_again(
+    fmt: str, values: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision 0121: beyond the last ``rendering_budget`` and 64 others, the items' texts are
+    held in runs of 256 joined by commas (here runs of 8, from the 9th last item); the request
+    is the whole rendering's bytes, also after a change far back cuts into a run."""
+    monkeypatch.setattr(request_module, "_JOINED_ITEMS", 8)
+    cache = RequestCache(fmt, values=values, rendering_budget=4)
+    runs = []
+    for n, context in _calls(120, "output {n}"):
+        assert cache.render(context).text == _expected(context, fmt)[1]
+        runs.append(len(cache._items.joined))
+    assert runs[-1] >= 10 and runs == sorted(runs)  # runs joined as the chat grew
+    items = cache._items
+    assert len(items.texts) < 4 + 64 + 2 * 8 and len(items) >= 120
+    chat = list(context.chat)
+    for at in (101, 37, 5):  # an output far back changes: the request from there on again
+        chat[at] = RenderedMessage("tool", f"[collapsed {at}]", toolcall_id=chat[at].toolcall_id)
+        changed = AssembledContext("You fix bugs.", (), tuple(chat), ())
+        got = cache.render(changed)
+        body, text, _ = _expected(changed, fmt)
+        assert got.text == text
+        assert got.body == body if values else json.loads(json.dumps(got.body)) == body
+    assert len(cache._items.joined) < runs[-1]  # cut apart, then joined again
