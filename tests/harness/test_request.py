@@ -322,7 +322,7 @@ def test_older_items_texts_are_held_joined_and_cut_apart_again(
     monkeypatch.setattr(request_module, "_JOINED_ITEMS", 8)
     cache = RequestCache(fmt, values=values, rendering_budget=4)
     runs = []
-    for n, context in _calls(120, "output {n}"):
+    for _, context in _calls(120, "output {n}"):
         assert cache.render(context).text == _expected(context, fmt)[1]
         runs.append(len(cache._items.joined))
     assert runs[-1] >= 10 and runs == sorted(runs)  # runs joined as the chat grew
