@@ -25,6 +25,7 @@ from selfctx.adapters.xtdb import XtdbNode, open_store
 from selfctx.application.policies import policy_by_name
 from selfctx.application.service import ContextService
 from selfctx.application.settings import Settings
+from selfctx.domain.chat import AssistantMessage
 from selfctx.domain.objects import ToolcallObject
 
 WORDS = [
@@ -383,5 +384,55 @@ def test_the_prompts_bookkeeping_beside_its_texts_is_bounded_by_the_rendering_bu
         per_message = (rest[1] - rest[0]) / (counts[1] - counts[0])
         assert 0 < per_message < 140, (per_message, rest)
         print(f"renderings {renderings}, the rest {per_message:.0f} bytes a message")
+    finally:
+        service.close()
+
+
+def test_the_chat_and_the_prompts_texts_hold_no_copy_per_message_beyond_their_characters(
+    xtdb_node: XtdbNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision 0121: what the stdio server holds of the prompt's items beside their characters
+    (the request cache's texts past the renderings it keeps, joined in runs: here of 16, from
+    the 80th last item) is a comma and three machine integers an item (a string of its own was
+    about 57 bytes more); the chat's calls share one string per argument name and the rendered
+    messages the chat's tuple of calls (a copy of each per call and per message was 60-90
+    bytes a message)."""
+    from selfctx.adapters.harness import request
+
+    monkeypatch.setattr(request, "_JOINED_ITEMS", 16)
+    service = build_service(
+        store=open_store(xtdb_node.url, timeout=10.0),
+        settings=Settings(content_budget=20_000, rendering_budget=0),
+    )
+    try:
+        server, call, sid, prefix, digest = _opened(service)
+        rng = random.Random(19)
+        beside, counts = [], []
+        for n in range(120):
+            new = _turn([], prefix, n, _output(rng, n, 300))
+            digest = call("ingest", session_id=sid, messages=new, extends=digest)["digest"]
+            call("assemble", session_id=sid)
+            if n + 1 in (60, 120):
+                gc.collect()
+                items = server.sessions[sid].harness._requests._items
+                seen: set[int] = set()
+                held = _bookkeeping([items], seen)  # strings apart: counted below
+                texts = [*items.texts, *getattr(items, "joined", ())]
+                held += sum(sys.getsizeof(t) for t in texts if id(t) not in seen)
+                beside.append(held - sum(map(len, texts)))
+                counts.append(len(items))
+        per_item = (beside[1] - beside[0]) / (counts[1] - counts[0])
+        assert counts[1] - counts[0] >= 100
+        assert 0 < per_item < 40, (per_item, beside, counts)
+        state = service.state(sid)
+        messages = [m for turn in state.turns for m in turn.messages]
+        calls = [c for m in messages for c in getattr(m, "tool_calls", ())]
+        assert len(calls) == 120
+        assert len({id(name) for c in calls for name in c.arguments}) == 1  # "command", once
+        shown = [m for m in service._open(sid).inline_cache.messages if m.tool_calls]
+        chat = {c.id: m for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
+        assert len(shown) == 120  # the calls are not shortened: the chat's own tuples
+        assert all(m.tool_calls is chat[m.tool_calls[0].id].tool_calls for m in shown)
+        print(f"the prompt's items: {per_item:.0f} bytes an item beside their characters")
     finally:
         service.close()
