@@ -127,11 +127,6 @@ def test_a_resume_reads_the_files_sources_while_the_tool_calls_are_being_read(
     assert report.updated == (ids["a.py"],) and report.unchanged == 1
 
 
-def _calls_read(store: _WaitingStore) -> list[str]:
-    """The tool calls a resume read one by one (their metadata fields)."""
-    return [i for ids in store.fields_requests for i in ids]
-
-
 class _CountingStore(_WaitingStore):
     """Also records each read of metadata fields, and can hide the packs (a store written by a
     version before decision 0123)."""
@@ -154,6 +149,11 @@ class _CountingStore(_WaitingStore):
         if ids and "content_length" in fields:
             self.fields_requests.append(ids)
         return super().get_many_fields(ids, fields)
+
+
+def _calls_read(store: _CountingStore) -> list[str]:
+    """The tool calls a resume read one by one (their metadata fields)."""
+    return [i for ids in store.fields_requests for i in ids]
 
 
 def _record_calls(service: ContextService, sid: str, first: int, n: int) -> list[str]:
