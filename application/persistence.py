@@ -8,7 +8,10 @@ Each command that changes anything is committed as ONE transaction holding:
   store which indexes every element of a top-level list (XTDB) indexes them as one value
   (decision 0017; :func:`entry_events` also reads the bare list earlier versions wrote);
 * sometimes a snapshot: new versions of the ``session`` and ``chat`` documents, reflecting
-  the state right after this entry.
+  the state right after this entry;
+* sometimes a pack of tool calls' metadata ``calls:{session_id}:{n}`` (type ``toolcall_pack``):
+  when the session's tool calls reach a multiple of :data:`PACK_CALLS`, the metadata of the
+  last ones, which a resume then reads as one document instead of one each (decision 0123).
 
 The entry's id is a precondition (it must not exist yet), so two writers of one session cannot
 both append entry ``seq``: one gets a conflict and retries on fresh state. A snapshot is written
@@ -43,6 +46,8 @@ from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = [
     "LOG_TYPE",
+    "PACK_CALLS",
+    "PACK_TYPE",
     "compact_json",
     "decode_events",
     "document_size",
@@ -51,9 +56,17 @@ __all__ = [
     "json_size",
     "log_entry",
     "log_entry_id",
+    "pack_id",
+    "toolcall_pack",
+    "unpack_toolcalls",
 ]
 
 LOG_TYPE: Final = "session_log"
+PACK_TYPE: Final = "toolcall_pack"
+PACK_CALLS: Final = 256
+"""Tool calls whose metadata one pack holds: the pack of block ``n`` holds the session's tool
+calls ``n * PACK_CALLS`` to ``(n + 1) * PACK_CALLS - 1`` in the order the index has them
+(decision 0123 says how it was chosen)."""
 
 _EVENT_TYPES: Final[Mapping[str, type[Any]]] = {
     # Every member of the Event union, so a new event type can never be written but not read.
@@ -157,6 +170,47 @@ def policy_to_json(policy: PolicyConfig) -> dict[str, Any]:
 
 def policy_from_json(data: Mapping[str, Any]) -> PolicyConfig:
     return PolicyConfig(**{k: v for k, v in data.items() if k in attrs.fields_dict(PolicyConfig)})
+
+
+def pack_id(session_id: str, block: int) -> str:
+    """Id of the pack of block ``block`` of a session's tool calls (decision 0123)."""
+    return f"calls:{session_id}:{block:09d}"
+
+
+def toolcall_pack(session_id: str, block: int, first: int, calls: Sequence[str]) -> dict[str, Any]:
+    """The pack of block ``block``: ``calls`` are the metadata documents (every field of a
+    tool call's document but its content, as :func:`compact_json` text) of the session's tool
+    calls from position ``first`` (in the index's order) to the block's end. They are kept as
+    one string: the node stores and sends one value, not a structure it converts and indexes."""
+    return {
+        "xt/id": pack_id(session_id, block),
+        "type": PACK_TYPE,
+        "session_id": session_id,
+        "first": first,
+        "calls": "[" + ",".join(calls) + "]",
+    }
+
+
+def unpack_toolcalls(doc: Mapping[str, Any] | None, session_id: str) -> dict[str, dict[str, Any]]:
+    """The tool calls' metadata documents a pack holds, by id; none for anything that is not
+    a pack of this session as :func:`toolcall_pack` writes it (a reader then reads the calls
+    one by one, as before packs)."""
+    if doc is None or doc.get("type") != PACK_TYPE or doc.get("session_id") != session_id:
+        return {}
+    text = doc.get("calls")
+    if not isinstance(text, str):
+        return {}
+    try:
+        calls = json.loads(text)
+    except ValueError:
+        return {}
+    if not isinstance(calls, list):
+        return {}
+    return {
+        call["xt/id"]: call
+        for call in calls
+        if isinstance(call, dict) and isinstance(call.get("xt/id"), str)
+    }
 
 
 def log_entry(

@@ -27,6 +27,7 @@ import attrs
 
 from selfctx.application.objects import CONTENT_BUDGET, METADATA_BUDGET, ObjectCache
 from selfctx.application.persistence import (
+    PACK_CALLS,
     compact_json,
     decode_events,
     document_size,
@@ -34,6 +35,9 @@ from selfctx.application.persistence import (
     json_size,
     log_entry,
     log_entry_id,
+    pack_id,
+    toolcall_pack,
+    unpack_toolcalls,
 )
 from selfctx.application.ports.clock import Clock
 from selfctx.application.ports.ids import IdSource
@@ -123,6 +127,50 @@ RECENT_OUTPUTS: Final = 8
 """Events after which the chat differs other than at its end: renderings start again."""
 
 
+@attrs.frozen
+class Packing:
+    """The tool calls a session recorded that no pack holds yet (decision 0123): their metadata
+    documents as compact JSON, from position ``at`` among the session's tool calls (in the
+    index's order: a new session's first is 0)."""
+
+    at: int = 0
+    pending: tuple[str, ...] = ()
+
+    def add(self, session_id: str, texts: Sequence[str]) -> tuple[Packing, list[Document]]:
+        """This packing after tool calls recorded next (``texts``), and the packs of the
+        blocks they complete."""
+        if not texts:
+            return self, []
+        at, pending = self.at, self.pending + tuple(texts)
+        packs: list[Document] = []
+        while True:  # bounded: each pass takes at least one call
+            end = (at // PACK_CALLS + 1) * PACK_CALLS
+            if at + len(pending) < end:
+                return Packing(at, pending), packs
+            taken = end - at
+            packs.append(toolcall_pack(session_id, at // PACK_CALLS, at, pending[:taken]))
+            at, pending = end, pending[taken:]
+
+    @classmethod
+    def after(cls, state: SessionState, held: Callable[[str], Document | None]) -> Packing:
+        """The packing of a session whose index is ``state``'s, the metadata of its tool calls
+        after the last full block as ``held`` gives them (none known: not known)."""
+        calls = [i for i in state.index if state.kinds.get(i) == "toolcall"]
+        at = len(calls) // PACK_CALLS * PACK_CALLS
+        texts: list[str] = []
+        for object_id in calls[at:]:
+            doc = held(object_id)
+            if doc is None or "content_length" not in doc:  # written before metadata was apart
+                return cls(len(calls))  # packing goes on from the next tool call
+            texts.append(compact_json(call_metadata(doc)))
+        return cls(at, tuple(texts))
+
+
+def call_metadata(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool call's document without its content, as reading its metadata fields gives it."""
+    return {k: doc[k] for k in ("xt/id", *_TOOLCALL_METADATA) if k in doc}
+
+
 @attrs.define(eq=False)
 class OpenSession:
     """A session as this client holds it between commands: state, position in the log, and the
@@ -183,6 +231,8 @@ class OpenSession:
     batch: Any = None
     """The commands decided but not yet committed (``_Batch``), inside
     :meth:`SessionRunner.batch`; None outside one."""
+    packing: Packing = Packing()
+    """The tool calls recorded that no pack holds yet (decision 0123)."""
 
     def __attrs_post_init__(self) -> None:
         if self.marks_from < 0:
@@ -344,6 +394,7 @@ class _Base:
     seq: int
     snapshot_bytes: int
     log_bytes_since_snapshot: int
+    packing: Packing
 
     @classmethod
     def of(cls, session: OpenSession) -> _Base:
@@ -353,6 +404,7 @@ class _Base:
             session.seq,
             session.snapshot_bytes,
             session.log_bytes_since_snapshot,
+            session.packing,
         )
 
     @classmethod
@@ -362,7 +414,7 @@ class _Base:
             sizes = (before.snapshot_bytes, before.log_bytes_since_snapshot + prepared.entry_bytes)
         else:
             sizes = (prepared.snapshot_bytes, 0)
-        return cls(before.session_id, prepared.state, prepared.seq, *sizes)
+        return cls(before.session_id, prepared.state, prepared.seq, *sizes, prepared.packing)
 
 
 @attrs.frozen
@@ -381,6 +433,7 @@ class _Prepared:
     snapshot_bytes: int | None
     written: dict[str, Any]
     reads: Reads
+    packing: Packing
     chat_rewritten: bool = False
     """An event restored an earlier chat: the session's renderings must start again."""
 
@@ -441,6 +494,7 @@ class _Batch:
     system_prompt: SystemPromptObject
     marks: list[Mark]
     marks_from: int
+    packing: Packing
     builds: list[CommandBuilder] = attrs.field(factory=list)
     pending: list[_Prepared] = attrs.field(factory=list)
     writes: set[str] = attrs.field(factory=set)
@@ -464,6 +518,7 @@ class _Batch:
             session.system_prompt,
             list(session.marks),
             session.marks_from,
+            session.packing,
         )
 
     def restart(self, session: OpenSession) -> None:
@@ -513,6 +568,7 @@ class _Batch:
         session.system_prompt = self.system_prompt
         session.marks[:] = self.marks
         session.marks_from = self.marks_from
+        session.packing = self.packing
         for object_id, (obj, hollow) in self.prior.items():
             if obj is None:
                 session.objects.pop(object_id, None)
@@ -553,9 +609,10 @@ def _named_objects(
     return calls, [i for i, kind in kinds.items() if kind != "toolcall"]
 
 
-_LOAD_READS: Final = 4
-"""Reads a load has in flight at once: the log tail, the index's tool calls and its other
-objects, and the system prompt (the objects the tail added follow as the first two end)."""
+_LOAD_READS: Final = 5
+"""Reads a load has in flight at once: the log tail, the packs of the index's tool calls and
+those no pack holds, its other objects, and the system prompt (the objects the tail added
+follow as the first ones end)."""
 
 
 class _Ahead:
@@ -589,7 +646,7 @@ class _Read:
         self,
         store: ObjectStore,
         calls: list[str],
-        read_calls: Callable[[], dict[str, Document]],
+        read_calls: Sequence[Callable[[], dict[str, Document]]],
         read_others: Callable[[], dict[str, Document]],
     ) -> None:
         self._store, self._calls = store, calls
@@ -598,7 +655,9 @@ class _Read:
 
     def __call__(self) -> dict[str, Document]:
         """Wait for all of them."""
-        found = dict(self._read_calls())
+        found: dict[str, Document] = {}
+        for read in self._read_calls:
+            found.update(read())
         # a tool call written before its metadata was kept apart is read whole
         whole = [i for i in self._calls if i in found and "content_length" not in found[i]]
         found.update(self.others())
@@ -683,10 +742,12 @@ class SessionRunner:
             # the snapshot's tool calls are its chat's and the detached ones: its state's kinds
             toolcalls = {*chat.toolcall_refs, *snapshot.detached}
             index = snapshot.session_index
+            calls = [i for i in index if i in toolcalls]
             read_index = self._read_objects(
                 ahead,
-                [i for i in index if i in toolcalls],
+                calls,
                 [i for i in index if i not in toolcalls],
+                (session_id, 0, len(calls), False),
             )
             read_prompt = ahead(self._system_prompt, snapshot.system_prompt_ref)
             state = state_from_snapshot(snapshot, chat)
@@ -706,7 +767,16 @@ class SessionRunner:
             # (perhaps after the read above had seen them).
             known = set(index)
             early = _named_objects(entries, known, toolcalls)
-            read_early = self._read_objects(ahead, *early) if early[0] or early[1] else None
+            read_early = None
+            if early[0] or early[1]:
+                # the tool calls it adds follow the snapshot's in the index, in this order
+                added = [i for i in early[0] if i not in known]
+                read_early = self._read_objects(
+                    ahead,
+                    [*added, *(i for i in early[0] if i in known)],
+                    early[1],
+                    (session_id, len(calls), len(added), True),
+                )
             versioned: set[str] = set()
             self.catch_up(session, load_objects=False, entries=entries, versioned=versioned)
             state = session.state
@@ -738,6 +808,7 @@ class SessionRunner:
             if missing:  # not stored when the index was read: once more, as before
                 found.update(self._read_objects(ahead, *self._by_kind(state, missing))())
         self._hold_objects(session, found, parsed)
+        session.packing = Packing.after(session.state, found.get)
         return session
 
     @staticmethod
@@ -750,16 +821,50 @@ class SessionRunner:
             [i for i in ids if kinds.get(i) != "toolcall"],
         )
 
-    def _read_objects(self, ahead: _Ahead, calls: list[str], others: list[str]) -> _Read:
+    def _read_objects(
+        self,
+        ahead: _Ahead,
+        calls: list[str],
+        others: list[str],
+        packed: tuple[str, int, int, bool] | None = None,
+    ) -> _Read:
         """Start reading these objects of the session's index: ``others`` (files...) whole;
         ``calls``, tool calls, without their content (the session shows few of them in full,
-        and reads those again when it does: ``ObjectCache``)."""
-        return _Read(
-            self.store,
-            calls,
-            ahead(self.store.get_many_fields, calls, _TOOLCALL_METADATA),
-            ahead(self.store.get_many, others),
-        )
+        and reads those again when it does: ``ObjectCache``). ``packed``: (session, position,
+        n, last): the first n of ``calls`` are the session's tool calls from that position on,
+        in the index's order (``last``: up to the session's last one); those of every block
+        they touch are read from the blocks' packs (decision 0123), and one by one where a pack
+        is missing or does not hold them, as are those after the last full block of a session
+        (no pack holds them yet)."""
+        single, covered, packs = calls, [], []
+        if packed is not None:
+            session_id, first, n, last = packed
+            end = first + n
+            low = first // PACK_CALLS
+            high = end // PACK_CALLS if last else -(-end // PACK_CALLS)
+            if high > low:
+                b = min(n, high * PACK_CALLS - first)
+                single, covered = calls[b:], calls[:b]
+                packs = [pack_id(session_id, block) for block in range(low, high)]
+        reads = []
+        if packs:
+            reads.append(ahead(self._packed_calls, packed[0] if packed else "", packs, covered))
+        reads.append(ahead(self.store.get_many_fields, single, _TOOLCALL_METADATA))
+        return _Read(self.store, calls, reads, ahead(self.store.get_many, others))
+
+    def _packed_calls(
+        self, session_id: str, packs: list[str], calls: list[str]
+    ) -> dict[str, Document]:
+        """The metadata of ``calls`` from these packs, the calls they do not hold read one by
+        one."""
+        held: dict[str, Document] = {}
+        for doc in self.store.get_many(packs).values():
+            held.update(unpack_toolcalls(doc, session_id))
+        found = {i: held[i] for i in calls if i in held and "content_length" in held[i]}
+        rest = [i for i in calls if i not in found]
+        if rest:
+            found.update(self.store.get_many_fields(rest, _TOOLCALL_METADATA))
+        return found
 
     def _hold_objects(
         self,
@@ -835,6 +940,7 @@ class SessionRunner:
         changed: set[str] = set()
         prompt_changed = False
         rewritten = False
+        recorded = False
         tail: list[e.Event] = []
         for entry in entries:
             events = decode_events(entry_events(entry))
@@ -846,6 +952,7 @@ class SessionRunner:
         # the whole tail at once: a resume's is thousands of events (decision 0087)
         session.state = state = fold_many(tail, session.state)
         for event in tail:
+            recorded |= isinstance(event, e.ToolCallRecorded)
             if isinstance(event, e.SystemPromptSet):
                 prompt_changed = True
             elif hasattr(event, "object_id") and state.in_index(event.object_id):
@@ -859,6 +966,11 @@ class SessionRunner:
             session.system_prompt = self._system_prompt(session.state.system_prompt_id)
         if rewritten:
             session.reset_rendering()
+        if recorded:
+            # another writer's tool calls: this one's pending ones no longer follow the last
+            # pack; packing goes on from the next tool call (decision 0123)
+            count = sum(1 for kind in state.kinds.values() if kind == "toolcall")
+            session.packing = Packing(count)
         session.stale = False
         return True
 
@@ -947,16 +1059,23 @@ class SessionRunner:
         puts: list[Document] = []
         expect = [Expect(log_entry_id(base.session_id, seq), None)]
         written: dict[str, Any] = {}
+        calls: list[str] = []
         for event in events:
             version = getattr(event, "version", None)
             if version is None:
                 continue
             written[version.id] = version
-            puts.append(to_document(version))
+            doc = to_document(version)
+            puts.append(doc)
             if isinstance(version, FileObject):
                 expect.append(reads.expectation(version.id))
             elif isinstance(version, ToolcallObject):
                 expect.append(Expect(version.id, None))
+                if isinstance(event, e.ToolCallRecorded):
+                    calls.append(compact_json(call_metadata(doc)))
+        # a pack is derived data, written over whatever an earlier attempt left: no precondition
+        packing, packs = base.packing.add(base.session_id, calls)
+        puts += packs
         entry = log_entry(
             base.session_id,
             seq,
@@ -986,6 +1105,7 @@ class SessionRunner:
             snapshot_bytes=snapshot_bytes,
             written=written,
             reads=reads,
+            packing=packing,
             chat_rewritten=any(isinstance(event, _REWRITES) for event in events),
         )
 
@@ -996,6 +1116,7 @@ class SessionRunner:
         session.state, session.seq = after.state, after.seq
         session.snapshot_bytes = after.snapshot_bytes
         session.log_bytes_since_snapshot = after.log_bytes_since_snapshot
+        session.packing = after.packing
         if prepared.chat_rewritten:
             session.reset_rendering()
         session.note_entry(prepared.entry)

@@ -32,9 +32,9 @@ __all__ = [
     "toolcall_object_id",
 ]
 
-RESERVED_PREFIXES: Final = ("log:", "chat:", "session:", "system_prompt:", "summary:")
-"""Id prefixes of the store's own documents (session log, chat, session, system prompt, and the
-compaction summary of decision 0043)."""
+RESERVED_PREFIXES: Final = ("log:", "chat:", "session:", "system_prompt:", "summary:", "calls:")
+"""Id prefixes of the store's own documents (session log, chat, session, system prompt, the
+compaction summary of decision 0043, and the packs of tool calls' metadata of decision 0123)."""
 
 MAX_TOOLCALL_ID: Final = 40
 """OpenAI's limit on a tool-call id's length."""

@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+import selfctx.application.runner as runner
 import selfctx.application.usecases.sessions as sessions
+from selfctx.application.persistence import unpack_toolcalls
 from selfctx.application.ports.store import Document, ObjectStore
+from selfctx.application.service import ContextService
 from selfctx.application.usecases import base
 from selfctx.application.usecases.base import Deps
 from selfctx.domain.objects import FileObject, FilesystemSource
@@ -122,3 +125,95 @@ def test_a_resume_reads_the_files_sources_while_the_tool_calls_are_being_read(
     # each source read once, and what was read then is what the resume reconciled
     assert sorted(observed) == [str(workspace / "a.py"), str(workspace / "b.py")]
     assert report.updated == (ids["a.py"],) and report.unchanged == 1
+
+
+class _CountingStore(_WaitingStore):
+    """Also records each read of metadata fields, and can hide the packs (a store written by a
+    version before decision 0123)."""
+
+    def __init__(self, inner: ObjectStore, *, hide_packs: bool = False) -> None:
+        super().__init__(inner)
+        self.fields_requests: list[list[str]] = []
+        self.hide_packs = hide_packs
+
+    def get_many(self, object_ids: Iterable[str]) -> dict[str, Document]:
+        found = super().get_many(object_ids)
+        if self.hide_packs:
+            return {i: doc for i, doc in found.items() if not i.startswith("calls:")}
+        return found
+
+    def get_many_fields(
+        self, object_ids: Iterable[str], fields: Sequence[str]
+    ) -> dict[str, Document]:
+        ids = list(object_ids)
+        if ids and "content_length" in fields:
+            self.fields_requests.append(ids)
+        return super().get_many_fields(ids, fields)
+
+
+def _calls_read(store: _CountingStore) -> list[str]:
+    """The tool calls a resume read one by one (their metadata fields)."""
+    return [i for ids in store.fields_requests for i in ids]
+
+
+def _record_calls(service: ContextService, sid: str, first: int, n: int) -> list[str]:
+    ids = [f"{sid}-c{k}" for k in range(first, first + n)]
+    for k, call in zip(range(first, first + n), ids, strict=True):
+        service.record_tool_call(sid, call, tool="bash", args={"cmd": f"ls {k}"}, output="y" * k)
+    return ids
+
+
+def test_a_resume_reads_the_tool_calls_from_their_packs_and_the_rest_one_by_one(
+    make_fs_service: MakeFsService,
+    workspace: Path,
+    sid: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Decision 0123: every PACK_CALLS tool calls, their metadata is written in one document,
+    which a resume reads instead of each call; the calls after the last full block, and those
+    of a pack it cannot read (a session stored before packs), are read one by one, and every
+    call's metadata is what reading the call itself gives."""
+    monkeypatch.setattr(runner, "PACK_CALLS", 4)
+    writer = make_fs_service(track=False)
+    writer.start_session(sid)
+    write(workspace / "a.py", "# a\n")
+    writer.index_file(sid, str(workspace / "a.py"))
+    calls = _record_calls(writer, sid, 0, 11)  # blocks 0 and 1 full, 3 calls after them
+    store = writer.store
+    writer.close()
+
+    packs = store.get_many([f"calls:{sid}:{b:09d}" for b in range(4)])
+    assert sorted(packs) == [f"calls:{sid}:000000000", f"calls:{sid}:000000001"]
+    held = {}
+    for doc in packs.values():
+        held.update(unpack_toolcalls(doc, sid))
+    assert sorted(held) == sorted(calls[:8])
+    assert held == store.get_many_fields(calls[:8], runner._TOOLCALL_METADATA)
+
+    counting = _CountingStore(store)
+    resumed = make_fs_service(track=False, store=counting)
+    resumed.open_session(sid)
+    assert sorted(_calls_read(counting)) == sorted(calls[8:])
+    # it goes on packing where the stored calls left it: the block of calls 8-11 and 12-15
+    calls += _record_calls(resumed, sid, 11, 5)
+    resumed.close()
+    packs = store.get_many([f"calls:{sid}:{b:09d}" for b in range(5)])
+    assert len(packs) == 4
+    held = {}
+    for doc in packs.values():
+        held.update(unpack_toolcalls(doc, sid))
+    assert sorted(held) == sorted(calls)
+    assert held == store.get_many_fields(calls, runner._TOOLCALL_METADATA)
+    again = _CountingStore(store)
+    make_fs_service(track=False, store=again).open_session(sid)
+    assert _calls_read(again) == []
+
+    # a session stored before packs: every call read one by one, the same objects held
+    old = _CountingStore(store, hide_packs=True)
+    service = make_fs_service(track=False, store=old)
+    service.open_session(sid)
+    assert sorted(_calls_read(old)) == sorted(calls)
+    packed = make_fs_service(track=False, store=_CountingStore(store))
+    packed.open_session(sid)
+    for call in calls:
+        assert service.object(sid, call) == packed.object(sid, call)
