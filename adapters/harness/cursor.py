@@ -2,19 +2,20 @@
 tool call mapped to its object id (decision 0030).
 
 The cursor remembers the harness's chat as it last saw it (its *view*, the list without its
-leading system messages, which are the prompt: for each position the
-message's fingerprint, the object ids it stands for and the harness's ids it carries) and every
-message recorded (a multiset of fingerprints). A list that extends the view is new from the view's
-end; a list that is a prefix of it is nothing new; a list that diverges (compaction, an edited
-message) is reconciled message by message. A tool result is known by the call it answers — the
-latest call with its id before it in the list, or the latest recorded one — so that a harness
-reusing ids (``call_0`` on every turn) gets a new tool call for each new assistant message,
-whether the list grew or diverged.
+leading system messages, which are the prompt: for each position the message's fingerprint, the
+object ids it stands for and the harness's ids it carries) and every message recorded (a
+multiset of fingerprints: the view's and what is beyond it, decision 0122). A list that extends
+the view is new from the view's end; a list that is a prefix of it is nothing new; a list that
+diverges (compaction, an edited message) is reconciled message by message. A tool result is
+known by the call it answers — the latest call with its id before it in the list, or the latest
+recorded one — so that a harness reusing ids (``call_0`` on every turn) gets a new tool call for
+each new assistant message, whether the list grew or diverged.
 
 A list is planned from a position on (:meth:`Cursor.plan`, ``start``): what comes before is the
 view's, unchanged, and is neither parsed nor fingerprinted again, so a turn costs what is new in
 it. Each position of the view also has a digest of the list up to it (:meth:`Cursor.digest`), by
-which a harness names the list it appends to (the append form of ``ingest``).
+which a harness names the list it appends to (the append form of ``ingest``): one every 64
+positions is kept, the others are chained on from it when asked for (decision 0122).
 """
 
 from __future__ import annotations
@@ -121,9 +122,19 @@ class _View:
         buffer = self._fingerprints
         return [buffer[n * _LINK : (n + 1) * _LINK].hex() for n in range(start, end)]
 
-    def is_at(self, n: int, fingerprint: str) -> bool:
-        """Whether position ``n`` (within the view) has this fingerprint."""
-        return self._fingerprints[n * _LINK : (n + 1) * _LINK] == bytes.fromhex(fingerprint)
+    def common(self, start: int, fingerprints: Sequence[str]) -> int:
+        """How many of ``fingerprints`` are the view's from position ``start`` on, in order
+        (compared in one piece, position by position only past the first that differs)."""
+        n = max(0, min(len(fingerprints), len(self) - start))
+        theirs = bytes.fromhex("".join(fingerprints[:n]))
+        mine = self._fingerprints[start * _LINK : (start + n) * _LINK]
+        if theirs == mine:
+            return n
+        return next(
+            k
+            for k in range(n)
+            if theirs[k * _LINK : (k + 1) * _LINK] != mine[k * _LINK : (k + 1) * _LINK]
+        )
 
     def replace(self, start: int, fingerprints: Sequence[str]) -> None:
         """The view from position ``start`` on becomes ``fingerprints``; the digests follow."""
@@ -351,10 +362,8 @@ class Cursor:
         answered = self._check_unique(messages, start)
         fps = [self.key(m) for m in messages]
         view = self.view
-        prefix = start
+        prefix = start + view.common(start, fps)
         end = start + len(fps)
-        while prefix < end and prefix < len(view) and view.is_at(prefix, fps[prefix - start]):
-            prefix += 1
         if prefix == end:  # nothing beyond what was seen (a retry or a truncation)
             return Plan(
                 (),
@@ -404,11 +413,9 @@ class Cursor:
     def _replace(self, plan: Plan, end: int) -> None:
         """The view from the plan's start on becomes the plan's positions up to ``end``."""
         start, n = plan.start, end - plan.start
-        first = start
         view = self.view
         fps = plan.fingerprints
-        while first < end and first < len(view) and view.is_at(first, fps[first - start]):
-            first += 1
+        first = start + view.common(start, fps[:n])
         beyond = self._beyond
         gone, come = view.fingerprints(first), fps[first - start : n]
         view.replace(first, come)
