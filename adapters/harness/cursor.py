@@ -2,19 +2,20 @@
 tool call mapped to its object id (decision 0030).
 
 The cursor remembers the harness's chat as it last saw it (its *view*, the list without its
-leading system messages, which are the prompt: for each position the
-message's fingerprint, the object ids it stands for and the harness's ids it carries) and every
-message recorded (a multiset of fingerprints). A list that extends the view is new from the view's
-end; a list that is a prefix of it is nothing new; a list that diverges (compaction, an edited
-message) is reconciled message by message. A tool result is known by the call it answers — the
-latest call with its id before it in the list, or the latest recorded one — so that a harness
-reusing ids (``call_0`` on every turn) gets a new tool call for each new assistant message,
-whether the list grew or diverged.
+leading system messages, which are the prompt: for each position the message's fingerprint, the
+object ids it stands for and the harness's ids it carries) and every message recorded (a
+multiset of fingerprints: the view's and what is beyond it, decision 0122). A list that extends
+the view is new from the view's end; a list that is a prefix of it is nothing new; a list that
+diverges (compaction, an edited message) is reconciled message by message. A tool result is
+known by the call it answers — the latest call with its id before it in the list, or the latest
+recorded one — so that a harness reusing ids (``call_0`` on every turn) gets a new tool call for
+each new assistant message, whether the list grew or diverged.
 
 A list is planned from a position on (:meth:`Cursor.plan`, ``start``): what comes before is the
 view's, unchanged, and is neither parsed nor fingerprinted again, so a turn costs what is new in
 it. Each position of the view also has a digest of the list up to it (:meth:`Cursor.digest`), by
-which a harness names the list it appends to (the append form of ``ingest``).
+which a harness names the list it appends to (the append form of ``ingest``): one every 64
+positions is kept, the others are chained on from it when asked for (decision 0122).
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ def _chain(previous: bytes, fingerprint: str) -> bytes:
 
 
 _LINK = 16
+"""Bytes of each digest of the chain, and of each fingerprint the view holds (32 hex digits)."""
+
+_CHECKPOINT = 64
+"""The view keeps the digest of every ``_CHECKPOINT``-th prefix (and of the whole view); the
+digest of another prefix is worked out from the one before it (decision 0122)."""
 
 Copies = tuple[str, ...] | list[tuple[str, ...]]
 """The object ids of each recorded copy of a message's calls: the one tuple while there is one
@@ -84,33 +90,85 @@ def _add_copy(table: dict[_K, Copies], key: _K, held: tuple[str, ...]) -> None:
 
 _SHARED_TUPLES = 64
 """Tuples of ids :meth:`Cursor.shared` looks among (the ones of the last list or two)."""
-"""Bytes of each digest of the chain."""
 
 
-class _Chain:
-    """The digests of a view's prefixes, ``chain[n]`` of its first ``n`` messages, in one
-    buffer of 16 bytes each (a ``bytes`` object of its own was 57 bytes a message; decision
-    0105)."""
+class _View:
+    """The fingerprints of the harness's chat as last seen, 16 bytes each in one buffer (a
+    string of its own was 89 bytes a message), and the digests of its prefixes, ``digest(n)``
+    of its first ``n`` messages: one every :data:`_CHECKPOINT` messages and the whole view's are
+    kept (one per message was 16 bytes a message), another is chained on from the one kept
+    before it, at most ``_CHECKPOINT - 1`` hashes (decision 0122)."""
+
+    __slots__ = ("_checkpoints", "_fingerprints", "_last")
 
     def __init__(self) -> None:
-        self._buffer = bytearray(_CHAIN_ROOT)
+        self._fingerprints = bytearray()
+        self._checkpoints = bytearray(_CHAIN_ROOT)
+        """The digest of the view's first ``k * _CHECKPOINT`` messages, for each k."""
+        self._last = _CHAIN_ROOT
+        """The digest of the whole view."""
 
     def __len__(self) -> int:
-        return len(self._buffer) // _LINK
+        return len(self._fingerprints) // _LINK
 
-    def __getitem__(self, n: int) -> bytes:
+    def __getitem__(self, n: int) -> str:
         if not 0 <= n < len(self):
             raise IndexError(n)
-        return bytes(self._buffer[n * _LINK : (n + 1) * _LINK])
+        return self._fingerprints[n * _LINK : (n + 1) * _LINK].hex()
 
-    def extend(self, start: int, fingerprints: Iterable[str]) -> None:
-        """Keep the first ``start + 1`` digests, then one more per fingerprint."""
-        buffer = self._buffer
-        del buffer[(start + 1) * _LINK :]
-        last = bytes(buffer[-_LINK:])
-        for fp in fingerprints:
-            last = _chain(last, fp)
-            buffer += last
+    def fingerprints(self, start: int, end: int | None = None) -> list[str]:
+        """The fingerprints of positions ``start`` to ``end`` (the view's end by default)."""
+        end = len(self) if end is None else min(end, len(self))
+        buffer = self._fingerprints
+        return [buffer[n * _LINK : (n + 1) * _LINK].hex() for n in range(start, end)]
+
+    def common(self, start: int, fingerprints: Sequence[str]) -> int:
+        """How many of ``fingerprints`` are the view's from position ``start`` on, in order
+        (compared in one piece, position by position only past the first that differs)."""
+        n = max(0, min(len(fingerprints), len(self) - start))
+        theirs = bytes.fromhex("".join(fingerprints[:n]))
+        mine = self._fingerprints[start * _LINK : (start + n) * _LINK]
+        if theirs == mine:
+            return n
+        return next(
+            k
+            for k in range(n)
+            if theirs[k * _LINK : (k + 1) * _LINK] != mine[k * _LINK : (k + 1) * _LINK]
+        )
+
+    def replace(self, start: int, fingerprints: Sequence[str]) -> None:
+        """The view from position ``start`` on becomes ``fingerprints``; the digests follow."""
+        length = len(self)
+        del self._fingerprints[start * _LINK :]
+        self._fingerprints += b"".join(bytes.fromhex(fp) for fp in fingerprints)
+        if start >= length:  # the view grew: chained on from its last digest
+            self._rechain(length, self._last)
+        else:
+            kept = start // _CHECKPOINT
+            del self._checkpoints[(kept + 1) * _LINK :]
+            self._rechain(kept * _CHECKPOINT, bytes(self._checkpoints[-_LINK:]))
+
+    def _rechain(self, n: int, digest: bytes) -> None:
+        """Chain from ``digest`` (that of the first ``n`` messages) to the view's end."""
+        buffer = self._fingerprints
+        for i in range(n, len(self)):
+            digest = _chain(digest, buffer[i * _LINK : (i + 1) * _LINK].hex())
+            if (i + 1) % _CHECKPOINT == 0:
+                self._checkpoints += digest
+        self._last = digest
+
+    def digest(self, n: int) -> bytes:
+        """The digest of the view's first ``n`` messages (``0 <= n <= len(self)``)."""
+        if not 0 <= n <= len(self):
+            raise IndexError(n)
+        if n == len(self):
+            return self._last
+        kept = n // _CHECKPOINT
+        digest = bytes(self._checkpoints[kept * _LINK : (kept + 1) * _LINK])
+        buffer = self._fingerprints
+        for i in range(kept * _CHECKPOINT, n):
+            digest = _chain(digest, buffer[i * _LINK : (i + 1) * _LINK].hex())
+        return digest
 
 
 def digest_position(digest: str) -> int | None:
@@ -168,16 +226,20 @@ class Cursor:
         self.ids = CallIds(session_id)
         """The session's tool calls: the harness's ids and the object ids they are stored as."""
         self.max_output_bytes = max_output_bytes
-        self.view: list[str] = []
+        self.view = _View()
+        """The harness's chat as last seen: each position's fingerprint, each prefix's digest."""
         self.view_objects: list[tuple[str, ...]] = []
         self.view_calls: list[tuple[str, ...]] = []
         """For each position: an assistant message's calls by the harness's (canonical) ids."""
         self.view_unique: list[Unique] = []
-        self.chain = _Chain()
-        """``chain[n]``: the digest of the view's first ``n`` messages."""
-        self.recorded: collections.Counter[str] = collections.Counter()
-        self.recorded_calls: dict[str, Copies] = {}
-        """Fingerprint of an assistant message → its calls' object ids, for each recorded copy."""
+        self._beyond: collections.Counter[str] = collections.Counter()
+        """Every message recorded is the multiset of the view's fingerprints and this one: the
+        messages recorded but not in the view (those a harness's compaction dropped) less the
+        view's positions that were not recorded as they stand (edited copies). Empty while the
+        harness's lists only grow (decision 0122)."""
+        self.recorded_calls: dict[bytes, Copies] = {}
+        """Fingerprint of an assistant message (its 16 bytes) → its calls' object ids, for each
+        recorded copy."""
         self.by_harness_ids: dict[tuple[str, ...], Copies] = {}
         """The harness's ids of an assistant message's calls → their object ids, per message."""
         self.total = 0
@@ -185,6 +247,8 @@ class Cursor:
         self._tuples: dict[tuple[str, ...], tuple[str, ...]] = {}
         """The tuples of ids made last (at most :data:`_SHARED_TUPLES`), each the one copy the
         structures above hold of it (:meth:`shared`)."""
+        self._names: dict[str, str] = {}
+        """The ids in those tuples, each by itself (:meth:`shared_id`)."""
         self._answered: dict[str, bool] = {}
         self._answered_at = 0
         """The uniqueness rule's state at the end of the last list planned, and that list's
@@ -225,21 +289,18 @@ class Cursor:
                 harness.append(named)
                 unique.append(seen)
                 self._count(fp, calls)
-        self.view, self.view_objects = view, objects
+        self.view = _View()
+        self.view.replace(0, view)
+        self._beyond = collections.Counter()  # each message both recorded and in the view
+        self.view_objects = objects
         self.view_calls, self.view_unique = harness, unique
-        self.chain = _Chain()
-        self._extend_chain(0)
         self._answered, self._answered_at = {}, 0
-
-    def _extend_chain(self, start: int) -> None:
-        """Recompute the digests of the view from position ``start`` on."""
-        self.chain.extend(start, self.view[start:])
 
     def digest(self, length: int | None = None) -> str:
         """The digest of the view's first ``length`` messages (all of them by default): what a
         harness names to append to that list."""
         n = len(self.view) if length is None else length
-        return f"{n}.{self.chain[n].hex()}"
+        return f"{n}.{self.view.digest(n).hex()}"
 
     def position_of(self, digest: str) -> int | None:
         """The length of the list ``digest`` names, if it is the view or a prefix of it."""
@@ -277,14 +338,23 @@ class Cursor:
             return held
         if len(self._tuples) >= _SHARED_TUPLES:
             self._tuples.clear()
+            self._names.clear()
         self._tuples[ids] = ids
+        for name in ids:
+            self._names.setdefault(name, name)
         return ids
 
+    def shared_id(self, call_id: str) -> str:
+        """``call_id``, or the equal id in a tuple :meth:`shared` made last: a tool result's
+        call id is the one string its call's tuple holds (a string of its own was 29 bytes a
+        message; decision 0122)."""
+        return self._names.get(call_id, call_id)
+
     def _count(self, fp: str, calls: Sequence[ToolCallRequest]) -> None:
-        self.recorded[fp] += 1
+        self._beyond[fp] += 1  # until the view holds it (:meth:`_replace`)
         if calls:
             held = self.shared(tuple(c.id for c in calls))
-            _add_copy(self.recorded_calls, fp, held)
+            _add_copy(self.recorded_calls, bytes.fromhex(fp), held)
             harness = self.shared(tuple(c.provider_id or c.id for c in calls))
             _add_copy(self.by_harness_ids, harness, held)
         self.total += 1
@@ -303,10 +373,8 @@ class Cursor:
         answered = self._check_unique(messages, start)
         fps = [self.key(m) for m in messages]
         view = self.view
-        prefix = start
+        prefix = start + view.common(start, fps)
         end = start + len(fps)
-        while prefix < end and prefix < len(view) and view[prefix] == fps[prefix - start]:
-            prefix += 1
         if prefix == end:  # nothing beyond what was seen (a retry or a truncation)
             return Plan(
                 (),
@@ -356,15 +424,22 @@ class Cursor:
     def _replace(self, plan: Plan, end: int) -> None:
         """The view from the plan's start on becomes the plan's positions up to ``end``."""
         start, n = plan.start, end - plan.start
-        first = start
         view = self.view
-        while first < end and first < len(view) and view[first] == plan.fingerprints[first - start]:
-            first += 1
-        view[start:] = plan.fingerprints[:n]
+        fps = plan.fingerprints
+        first = start + view.common(start, fps[:n])
+        beyond = self._beyond
+        gone, come = view.fingerprints(first), fps[first - start : n]
+        view.replace(first, come)
+        for fp in gone:
+            beyond[fp] += 1
+        for fp in come:
+            beyond[fp] -= 1
+        for fp in {*gone, *come}:
+            if not beyond[fp]:
+                del beyond[fp]
         self.view_objects[start:] = plan.objects[:n]
         self.view_calls[start:] = plan.calls[:n]
         self.view_unique[start:] = plan.unique[:n]
-        self._extend_chain(first)
 
     def _remember_unique(self, plan: Plan, end: int) -> None:
         answered = plan.answered
@@ -444,8 +519,9 @@ class _Planner:
                 cursor.view_calls[:prefix], cursor.view_objects[:prefix], strict=True
             ):
                 self._point(named, held)
-            self.available = collections.Counter(cursor.recorded)
-            self.available.subtract(cursor.view[:prefix])
+            # recorded, less the prefix: the view past the prefix and what is beyond the view
+            self.available = collections.Counter(cursor.view.fingerprints(prefix))
+            self.available.update(cursor._beyond)
             tail = collections.Counter(fps[prefix - start :])
             self.matches = collections.Counter(
                 {fp: min(n, max(0, self.available[fp])) for fp, n in tail.items()}
@@ -462,7 +538,7 @@ class _Planner:
             if message.tool_calls:
                 self.unique.append(shared(tuple(c.id for c in message.tool_calls)))
             elif message.role == "tool":
-                self.unique.append(message.tool_call_id or "")
+                self.unique.append(self.cursor.shared_id(message.tool_call_id or ""))
             else:
                 self.unique.append(None)
             if message.role == "tool":
@@ -526,7 +602,7 @@ class _Planner:
         to hold the latest copies of identical messages, as a compaction keeps the recent ones:
         the j-th match after the prefix is copy ``len(copies) - matches + j``)."""
         self.available[fp] -= 1
-        copies = _copies_of(self.cursor.recorded_calls, fp)
+        copies = _copies_of(self.cursor.recorded_calls, bytes.fromhex(fp))
         j = self.matched[fp]
         self.matched[fp] += 1
         held = copies[max(0, len(copies) - self.matches[fp] + j)] if copies else ()

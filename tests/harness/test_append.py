@@ -241,3 +241,69 @@ def test_the_append_form_over_json_rpc() -> None:
     assert (deeper["code"], deeper["data"]["kind"]) == (INVALID_PARAMS, "invalid_params")
     whole = _call(server, "ingest", session_id="s1", messages=turns[0] + turns[1] + turns[2])
     assert whole["result"]["consumed"] == len(turns[2])
+
+
+def test_every_prefix_of_a_long_list_has_its_digest_as_a_resume_rebuilds_it() -> None:
+    """Decision 0122: the view keeps a digest every few dozen messages, not one a message; the
+    digest of any prefix, worked out from the one kept before it, names that prefix alone, and
+    is the one a cursor rebuilt from the stored chat gives, after a change in the middle too."""
+    store = MemoryStore()
+    h = _reopen(store)
+    sent = [m for turn in openai_turns(90) for m in turn]
+    h.ingest(sent)
+    cursor = h.ingestor.cursor
+    n = len(cursor.view)
+    assert n > 3 * 64
+    before = [cursor.digest(k) for k in range(n + 1)]
+    assert len(set(before)) == n + 1
+    assert all(cursor.position_of(d) == k for k, d in enumerate(before))
+    assert cursor.position_of(f"{n + 1}.{'0' * 32}") is None
+    # an old user message edited (position 101 of the chat, inside the second kept stretch)
+    chat = sent[1:]
+    k = next(i for i in range(100, n) if chat[i]["role"] == "user")
+    edited = [*sent[: k + 1], o_user("continue, carefully"), *sent[k + 2 :]]
+    result = h.ingest(edited)
+    assert (result.consumed, result.diverged) == (1, True)
+    after = [cursor.digest(j) for j in range(n + 1)]
+    assert after[: k + 1] == before[: k + 1]
+    assert all(a != b for a, b in zip(after[k + 1 :], before[k + 1 :], strict=True))
+    resumed = _reopen(store).ingestor.cursor  # rebuilt from the stored chat in one pass
+    assert len(resumed.view) == n + 1  # the chat holds the message as first sent and as edited
+    h.ingest(sent)  # the list as first sent: every message recorded already
+    assert [cursor.digest(j) for j in range(n + 1)] == before
+    again = _reopen(store).ingestor.cursor
+    assert [again.digest(j) for j in range(k + 1)] == before[: k + 1]
+
+
+def test_an_old_message_changed_in_a_resent_list_is_a_divergence_and_is_recorded() -> None:
+    """Decision 0122: a whole list resent with one early message changed diverges there (the
+    view compares every position), and the changed message is recorded as new."""
+    h = open_harness()
+    sent = [m for turn in openai_turns(80) for m in turn]
+    first = h.ingest(sent)
+    users = [i for i, m in enumerate(sent) if m["role"] == "user"]
+    changed = list(sent)
+    changed[users[1]] = o_user("continue 3, and the docs")
+    result = h.ingest(changed)
+    assert (result.consumed, result.diverged, result.total) == (1, True, first.total + 1)
+    assert h.ingest(changed).consumed == 0
+    assert ("user", "continue 3, and the docs") in chat_texts(h.service)
+
+
+def test_messages_a_compaction_dropped_are_known_when_they_come_back() -> None:
+    """Decision 0122: what the cursor has recorded is the view and what is beyond it (what a
+    harness's compaction dropped from its list): a list holding dropped messages again records
+    none of them, and a message recorded twice is known twice."""
+    h = open_harness()
+    sent = [m for turn in openai_turns(40) for m in turn]
+    first = h.ingest(sent)
+    tail = [sent[0], o_user("Summary: the bug is fixed in a.py."), *sent[-6:]]
+    compacted = h.ingest(tail)
+    assert (compacted.consumed, compacted.diverged) == (1, True)
+    assert len(h.ingestor.cursor.view) == len(tail) - 1
+    # the harness goes back to its whole list, the summary after it: all of it known
+    back = h.ingest([*sent, o_user("Summary: the bug is fixed in a.py.")])
+    assert (back.consumed, back.diverged, back.total) == (0, True, first.total + 1)
+    # the summary a second time, as a new message: recorded
+    twice = h.ingest([*sent, *([o_user("Summary: the bug is fixed in a.py.")] * 2)])
+    assert (twice.consumed, twice.total) == (1, first.total + 2)

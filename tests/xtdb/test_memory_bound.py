@@ -436,3 +436,44 @@ def test_the_chat_and_the_prompts_texts_hold_no_copy_per_message_beyond_their_ch
         print(f"the prompt's items: {per_item:.0f} bytes an item beside their characters")
     finally:
         service.close()
+
+
+def _reached(roots: list[Any], seen: set[int]) -> int:
+    """Bytes of every object reachable from ``roots``, strings included, but the objects in
+    ``seen`` (to which the ones counted are added), each counted once."""
+    total = 0
+    stack = list(roots)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, type) or callable(obj):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        stack.extend(gc.get_referents(obj))
+    return total
+
+
+def test_the_cursor_keeps_a_few_bytes_a_message_to_know_the_next_list(service_on: Any) -> None:
+    """Decision 0122: what the harness's cursor keeps of each message beyond the chat's own
+    objects and the session's call ids, strings included, is its fingerprint as 16 bytes, a
+    digest every 64 messages, and what maps its calls; what it recorded is the view and what
+    is beyond it (nothing while the list only grows), a tool result's call id the one string its
+    call's tuple holds: about 190 bytes a message here. A string per fingerprint, a digest per
+    message, a count per recorded message and a string per result's call id made it about 310."""
+    service = service_on(20_000)
+    server, call, sid, prefix, digest = _opened(service)
+    rng = random.Random(19)
+    held = []
+    for n in range(200):
+        new = _turn([], prefix, n, _output(rng, n, 300))
+        digest = call("ingest", session_id=sid, messages=new, extends=digest)["digest"]
+        call("assemble", session_id=sid)
+        if n + 1 in (40, 200):
+            gc.collect()
+            cursor = server.sessions[sid].harness.ingestor.cursor
+            chat: set[int] = set()
+            _reached([service.state(sid).turns, cursor.ids], chat)
+            held.append(_reached([v for k, v in vars(cursor).items() if k != "ids"], chat))
+    per_message = (held[1] - held[0]) / (2 * 160)
+    assert 0 < per_message < 250, (per_message, held)
+    print(f"cursor: {per_message:.0f} bytes a message, turns 40-200")
