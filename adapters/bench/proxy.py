@@ -24,7 +24,9 @@ commit where a warm one spends 3-5, decision 0101). ``--warmup 0`` measures a co
 Machines here are shared: the figures that carry are the ratios to the pass-through measured in
 the same run. ``--workers`` runs the proxy with that many worker processes (decision 0058); the
 proxy's CPU time is its front's and its workers' together, and the front's alone is reported as
-``proxy_front``.
+``proxy_front``. With ``--store auto`` the local XTDB node's CPU time while the proxy's requests
+are served is reported as ``node`` (its JVM's, from ``/proc``; nothing else uses that node while
+the benchmark runs, decision 0120).
 """
 
 from __future__ import annotations
@@ -226,25 +228,29 @@ class _Session:
         return elapsed
 
 
-def _one_client(size: int, requests: int, proxy: _Running, passthrough: _Running) -> dict[str, Any]:
+def _one_client(
+    size: int, requests: int, proxy: _Running, passthrough: _Running, node: int = 0
+) -> dict[str, Any]:
     session = _Session(f"bench-one-{size}", size)
     with httpx.Client(timeout=300) as client:
         session.post(client, proxy.url, _body(session.messages))  # the session is built
         direct: list[float] = []
         through: list[float] = []
         content = b""
-        cpu = {"passthrough": 0.0, "proxy": 0.0, "proxy_front": 0.0}
+        cpu = _cpu_sides(node)
         for _ in range(requests):
             content = session.grow()
             for side, server, times in (
                 ("passthrough", passthrough, direct),
                 ("proxy", proxy, through),
             ):
-                before, own = server.cpu(), server.own_cpu()
+                before, own, node_before = server.cpu(), server.own_cpu(), _cpu_of(node)
                 times.append(session.post(client, server.url, content))
                 cpu[side] += server.cpu() - before
                 if side == "proxy":
                     cpu["proxy_front"] += server.own_cpu() - own
+                    if node:
+                        cpu["node"] += _cpu_of(node) - node_before
     added = [p - d for p, d in zip(through, direct, strict=True)]
     return {
         "objects": size,
@@ -257,6 +263,19 @@ def _one_client(size: int, requests: int, proxy: _Running, passthrough: _Running
             side: round(spent / requests * 1000, 2) for side, spent in cpu.items()
         },
     }
+
+
+# The CPU figures counted during another side's requests: the front's and the node's during the
+# proxy's.
+_SIDE_OF = {"proxy_front": "proxy", "node": "proxy"}
+
+
+def _cpu_sides(node: int) -> dict[str, float]:
+    """The CPU seconds counted per request: each side's, the front's, and the node's if known."""
+    cpu = {"passthrough": 0.0, "proxy": 0.0, "proxy_front": 0.0}
+    if node:
+        cpu["node"] = 0.0
+    return cpu
 
 
 def _warm_up(requests: int, size: int, proxy: _Running, passthrough: _Running) -> int:
@@ -275,7 +294,7 @@ def _warm_up(requests: int, size: int, proxy: _Running, passthrough: _Running) -
 
 
 def _concurrent(
-    clients: int, size: int, requests: int, proxy: _Running, passthrough: _Running
+    clients: int, size: int, requests: int, proxy: _Running, passthrough: _Running, node: int = 0
 ) -> dict[str, Any]:
     sessions = [_Session(f"bench-c{n}-{size}", size) for n in range(clients)]
     with httpx.Client(timeout=300) as client:
@@ -283,7 +302,7 @@ def _concurrent(
             session.post(client, proxy.url, _body(session.messages))
     times: dict[str, list[float]] = {"passthrough": [], "proxy": []}
     spent: dict[str, float] = {"passthrough": 0.0, "proxy": 0.0}
-    cpu: dict[str, float] = {"passthrough": 0.0, "proxy": 0.0, "proxy_front": 0.0}
+    cpu = _cpu_sides(node)
     bodies = [[s.grow() for _ in range(requests)] for s in sessions]
 
     def run(side: str, server: _Running, rounds: range) -> None:
@@ -302,7 +321,7 @@ def _concurrent(
                 errors.append(exc)
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
-        before, own = server.cpu(), server.own_cpu()
+        before, own, node_before = server.cpu(), server.own_cpu(), _cpu_of(node)
         started = time.perf_counter()
         for thread in threads:
             thread.start()
@@ -312,6 +331,8 @@ def _concurrent(
         cpu[side] += server.cpu() - before
         if side == "proxy":
             cpu["proxy_front"] += server.own_cpu() - own
+            if node:
+                cpu["node"] += _cpu_of(node) - node_before
         if errors:
             raise errors[0]
 
@@ -326,7 +347,7 @@ def _concurrent(
         out[f"{side}_per_s"] = round(len(times[side]) / spent[side], 1)
     out["added_p95_ms"] = round(out["proxy_ms"]["p95"] - out["passthrough_ms"]["p95"], 3)
     out["cpu_ms_per_request"] = {
-        side: round(spent_cpu / len(times[side.removesuffix("_front")]) * 1000, 2)
+        side: round(spent_cpu / len(times[_SIDE_OF.get(side, side)]) * 1000, 2)
         for side, spent_cpu in cpu.items()
     }
     return out
@@ -345,12 +366,16 @@ def run_proxy(
     warmup: int = 200,
 ) -> dict[str, Any]:
     """Run the benchmark; the top-level figures are those of the largest session. ``store``:
-    ``memory``, ``auto`` (this user's local XTDB node, started if need be) or an XTDB node's
-    ``xtdb://host:port``. ``warmup``: unmeasured requests through both sides first."""
+    ``memory``, ``auto`` (this user's local XTDB node, started if need be; its CPU is reported as
+    ``node``) or an XTDB node's ``xtdb://host:port``. ``warmup``: unmeasured requests through
+    both sides first."""
+    node = 0
     if store == "auto":  # resolved once: the proxy's process (and its workers) use that node
-        from selfctx.adapters.xtdb import ensure_local_node
+        from selfctx.adapters.xtdb import local_node
 
-        store = "xtdb://" + ensure_local_node().removeprefix("http://")
+        local = local_node()
+        store = "xtdb://" + local.url.removeprefix("http://")
+        node = local.info.pid
     with (
         _server("model") as model,
         _server("passthrough", model.url) as passthrough,
@@ -363,7 +388,7 @@ def run_proxy(
         for size in sizes:
             if progress:
                 progress(f"one client, session of {size} objects, {requests} requests")
-            runs.append(_one_client(size, requests, proxy, passthrough))
+            runs.append(_one_client(size, requests, proxy, passthrough, node))
         together = None
         if clients > 1:
             if progress:
@@ -372,7 +397,7 @@ def run_proxy(
                     f"{concurrent_requests} requests each"
                 )
             together = _concurrent(
-                clients, concurrent_size, concurrent_requests, proxy, passthrough
+                clients, concurrent_size, concurrent_requests, proxy, passthrough, node
             )
     largest = runs[-1]
     return {

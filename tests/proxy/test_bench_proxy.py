@@ -5,7 +5,12 @@ test only checks that they are there."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from selfctx.adapters.bench.proxy import run_proxy
+from selfctx.adapters.xtdb import local
 
 
 def test_the_benchmark_reports_latency_cpu_and_throughput() -> None:
@@ -29,3 +34,26 @@ def test_with_workers_the_fronts_cpu_is_reported_apart() -> None:
     # the front alone, and front and workers (in clock ticks: a tiny run may count 0 for both)
     assert 0 <= cpu["proxy_front"] <= cpu["proxy"]
     assert result["concurrent"]["proxy_per_s"] > 0
+
+
+@pytest.mark.xtdb
+def test_on_the_local_node_the_nodes_cpu_is_reported(
+    xtdb_jars: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "auto"
+    monkeypatch.setenv("SELFCTX_XTDB_DATA", str(data))
+    try:
+        result = run_proxy(
+            (5,), 2, clients=2, concurrent_size=5, concurrent_requests=2, store="auto", warmup=0
+        )
+        info = local.read_run_info(data)
+    finally:
+        local.stop_background(data)
+    assert result["store"] == "xtdb" and info is not None
+    for cpu in (
+        result["runs"][0]["cpu_ms_per_request"],
+        result["concurrent"]["cpu_ms_per_request"],
+    ):
+        # the node's JVM, counted while the proxy's requests were served (in clock ticks: a tiny
+        # run may count 0)
+        assert set(cpu) == {"passthrough", "proxy", "proxy_front", "node"} and cpu["node"] >= 0
