@@ -485,6 +485,29 @@ class _Batch:
         self.pending.append(prepared)
         self.writes.update(str(doc["xt/id"]) for doc in prepared.puts)
 
+    def supersede(self, prepared: _Prepared) -> bool:
+        """Whether the only documents of ``prepared`` that the batch already writes are the
+        session's snapshot (its session and chat documents, the last two it puts), written by
+        an earlier command of the batch; that earlier snapshot is then dropped, and this one
+        stands for it (decision 0119). The transaction is applied whole or not at all, and
+        every log entry between the two is in it: no state is lost that a load could need."""
+        if prepared.snapshot_bytes is None:
+            return False
+        ids = [str(doc["xt/id"]) for doc in prepared.puts]
+        snapshot = set(ids[-2:])
+        taken = self.writes.intersection(ids)
+        if not taken or not taken <= snapshot:
+            return False
+        for index, earlier in enumerate(self.pending):
+            if earlier.snapshot_bytes is None:
+                continue
+            if {str(doc["xt/id"]) for doc in earlier.puts[-2:]} != snapshot:
+                continue
+            self.pending[index] = attrs.evolve(earlier, puts=earlier.puts[:-2], snapshot_bytes=None)
+            self.writes.difference_update(snapshot)
+            return True
+        return False
+
     def transaction(self) -> tuple[list[Document], list[Expect]]:
         """Every pending document, and the preconditions on what the store holds now: one
         per document, none on what an earlier command of the batch writes (the command saw
@@ -1020,8 +1043,9 @@ class SessionRunner:
         leave (their versions are read from the batch, not the store), and the session moves
         on at once, as if it had been committed: what the caller reads between commands is
         the same. Each command keeps its own log entry. Two commands that write the same
-        document (a file read and then edited, two snapshots) go in two transactions: the
-        batch commits what it holds before the second. When the transaction is refused
+        document (a file read and then edited) go in two transactions: the batch commits what
+        it holds before the second; but of two snapshots of the session, the later replaces
+        the earlier in the one transaction (decision 0119). When the transaction is refused
         (another writer came first), the session goes back to where the batch found it,
         catches up when another writer appended to its log, and the commands are decided
         again, all of them, each on what the ones before it leave, and committed again as one
@@ -1092,9 +1116,11 @@ class SessionRunner:
             return events, None
         base = _Base.of(session)
         prepared = self._prepare(base, command, self.ids.new_id(), events, after, reads)
-        if batch.writes.intersection(str(doc["xt/id"]) for doc in prepared.puts):
-            # A document the batch already writes: what it holds goes first, and the command
-            # is decided again on top of it.
+        if batch.writes.intersection(
+            str(doc["xt/id"]) for doc in prepared.puts
+        ) and not batch.supersede(prepared):
+            # A document the batch already writes (other than a snapshot this command's
+            # replaces): what it holds goes first, and the command is decided again on top of it.
             self._flush(session, batch)
             return self._decide_batched(session, batch, build, {})
         batch.add(session, build, prepared)
