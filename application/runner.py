@@ -238,15 +238,27 @@ class Reads:
     """Store reads made while building one command. What was read becomes the commit's
     preconditions: a version is written only on top of the version the decision saw."""
 
-    def __init__(self, store: ObjectStore, overlay: Iterable[_Prepared | None] = ()) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        overlay: Iterable[_Prepared | None] = (),
+        *,
+        latest: Mapping[str, Document] | None = None,
+    ) -> None:
         self._store = store
         self.documents: dict[str, Document | None] = {}
         self.objects: dict[str, Any] = {}
-        self._overlay: dict[str, Document] = {}
-        """Versions that commits still in flight write: the latest, as far as a decision goes."""
+        self._overlay: Mapping[str, Document]
+        """Versions that commits still in flight write: the latest, as far as a decision goes
+        (``latest`` as given, not copied: a batch's, kept as its commands are added)."""
+        if latest is not None:
+            self._overlay = latest
+            return
+        built: dict[str, Document] = {}
+        self._overlay = built
         for prepared in overlay:
             if prepared is not None:
-                self._overlay.update((str(doc["xt/id"]), doc) for doc in prepared.puts)
+                built.update((str(doc["xt/id"]), doc) for doc in prepared.puts)
 
     def seed(self, documents: Mapping[str, Document | None]) -> None:
         """Take these documents as read from the store just now (None: absent; the commit's
@@ -445,6 +457,10 @@ class _Batch:
     pending: list[_Prepared] = attrs.field(factory=list)
     writes: set[str] = attrs.field(factory=set)
     """Ids of the documents the pending commands write."""
+    latest: dict[str, Document] = attrs.field(factory=dict)
+    """The latest version the pending commands write of each of those documents (what the
+    next command of the batch reads for them), kept as commands are added: not built again
+    for each command (decision 0119)."""
     prior: dict[str, tuple[ContentObject | None, bool]] = attrs.field(factory=dict)
     """The object cache's entry (and whether it was hollow) before the batch changed it."""
     progress: BatchProgress = attrs.field(factory=lambda: BatchProgress())
@@ -484,6 +500,7 @@ class _Batch:
         self.builds.append(build)
         self.pending.append(prepared)
         self.writes.update(str(doc["xt/id"]) for doc in prepared.puts)
+        self.latest.update((str(doc["xt/id"]), doc) for doc in prepared.puts)
 
     def supersede(self, prepared: _Prepared) -> bool:
         """Whether the only documents of ``prepared`` that the batch already writes are the
@@ -505,6 +522,8 @@ class _Batch:
                 continue
             self.pending[index] = attrs.evolve(earlier, puts=earlier.puts[:-2], snapshot_bytes=None)
             self.writes.difference_update(snapshot)
+            for object_id in snapshot:
+                self.latest.pop(object_id, None)
             return True
         return False
 
@@ -1106,7 +1125,7 @@ class SessionRunner:
         (None when it changed nothing)."""
         if session.stale:
             self.catch_up(session)
-        reads = Reads(self.store, overlay=batch.pending)
+        reads = Reads(self.store, latest=batch.latest)
         reads.seed(known)
         command = build(reads, session.state)
         events, after = decide_and_fold(session.state, command)
