@@ -288,15 +288,27 @@ class Reads:
     """Store reads made while building one command. What was read becomes the commit's
     preconditions: a version is written only on top of the version the decision saw."""
 
-    def __init__(self, store: ObjectStore, overlay: Iterable[_Prepared | None] = ()) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        overlay: Iterable[_Prepared | None] = (),
+        *,
+        latest: Mapping[str, Document] | None = None,
+    ) -> None:
         self._store = store
         self.documents: dict[str, Document | None] = {}
         self.objects: dict[str, Any] = {}
-        self._overlay: dict[str, Document] = {}
-        """Versions that commits still in flight write: the latest, as far as a decision goes."""
+        self._overlay: Mapping[str, Document]
+        """Versions that commits still in flight write: the latest, as far as a decision goes
+        (``latest`` as given, not copied: a batch's, kept as its commands are added)."""
+        if latest is not None:
+            self._overlay = latest
+            return
+        built: dict[str, Document] = {}
+        self._overlay = built
         for prepared in overlay:
             if prepared is not None:
-                self._overlay.update((str(doc["xt/id"]), doc) for doc in prepared.puts)
+                built.update((str(doc["xt/id"]), doc) for doc in prepared.puts)
 
     def seed(self, documents: Mapping[str, Document | None]) -> None:
         """Take these documents as read from the store just now (None: absent; the commit's
@@ -499,6 +511,10 @@ class _Batch:
     pending: list[_Prepared] = attrs.field(factory=list)
     writes: set[str] = attrs.field(factory=set)
     """Ids of the documents the pending commands write."""
+    latest: dict[str, Document] = attrs.field(factory=dict)
+    """The latest version the pending commands write of each of those documents (what the
+    next command of the batch reads for them), kept as commands are added: not built again
+    for each command (decision 0119)."""
     prior: dict[str, tuple[ContentObject | None, bool]] = attrs.field(factory=dict)
     """The object cache's entry (and whether it was hollow) before the batch changed it."""
     progress: BatchProgress = attrs.field(factory=lambda: BatchProgress())
@@ -539,6 +555,32 @@ class _Batch:
         self.builds.append(build)
         self.pending.append(prepared)
         self.writes.update(str(doc["xt/id"]) for doc in prepared.puts)
+        self.latest.update((str(doc["xt/id"]), doc) for doc in prepared.puts)
+
+    def supersede(self, prepared: _Prepared) -> bool:
+        """Whether the only documents of ``prepared`` that the batch already writes are the
+        session's snapshot (its session and chat documents, the last two it puts), written by
+        an earlier command of the batch; that earlier snapshot is then dropped, and this one
+        stands for it (decision 0119). The transaction is applied whole or not at all, and
+        every log entry between the two is in it: no state is lost that a load could need."""
+        if prepared.snapshot_bytes is None:
+            return False
+        ids = [str(doc["xt/id"]) for doc in prepared.puts]
+        snapshot = set(ids[-2:])
+        taken = self.writes.intersection(ids)
+        if not taken or not taken <= snapshot:
+            return False
+        for index, earlier in enumerate(self.pending):
+            if earlier.snapshot_bytes is None:
+                continue
+            if {str(doc["xt/id"]) for doc in earlier.puts[-2:]} != snapshot:
+                continue
+            self.pending[index] = attrs.evolve(earlier, puts=earlier.puts[:-2], snapshot_bytes=None)
+            self.writes.difference_update(snapshot)
+            for object_id in snapshot:
+                self.latest.pop(object_id, None)
+            return True
+        return False
 
     def transaction(self) -> tuple[list[Document], list[Expect]]:
         """Every pending document, and the preconditions on what the store holds now: one
@@ -1141,8 +1183,9 @@ class SessionRunner:
         leave (their versions are read from the batch, not the store), and the session moves
         on at once, as if it had been committed: what the caller reads between commands is
         the same. Each command keeps its own log entry. Two commands that write the same
-        document (a file read and then edited, two snapshots) go in two transactions: the
-        batch commits what it holds before the second. When the transaction is refused
+        document (a file read and then edited) go in two transactions: the batch commits what
+        it holds before the second; but of two snapshots of the session, the later replaces
+        the earlier in the one transaction (decision 0119). When the transaction is refused
         (another writer came first), the session goes back to where the batch found it,
         catches up when another writer appended to its log, and the commands are decided
         again, all of them, each on what the ones before it leave, and committed again as one
@@ -1203,7 +1246,7 @@ class SessionRunner:
         (None when it changed nothing)."""
         if session.stale:
             self.catch_up(session)
-        reads = Reads(self.store, overlay=batch.pending)
+        reads = Reads(self.store, latest=batch.latest)
         reads.seed(known)
         command = build(reads, session.state)
         events, after = decide_and_fold(session.state, command)
@@ -1213,9 +1256,11 @@ class SessionRunner:
             return events, None
         base = _Base.of(session)
         prepared = self._prepare(base, command, self.ids.new_id(), events, after, reads)
-        if batch.writes.intersection(str(doc["xt/id"]) for doc in prepared.puts):
-            # A document the batch already writes: what it holds goes first, and the command
-            # is decided again on top of it.
+        if batch.writes.intersection(
+            str(doc["xt/id"]) for doc in prepared.puts
+        ) and not batch.supersede(prepared):
+            # A document the batch already writes (other than a snapshot this command's
+            # replaces): what it holds goes first, and the command is decided again on top of it.
             self._flush(session, batch)
             return self._decide_batched(session, batch, build, {})
         batch.add(session, build, prepared)

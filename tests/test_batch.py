@@ -63,6 +63,42 @@ def test_a_batch_is_one_transaction_with_a_log_entry_per_command(
     assert other.assemble(sid) == service.assemble(sid)
 
 
+def test_a_batch_that_takes_several_snapshots_is_one_transaction_with_the_last(
+    service: ContextService, store: WrappedStore, sid: str, make_service: MakeService
+) -> None:
+    # A conversation long enough for the session to take several snapshots (decision 0119): a
+    # session built command by command writes one at each; in a batch, only the last is
+    # written, and the batch is one transaction.
+    def turns(session_id: str, tag: str) -> None:
+        for n in range(1, 41):
+            call = f"tc-{tag}-{n}"
+            request = [ToolCallRequest(call, "bash", {"n": n})]
+            service.record_assistant_message(session_id, f"step {n}", request)
+            service.record_tool_call(session_id, call, tool="bash", args={"n": n}, output="ok")
+
+    alone = f"{sid}-alone"
+    service.start_session(alone, "You are careful.")
+    turns(alone, "a")
+    assert len(store.history(f"session:{alone}")) >= 4  # the snapshots one at a time took
+
+    before, snapshots = store.commits, len(store.history(f"session:{sid}"))
+    with service.batch(sid) as progress:
+        turns(sid, "b")
+        progress.done += 1
+    assert store.commits == before + 1
+    assert len(store.history(f"session:{sid}")) == snapshots + 1
+    log = entries(store, sid)
+    assert [s for s, _ in log] == list(range(1, len(log) + 1))
+    assert len(log) == 1 + 80
+    # the snapshot written is the batch's last: taken after its first commands
+    snapshot = store.get(f"session:{sid}")
+    assert snapshot is not None and int(snapshot["seq"]) > 40
+    other = make_service()
+    other.resume_session(sid)
+    assert other.state(sid) == service.state(sid)
+    assert other.assemble(sid) == service.assemble(sid)
+
+
 def test_two_versions_of_one_document_go_in_two_transactions(
     service: ContextService, store: WrappedStore, sid: str, host_id: str
 ) -> None:

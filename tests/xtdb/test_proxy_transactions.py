@@ -1,0 +1,89 @@
+"""What a proxied request costs the node in transactions, counted by the node's transaction ids
+(decisions 0089 and 0119): a new conversation is its session's start and one transaction for
+all it holds, however many snapshots its commands take; each request after it is one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from selfctx.adapters.bootstrap import build_service
+from selfctx.adapters.proxy import Proxy, ProxyConfig
+from selfctx.adapters.proxy.scripted import Step
+from selfctx.adapters.proxy.serving import serve_in_thread
+from selfctx.adapters.xtdb import XtdbNode, open_store
+from tests.proxy.support import scripted
+
+
+def _pair(n: int) -> list[dict[str, Any]]:
+    call = {
+        "id": f"call_{n}",
+        "type": "function",
+        "function": {"name": "bash", "arguments": json.dumps({"command": f"echo {n}"})},
+    }
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": f"call_{n}", "content": f"step {n}\nsome output"},
+    ]
+
+
+def test_a_conversation_is_two_transactions_and_each_request_after_it_one(
+    xtdb_node: XtdbNode, tmp_path: Path
+) -> None:
+    store = open_store(xtdb_node.url)
+    service = build_service(store=store, workspace=str(tmp_path))
+    session = f"tx-count-{tmp_path.name}"
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": f"Count the transactions of {session}."},
+    ]
+    for n in range(60):  # enough commands for the session to take several snapshots
+        messages += _pair(n)
+    tool = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+    headers = {"x-selfctx-session": session}
+
+    def latest() -> int:
+        receipt = store.latest_tx()
+        return -1 if receipt is None else receipt.tx_id  # a node that holds nothing yet
+
+    try:
+        with scripted([Step("ok")]) as (_model, upstream):
+            config = ProxyConfig(
+                upstream_anthropic=upstream,
+                upstream_openai=upstream + "/v1",
+                cwd=str(tmp_path),
+                roots=(str(tmp_path),),
+            )
+            proxy = Proxy(service, config)
+            with serve_in_thread(proxy.app) as base, httpx.Client() as client:
+
+                def send() -> int:
+                    before = latest()
+                    body = {"model": "m", "messages": messages, "tools": [tool]}
+                    answer = client.post(
+                        base + "/v1/chat/completions", json=body, headers=headers, timeout=60
+                    )
+                    assert answer.status_code == 200, answer.text
+                    return latest() - before
+
+                # the session's start, then everything the conversation holds and the
+                # request's record: one transaction, not one per snapshot
+                assert send() == 2
+                (session_id,) = proxy.sessions.items()
+                assert len(service.state(session_id).index) >= 60
+                for n in range(60, 65):
+                    messages += _pair(n)
+                    assert send() == 1
+                held = service.state(session_id)
+    finally:
+        service.close()
+    # what the store holds is the session as the proxy had it
+    again = build_service(store=open_store(xtdb_node.url), workspace=str(tmp_path))
+    try:
+        again.resume_session(session_id)
+        assert again.state(session_id) == held
+    finally:
+        again.close()
