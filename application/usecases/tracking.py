@@ -176,13 +176,20 @@ class TrackSources:
         )
 
     def _persist(self, observed: dict[str, FileObject | str]) -> tuple[dict[str, FileObject], int]:
-        """Write what changed in one commit, on top of the versions read; retry on conflict."""
+        """Write what changed in one commit, on top of the versions read; retry on conflict.
+
+        A version an open session here holds, which the source no longer matches, is taken as
+        the stored one without asking the store (decision 0124): the commit expects it, so a
+        newer stored version refuses the commit, and the refusal says what is stored, as a read
+        would have (decision 0106). What would write nothing is decided on the store's version
+        only, never on a session's."""
         store = self._deps.runner.store
         contention = Contention()
-        current: Mapping[str, Document | None] = {}
+        current: Mapping[str, Document | None] = self._held(observed)
         while True:
             reads = Reads(store)
-            reads.seed(current)  # what a refusal said is stored now (decision 0106)
+            # what sessions here hold (decision 0124), then what a refusal said is stored (0106)
+            reads.seed(current)
             stored = reads.stored_many(observed)
             puts = []
             expect = []
@@ -217,6 +224,30 @@ class TrackSources:
                     continue
             self._adopt(latest)
             return written, unchanged
+
+    def _held(self, observed: Mapping[str, FileObject | str]) -> dict[str, Document]:
+        """The documents of the versions open sessions of this process hold whole of these
+        files, for those that what was observed replaces (a decision on them writes a version).
+        The first session holding a file decides; one whose version the observation does not
+        replace leaves the file to the store's read. Sessions are looked at without their
+        locks (a turn may hold one; :meth:`ObjectCache.whole_file`)."""
+        held: dict[str, Document] = {}
+        left = dict(observed)
+        for session in self._sessions():
+            if not left:
+                break
+            for object_id in list(left):
+                version = session.objects.whole_file(object_id)
+                if version is None:
+                    continue
+                seen = left.pop(object_id)
+                if isinstance(seen, FileObject):
+                    _, new = decide_full_index(version, seen)
+                else:
+                    _, new = decide_deletion(version)
+                if new is not None:
+                    held[object_id] = to_document(version)
+        return held
 
     def learn(self, session: OpenSession) -> tuple[str, ...]:
         """Adopt the versions other clients wrote of the files ``session`` holds since it last
