@@ -226,12 +226,18 @@ class TrackSources:
             return written, unchanged
 
     def _held(self, observed: Mapping[str, FileObject | str]) -> dict[str, Document]:
-        """The documents of the versions open sessions of this process hold whole of these
-        files, for those that what was observed replaces (a decision on them writes a version).
-        The first session holding a file decides; one whose version the observation does not
-        replace leaves the file to the store's read. Sessions are looked at without their
-        locks (a turn may hold one; :meth:`ObjectCache.whole_file`)."""
+        """What the open sessions of this process hold of these files (decision 0124): the
+        documents of the versions that what was observed replaces (a decision on them writes a
+        new version), to be taken as the stored ones. A file whose observed content a session
+        already holds was written by that session, or is being written: a session holds the
+        versions its open batch decided before the batch's transaction is committed, under its
+        lock (decision 0077). The store is then read once the session's lock is free (its
+        transaction landed, or was refused and decided again, or failed and rolled back), so
+        that it shows that version rather than the one before, which a commit would only be
+        refused on top of. The first session holding a file whole decides. Sessions are looked
+        at without their locks (:meth:`ObjectCache.whole_file`)."""
         held: dict[str, Document] = {}
+        writing: list[OpenSession] = []
         left = dict(observed)
         for session in self._sessions():
             if not left:
@@ -247,6 +253,11 @@ class TrackSources:
                     _, new = decide_deletion(version)
                 if new is not None:
                     held[object_id] = to_document(version)
+                elif not writing or writing[-1] is not session:
+                    writing.append(session)
+        for session in writing:
+            with session.lock:  # what its turn commits has landed (or not) when it is free
+                pass
         return held
 
     def learn(self, session: OpenSession) -> tuple[str, ...]:
