@@ -5,6 +5,7 @@ are hints, this path must stand on its own (STYLE.md)."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from selfctx.application.ports.store import (
     Receipt,
 )
 from selfctx.application.ports.tracking import SourceChange
+from selfctx.application.usecases.tracking import RefreshReport
 from selfctx.domain.objects import FileObject, FilesystemSource
 from tests.conftest import StoreFactory
 from tests.filesystem.conftest import MakeFsService
@@ -250,3 +252,72 @@ def test_a_held_version_another_client_replaced_is_decided_again_on_the_refusal(
     assert history(one, other_id) == [(f"v{n}\n", None) for n in (1, 2, 3, 4)]
     assert one.object(f"{ns}a", same_id).content == "v2\n"
     assert one.object(f"{ns}a", other_id).content == "v4\n"
+
+
+class WaitedLock:
+    """A re-entrant lock that notes when a thread had to wait for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.waited = threading.Event()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(blocking=False):
+            return True
+        if blocking:
+            self.waited.set()
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_a_file_a_turn_is_committing_is_read_once_the_turn_has_committed(
+    make_fs_service: MakeFsService,
+    workspace: Path,
+    sid: str,
+    host_id: str,
+    store_factory: StoreFactory,
+) -> None:
+    # Decision 0124: the watcher sees the edit while the agent's turn, which recorded the same
+    # bytes, is committing them (the session holds them already, under its lock). It reads the
+    # store once the turn is done and writes nothing: without the wait it read the version
+    # before, wrote the edit itself, and the turn's transaction was refused and made again.
+    path = workspace / "turn.py"
+    write(path, "v1\n")
+    store = CountingStore(store_factory.make())
+    service = make_fs_service(track=False, store=store)
+    service.start_session(sid)
+    oid = service.index_file(sid, str(path)).object_id
+    lock = WaitedLock()
+    service._open(sid).lock = lock  # type: ignore[assignment]
+    write(path, "v2\n")
+    reports: list[RefreshReport] = []
+    watcher = threading.Thread(
+        target=lambda: reports.append(
+            service._tracking.refresh([SourceChange(FilesystemSource(host_id, str(path)))])
+        )
+    )
+
+    def the_watcher_looks() -> None:  # the turn's transaction is on its way
+        watcher.start()
+        eventually(
+            lambda: lock.waited.is_set() or not watcher.is_alive(), "the watcher to wait or end"
+        )
+
+    sent = store.sent
+    store.on_commit = the_watcher_looks
+    with service.batch(sid):
+        service.index_file(sid, str(path))  # the turn records the edit
+    watcher.join(timeout=60)
+
+    assert [(r.updated, r.unchanged) for r in reports] == [((), 1)]
+    assert store.sent - sent == 1  # the turn's transaction, once
+    assert history(service, oid) == [("v1\n", None), ("v2\n", None)]
+    assert service.object(sid, oid).content == "v2\n"
