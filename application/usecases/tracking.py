@@ -182,7 +182,8 @@ class TrackSources:
         the stored one without asking the store (decision 0124): the commit expects it, so a
         newer stored version refuses the commit, and the refusal says what is stored, as a read
         would have (decision 0106). What would write nothing is decided on the store's version
-        only, never on a session's."""
+        only, never on a session's, and read once a session holding those bytes has ended its
+        command (:meth:`_held`)."""
         store = self._deps.runner.store
         contention = Contention()
         current: Mapping[str, Document | None] = self._held(observed)
