@@ -163,6 +163,17 @@ class ObjectCache(MutableMapping[str, ContentObject]):
         """Characters of content held beyond the budget's choice: the held objects' in memory."""
         return sum(self._whole.get(i, 0) for i in self._held)
 
+    def whole_file(self, object_id: str) -> FileObject | None:
+        """The version of file ``object_id`` held with its content (or with none to hold: a
+        deletion, a binary file), None when the session does not hold it whole. Safe without
+        the session's lock, from another thread (the watcher's, decision 0124): one dictionary
+        look-up and one set membership, each atomic, and nothing moved; what it gives may be a
+        moment behind the session, which a commit expecting it finds out."""
+        obj = self._objects.get(object_id)
+        if not isinstance(obj, FileObject) or object_id in self._hollow:
+            return None
+        return obj
+
     def hollow(self, object_id: str) -> bool:
         """Whether the object's content is not in memory (it is in the store)."""
         return object_id in self._hollow

@@ -176,13 +176,21 @@ class TrackSources:
         )
 
     def _persist(self, observed: dict[str, FileObject | str]) -> tuple[dict[str, FileObject], int]:
-        """Write what changed in one commit, on top of the versions read; retry on conflict."""
+        """Write what changed in one commit, on top of the versions read; retry on conflict.
+
+        A version an open session here holds, which the source no longer matches, is taken as
+        the stored one without asking the store (decision 0124): the commit expects it, so a
+        newer stored version refuses the commit, and the refusal says what is stored, as a read
+        would have (decision 0106). What would write nothing is decided on the store's version
+        only, never on a session's, and read once a session holding those bytes has ended its
+        command (:meth:`_held`)."""
         store = self._deps.runner.store
         contention = Contention()
-        current: Mapping[str, Document | None] = {}
+        current: Mapping[str, Document | None] = self._held(observed)
         while True:
             reads = Reads(store)
-            reads.seed(current)  # what a refusal said is stored now (decision 0106)
+            # what sessions here hold (decision 0124), then what a refusal said is stored (0106)
+            reads.seed(current)
             stored = reads.stored_many(observed)
             puts = []
             expect = []
@@ -217,6 +225,41 @@ class TrackSources:
                     continue
             self._adopt(latest)
             return written, unchanged
+
+    def _held(self, observed: Mapping[str, FileObject | str]) -> dict[str, Document]:
+        """What the open sessions of this process hold of these files (decision 0124): the
+        documents of the versions that what was observed replaces (a decision on them writes a
+        new version), to be taken as the stored ones. A file whose observed content a session
+        already holds was written by that session, or is being written: a session holds the
+        versions its open batch decided before the batch's transaction is committed, under its
+        lock (decision 0077). The store is then read once the session's lock is free (its
+        transaction landed, or was refused and decided again, or failed and rolled back), so
+        that it shows that version rather than the one before, which a commit would only be
+        refused on top of. The first session holding a file whole decides. Sessions are looked
+        at without their locks (:meth:`ObjectCache.whole_file`)."""
+        held: dict[str, Document] = {}
+        writing: list[OpenSession] = []
+        left = dict(observed)
+        for session in self._sessions():
+            if not left:
+                break
+            for object_id in list(left):
+                version = session.objects.whole_file(object_id)
+                if version is None:
+                    continue
+                seen = left.pop(object_id)
+                if isinstance(seen, FileObject):
+                    _, new = decide_full_index(version, seen)
+                else:
+                    _, new = decide_deletion(version)
+                if new is not None:
+                    held[object_id] = to_document(version)
+                elif not writing or writing[-1] is not session:
+                    writing.append(session)
+        for session in writing:
+            with session.lock:  # what its turn commits has landed (or not) when it is free
+                pass
+        return held
 
     def learn(self, session: OpenSession) -> tuple[str, ...]:
         """Adopt the versions other clients wrote of the files ``session`` holds since it last
