@@ -71,6 +71,18 @@ def _model_has(model: ScriptedModel, count: int, seconds: float = 3.0) -> bool:
     return True
 
 
+def _landed(store: WrappedStore, text: str, seconds: float = 10.0) -> bool:
+    """Whether a commit holding ``text`` has landed in ``store`` within ``seconds``. With
+    ``answer_before_commit`` a request's commit may still be on its way after the client got the
+    answer: a hook installed then would run for it, not for the next request's."""
+    deadline = time.monotonic() + seconds
+    while not any(text in repr(puts) for puts in store.committed):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def _commands(store: Any, workspace: Path, session_id: str) -> list[str]:
     """The commands of the calls the stored session holds, in order."""
     service = build_service(store=store, workspace=str(workspace))
@@ -130,6 +142,7 @@ def _third_answer_timed(
             talk.send(client)
             talk.send(client)
             sid = next(iter(proxy.sessions.items()))
+            assert _landed(store, "output of echo 0"), "the second request's commit never landed"
             store.on_commit = _upstream_then(model, len(model.requests) + 1, committed)
             talk.send(client, stream=stream)
             seen["answered_at"] = time.monotonic()
@@ -179,6 +192,7 @@ def _third_request_meets(
     talk.send(client)
     talk.send(client)
     sid = next(iter(proxy.sessions.items()))
+    assert _landed(store, "output of echo 0"), "the second request's commit never landed"
     before = len(model.requests)
     store.on_commit = _upstream_then(model, before + 1, then)
     own = json.loads(json.dumps({**talk.body(), **({"stream": True} if stream else {})}))
@@ -285,6 +299,7 @@ def test_a_commit_refused_for_another_writer(tmp_path: Path, stream: bool) -> No
                 sent = [json.dumps(b) for b in bodies]
                 talk.send(client)
                 after = json.dumps(model.requests[-1].body)
+            assert _landed(store, "output of echo 2"), "the fourth request's commit never landed"
             records = proxy.service.requests(sid)
     finally:
         other.close()
