@@ -235,16 +235,17 @@ def test_a_whole_list_resent_each_turn_grows_the_heap_by_its_count_not_its_bytes
     assert large - small < 0.1 * (large_bytes - small_bytes), (small, large, large_bytes)
 
 
-def _bookkeeping(roots: list[Any], seen: set[int] | None = None) -> int:
-    """Bytes of every object reachable from ``roots`` but strings (the prompt's texts, ids and
-    fingerprints, which other tests bound), each counted once (not counted either: the objects
-    in ``seen``, to which the ones counted are added)."""
+def _bookkeeping(roots: list[Any], seen: set[int] | None = None, *, strings: bool = False) -> int:
+    """Bytes of every object reachable from ``roots``, each counted once; strings only with
+    ``strings`` (the prompt's texts, ids and fingerprints, which other tests bound). Not counted
+    either: the objects in ``seen``, to which the ones counted are added."""
     seen = set() if seen is None else seen
+    skip = type if strings else str | type
     total = 0
     stack = list(roots)
     while stack:
         obj = stack.pop()
-        if id(obj) in seen or isinstance(obj, str | type) or callable(obj):
+        if id(obj) in seen or isinstance(obj, skip) or callable(obj):
             continue
         seen.add(id(obj))
         total += sys.getsizeof(obj)
@@ -438,21 +439,6 @@ def test_the_chat_and_the_prompts_texts_hold_no_copy_per_message_beyond_their_ch
         service.close()
 
 
-def _reached(roots: list[Any], seen: set[int]) -> int:
-    """Bytes of every object reachable from ``roots``, strings included, but the objects in
-    ``seen`` (to which the ones counted are added), each counted once."""
-    total = 0
-    stack = list(roots)
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen or isinstance(obj, type) or callable(obj):
-            continue
-        seen.add(id(obj))
-        total += sys.getsizeof(obj)
-        stack.extend(gc.get_referents(obj))
-    return total
-
-
 def test_the_cursor_keeps_a_few_bytes_a_message_to_know_the_next_list(service_on: Any) -> None:
     """Decision 0122: what the harness's cursor keeps of each message beyond the chat's own
     objects and the session's call ids, strings included, is its fingerprint as 16 bytes, a
@@ -472,8 +458,9 @@ def test_the_cursor_keeps_a_few_bytes_a_message_to_know_the_next_list(service_on
             gc.collect()
             cursor = server.sessions[sid].harness.ingestor.cursor
             chat: set[int] = set()
-            _reached([service.state(sid).turns, cursor.ids], chat)
-            held.append(_reached([v for k, v in vars(cursor).items() if k != "ids"], chat))
+            _bookkeeping([service.state(sid).turns, cursor.ids], chat, strings=True)
+            mine = [v for k, v in vars(cursor).items() if k != "ids"]
+            held.append(_bookkeeping(mine, chat, strings=True))
     per_message = (held[1] - held[0]) / (2 * 160)
     assert 0 < per_message < 250, (per_message, held)
     print(f"cursor: {per_message:.0f} bytes a message, turns 40-200")
