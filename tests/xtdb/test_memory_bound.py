@@ -253,6 +253,21 @@ def _bookkeeping(roots: list[Any], seen: set[int] | None = None, *, strings: boo
     return total
 
 
+def _appended(
+    call: Any, sid: str, prefix: str, digest: str, seed: int, turns: int, at: tuple[int, ...]
+) -> Iterator[int]:
+    """``turns`` turns of 300-character outputs sent to the stdio server in the append form,
+    each assembled; after each turn in ``at``, a full collection, then that turn is yielded."""
+    rng = random.Random(seed)
+    for n in range(turns):
+        new = _turn([], prefix, n, _output(rng, n, 300))
+        digest = call("ingest", session_id=sid, messages=new, extends=digest)["digest"]
+        call("assemble", session_id=sid)
+        if n + 1 in at:
+            gc.collect()
+            yield n + 1
+
+
 def test_what_a_session_keeps_of_each_message_beside_its_texts_is_small(service_on: Any) -> None:
     """Decision 0105: what the harness's session keeps per message to read the next list
     (the cursor's view and chain, the digests of the last list, the request cache's cuts and
@@ -262,7 +277,6 @@ def test_what_a_session_keeps_of_each_message_beside_its_texts_is_small(service_
     per digest were about 660)."""
     service = service_on(20_000)
     server, call, sid, prefix, digest = _opened(service)
-    rng = random.Random(11)
 
     def held() -> int:
         harness = server.sessions[sid].harness
@@ -280,13 +294,8 @@ def test_what_a_session_keeps_of_each_message_beside_its_texts_is_small(service_
         )
 
     counts = []
-    for n in range(120):
-        new = _turn([], prefix, n, _output(rng, n, 300))
-        digest = call("ingest", session_id=sid, messages=new, extends=digest)["digest"]
-        call("assemble", session_id=sid)
-        if n + 1 in (40, 120):
-            gc.collect()
-            counts.append(held())
+    for _ in _appended(call, sid, prefix, digest, 11, 120, (40, 120)):
+        counts.append(held())
     per_message = (counts[1] - counts[0]) / (2 * 80)
     assert 0 < per_message < 400, per_message
 
@@ -295,17 +304,7 @@ def _held(cache: Any) -> int:
     """Bytes of every object reachable from an object cache, strings included (the metadata's
     hashes, paths and displays) but the ids (the session's index holds them), each counted
     once."""
-    seen: set[int] = {id(i) for i in cache}
-    total = 0
-    stack = [cache]
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen or isinstance(obj, type) or callable(obj):
-            continue
-        seen.add(id(obj))
-        total += sys.getsizeof(obj)
-        stack.extend(gc.get_referents(obj))
-    return total
+    return _bookkeeping([cache], {id(i) for i in cache}, strings=True)
 
 
 def test_the_objects_a_session_holds_grow_by_an_id_per_object_beyond_their_budgets(
@@ -363,23 +362,17 @@ def test_the_prompts_bookkeeping_beside_its_texts_is_bounded_by_the_rendering_bu
     )
     try:
         server, call, sid, prefix, digest = _opened(service)
-        rng = random.Random(17)
         renderings, rest, counts = [], [], []
-        for n in range(120):
-            new = _turn([], prefix, n, _output(rng, n, 300))
-            digest = call("ingest", session_id=sid, messages=new, extends=digest)["digest"]
-            call("assemble", session_id=sid)
-            if n + 1 in (60, 120):
-                gc.collect()
-                requests = server.sessions[sid].harness._requests
-                inline = service._open(sid).inline_cache
-                chat: set[int] = set()
-                _bookkeeping([service.state(sid)], chat)  # the chat's calls, shown as they are
-                renderings.append(_bookkeeping([requests._rendered], set(chat)))
-                tables = [getattr(inline, f.name) for f in attrs.fields(type(inline))]
-                tables = [t for t in tables if t is not inline.messages]
-                rest.append(_bookkeeping([requests._items, requests._cuts, *tables], chat))
-                counts.append(len(inline.messages))
+        for _ in _appended(call, sid, prefix, digest, 17, 120, (60, 120)):
+            requests = server.sessions[sid].harness._requests
+            inline = service._open(sid).inline_cache
+            chat: set[int] = set()
+            _bookkeeping([service.state(sid)], chat)  # the chat's calls, shown as they are
+            renderings.append(_bookkeeping([requests._rendered], set(chat)))
+            tables = [getattr(inline, f.name) for f in attrs.fields(type(inline))]
+            tables = [t for t in tables if t is not inline.messages]
+            rest.append(_bookkeeping([requests._items, requests._cuts, *tables], chat))
+            counts.append(len(inline.messages))
         assert counts[1] - counts[0] == 120  # two messages a turn, each rendered
         assert renderings[1] < 1.2 * renderings[0], renderings
         per_message = (rest[1] - rest[0]) / (counts[1] - counts[0])
@@ -407,21 +400,15 @@ def test_the_chat_and_the_prompts_texts_hold_no_copy_per_message_beyond_their_ch
     )
     try:
         server, call, sid, prefix, digest = _opened(service)
-        rng = random.Random(19)
         beside, counts = [], []
-        for n in range(120):
-            new = _turn([], prefix, n, _output(rng, n, 300))
-            digest = call("ingest", session_id=sid, messages=new, extends=digest)["digest"]
-            call("assemble", session_id=sid)
-            if n + 1 in (60, 120):
-                gc.collect()
-                items = server.sessions[sid].harness._requests._items
-                seen: set[int] = set()
-                held = _bookkeeping([items], seen)  # strings apart: counted below
-                texts = [*items.texts, *getattr(items, "joined", ())]
-                held += sum(sys.getsizeof(t) for t in texts if id(t) not in seen)
-                beside.append(held - sum(map(len, texts)))
-                counts.append(len(items))
+        for _ in _appended(call, sid, prefix, digest, 19, 120, (60, 120)):
+            items = server.sessions[sid].harness._requests._items
+            seen: set[int] = set()
+            held = _bookkeeping([items], seen)  # strings apart: counted below
+            texts = [*items.texts, *getattr(items, "joined", ())]
+            held += sum(sys.getsizeof(t) for t in texts if id(t) not in seen)
+            beside.append(held - sum(map(len, texts)))
+            counts.append(len(items))
         per_item = (beside[1] - beside[0]) / (counts[1] - counts[0])
         assert counts[1] - counts[0] >= 100
         assert 0 < per_item < 40, (per_item, beside, counts)
@@ -448,19 +435,13 @@ def test_the_cursor_keeps_a_few_bytes_a_message_to_know_the_next_list(service_on
     message, a count per recorded message and a string per result's call id made it about 310."""
     service = service_on(20_000)
     server, call, sid, prefix, digest = _opened(service)
-    rng = random.Random(19)
     held = []
-    for n in range(200):
-        new = _turn([], prefix, n, _output(rng, n, 300))
-        digest = call("ingest", session_id=sid, messages=new, extends=digest)["digest"]
-        call("assemble", session_id=sid)
-        if n + 1 in (40, 200):
-            gc.collect()
-            cursor = server.sessions[sid].harness.ingestor.cursor
-            chat: set[int] = set()
-            _bookkeeping([service.state(sid).turns, cursor.ids], chat, strings=True)
-            mine = [v for k, v in vars(cursor).items() if k != "ids"]
-            held.append(_bookkeeping(mine, chat, strings=True))
+    for _ in _appended(call, sid, prefix, digest, 19, 200, (40, 200)):
+        cursor = server.sessions[sid].harness.ingestor.cursor
+        chat: set[int] = set()
+        _bookkeeping([service.state(sid).turns, cursor.ids], chat, strings=True)
+        mine = [v for k, v in vars(cursor).items() if k != "ids"]
+        held.append(_bookkeeping(mine, chat, strings=True))
     per_message = (held[1] - held[0]) / (2 * 160)
     assert 0 < per_message < 250, (per_message, held)
     print(f"cursor: {per_message:.0f} bytes a message, turns 40-200")
