@@ -4,6 +4,7 @@ index: what one node writes, the other reads once it has awaited the transaction
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 import uuid
@@ -291,3 +292,71 @@ def test_a_batch_refused_on_one_node_is_committed_again_as_one_transaction(
         fresh = service(on_b)
         fresh.resume_session("s1")
         assert fresh.state("s1") == mine.state("s1")
+
+
+def _read_back(store: XtdbStore) -> int:
+    """Documents the node has read from the PostgreSQL table so far, its cache having none."""
+    value = store.client.status(timeout=10.0)["selfctxDocumentsRead"]
+    assert isinstance(value, int)
+    return value
+
+
+def test_a_node_indexes_what_it_wrote_without_reading_it_back(
+    cluster: tuple[XtdbNode, XtdbNode],
+) -> None:
+    # Decision 0130: the writing node keeps the documents it wrote in its cache (as a RocksDB
+    # node does, decision 0113); the other node reads them from PostgreSQL, unchanged.
+    a, b = cluster
+    ns = f"k{uuid.uuid4().hex[:8]}-"
+    written: dict[str, dict[str, object]] = {}
+    with closing(open_store(a.url)) as on_a, closing(open_store(b.url)) as on_b:
+        on_a.commit([{"xt/id": f"{ns}warm", "type": "x"}])
+        before_a, before_b = _read_back(on_a), _read_back(on_b)
+        receipt = None
+        for n in range(10):
+            docs = [
+                {"xt/id": f"{ns}{n}-{k}", "type": "entry", "text": f"{n}\t\u00e9" * (50 + k)}
+                for k in range(4)
+            ]
+            receipt = on_a.commit(docs)  # answered once a has indexed it
+            written |= {str(doc["xt/id"]): doc for doc in docs}
+        assert receipt is not None
+        assert _read_back(on_a) == before_a
+        on_b.await_tx(receipt.tx_id)
+        assert _read_back(on_b) >= before_b + len(written)  # b had none of them
+        assert on_b.get_many(written) == written
+        assert on_a.get_many(written) == written
+
+
+def test_the_documents_rows_are_the_ones_xtdbs_store_writes(
+    cluster: tuple[XtdbNode, XtdbNode], postgres: LocalPostgres
+) -> None:
+    # The batched document store (decision 0130) writes what XTDB's JDBC store writes: a row
+    # per new document, a document put again updated in place (no second row), an evicted one
+    # replaced by its tombstone in every row of its id, so that nodes with either store share
+    # one database.
+    a, b = cluster
+    ns = f"r{uuid.uuid4().hex[:8]}-"
+
+    def rows() -> tuple[int, int]:
+        count = "SELECT count(*) FROM tx_events WHERE topic = 'docs' AND compacted = "
+        return int(postgres.psql(count + "0")), int(postgres.psql(count + "1"))
+
+    with closing(open_store(a.url)) as on_a, closing(open_store(b.url)) as on_b:
+        docs = [{"xt/id": f"{ns}{k}", "v": k, "s": "x" * k} for k in range(5)]
+        live, gone = rows()
+        on_a.commit(docs)
+        assert rows() == (live + 5, gone)
+        on_a.commit([*docs[:3], {"xt/id": f"{ns}new", "v": -1}])  # three stored, one new
+        assert rows() == (live + 6, gone)
+        on_b.commit(docs[3:])  # through the other node, stored already
+        assert rows() == (live + 6, gone)
+        body = json.dumps({"tx-ops": [["evict", f"{ns}0"]]}).encode()
+        tx = on_a.client.submit_tx(body, timeout=30, wait=29)
+        assert tx.get("txCommitted?") is True
+        on_b.await_tx(tx["txId"])
+        # the evicted document's row holds its tombstone, and each node that indexed the
+        # eviction wrote the tombstone in a row of its own (compacted too): 1 + 2 rows
+        assert rows() == (live + 5, gone + 3)
+        assert on_b.get(f"{ns}0") is None and on_a.get(f"{ns}0") is None
+        assert on_b.get_many(d["xt/id"] for d in docs[1:]) == {d["xt/id"]: d for d in docs[1:]}

@@ -15,20 +15,45 @@
     `NOTIFY` instead), and each node keeps one connection `LISTEN`ing on that channel.
 
   See docs/decisions/0067-the-cluster-at-interactive-speed.md for what each option costs."
-  (:require [clojure.tools.logging :as log]
+  (:require [clojure.string :as str]
+            [clojure.tools.logging :as log]
             [juxt.clojars-mirrors.nextjdbc.v1v2v674.next.jdbc :as jdbc]
+            [juxt.clojars.mirrors.nippy.v3v4v2.taoensso.nippy :as nippy]
+            [selfctx.documents :as documents]
             [xtdb.api :as xt]
+            [xtdb.codec :as c]
             [xtdb.db :as db]
+            [xtdb.document-store :as ds]
             [xtdb.jdbc :as j]
             [xtdb.system :as sys]
+            [xtdb.tx.event :as txe]
             [xtdb.tx.subscribe :as tx-sub])
   (:import [java.io Closeable]
-           [java.sql Connection]
+           [java.sql Connection PreparedStatement]
            [java.util.concurrent CompletableFuture Semaphore TimeUnit]
            [javax.sql DataSource]
            [xtdb.api ICursor]))
 
 (def ^:private channel "selfctx_tx_log")
+
+(defn- in-transaction
+  "`(f conn)` in one transaction on a connection of `pool`, committed if it returns, rolled back
+  if it throws. `next.jdbc/with-transaction` asks the connection its isolation level first, and
+  PostgreSQL's driver answers that with a round trip (`SHOW TRANSACTION ISOLATION LEVEL`) on every
+  transaction; this one leaves the level as it is, PostgreSQL's default (read committed), which
+  is what XTDB's JDBC stores ask for or keep."
+  [^DataSource pool f]
+  (with-open [^Connection conn (.getConnection pool)]
+    (.setAutoCommit conn false)
+    (try
+      (let [out (f conn)]
+        (.commit conn)
+        out)
+      (catch Throwable t
+        (try (.rollback conn) (catch Exception _))
+        (throw t))
+      (finally
+        (.setAutoCommit conn true)))))
 (def ^:private ^:const batch 50)
 
 (defn- wait-for-more
@@ -114,12 +139,31 @@
       (log/warn e "cannot install the notifying trigger; each submit will NOTIFY")
       false)))
 
-(defrecord WakingTxLog [inner pool ^Semaphore wake ^long poll-ms notify? running ^Thread listener]
+(defn- submit-row
+  "`xtdb.jdbc/JdbcTxLog`'s `submit-tx` on PostgreSQL, the same statements (the table lock that
+  keeps offsets in commit order, the row's INSERT ... RETURNING) and the same answer, in a
+  transaction of `in-transaction`: one round trip fewer."
+  [pool dialect tx-events opts]
+  (let [tx-data (in-transaction
+                 pool
+                 (fn [tx]
+                   (j/ensure-serializable-identity-seq! dialect tx "tx_events")
+                   (-> (j/insert-event! dialect tx nil {::txe/tx-events tx-events
+                                                        ::xt/submit-tx-opts opts} "txs")
+                       (#'j/tx-result->tx-data tx dialect))))]
+    (delay
+      {::xt/tx-id (::xt/tx-id tx-data)
+       ::xt/tx-time (or (::xt/tx-time opts) (::xt/tx-time tx-data))})))
+
+(defrecord WakingTxLog [inner pool dialect ^Semaphore wake ^long poll-ms notify? running
+                        ^Thread listener]
   db/TxLog
   (submit-tx [this tx-events] (db/submit-tx this tx-events {}))
   (submit-tx [_ tx-events opts]
-    ;; The row is inserted and committed inside the inner call; its answer is a delay.
-    (let [submitted (db/submit-tx inner tx-events opts)]
+    ;; The row is inserted and committed here; the answer is a delay, as XTDB's.
+    (let [submitted (if (= :postgresql (j/db-type dialect))
+                      (submit-row pool dialect tx-events opts)
+                      (db/submit-tx inner tx-events opts))]
       (.release wake)
       (when (= notify? :statement)
         (try (jdbc/execute! pool [(str "NOTIFY " channel)])
@@ -155,8 +199,93 @@
         running (atom true)]
     (map->WakingTxLog {:inner inner
                        :pool pool
+                       :dialect dialect
                        :wake wake
                        :poll-ms poll-ms
                        :notify? notify?
                        :running running
                        :listener (when notify? (listen pool wake running))})))
+
+;; The document store.
+
+(defn- existing-keys
+  "Of `ids` (strings), those with a live row, each row locked until the transaction ends: the
+  statement of `xtdb.jdbc/doc-exists-sql`, for every id at once. Rows are locked in the order
+  XTDB's store locks them, one id after the other in id order (each id's rows by offset), so
+  that a node submitting with XTDB's store beside one with this never locks in the reverse
+  order of it."
+  [^Connection conn ids]
+  (with-open [stmt (.prepareStatement
+                    conn
+                    (str "SELECT EVENT_KEY FROM tx_events WHERE EVENT_KEY IN ("
+                         (str/join ", " (repeat (count ids) "?"))
+                         ") AND COMPACTED = 0 ORDER BY EVENT_KEY, EVENT_OFFSET FOR UPDATE"))]
+    (doseq [[i id] (map-indexed vector ids)]
+      (.setString stmt (int (inc i)) ^String id))
+    (with-open [rs (.executeQuery stmt)]
+      (loop [out (transient #{})]
+        (if (.next rs)
+          (recur (conj! out (.getString rs 1)))
+          (persistent! out))))))
+
+(defn- batch!
+  "One JDBC batch of `sql` over `rows` (each a vector of a string and bytes, bound in the order
+  `bind` gives): one round trip to PostgreSQL, not one per row."
+  [^Connection conn sql rows bind]
+  (when (seq rows)
+    (with-open [^PreparedStatement stmt (.prepareStatement conn sql)]
+      (doseq [row rows]
+        (let [[k ^bytes v] (bind row)]
+          (.setBytes stmt 1 v)
+          (.setString stmt 2 ^String k))
+        (.addBatch stmt))
+      (.executeBatch stmt))))
+
+(defrecord BatchedJdbcDocumentStore [pool dialect inner]
+  db/DocumentStore
+  (fetch-docs [_ ids] (db/fetch-docs inner ids))
+
+  (submit-docs [_ id-and-docs]
+    ;; What `xtdb.jdbc/JdbcDocumentStore` writes, row for row: a document not yet stored is
+    ;; inserted, one stored is updated in place, an evicted one is inserted and then replaces
+    ;; every row of its id with the tombstone, all in one transaction. XTDB's store sends two
+    ;; statements per document (a locking SELECT, then the INSERT or UPDATE); this one sends
+    ;; one locking SELECT for all of them and one batch per kind of write.
+    (let [docs (into (sorted-map) (for [[id doc] id-and-docs] [(str id) doc]))]
+      (when (seq docs)
+        (in-transaction
+         pool
+         (fn [^Connection tx]
+          (let [existing (existing-keys tx (vec (keys docs)))
+                {evicted true live false} (group-by (comp boolean c/evicted-doc? val) docs)
+                {updates true inserts false} (group-by (comp boolean existing key) live)]
+            (batch! tx "INSERT INTO tx_events (V, EVENT_KEY, TOPIC, COMPACTED) VALUES (?, ?, 'docs', 0)"
+                    inserts (fn [[k doc]] [k (nippy/freeze doc)]))
+            (batch! tx "UPDATE tx_events SET V = ? WHERE TOPIC = 'docs' AND EVENT_KEY = ?"
+                    updates (fn [[k doc]] [k (nippy/freeze doc)]))
+            (doseq [[k doc] evicted]
+              (j/insert-event! dialect tx k doc "docs")
+              (jdbc/execute! tx ["UPDATE tx_events SET V = ?, COMPACTED = 1 WHERE TOPIC = 'docs' AND EVENT_KEY = ?"
+                                 (nippy/freeze doc) k]))))))))
+
+  Closeable
+  (close [_]))
+
+(defn ->document-store
+  "`xtdb.jdbc/->document-store` (same dependencies and table) that writes a transaction's
+  documents in three round trips to PostgreSQL whatever their number, and keeps them in the
+  document cache once written, as the RocksDB node's store does (`selfctx.documents`, decision
+  0113): the node that wrote them indexes them without reading them back. See
+  docs/decisions/0130-a-cluster-node-keeps-what-it-writes.md."
+  {::sys/deps {:connection-pool `j/->connection-pool
+               :document-cache 'xtdb.cache/->cache}}
+  [{{:keys [pool dialect]} :connection-pool, :keys [document-cache]}]
+  (let [upstream (j/->JdbcDocumentStore pool dialect)
+        ;; the locking SELECT's form is PostgreSQL's; other databases write as XTDB does
+        inner (documents/->CountedDocumentStore
+               (if (= :postgresql (j/db-type dialect))
+                 (->BatchedJdbcDocumentStore pool dialect upstream)
+                 upstream))]
+    (documents/->KeptDocumentStore document-cache
+                                   (ds/->CachedDocumentStore document-cache inner)
+                                   inner)))
