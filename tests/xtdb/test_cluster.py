@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -308,7 +309,7 @@ def test_a_node_indexes_what_it_wrote_without_reading_it_back(
     # node does, decision 0113); the other node reads them from PostgreSQL, unchanged.
     a, b = cluster
     ns = f"k{uuid.uuid4().hex[:8]}-"
-    written: dict[str, dict[str, object]] = {}
+    written: dict[str, dict[str, str]] = {}
     with closing(open_store(a.url)) as on_a, closing(open_store(b.url)) as on_b:
         on_a.commit([{"xt/id": f"{ns}warm", "type": "x"}])
         before_a, before_b = _read_back(on_a), _read_back(on_b)
@@ -343,7 +344,7 @@ def test_the_documents_rows_are_the_ones_xtdbs_store_writes(
         return int(postgres.psql(count + "0")), int(postgres.psql(count + "1"))
 
     with closing(open_store(a.url)) as on_a, closing(open_store(b.url)) as on_b:
-        docs = [{"xt/id": f"{ns}{k}", "v": k, "s": "x" * k} for k in range(5)]
+        docs: list[dict[str, Any]] = [{"xt/id": f"{ns}{k}", "v": k, "s": "x" * k} for k in range(5)]
         live, gone = rows()
         on_a.commit(docs)
         assert rows() == (live + 5, gone)
@@ -359,4 +360,5 @@ def test_the_documents_rows_are_the_ones_xtdbs_store_writes(
         # eviction wrote the tombstone in a row of its own (compacted too): 1 + 2 rows
         assert rows() == (live + 5, gone + 3)
         assert on_b.get(f"{ns}0") is None and on_a.get(f"{ns}0") is None
-        assert on_b.get_many(d["xt/id"] for d in docs[1:]) == {d["xt/id"]: d for d in docs[1:]}
+        kept = {str(d["xt/id"]): d for d in docs[1:]}
+        assert on_b.get_many(kept) == kept
