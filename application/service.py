@@ -409,14 +409,21 @@ class ContextService:
         with session.lock:
             return self._assemble.prepare(session)
 
-    def look_ahead(self, session_id: str) -> None:
+    def look_ahead(self, session_id: str, *, wait: bool = True) -> bool:
         """Start, in the background, the store read the session's next :meth:`assemble` makes
         (the file versions other clients wrote since: decision 0066), so that it overlaps the
         caller's work before it (an ingest, say; decision 0089). A no-op on a store whose reads
-        are this process's own work."""
+        are this process's own work. Without ``wait``, nothing is done if another thread holds
+        the session (an event loop's caller, which must not block: decision 0126); returns
+        whether it was done."""
         session = self._open(session_id)
-        with session.lock:
+        if not session.lock.acquire(blocking=wait):
+            return False
+        try:
             self._tracking.look_ahead(session)
+        finally:
+            session.lock.release()
+        return True
 
     def compact(self, session_id: str) -> CompactionReport | None:
         """Compact the chat's older turns now, whatever the trigger and however little it saves

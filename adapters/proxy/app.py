@@ -497,10 +497,17 @@ class Proxy:
             # transaction, neither is written and ``_settled`` records the request sent.
             self._record_logged(turn)
 
+        # The store read assembling makes goes out now, and is answered while the ingest
+        # runs (decision 0089): from the event loop, before the request waits for a worker
+        # thread and the interpreter (decision 0126), unless another thread holds the session.
+        try:
+            ahead = self.service.look_ahead(turn.session_id, wait=False)
+        except SelfContextError:  # raised again in the thread, and handled there (below)
+            ahead = False
+
         def prepare() -> IngestResult:
-            # The store read assembling makes goes out now, and is answered while the ingest
-            # runs (decision 0089).
-            self.service.look_ahead(turn.session_id)
+            if not ahead:
+                self.service.look_ahead(turn.session_id)
             return self._ingest(turn, hand)
 
         commit = asyncio.ensure_future(anyio.to_thread.run_sync(prepare))

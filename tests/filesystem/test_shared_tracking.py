@@ -4,6 +4,7 @@ learn its versions from the store before they assemble (decision 0066)."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -247,4 +248,50 @@ def test_a_version_taken_in_after_a_read_ahead_is_not_replaced_by_what_it_carrie
     assert _line(first, f"{ns}one", oid).endswith("char_count=21")
     assert len(asked) == 1  # the assembly took the read started ahead
     assert first.object(f"{ns}one", oid).content == "v3, mine, the newest\n"
+    os.remove(path)
+
+
+def test_a_read_ahead_asked_without_waiting_is_not_started_while_another_thread_holds_the_session(
+    make_fs_service: MakeFsService, workspace: Path, ns: str
+) -> None:
+    """``look_ahead(wait=False)`` (the proxy's event loop, which must not block: decision 0126)
+    starts the read when the session is free, and starts nothing, at once, while another thread
+    holds it; asked again with waiting, it starts the read once the session is free."""
+    path = workspace / "other.py"
+    first, _second, _oid = _two_clients(make_fs_service, path, ns, "mine\n", reads_wait=True)
+    store = first.store
+    asked: list[int | None] = []
+    feed = store.file_versions
+
+    def counted(after_tx_id: int | None, held: Any = None) -> Any:
+        asked.append(after_tx_id)
+        return feed(after_tx_id, held)
+
+    store.file_versions = counted  # type: ignore[method-assign]
+    sid = f"{ns}one"
+    assert first.look_ahead(sid, wait=False)
+    eventually(lambda: len(asked) == 1, "the read started ahead")
+    first.assemble(sid)  # takes it
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with first._open(sid).lock:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(30)
+        assert not first.look_ahead(sid, wait=False)
+        waiting = threading.Thread(target=first.look_ahead, args=(sid,))
+        waiting.start()
+        waiting.join(0.2)
+        assert waiting.is_alive()  # it waits for the session, as before
+        assert len(asked) == 1
+    finally:
+        release.set()
+        holder.join(30)
+    waiting.join(30)
+    eventually(lambda: len(asked) == 2, "the read started once the session was free")
     os.remove(path)

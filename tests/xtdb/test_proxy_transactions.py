@@ -5,6 +5,7 @@ all it holds, however many snapshots its commands take; each request after it is
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +88,65 @@ def test_a_conversation_is_two_transactions_and_each_request_after_it_one(
         assert again.state(session_id) == held
     finally:
         again.close()
+
+
+def test_the_versions_read_goes_out_from_the_event_loop_before_the_worker_thread(
+    xtdb_node: XtdbNode, tmp_path: Path
+) -> None:
+    """The store read the assembly makes (the file versions feed) is started by the event loop
+    as soon as the request has its session, not by the worker thread the request then waits
+    for (decision 0126): the request of a free session never starts it from that thread."""
+    store = open_store(xtdb_node.url)
+    assert store.reads_wait
+    service = build_service(store=store, workspace=str(tmp_path))
+    session = f"ahead-{tmp_path.name}"
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": f"Read ahead for {session}."},
+        *_pair(0),
+    ]
+    tool = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+    calls: list[tuple[str, bool, bool]] = []
+    look_ahead = service.look_ahead
+
+    def recorded(session_id: str, *, wait: bool = True) -> bool:
+        started = look_ahead(session_id, wait=wait)
+        calls.append((threading.current_thread().name, wait, started))
+        return started
+
+    service.look_ahead = recorded  # type: ignore[method-assign]
+    try:
+        with scripted([Step("ok")]) as (_model, upstream):
+            config = ProxyConfig(
+                upstream_anthropic=upstream,
+                upstream_openai=upstream + "/v1",
+                cwd=str(tmp_path),
+                roots=(str(tmp_path),),
+            )
+            proxy = Proxy(service, config)
+            loop_threads: list[str] = []
+            serve = proxy.serve
+
+            async def serving(*args: Any) -> Any:
+                loop_threads.append(threading.current_thread().name)
+                return await serve(*args)
+
+            proxy.serve = serving  # type: ignore[method-assign, assignment]
+            with serve_in_thread(proxy.app) as base, httpx.Client() as client:
+                for n in range(1, 4):
+                    messages += _pair(n)
+                    body = {"model": "m", "messages": messages, "tools": [tool]}
+                    answer = client.post(
+                        base + "/v1/chat/completions",
+                        json=body,
+                        headers={"x-selfctx-session": session},
+                        timeout=60,
+                    )
+                    assert answer.status_code == 200, answer.text
+    finally:
+        service.close()
+    assert len(loop_threads) == 3
+    assert len(calls) == 3  # one a request
+    assert {(name, wait, started) for name, wait, started in calls} == {
+        (loop_threads[0], False, True)
+    }
