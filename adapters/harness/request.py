@@ -380,18 +380,27 @@ class RequestCache:
         same = self._same(chat)
         cut = self._cuts.before(same)
         self._items.truncate(cut.items)
-        kept = min(len(chat), self.rendering_budget)
-        if self._rendered and len(self._rendered) > kept + _STALE_RENDERINGS:
-            # the renderings of messages the chat no longer holds (an output shown whole, since
-            # collapsed) and of its older messages go: at most a fixed number of them stay,
-            # whatever the session's length (decision 0117)
-            keep = {id(m) for m in chat[len(chat) - kept :]}
-            self._rendered = {i: hit for i, hit in self._rendered.items() if i in keep}
+        self._forget_renderings(chat)
         self._chat = chat
         pending = cut.pending
         if pending is not None:
             pending = (pending[0], list(pending[1]))
         return self._render_from(chat, cut.chat, pending)
+
+    def _forget_renderings(self, chat: tuple[RenderedMessage, ...]) -> None:
+        """The renderings of messages ``chat`` no longer holds (an output shown whole, since
+        collapsed) and of its older messages go: at most a fixed number of them stay, whatever
+        the session's length (decision 0117)."""
+        kept = min(len(chat), self.rendering_budget)
+        if self._rendered and len(self._rendered) > kept + _STALE_RENDERINGS:
+            keep = {id(m) for m in chat[len(chat) - kept :]}
+            self._rendered = {i: hit for i, hit in self._rendered.items() if i in keep}
+
+    def settle(self) -> None:
+        """What the next rendering would drop first, dropped now: a resumed session's first
+        rendering (decision 0110) renders every message, and keeps a rendering of each until
+        the next one (decision 0129)."""
+        self._forget_renderings(self._chat)
 
     def _render_from(
         self, chat: tuple[RenderedMessage, ...], start: int, pending: Any

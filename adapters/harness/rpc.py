@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import select
 from collections.abc import Callable, Mapping
 from typing import IO, Any, ClassVar
 
@@ -192,6 +193,23 @@ def method(
 # -- the server ---------------------------------------------------------------------------
 
 
+def _write_all(outstream: IO[bytes], data: bytes) -> None:
+    """Write every byte of ``data``. A buffered stream takes them all at once; a raw one (the
+    process's stdout when ``PYTHONUNBUFFERED`` is set) may take fewer: a write to a pipe that a
+    signal interrupts returns what it wrote, a non-blocking pipe that is full takes what fits
+    (or nothing). The rest is written after it, waiting until the stream takes more; each
+    round writes at least one byte or waits, so the loop ends."""
+    view = memoryview(data)
+    while view:
+        written = outstream.write(view)
+        if written is None:  # a non-blocking stream that takes nothing now
+            select.select([], [outstream], [])
+            continue
+        if written <= 0:
+            raise OSError(f"the output stream took none of {len(view)} bytes")
+        view = view[written:]
+
+
 class LineServer:
     """Answers JSON-RPC 2.0 lines with the methods of ``methods``; one request at a time."""
 
@@ -213,8 +231,8 @@ class LineServer:
                 if answer is not None:
                     try:
                         # two writes, not a copy of a long answer with its line break
-                        outstream.write(answer.encode("ascii"))
-                        outstream.write(b"\n")
+                        _write_all(outstream, answer.encode("ascii"))
+                        _write_all(outstream, b"\n")
                         outstream.flush()
                     except BrokenPipeError:
                         log.info("the client closed its end; stopping")

@@ -127,6 +127,7 @@ class HarnessSession:
             return
         if self.format != "openai" or not self.text_actions:  # else shaped at every request
             self._requests.render(context)
+            self._requests.settle()
 
     @property
     def ids(self) -> CallIds:

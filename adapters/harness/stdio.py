@@ -236,6 +236,7 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     warnings = _root_warnings(server, cwd, roots)
     # A resume builds a whole session that lives on: full collections meanwhile walk all of it
     # and free nothing (decision 0104, as an assembly's in decision 0098).
+    kinds = _KindCounts()
     with COLLECTOR:
         harness = HarnessSession(
             server.service,
@@ -254,9 +255,12 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
             # now, none by the first assembly, and no later collection walks the resumed
             # session again until a session is closed (_thaw).
             harness.prepare()
+            # and the index's kinds counted, which the first assembly's statistics would
+            # count whole otherwise (decision 0129)
+            kinds.count(harness.service.state(session_id))
             gc.freeze()
     policy = harness.service.state(session_id).policy.name  # a resumed session keeps its own
-    server.sessions[session_id] = _Open(harness, policy)
+    server.sessions[session_id] = _Open(harness, policy, kinds)
     report = harness.resumed
     out: dict[str, Any] = {
         "session_id": session_id,

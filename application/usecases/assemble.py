@@ -141,6 +141,13 @@ class AssembleContext:
         learnt. A resumed session calls it once, so that its first assembly costs what an
         ordinary one does; an assembly after it renders, counts and looks again only at what
         changed since, as every assembly does."""
+        context = self._prepare(session)
+        # what every assembly ends with: the metadata of old outputs beyond the budget goes
+        # (decision 0111), now rather than in the first assembly (decision 0129)
+        session.objects.trim()
+        return context
+
+    def _prepare(self, session: OpenSession) -> AssembledContext:
         policy = session.state.policy
         context = self.render(session)
         if _unbudgeted(policy):

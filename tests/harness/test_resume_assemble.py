@@ -7,12 +7,24 @@ from typing import Any
 
 import pytest
 
+from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.harness import request
 from selfctx.adapters.harness.session import HarnessSession
+from selfctx.application.policies import policy_by_name
+from selfctx.application.service import ContextService
+from selfctx.application.settings import Settings
 from selfctx.domain import inline
 from tests.conftest import StoreFactory
-from tests.harness.conftest import bash, make_service, o_assistant, o_tool, o_user, open_harness
-from tests.support import WrappedStore
+from tests.harness.conftest import (
+    CONTAINER,
+    bash,
+    make_service,
+    o_assistant,
+    o_tool,
+    o_user,
+    open_harness,
+)
+from tests.support import CountingClock, CountingIds, WrappedStore
 
 TURNS = 14
 
@@ -121,6 +133,51 @@ def test_the_first_request_after_a_resume_does_only_what_an_ordinary_one_does(
         assert ordinary["rendered"] > 0  # the uninterrupted request rendered its new message
         for name in calls:
             assert first[name] <= ordinary[name], (name, first, ordinary)
+    finally:
+        straight.close()
+        broken.close()
+
+
+def test_the_resume_drops_what_the_first_request_would_drop(
+    store_factory: StoreFactory, ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resume's preparation renders every message with every tool call's metadata (decision
+    0110); what an assembly ends with, dropping the metadata of the hollow calls beyond the
+    budget (decision 0111) and the renderings beyond the rendering budget (decision 0117), is
+    done by the preparation too, not left to the first request (decision 0129). That request is
+    then the uninterrupted session's, byte for byte."""
+    monkeypatch.setattr(request, "_STALE_RENDERINGS", 0)
+    settings = Settings(policy=policy_by_name("relevance"), metadata_budget=2, rendering_budget=3)
+
+    def service(store: WrappedStore) -> ContextService:
+        return build_service(
+            store=store,
+            default_filesystem_id=CONTAINER,
+            clock=CountingClock(),
+            ids=CountingIds(),
+            settings=settings,
+        )
+
+    listing = _listing()
+    cuts = [i + 1 for i, m in enumerate(listing) if m["role"] == "tool"]
+    straight = WrappedStore(store_factory.make(), namespace=f"{ns}a")
+    broken = WrappedStore(store_factory.make(), namespace=f"{ns}b")
+    try:
+        one = open_harness(service(straight), session_id="s1")
+        two = open_harness(service(broken), session_id="s1")
+        for cut in cuts:
+            one.ingest(listing[:cut])
+            one.encoded_request()
+            two.ingest(listing[:cut])
+            two.encoded_request()
+        two = open_harness(service(broken), session_id="s1")
+        assert two.resumed is not None
+        objects = two.service._open("s1").objects
+        assert len(objects._warm) > settings.metadata_budget  # the resume read them all
+        two.prepare()
+        assert len(objects._warm) <= settings.metadata_budget
+        assert len(two._requests._rendered) <= settings.rendering_budget
+        assert two.encoded_request().text == one.encoded_request().text
     finally:
         straight.close()
         broken.close()
