@@ -26,7 +26,9 @@ the same run. ``--workers`` runs the proxy with that many worker processes (deci
 proxy's CPU time is its front's and its workers' together, and the front's alone is reported as
 ``proxy_front``. With ``--store auto`` the local XTDB node's CPU time while the proxy's requests
 are served is reported as ``node`` (its JVM's, from ``/proc``; nothing else uses that node while
-the benchmark runs, decision 0120).
+the benchmark runs, decision 0120), and the part of it its JIT compiler threads used as
+``node_jit``: a young node compiles for thousands of requests, and that share moved the node's
+figure from 16 to 6.5 ms a request between two runs on one node (decision 0125).
 """
 
 from __future__ import annotations
@@ -180,6 +182,39 @@ def _cpu_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+# HotSpot's compiler threads ("C2 CompilerThread0", "C1 CompilerThread0", ...), as /proc names
+# them (15 characters at most).
+_JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+def _jit_ticks(pid: int) -> dict[int, int]:
+    """Clock ticks (user and system) each JIT compiler thread of JVM ``pid`` has used, by thread
+    id (empty when ``pid`` is 0, gone, or no JVM). By thread, so that a compiler thread the JVM
+    stops or starts meanwhile (it may, with more than one of a kind) counts only what it used
+    while both snapshots saw it."""
+    ticks: dict[int, int] = {}
+    if not pid:
+        return ticks
+    for entry in Path(f"/proc/{pid}/task").glob("[0-9]*/stat"):
+        try:
+            text = entry.read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        if name.startswith(_JIT_THREADS):
+            fields = text.rsplit(")", 1)[1].split()
+            ticks[int(entry.parent.name)] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def _jit_since(before: dict[int, int], pid: int) -> float:
+    """CPU seconds the JIT compiler threads of ``pid`` used since ``before`` (of
+    :func:`_jit_ticks`)."""
+    after = _jit_ticks(pid)
+    spent = sum(t - before[tid] for tid, t in after.items() if tid in before)
+    return spent / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
 def _server(
     kind: str, upstream: str = "", workers: int = 1, store: str = "memory"
@@ -244,6 +279,7 @@ def _one_client(
                 ("passthrough", passthrough, direct),
                 ("proxy", proxy, through),
             ):
+                jit = _jit_ticks(node) if side == "proxy" else {}
                 before, own, node_before = server.cpu(), server.own_cpu(), _cpu_of(node)
                 times.append(session.post(client, server.url, content))
                 cpu[side] += server.cpu() - before
@@ -251,6 +287,7 @@ def _one_client(
                     cpu["proxy_front"] += server.own_cpu() - own
                     if node:
                         cpu["node"] += _cpu_of(node) - node_before
+                        cpu["node_jit"] += _jit_since(jit, node)
     added = [p - d for p, d in zip(through, direct, strict=True)]
     return {
         "objects": size,
@@ -266,15 +303,17 @@ def _one_client(
 
 
 # The CPU figures counted during another side's requests: the front's and the node's during the
-# proxy's.
-_SIDE_OF = {"proxy_front": "proxy", "node": "proxy"}
+# proxy's; ``node_jit`` is the part of ``node`` its JIT compiler threads used (decision 0125).
+_SIDE_OF = {"proxy_front": "proxy", "node": "proxy", "node_jit": "proxy"}
 
 
 def _cpu_sides(node: int) -> dict[str, float]:
-    """The CPU seconds counted per request: each side's, the front's, and the node's if known."""
+    """The CPU seconds counted per request: each side's, the front's, and the node's if known
+    (all its threads, and its JIT compiler threads apart)."""
     cpu = {"passthrough": 0.0, "proxy": 0.0, "proxy_front": 0.0}
     if node:
         cpu["node"] = 0.0
+        cpu["node_jit"] = 0.0
     return cpu
 
 
@@ -321,6 +360,7 @@ def _concurrent(
                 errors.append(exc)
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+        jit = _jit_ticks(node) if side == "proxy" else {}
         before, own, node_before = server.cpu(), server.own_cpu(), _cpu_of(node)
         started = time.perf_counter()
         for thread in threads:
@@ -333,6 +373,7 @@ def _concurrent(
             cpu["proxy_front"] += server.own_cpu() - own
             if node:
                 cpu["node"] += _cpu_of(node) - node_before
+                cpu["node_jit"] += _jit_since(jit, node)
         if errors:
             raise errors[0]
 

@@ -5,11 +5,12 @@ test only checks that they are there."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from selfctx.adapters.bench.proxy import run_proxy
+from selfctx.adapters.bench.proxy import _jit_ticks, run_proxy
 from selfctx.adapters.xtdb import local
 
 
@@ -47,13 +48,20 @@ def test_on_the_local_node_the_nodes_cpu_is_reported(
             (5,), 2, clients=2, concurrent_size=5, concurrent_requests=2, store="auto", warmup=0
         )
         info = local.read_run_info(data)
+        assert info is not None
+        jit = _jit_ticks(info.pid)
     finally:
         local.stop_background(data)
     assert result["store"] == "xtdb" and info is not None
+    # the JVM's compiler threads are found by name: at least one C1 and one C2 (HotSpot's
+    # tiered compilation); this process is no JVM and has none
+    assert len(jit) >= 2 and all(ticks >= 0 for ticks in jit.values())
+    assert _jit_ticks(os.getpid()) == {} and _jit_ticks(0) == {}
     for cpu in (
         result["runs"][0]["cpu_ms_per_request"],
         result["concurrent"]["cpu_ms_per_request"],
     ):
         # the node's JVM, counted while the proxy's requests were served (in clock ticks: a tiny
-        # run may count 0)
-        assert set(cpu) == {"passthrough", "proxy", "proxy_front", "node"} and cpu["node"] >= 0
+        # run may count 0), and the part of it its JIT compiler threads used (decision 0125)
+        assert set(cpu) == {"passthrough", "proxy", "proxy_front", "node", "node_jit"}
+        assert cpu["node"] >= 0 and 0 <= cpu["node_jit"] <= cpu["node"]
