@@ -26,7 +26,11 @@ the same run. ``--workers`` runs the proxy with that many worker processes (deci
 proxy's CPU time is its front's and its workers' together, and the front's alone is reported as
 ``proxy_front``. With ``--store auto`` the local XTDB node's CPU time while the proxy's requests
 are served is reported as ``node`` (its JVM's, from ``/proc``; nothing else uses that node while
-the benchmark runs, decision 0120).
+the benchmark runs, decision 0120), and the part of it its JIT compiler threads used as
+``node_jit``, and its RocksDB background threads' (flushes and compactions) as ``node_rocksdb``:
+a young node compiles for thousands of requests, and a compaction that lands in the measured
+requests is seconds of CPU; either moves the node's figure by more than a request costs it
+(decision 0125).
 """
 
 from __future__ import annotations
@@ -180,6 +184,42 @@ def _cpu_of(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+# The node's threads whose CPU is reported apart (decision 0125), by the names /proc gives them
+# (15 characters at most): HotSpot's JIT compiler threads ("C2 CompilerThread0", ...), and
+# RocksDB's background threads, which flush memtables and compact tables ("rocksdb:high",
+# "rocksdb:low").
+_JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+_ROCKSDB_THREADS = ("rocksdb:",)
+
+
+def _thread_ticks(pid: int, names: tuple[str, ...]) -> dict[int, int]:
+    """Clock ticks (user and system) each thread of ``pid`` whose name starts with one of
+    ``names`` has used, by thread id (empty when ``pid`` is 0, gone, or has no such thread). By
+    thread, so that a thread started or stopped meanwhile counts only what it used while both
+    snapshots saw it."""
+    ticks: dict[int, int] = {}
+    if not pid:
+        return ticks
+    for entry in Path(f"/proc/{pid}/task").glob("[0-9]*/stat"):
+        try:
+            text = entry.read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        if name.startswith(names):
+            fields = text.rsplit(")", 1)[1].split()
+            ticks[int(entry.parent.name)] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def _threads_since(before: dict[int, int], pid: int, names: tuple[str, ...]) -> float:
+    """CPU seconds the threads of ``pid`` named ``names`` used since ``before`` (of
+    :func:`_thread_ticks`)."""
+    after = _thread_ticks(pid, names)
+    spent = sum(t - before[tid] for tid, t in after.items() if tid in before)
+    return spent / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
 def _server(
     kind: str, upstream: str = "", workers: int = 1, store: str = "memory"
@@ -238,6 +278,7 @@ def _one_client(
         through: list[float] = []
         content = b""
         cpu = _cpu_sides(node)
+        parts = _NodeParts(node)
         for _ in range(requests):
             content = session.grow()
             for side, server, times in (
@@ -245,7 +286,11 @@ def _one_client(
                 ("proxy", proxy, through),
             ):
                 before, own, node_before = server.cpu(), server.own_cpu(), _cpu_of(node)
+                if node and side == "proxy":
+                    parts.start()
                 times.append(session.post(client, server.url, content))
+                if node and side == "proxy":
+                    parts.add(cpu)
                 cpu[side] += server.cpu() - before
                 if side == "proxy":
                     cpu["proxy_front"] += server.own_cpu() - own
@@ -266,16 +311,41 @@ def _one_client(
 
 
 # The CPU figures counted during another side's requests: the front's and the node's during the
-# proxy's.
-_SIDE_OF = {"proxy_front": "proxy", "node": "proxy"}
+# proxy's; ``node_jit`` and ``node_rocksdb`` are the parts of ``node`` its JIT compiler threads
+# and its RocksDB background threads used (decision 0125).
+_SIDE_OF = {"proxy_front": "proxy", "node": "proxy", "node_jit": "proxy", "node_rocksdb": "proxy"}
 
 
 def _cpu_sides(node: int) -> dict[str, float]:
-    """The CPU seconds counted per request: each side's, the front's, and the node's if known."""
+    """The CPU seconds counted per request: each side's, the front's, and the node's if known
+    (all its threads; its JIT compiler threads and its RocksDB background threads apart)."""
     cpu = {"passthrough": 0.0, "proxy": 0.0, "proxy_front": 0.0}
     if node:
         cpu["node"] = 0.0
+        cpu["node_jit"] = 0.0
+        cpu["node_rocksdb"] = 0.0
     return cpu
+
+
+class _NodeParts:
+    """The CPU of the node's threads reported apart, counted between :meth:`start` and
+    :meth:`add`: inside the window of the node's own count (its snapshots taken after the
+    node's first one and before its last), so that each part is at most the whole."""
+
+    def __init__(self, node: int) -> None:
+        self.node = node
+        self.before: dict[str, dict[int, int]] = {}
+
+    def start(self) -> None:
+        self.before = {
+            "node_jit": _thread_ticks(self.node, _JIT_THREADS),
+            "node_rocksdb": _thread_ticks(self.node, _ROCKSDB_THREADS),
+        }
+
+    def add(self, cpu: dict[str, float]) -> None:
+        names = {"node_jit": _JIT_THREADS, "node_rocksdb": _ROCKSDB_THREADS}
+        for part, before in self.before.items():
+            cpu[part] += _threads_since(before, self.node, names[part])
 
 
 def _warm_up(requests: int, size: int, proxy: _Running, passthrough: _Running) -> int:
@@ -303,6 +373,7 @@ def _concurrent(
     times: dict[str, list[float]] = {"passthrough": [], "proxy": []}
     spent: dict[str, float] = {"passthrough": 0.0, "proxy": 0.0}
     cpu = _cpu_sides(node)
+    parts = _NodeParts(node)
     bodies = [[s.grow() for _ in range(requests)] for s in sessions]
 
     def run(side: str, server: _Running, rounds: range) -> None:
@@ -322,12 +393,16 @@ def _concurrent(
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
         before, own, node_before = server.cpu(), server.own_cpu(), _cpu_of(node)
+        if node and side == "proxy":
+            parts.start()
         started = time.perf_counter()
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         spent[side] += time.perf_counter() - started
+        if node and side == "proxy":
+            parts.add(cpu)
         cpu[side] += server.cpu() - before
         if side == "proxy":
             cpu["proxy_front"] += server.own_cpu() - own

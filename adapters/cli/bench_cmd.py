@@ -536,7 +536,12 @@ def _proxy(args: argparse.Namespace) -> int:
             f"{run['added_ms']['p95']:>13.2f} {run['passthrough_ms']['p50']:>17.2f} "
             f"{run['proxy_ms']['p50']:>13.2f} {cpu['proxy']:>6.1f} vs {cpu['passthrough']:.1f}"
             + (f" (front {cpu['proxy_front']:.1f})" if result["workers"] > 1 else "")
-            + (f", node {cpu['node']:.1f}" if "node" in cpu else "")
+            + (
+                f", node {cpu['node']:.1f} (JIT {cpu['node_jit']:.1f},"
+                f" RocksDB {cpu['node_rocksdb']:.1f})"
+                if "node" in cpu
+                else ""
+            )
         )
     together = result["concurrent"]
     if together:
@@ -552,7 +557,12 @@ def _proxy(args: argparse.Namespace) -> int:
                 f"{together['cpu_ms_per_request'][side]:.1f} CPU ms/request"
             )
         if "node" in together["cpu_ms_per_request"]:
-            print(f"  the node: {together['cpu_ms_per_request']['node']:.1f} CPU ms/request")
+            node_cpu = together["cpu_ms_per_request"]
+            print(
+                f"  the node: {node_cpu['node']:.1f} CPU ms/request"
+                f" (its JIT compiler {node_cpu['node_jit']:.1f},"
+                f" RocksDB's flushes and compactions {node_cpu['node_rocksdb']:.1f})"
+            )
         print(f"  added p95: {together['added_p95_ms']:.1f} ms")
     return 0
 
