@@ -30,7 +30,9 @@ the benchmark runs, decision 0120), and the part of it its JIT compiler threads 
 ``node_jit``, and its RocksDB background threads' (flushes and compactions) as ``node_rocksdb``:
 a young node compiles for thousands of requests, and a compaction that lands in the measured
 requests is seconds of CPU; either moves the node's figure by more than a request costs it
-(decision 0125).
+(decision 0125). So each phase, once its sessions are built (one transaction each), waits until
+the node's RocksDB threads have been idle for a second (a minute at most) before it measures,
+and reports the wait as ``settled_s`` (decision 0131).
 """
 
 from __future__ import annotations
@@ -274,6 +276,7 @@ def _one_client(
     session = _Session(f"bench-one-{size}", size)
     with httpx.Client(timeout=300) as client:
         session.post(client, proxy.url, _body(session.messages))  # the session is built
+        settled = _settle(node)
         direct: list[float] = []
         through: list[float] = []
         content = b""
@@ -301,6 +304,7 @@ def _one_client(
         "objects": size,
         "requests": requests,
         "request_bytes": len(content),
+        "settled_s": settled,
         "added_ms": _ms(added),
         "passthrough_ms": _ms(direct),
         "proxy_ms": _ms(through),
@@ -348,6 +352,37 @@ class _NodeParts:
             cpu[part] += _threads_since(before, self.node, names[part])
 
 
+def _settle(
+    node: int,
+    *,
+    quiet: float = 1.0,
+    limit: float = 60.0,
+    ticks: Callable[[], int] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float:
+    """Wait until the node's RocksDB background threads have used no CPU for ``quiet`` seconds
+    (``limit`` at most); returns the seconds waited (0.0 without a node). The sessions a phase
+    builds are written as one transaction each (a 1,000-object session is 3.2 MB); the
+    compactions they cause follow for seconds and would land in the requests measured next
+    (decision 0131)."""
+    if not node:
+        return 0.0
+    if ticks is None:
+
+        def ticks() -> int:
+            return sum(_thread_ticks(node, _ROCKSDB_THREADS).values())
+
+    started = clock()
+    last, still_since = ticks(), started
+    while clock() - still_since < quiet and clock() - started < limit:
+        sleep(0.1)
+        now = ticks()
+        if now != last:
+            last, still_since = now, clock()
+    return round(clock() - started, 2)
+
+
 def _warm_up(requests: int, size: int, proxy: _Running, passthrough: _Running) -> int:
     """``requests`` unmeasured requests of a session of ``size`` objects through both sides;
     returns how many each side answered."""
@@ -370,6 +405,7 @@ def _concurrent(
     with httpx.Client(timeout=300) as client:
         for session in sessions:  # built one after the other, not measured
             session.post(client, proxy.url, _body(session.messages))
+    settled = _settle(node)
     times: dict[str, list[float]] = {"passthrough": [], "proxy": []}
     spent: dict[str, float] = {"passthrough": 0.0, "proxy": 0.0}
     cpu = _cpu_sides(node)
@@ -416,7 +452,12 @@ def _concurrent(
         rounds = range(first, min(first + step, requests))
         run("passthrough", passthrough, rounds)
         run("proxy", proxy, rounds)
-    out: dict[str, Any] = {"clients": clients, "objects": size, "requests": requests}
+    out: dict[str, Any] = {
+        "clients": clients,
+        "objects": size,
+        "requests": requests,
+        "settled_s": settled,
+    }
     for side in ("passthrough", "proxy"):
         out[f"{side}_ms"] = _ms(times[side])
         out[f"{side}_per_s"] = round(len(times[side]) / spent[side], 1)

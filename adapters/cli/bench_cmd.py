@@ -538,7 +538,7 @@ def _proxy(args: argparse.Namespace) -> int:
             + (f" (front {cpu['proxy_front']:.1f})" if result["workers"] > 1 else "")
             + (
                 f", node {cpu['node']:.1f} (JIT {cpu['node_jit']:.1f},"
-                f" RocksDB {cpu['node_rocksdb']:.1f})"
+                f" RocksDB {cpu['node_rocksdb']:.1f}; settled {run['settled_s']:.1f} s)"
                 if "node" in cpu
                 else ""
             )
@@ -561,7 +561,8 @@ def _proxy(args: argparse.Namespace) -> int:
             print(
                 f"  the node: {node_cpu['node']:.1f} CPU ms/request"
                 f" (its JIT compiler {node_cpu['node_jit']:.1f},"
-                f" RocksDB's flushes and compactions {node_cpu['node_rocksdb']:.1f})"
+                f" RocksDB's flushes and compactions {node_cpu['node_rocksdb']:.1f};"
+                f" measured after {together['settled_s']:.1f} s of the node settling)"
             )
         print(f"  added p95: {together['added_p95_ms']:.1f} ms")
     return 0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from selfctx.adapters.bench.proxy import _JIT_THREADS, _thread_ticks, run_proxy
+from selfctx.adapters.bench.proxy import _JIT_THREADS, _settle, _thread_ticks, run_proxy
 from selfctx.adapters.xtdb import local
 
 
@@ -53,6 +53,9 @@ def test_on_the_local_node_the_nodes_cpu_is_reported(
     finally:
         local.stop_background(data)
     assert result["store"] == "xtdb" and info is not None
+    # each phase waited for the node's background threads after building its sessions
+    assert 0 <= result["runs"][0]["settled_s"] <= 60
+    assert 0 <= result["concurrent"]["settled_s"] <= 60
     # the JVM's compiler threads are found by name: at least one C1 and one C2 (HotSpot's
     # tiered compilation); this process is no JVM and has none
     assert len(jit) >= 2 and all(ticks >= 0 for ticks in jit.values())
@@ -68,3 +71,36 @@ def test_on_the_local_node_the_nodes_cpu_is_reported(
         assert set(cpu) == {"passthrough", "proxy", "proxy_front", "node"} | parts
         assert all(cpu[part] >= 0 for part in parts)
         assert cpu["node_jit"] + cpu["node_rocksdb"] <= cpu["node"]
+
+
+class _Clock:
+    """A clock that :func:`_settle`'s sleeps move, and the RocksDB threads' ticks it reads."""
+
+    def __init__(self, busy_until: float) -> None:
+        self.now = 0.0
+        self.busy_until = busy_until
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def ticks(self) -> int:
+        # the threads use CPU (one tick per 0.1 s) until ``busy_until``, then none
+        return int(min(self.now, self.busy_until) * 10)
+
+
+def test_a_phase_waits_until_the_nodes_background_threads_are_idle_for_a_second() -> None:
+    clock = _Clock(busy_until=4.0)
+    waited = _settle(1, ticks=clock.ticks, clock=lambda: clock.now, sleep=clock.sleep)
+    assert 4.9 <= waited <= 5.2  # busy for 4 s, then one idle second
+
+
+def test_the_wait_for_a_node_that_stays_busy_is_bounded() -> None:
+    clock = _Clock(busy_until=1e9)
+    waited = _settle(1, limit=7.0, ticks=clock.ticks, clock=lambda: clock.now, sleep=clock.sleep)
+    assert 7.0 <= waited <= 7.2
+
+
+def test_without_a_node_nothing_is_waited_for() -> None:
+    clock = _Clock(busy_until=1e9)
+    assert _settle(0, ticks=clock.ticks, clock=lambda: clock.now, sleep=clock.sleep) == 0.0
+    assert clock.now == 0.0
