@@ -425,6 +425,7 @@ class RequestCache:
         values: bool = True,
         pieces: bool = False,
         rendering_budget: int = RENDERING_BUDGET,
+        spill: bool = True,
     ) -> None:
         """``text``: False when only the body is wanted (``Encoded.text`` is then empty, and
         no item's text is kept: the values alone, and the pieces if asked for).
@@ -436,7 +437,9 @@ class RequestCache:
         ``rendering_budget``: how many of the chat's last messages have their rendering kept by
         identity (:meth:`_make`); an older message's is made again when a rendering walks it
         (decision 0117: what the cache holds beside the items' texts does not grow with the
-        session)."""
+        session).
+        ``spill``: False for a cache made for one request: its older items' texts are held, not
+        written to a file (decision 0128)."""
         if fmt not in ("openai", "anthropic", "responses"):
             raise InvalidInput("format", fmt, "use 'openai', 'anthropic' or 'responses'")
         self.fmt = fmt
@@ -446,7 +449,7 @@ class RequestCache:
         self.values = values or not text
         self.keeps_pieces = pieces
         self.rendering_budget = rendering_budget
-        self._spills = True
+        self._spills = spill
         """The older items' texts go to a file (decision 0128); False once one was lost."""
         self._reset()
 
