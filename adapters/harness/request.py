@@ -17,6 +17,9 @@ holds it to that), so a turn costs what is new in the chat, not the chat's lengt
 from __future__ import annotations
 
 import bisect
+import logging
+import os
+import tempfile
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring_ascii as _ascii
@@ -50,6 +53,8 @@ from selfctx.domain.errors import InvalidInput
 from selfctx.domain.rendering import AssembledContext, RenderedMessage
 
 __all__ = ["Encoded", "RequestCache", "text_chars"]
+
+log = logging.getLogger(__name__)
 
 
 def text_chars(value: Any, key: str = "") -> int:
@@ -135,18 +140,88 @@ _JOINED_ITEMS = 256
 and its place in a list), a joined one 9 (a comma and an offset)."""
 
 
+class _SpillLost(Exception):
+    """The spill file could not be read (or cut) back: the cache renders the chat again."""
+
+
+class _Spill:
+    """The joined runs of item texts in a private file: no name (unlinked as it is made),
+    readable by its owner only, gone when the process or the cache lets it go (decision 0128).
+    Its bytes are the runs' texts with a comma between two runs, so that the first ``k`` runs
+    joined with commas are one read from its start. Texts are ASCII (``ascii_dumps``): a
+    character a byte. A failure to write or read is an ``OSError``: the caller holds the run
+    in memory instead, or renders again from the chat."""
+
+    def __init__(self) -> None:
+        self._file: Any = None
+        self.starts = array("q")
+        """Where each run begins in the file (machine integers)."""
+        self.size = 0
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def append(self, run: str) -> None:
+        if self._file is None:
+            # 0600, unlinked; held as long as the cache (closed when it is let go)
+            self._file = tempfile.TemporaryFile(prefix="selfctx-prompt-")  # noqa: SIM115
+        data = ("," + run if self.starts else run).encode("ascii")
+        fd, at, done = self._file.fileno(), self.size, 0
+        while done < len(data):  # each pass writes at least a byte, or raises
+            written = os.pwrite(fd, memoryview(data)[done:], at + done)
+            if written <= 0:
+                raise OSError("the prompt's spill file took no bytes")
+            done += written
+        self.starts.append(at + (1 if self.starts else 0))
+        self.size = at + len(data)
+
+    def end(self, run: int) -> int:
+        """Where run ``run`` ends (before the comma that follows it)."""
+        return self.starts[run + 1] - 1 if run + 1 < len(self.starts) else self.size
+
+    def read(self, begin: int, end: int) -> str:
+        parts, at = [], begin
+        try:
+            fd = self._file.fileno()
+            while at < end:  # each pass reads at least a byte, or raises
+                chunk = os.pread(fd, end - at, at)
+                if not chunk:
+                    raise OSError("the file ended early")
+                parts.append(chunk)
+                at += len(chunk)
+            return b"".join(parts).decode("ascii")
+        except (OSError, ValueError) as exc:
+            raise _SpillLost(str(exc)) from exc
+
+    def cut(self, runs: int) -> None:
+        """Keep the first ``runs`` runs."""
+        if runs < len(self.starts):
+            self.size = self.starts[runs] - 1 if runs else 0
+            del self.starts[runs:]
+            try:
+                os.ftruncate(self._file.fileno(), self.size)
+            except (OSError, ValueError) as exc:
+                raise _SpillLost(str(exc)) from exc
+
+
 class _Items:
     """The final items of the chat's rendering so far, as parallel lists (so that a request
     joins them without a loop in Python). The texts of older items are held joined, in runs of
-    :data:`_JOINED_ITEMS` separated by commas as a request lists them; a truncation into a run
-    takes it apart again (decision 0121)."""
+    :data:`_JOINED_ITEMS` separated by commas as a request lists them, and those runs are
+    written to a private file (:class:`_Spill`) and read from it for each request; a truncation
+    into a run takes it apart again (decisions 0121, 0128)."""
 
     def __init__(
-        self, values: bool = True, pieces: bool = False, texts: bool = True, apart: int = 0
+        self,
+        values: bool = True,
+        pieces: bool = False,
+        texts: bool = True,
+        apart: int = 0,
+        spill: bool = True,
     ) -> None:
         self.keeps_values = values
-        """False: only the texts are kept (``values`` holds None for each item), and a value
-        is read back from its text when it is asked for."""
+        """False: only the texts are kept (``values`` holds nothing), and a value is read
+        back from its text when it is asked for."""
         self.keeps_texts = texts or not values
         """False: no item's text is kept (``texts`` holds an empty string for each): a cache
         whose requests are wanted as values only (decision 0102)."""
@@ -154,12 +229,16 @@ class _Items:
         """Each item's compact UTF-8 JSON as orjson writes it (an ``orjson.Fragment``), by the
         identity of its value (None: not kept). An item orjson refuses has none."""
         self.values: list[dict[str, Any] | None] = []
+        """Each item's values (with ``keeps_values`` only)."""
         self.texts: list[str] = []
         """The texts of the items from :attr:`joined_items` on, one string each."""
+        self.spill: _Spill | None = _Spill() if spill else None
+        """The first joined runs, in a file (None: none is, ever)."""
         self.joined: list[str] = []
-        """The texts of the first :attr:`joined_items` items, each run of
-        :data:`_JOINED_ITEMS` one string, the texts separated by commas."""
+        """The texts of the joined runs not in :attr:`spill`, each run of
+        :data:`_JOINED_ITEMS` items one string, the texts separated by commas."""
         self.joined_items = 0
+        """Items in joined runs, those in the file and those in :attr:`joined`."""
         self._ends = array("q")
         """Where each joined item's text ends in its run (machine integers)."""
         self._apart = apart + _JOINED_ITEMS
@@ -172,32 +251,59 @@ class _Items:
     def __len__(self) -> int:
         return self.joined_items + len(self.texts)
 
+    @property
+    def _spilled(self) -> int:
+        return len(self.spill) if self.spill is not None else 0
+
+    def _run(self, run: int) -> str:
+        """The text of joined run ``run``."""
+        spilled = self._spilled
+        if run >= spilled:
+            return self.joined[run - spilled]
+        assert self.spill is not None
+        return self.spill.read(self.spill.starts[run], self.spill.end(run))
+
     def text(self, n: int) -> str:
         """Item ``n``'s text."""
         joined = self.joined_items
         if n >= joined:
             return self.texts[n - joined]
-        run = self.joined[n // _JOINED_ITEMS]
+        run = n // _JOINED_ITEMS
         first = n - n % _JOINED_ITEMS
         begin = 0 if n == first else self._ends[n - 1] + 1
-        return run[begin : self._ends[n]]
+        spilled = self._spilled
+        if run >= spilled:
+            return self.joined[run - spilled][begin : self._ends[n]]
+        assert self.spill is not None
+        at = self.spill.starts[run]
+        return self.spill.read(at + begin, at + self._ends[n])
+
+    def _runs(self, runs: int) -> list[str]:
+        """Strings whose concatenation, with commas between them, is the first ``runs`` joined
+        runs with commas between them: the ones in the file are one read."""
+        spill, spilled = self.spill, self._spilled
+        if spill is None or not spilled or not runs:
+            return self.joined[:runs]
+        first = [spill.read(0, spill.end(min(spilled, runs) - 1))]
+        return first + self.joined[: runs - spilled] if runs > spilled else first
 
     def listed(self, n: int) -> list[str]:
         """Strings whose concatenation, with commas between them, is the texts of the first
         ``n`` items with commas between them (whole runs where they can be)."""
         joined = self.joined_items
         if n >= joined:
-            return [*self.joined, *self.texts[: n - joined]]
+            return [*self._runs(joined // _JOINED_ITEMS), *self.texts[: n - joined]]
         runs = n // _JOINED_ITEMS
-        return [*self.joined[:runs], *(self.text(k) for k in range(runs * _JOINED_ITEMS, n))]
+        return [*self._runs(runs), *(self.text(k) for k in range(runs * _JOINED_ITEMS, n))]
 
     def value(self, n: int) -> dict[str, Any]:
         """Item ``n`` as values (read from its text when the values are not kept)."""
-        value = self.values[n]
+        value = self.values[n] if self.keeps_values else None
         return value if value is not None else jsontext.loads(self.text(n))
 
     def append(self, item: _Item) -> None:
-        self.values.append(item.value if self.keeps_values else None)
+        if self.keeps_values:
+            self.values.append(item.value)
         if self.pieces is not None:
             piece = _piece(item.value)
             if piece is not None:
@@ -211,9 +317,21 @@ class _Items:
             for text in run:
                 end += len(text) + 1
                 self._ends.append(end)
-            self.joined.append(",".join(run))
+            self._join(",".join(run))
             self.joined_items += _JOINED_ITEMS
             del texts[:_JOINED_ITEMS]
+
+    def _join(self, run: str) -> None:
+        """Hold a joined run: in the file while every run before it is there, else here."""
+        spill = self.spill
+        if spill is not None and not self.joined and run.isascii():
+            try:
+                spill.append(run)
+                return
+            except OSError as exc:  # no file (a read-only temporary directory, say): held here
+                log.info("the prompt's older texts are held in memory: %s", exc)
+                self.spill = None if not len(spill) else spill
+        self.joined.append(run)
 
     def __iadd__(self, items: list[_Item]) -> _Items:
         for item in items:
@@ -228,8 +346,15 @@ class _Items:
         joined = self.joined_items
         if n < joined:  # into a joined run: its items before ``n`` are strings again
             first = n - n % _JOINED_ITEMS
+            run = first // _JOINED_ITEMS
             self.texts = [self.text(k) for k in range(first, n)]
-            del self.joined[first // _JOINED_ITEMS :]
+            spilled = self._spilled
+            if run < spilled:
+                assert self.spill is not None
+                self.spill.cut(run)
+                self.joined = []
+            else:
+                del self.joined[run - spilled :]
             del self._ends[first:]
             self.joined_items = first
         else:
@@ -300,6 +425,7 @@ class RequestCache:
         values: bool = True,
         pieces: bool = False,
         rendering_budget: int = RENDERING_BUDGET,
+        spill: bool = True,
     ) -> None:
         """``text``: False when only the body is wanted (``Encoded.text`` is then empty, and
         no item's text is kept: the values alone, and the pieces if asked for).
@@ -311,7 +437,9 @@ class RequestCache:
         ``rendering_budget``: how many of the chat's last messages have their rendering kept by
         identity (:meth:`_make`); an older message's is made again when a rendering walks it
         (decision 0117: what the cache holds beside the items' texts does not grow with the
-        session)."""
+        session).
+        ``spill``: False for a cache made for one request: its older items' texts are held, not
+        written to a file (decision 0128)."""
         if fmt not in ("openai", "anthropic", "responses"):
             raise InvalidInput("format", fmt, "use 'openai', 'anthropic' or 'responses'")
         self.fmt = fmt
@@ -321,6 +449,8 @@ class RequestCache:
         self.values = values or not text
         self.keeps_pieces = pieces
         self.rendering_budget = rendering_budget
+        self._spills = spill
+        """The older items' texts go to a file (decision 0128); False once one was lost."""
         self._reset()
 
     @property
@@ -340,7 +470,11 @@ class RequestCache:
     def _reset(self) -> None:
         self._chat: tuple[RenderedMessage, ...] = ()
         self._items = _Items(
-            self.values, self.keeps_pieces, self.text, self.rendering_budget + _STALE_RENDERINGS
+            self.values,
+            self.keeps_pieces,
+            self.text,
+            self.rendering_budget + _STALE_RENDERINGS,
+            spill=self._spills,
         )
         self._cuts = _Cuts()
         self._rendered: dict[int, tuple[RenderedMessage, Any]] = {}
@@ -478,6 +612,15 @@ class RequestCache:
 
     def render(self, context: AssembledContext) -> Encoded:
         """The request for ``context``: ``render(context, fmt, tool_prefix=...)``, encoded."""
+        try:
+            return self._render(context)
+        except _SpillLost as exc:  # the older texts are made again from the chat, held here
+            log.warning("the prompt's spill file was lost (%s): rendering the chat again", exc)
+            self._spills = False
+            self._reset()
+            return self._render(context)
+
+    def _render(self, context: AssembledContext) -> Encoded:
         items, open_end = self._chat_items(tuple(context.chat))
         if self.fmt == "openai":
             return self._openai(context, items, open_end)

@@ -347,7 +347,8 @@ def _assemble(server: StdioServer, p: dict[str, Any]) -> RawJson:
             request = harness.encoded_request()
         else:
             context = server.service.assemble(harness.session_id)
-            request = RequestCache(fmt, tool_prefix=harness.tool_prefix).render(context)
+            one = RequestCache(fmt, tool_prefix=harness.tool_prefix, spill=False)
+            request = one.render(context)
     state = server.service.state(harness.session_id)
     files, toolcalls = server.session(p["session_id"]).kinds.count(state)
     stats = {

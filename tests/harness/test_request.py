@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -324,7 +326,7 @@ def test_older_items_texts_are_held_joined_and_cut_apart_again(
     runs = []
     for _, context in _calls(120, "output {n}"):
         assert cache.render(context).text == _expected(context, fmt)[1]
-        runs.append(len(cache._items.joined))
+        runs.append(cache._items.joined_items // 8)
     assert runs[-1] >= 10 and runs == sorted(runs)  # runs joined as the chat grew
     items = cache._items
     assert len(items.texts) < 4 + 64 + 2 * 8 and len(items) >= 120
@@ -336,4 +338,58 @@ def test_older_items_texts_are_held_joined_and_cut_apart_again(
         body, text, _ = _expected(changed, fmt)
         assert got.text == text
         assert got.body == body if values else json.loads(json.dumps(got.body)) == body
-    assert len(cache._items.joined) < runs[-1]  # cut apart, then joined again
+    assert cache._items.joined_items // 8 < runs[-1]  # cut apart, then joined again
+
+
+def _file_of(cache: RequestCache) -> Any:
+    spill = cache._items.spill
+    assert spill is not None and spill._file is not None
+    return spill._file
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_older_items_texts_are_in_a_private_file_and_read_back_whole(
+    fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision 0128: the joined runs of older items' texts are written to a file without a
+    name, readable by its owner only, and read from it for each request: the process holds none
+    of their characters, and every request, also after a change far back cuts into a run, is
+    the whole rendering's bytes."""
+    monkeypatch.setattr(request_module, "_JOINED_ITEMS", 8)
+    cache = RequestCache(fmt, values=False, rendering_budget=4)
+    for _, context in _calls(160, "output {n} " + "y" * 200):
+        assert cache.render(context).text == _expected(context, fmt)[1]
+    items = cache._items
+    assert len(items) >= 320 and not items.joined  # every joined run is in the file
+    assert len(items.texts) < 4 + 64 + 2 * 8  # the newer texts alone are strings here
+    assert items.spill is not None and items.spill.size > 100 * 200  # 100 outputs and more
+    stat = os.fstat(_file_of(cache).fileno())
+    assert stat.st_nlink == 0 and stat.st_mode & 0o777 == 0o600
+    assert stat.st_size == cache._items.spill.size > 200 * 8 * 10  # type: ignore[union-attr]
+    chat = list(context.chat)
+    for at in (301, 37, 5):  # an output far back changes: cut from the file, read again
+        chat[at] = RenderedMessage("tool", f"[collapsed {at}]", toolcall_id=chat[at].toolcall_id)
+        changed = AssembledContext("You fix bugs.", (), tuple(chat), ())
+        assert cache.render(changed).text == _expected(changed, fmt)[1]
+    assert os.fstat(_file_of(cache).fileno()).st_size == cache._items.spill.size  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_spill_file_lost_or_refused_renders_the_chat_again(
+    fmt: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Decision 0128: a file that cannot be read back (closed under the cache here) is a
+    rendering of the whole chat again, its texts held in memory from then on; a temporary
+    directory that refuses the file holds them in memory from the start: the same requests."""
+    monkeypatch.setattr(request_module, "_JOINED_ITEMS", 8)
+    cache = RequestCache(fmt, values=False, rendering_budget=4)
+    for n, context in _calls(140, "output {n}"):
+        if n == 100:
+            _file_of(cache).close()
+        assert cache.render(context).text == _expected(context, fmt)[1]
+    assert cache._items.spill is None and cache._items.joined  # in memory since
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    refused = RequestCache(fmt, values=False, rendering_budget=4)
+    for _, context in _calls(140, "output {n}"):
+        assert refused.render(context).text == _expected(context, fmt)[1]
+    assert refused._items.spill is None and refused._items.joined

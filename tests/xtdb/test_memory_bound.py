@@ -20,6 +20,7 @@ import pytest
 
 from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.harness import HarnessSession
+from selfctx.adapters.harness.render import render
 from selfctx.adapters.harness.stdio import StdioServer
 from selfctx.adapters.xtdb import XtdbNode, open_store
 from selfctx.application.policies import policy_by_name
@@ -445,3 +446,38 @@ def test_the_cursor_keeps_a_few_bytes_a_message_to_know_the_next_list(service_on
     per_message = (held[1] - held[0]) / (2 * 160)
     assert 0 < per_message < 250, (per_message, held)
     print(f"cursor: {per_message:.0f} bytes a message, turns 40-200")
+
+
+def test_the_prompts_older_texts_are_read_from_a_file_not_held(
+    xtdb_node: XtdbNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision 0128: what the stdio server holds of the prompt's items, their characters
+    included, grows by a few machine integers an item (the older items' texts, joined in runs,
+    are in a private file and read from it for each request; held, they were their characters
+    and a comma more, about 175 bytes an item here), and each request is still the whole
+    rendering's bytes."""
+    from selfctx.adapters.harness import request
+
+    monkeypatch.setattr(request, "_JOINED_ITEMS", 16)
+    service = build_service(
+        store=open_store(xtdb_node.url, timeout=10.0),
+        settings=Settings(content_budget=20_000, rendering_budget=0),
+    )
+    try:
+        server, call, sid, prefix, digest = _opened(service)
+        held, counts = [], []
+        for _ in _appended(call, sid, prefix, digest, 23, 120, (60, 120)):
+            items = server.sessions[sid].harness._requests._items
+            held.append(_bookkeeping([items], strings=True))
+            counts.append(len(items))
+        per_item = (held[1] - held[0]) / (counts[1] - counts[0])
+        assert counts[1] - counts[0] >= 100
+        assert 0 < per_item < 40, (per_item, held, counts)
+        harness = server.sessions[sid].harness
+        whole = json.dumps(
+            render(service.assemble(sid), harness.format), ensure_ascii=True, separators=(",", ":")
+        )
+        assert harness.encoded_request().text == whole and len(whole) > 120 * 300
+        print(f"the prompt's items: {per_item:.0f} bytes an item held, characters included")
+    finally:
+        service.close()
