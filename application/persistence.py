@@ -29,13 +29,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
-from pyrsistent import thaw
 
 from selfctx.domain.chat import (
     AssistantMessage,
     Turn,
     message_from_json,
     message_to_json,
+    thaw_json,
     turn_from_json,
     turn_to_json,
 )
@@ -92,7 +92,7 @@ def _value_to_json(value: Any) -> Any:
     if isinstance(value, tuple) and all(isinstance(v, Turn) for v in value):
         return [turn_to_json(v) for v in value]
     if isinstance(value, tuple) and all(isinstance(v, Mapping) for v in value):
-        return [thaw(v) for v in value]  # images
+        return [thaw_json(v) for v in value]  # images
     if isinstance(value, tuple):
         return list(value)
     return value

@@ -15,8 +15,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from pyrsistent import thaw
-
 from selfctx.application.budget import TokenBudget, token_budget
 from selfctx.application.policies import as_policy
 from selfctx.application.ports.clock import Clock
@@ -71,7 +69,7 @@ from selfctx.application.usecases.sessions import (
     validate_session_id,
 )
 from selfctx.application.usecases.tracking import RefreshReport, TrackSources
-from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.chat import ToolCallRequest, thaw_json
 from selfctx.domain.documents import from_document
 from selfctx.domain.errors import InvalidInput, SessionNotFound, UnknownObject
 from selfctx.domain.inline import render_inline
@@ -474,9 +472,8 @@ class ContextService:
             for message in render_turn(turn, session.objects):
                 body = message.text
                 for call in message.tool_calls:
-                    body += (
-                        f"\n-> {call.name} {json.dumps(thaw(call.arguments), ensure_ascii=False)}"
-                    )
+                    shown = json.dumps(thaw_json(call.arguments), ensure_ascii=False)
+                    body += f"\n-> {call.name} {shown}"
                 lines.append(f"[turn {turn.number} {message.role}] {body}")
         return "\n".join(lines)
 

@@ -8,8 +8,8 @@ whose version holds the output. This is what lets the chat stay small while outp
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any, TypeAlias, cast
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Final, TypeAlias, cast
 
 import attrs
 from pyrsistent import PMap, PVector, freeze, pmap, pvector, thaw
@@ -20,6 +20,7 @@ __all__ = [
     "AssistantMessage",
     "ChatMessage",
     "ContextNote",
+    "FlatMap",
     "ToolCallRequest",
     "ToolResult",
     "Turn",
@@ -44,19 +45,107 @@ def _tuples_as_lists(value: Any) -> Any:
 
 _SCALARS = (str, int, float, bool, type(None))
 
+FLAT_KEYS: Final = 8
+"""The most keys a :class:`FlatMap` holds (a larger JSON object is a persistent map): its
+lookups are a scan of its keys (docs/decisions/0127-the-chats-arguments-as-flat-maps.md)."""
+
+_KEY_TUPLES: dict[tuple[str, ...], tuple[str, ...]] = {}
+"""One tuple per set of keys in one order (a tool's parameter names), shared by every map that
+has them; at most :data:`_KEY_TUPLES_HELD` (beyond it, a map keeps a tuple of its own)."""
+
+_KEY_TUPLES_HELD: Final = 4096
+
+
+class FlatMap(Mapping[str, Any]):
+    """A small immutable JSON object whose values are all scalars (a tool call's arguments, an
+    image block): its keys (a tuple shared by every map with the same keys) and its values, in
+    the order a persistent map of the same pairs iterates them, so that everything written from
+    it (a request's arguments, a stored document) is what a persistent map gave, byte for byte.
+    About 100 bytes with one key, where a persistent map is about 290
+    (docs/decisions/0127-the-chats-arguments-as-flat-maps.md). Equal to, and hashed as, any
+    mapping of the same pairs."""
+
+    __slots__ = ("_keys", "_values")
+
+    _keys: tuple[str, ...]
+    _values: tuple[Any, ...]
+
+    def __init__(self, keys: tuple[str, ...], values: tuple[Any, ...]) -> None:
+        object.__setattr__(self, "_keys", keys)
+        object.__setattr__(self, "_values", values)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"FlatMap is immutable: cannot set {name!r}")
+
+    def __getitem__(self, key: str) -> Any:
+        keys = self._keys
+        for i in range(len(keys)):
+            if keys[i] == key:
+                return self._values[i]
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def pairs(self) -> Iterator[tuple[str, Any]]:
+        """The pairs, in order, without a view."""
+        return zip(self._keys, self._values, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is FlatMap:
+            if self._keys is other._keys:
+                return self._values == other._values
+            return dict(self.pairs()) == dict(other.pairs())
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return len(other) == len(self._keys) and dict(self.pairs()) == dict(other.items())
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self.pairs()))  # as a persistent map's hash
+
+    def __repr__(self) -> str:
+        return f"FlatMap({dict(self.pairs())!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FlatMap, (self._keys, self._values))
+
+
+def _flat(value: dict[str, Any]) -> FlatMap:
+    pairs = tuple(pmap({interned(k): v for k, v in value.items()}).iteritems())
+    keys = tuple(k for k, _ in pairs)
+    shared = _KEY_TUPLES.get(keys)
+    if shared is None and len(_KEY_TUPLES) < _KEY_TUPLES_HELD:
+        shared = _KEY_TUPLES.setdefault(keys, keys)
+    return FlatMap(shared if shared is not None else keys, tuple(v for _, v in pairs))
+
 
 def freeze_json(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A JSON object made immutable (nested dicts and lists become pyrsistent maps and vectors),
-    its keys interned.
+    """A JSON object made immutable (nested dicts and lists become pyrsistent maps and vectors,
+    a small object of scalars a :class:`FlatMap`), its keys interned.
 
     Tuples are JSON arrays too: they become vectors, as they would after a trip through the store.
     """
-    if isinstance(value, PMap):
+    kind = type(value)
+    if kind is FlatMap or isinstance(value, PMap):
         return value  # already frozen (pyrsistent maps hold only frozen values here)
-    if type(value) is dict and all(type(v) in _SCALARS for v in value.values()):
+    if kind is dict and all(type(v) in _SCALARS for v in value.values()):
         # the common case, tool arguments like {"command": "ls"}: no walk. The keys are a tool's
         # few parameter names, each read from its own JSON: one shared string for each name,
         # not a copy per call (decision 0121), as ids and tool names are (decision 0092)
+        if 0 < len(value) <= FLAT_KEYS:
+            return _flat(cast(dict[str, Any], value))
         return pmap({interned(k): v for k, v in value.items()})
     return cast(Mapping[str, Any], freeze(_tuples_as_lists(value)))
 
@@ -68,10 +157,13 @@ _VECTOR: type = type(pvector())
 def thaw_json(value: Any) -> Any:
     """A frozen JSON value as plain dicts and lists again: what pyrsistent's ``thaw`` gives, at
     a third of its cost (the type of each value is looked up, not tested against abstract
-    classes; scalars are not visited). Tuples stay tuples and sets become sets, as there."""
+    classes; scalars are not visited), and a :class:`FlatMap` as a dict. Tuples stay tuples and
+    sets become sets, as there."""
     kind = type(value)
     if kind in _PLAIN:
         return value
+    if kind is FlatMap:
+        return dict(value.pairs())
     if kind is PMap or kind is dict:
         return {
             k: v if type(v) in _PLAIN else thaw_json(v)
@@ -82,7 +174,7 @@ def thaw_json(value: Any) -> Any:
     return thaw(value)  # vectors, tuples, sets and subclasses, as pyrsistent thaws them
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class ToolCallRequest:
     """A tool call the assistant asked for, as the provider reported it."""
 
@@ -104,7 +196,7 @@ def _tool_calls(items: Iterable[ToolCallRequest]) -> tuple[ToolCallRequest, ...]
     return tuple(items)
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class UserMessage:
     """A message from the user; it begins a new turn."""
 
@@ -115,7 +207,7 @@ class UserMessage:
     ``selfctx.adapters.harness.messages``), shown after it."""
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class AssistantMessage:
     """A message from the model: text and the tool calls it requested."""
 
@@ -129,7 +221,7 @@ class AssistantMessage:
     ``reasoning`` items): a provider requires some of them back unchanged."""
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class ToolResult:
     """The place of a tool's output in the chat: a reference to the toolcall object."""
 
@@ -139,7 +231,7 @@ class ToolResult:
     """Images the tool returned with its output: shown with it while it is active."""
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class ContextNote:
     """A line the context manager itself adds to the chat (what a budget collapse did)."""
 
@@ -154,7 +246,7 @@ def _messages(items: Iterable[ChatMessage]) -> PVector[ChatMessage]:
     return pvector(items)
 
 
-@attrs.frozen
+@attrs.frozen(weakref_slot=False)
 class Turn:
     """One turn: a user message (absent in turn 0) and everything up to the next one."""
 
@@ -182,7 +274,7 @@ class Turn:
 
 
 def _call_to_json(call: ToolCallRequest) -> dict[str, Any]:
-    out = {"id": call.id, "name": call.name, "arguments": thaw(call.arguments)}
+    out = {"id": call.id, "name": call.name, "arguments": thaw_json(call.arguments)}
     if call.provider_id is not None:  # absent otherwise, as in chats written before it existed
         out["provider_id"] = call.provider_id
     return out
@@ -193,7 +285,7 @@ def message_to_json(message: ChatMessage) -> dict[str, Any]:
     if isinstance(message, UserMessage):
         user: dict[str, Any] = {"role": "user", "text": message.text}
         if message.images:  # absent when empty, as in messages stored before images were kept
-            user["images"] = [thaw(image) for image in message.images]
+            user["images"] = [thaw_json(image) for image in message.images]
         return user
     if isinstance(message, AssistantMessage):
         data = {
@@ -202,13 +294,13 @@ def message_to_json(message: ChatMessage) -> dict[str, Any]:
             "tool_calls": [_call_to_json(c) for c in message.tool_calls],
         }
         if message.reasoning:  # absent when empty: messages stored before it read the same
-            data["reasoning"] = [thaw(block) for block in message.reasoning]
+            data["reasoning"] = [thaw_json(block) for block in message.reasoning]
         return data
     if isinstance(message, ContextNote):
         return {"role": "note", "text": message.text}
     tool: dict[str, Any] = {"role": "tool", "toolcall_ref": message.toolcall_id}
     if message.images:
-        tool["images"] = [thaw(image) for image in message.images]
+        tool["images"] = [thaw_json(image) for image in message.images]
     return tool
 
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 import attrs
-from pyrsistent import thaw
 
+from selfctx.domain.chat import thaw_json
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.infrastructure import ChatObject, SessionObject
 from selfctx.domain.objects import (
@@ -64,7 +64,7 @@ def to_document(obj: StoredObject) -> dict[str, Any]:
         doc.update(
             content=obj.content,
             tool=obj.tool,
-            args=thaw(obj.args),
+            args=thaw_json(obj.args),
             status=obj.status,
             chat_ref=obj.chat_ref,
         )

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Final, Literal, TypeAlias
 
 import attrs
-from pyrsistent import PMap, thaw
+from pyrsistent import PMap
 
 from selfctx.domain import hashing
-from selfctx.domain.chat import freeze_json
+from selfctx.domain.chat import FlatMap, freeze_json, thaw_json
 from selfctx.domain.errors import InvalidInput, InvalidPath
 from selfctx.domain.identifiers import interned, interned_or_none
 
@@ -303,7 +303,7 @@ class ToolcallObject:
         views = tuple(file_views) if file_views is not None else None
         if views is not None and not all(isinstance(v, FileView) for v in views):
             raise InvalidInput("file views", file_views, "must be FileView values")
-        plain_args = thaw(args)
+        plain_args = thaw_json(args)
         fields = {
             "tool": tool,
             "args": plain_args,
@@ -326,7 +326,7 @@ class ToolcallObject:
             content=output,
             tool=tool,
             # frozen already (the chat's call): that very map, not a copy (decision 0092)
-            args=args if isinstance(args, PMap) else plain_args,
+            args=args if isinstance(args, PMap | FlatMap) else plain_args,
             status=status,
             chat_ref=chat_ref,
             args_display=args_display,

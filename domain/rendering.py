@@ -21,6 +21,7 @@ from selfctx.domain.chat import (
     ToolResult,
     Turn,
     UserMessage,
+    thaw_json,
 )
 from selfctx.domain.compaction import summary_text
 from selfctx.domain.objects import ContentObject, FileObject, Source, ToolcallObject
@@ -163,7 +164,7 @@ def call_summary(name: str, arguments: Any) -> str:
     ``command`` or ``cmd`` argument, or the only argument when it is a string; its first line),
     else its arguments as JSON; at most :data:`CALL_SUMMARY_CHARS` characters, control
     characters escaped."""
-    args = arguments if isinstance(arguments, Mapping) else {}
+    args = thaw_json(arguments) if isinstance(arguments, Mapping) else {}
     command = args.get("command", args.get("cmd"))
     if not isinstance(command, str) and len(args) == 1:
         command = next(iter(args.values()))
@@ -171,7 +172,7 @@ def call_summary(name: str, arguments: Any) -> str:
         lines = command.strip().splitlines() or [""]
         detail = lines[0] + (" …" if len(lines) > 1 else "")
     else:
-        detail = json.dumps(arguments, ensure_ascii=False, sort_keys=True, default=str)
+        detail = json.dumps(args or arguments, ensure_ascii=False, sort_keys=True, default=str)
     line = field(f"{name} {detail}".strip())
     if len(line) > CALL_SUMMARY_CHARS:
         line = line[: CALL_SUMMARY_CHARS - 1] + "…"

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
-from pyrsistent import thaw
 
 from selfctx.application.ports.search import KINDS, ROLES, SearchHit
 from selfctx.application.ports.store import StoreError
 from selfctx.application.service import ContextService
+from selfctx.domain.chat import thaw_json
 from selfctx.domain.compaction import SUMMARY_ID
 from selfctx.domain.errors import InvalidInput, SelfContextError
 from selfctx.domain.inline import handle
@@ -236,7 +236,7 @@ def _inline(
         status = obj.content_status if isinstance(obj, FileObject) else None
         body = obj.content if obj.content is not None else f"(no content: {status or 'empty'})"
         images = () if isinstance(obj, FileObject) else toolcall_images(state, obj.id)
-        return ToolAnswer(True, f"[{label} {what}]\n{body}", tuple(thaw(i) for i in images))
+        return ToolAnswer(True, f"[{label} {what}]\n{body}", tuple(thaw_json(i) for i in images))
     if name == "deactivate":
         # What shows it goes too: the answers of the activations that showed it, and for a
         # file, the outputs that read or viewed it.

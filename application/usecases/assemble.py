@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 import attrs
-from pyrsistent import thaw
 
 from selfctx.application.budget import SHED_FRACTION, TokenBudget, token_budget
 from selfctx.application.ports.tokenizer import Tokenizer
@@ -39,6 +38,7 @@ from selfctx.application.usecases.collapse_order import (
 from selfctx.application.usecases.collapse_seen import SUPERSEDED_NEAR_END, seen_toolcalls
 from selfctx.application.usecases.compaction import CompactChat
 from selfctx.application.usecases.shedding import files_to_shed, shedding_note
+from selfctx.domain.chat import thaw_json
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.excerpt import excerpt, excerpt_ranges
 from selfctx.domain.inline import handle, render_inline
@@ -587,7 +587,7 @@ def _argument_tokens(session: OpenSession, obj: ToolcallObject, count: Callable[
     held = memo.get(obj.id)
     if held is not None and held[0] == obj.object_hash:
         return held[1]
-    n = count(json.dumps(thaw(obj.args), ensure_ascii=False))
+    n = count(json.dumps(thaw_json(obj.args), ensure_ascii=False))
     if len(memo) >= 2 * len(session.state.active) + 16:
         active = members(session.state.active)
         for object_id in [i for i in memo if i not in active]:

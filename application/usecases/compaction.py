@@ -19,12 +19,18 @@ from collections.abc import Callable
 from typing import Final
 
 import attrs
-from pyrsistent import thaw
 
 from selfctx.application.ports.summarizer import Excerpt, Summarizer, SummarizerError
 from selfctx.application.runner import OpenSession
 from selfctx.application.usecases.base import Deps
-from selfctx.domain.chat import AssistantMessage, ContextNote, ToolResult, Turn, UserMessage
+from selfctx.domain.chat import (
+    AssistantMessage,
+    ContextNote,
+    ToolResult,
+    Turn,
+    UserMessage,
+    thaw_json,
+)
 from selfctx.domain.compaction import (
     MAX_MESSAGES,
     SAFE_BOUNDARY,
@@ -55,7 +61,7 @@ def turn_tokens(session: OpenSession, turn: Turn, count: Callable[[str], int]) -
         elif isinstance(message, AssistantMessage):
             total += count(message.text)
             for call in message.tool_calls:
-                total += count(call.name) + count(json.dumps(thaw(call.arguments)))
+                total += count(call.name) + count(json.dumps(thaw_json(call.arguments)))
         elif message.toolcall_id in state.active:
             obj = session.objects.get(message.toolcall_id)
             if isinstance(obj, ToolcallObject):
@@ -82,7 +88,7 @@ def excerpts(session: OpenSession, turns: list[Turn]) -> tuple[list[Excerpt], di
                 out.append(Excerpt(number, "user", message.text))
             elif isinstance(message, AssistantMessage):
                 calls = "; ".join(
-                    f"{call.name} {json.dumps(thaw(call.arguments), ensure_ascii=False)}"
+                    f"{call.name} {json.dumps(thaw_json(call.arguments), ensure_ascii=False)}"
                     for call in message.tool_calls
                 )
                 text = message.text + (f" [calls: {calls}]" if calls else "")

@@ -481,3 +481,26 @@ def test_the_prompts_older_texts_are_read_from_a_file_not_held(
         print(f"the prompt's items: {per_item:.0f} bytes an item held, characters included")
     finally:
         service.close()
+
+
+def test_the_chats_own_objects_are_a_few_small_records_a_message(service_on: Any) -> None:
+    """Decision 0127: what the chat holds of each message beside its strings (texts, argument
+    values, ids) is the message's record, its tuple of calls, each call's record and its
+    arguments as a flat map of its shared keys and a tuple of values: about 160 bytes a message
+    here. A persistent map per call's arguments (about 250 bytes with one key) and a weak
+    reference slot per record made it about 245."""
+    service = service_on(20_000)
+    _server, call, sid, prefix, digest = _opened(service)
+    held = []
+    for _ in _appended(call, sid, prefix, digest, 29, 200, (40, 200)):
+        turns = service.state(sid).turns
+        messages = [m for turn in turns for m in turn.messages]
+        held.append(_bookkeeping(messages))
+    per_message = (held[1] - held[0]) / (2 * 160)
+    assert 0 < per_message < 200, (per_message, held)
+    state = service.state(sid)
+    calls = [c for t in state.turns for m in t.messages for c in getattr(m, "tool_calls", ())]
+    assert len(calls) == 200
+    assert len({id(c.arguments._keys) for c in calls}) == 1  # ("command",), once
+    assert all(dict(c.arguments) == {"command": f"pytest -k case{n}"} for n, c in enumerate(calls))
+    print(f"the chat: {per_message:.0f} bytes a message beside its strings, turns 40-200")
