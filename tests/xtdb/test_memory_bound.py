@@ -383,6 +383,18 @@ def test_the_prompts_bookkeeping_beside_its_texts_is_bounded_by_the_rendering_bu
         service.close()
 
 
+def _joined_in_runs_of_16(xtdb_node: XtdbNode, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A service on the node whose request caches join older items' texts in runs of 16 and
+    keep no rendering (so that a short session already has joined runs)."""
+    from selfctx.adapters.harness import request
+
+    monkeypatch.setattr(request, "_JOINED_ITEMS", 16)
+    return build_service(
+        store=open_store(xtdb_node.url, timeout=10.0),
+        settings=Settings(content_budget=20_000, rendering_budget=0),
+    )
+
+
 def test_the_chat_and_the_prompts_texts_hold_no_copy_per_message_beyond_their_characters(
     xtdb_node: XtdbNode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -392,13 +404,7 @@ def test_the_chat_and_the_prompts_texts_hold_no_copy_per_message_beyond_their_ch
     about 57 bytes more); the chat's calls share one string per argument name and the rendered
     messages the chat's tuple of calls (a copy of each per call and per message was 60-90
     bytes a message)."""
-    from selfctx.adapters.harness import request
-
-    monkeypatch.setattr(request, "_JOINED_ITEMS", 16)
-    service = build_service(
-        store=open_store(xtdb_node.url, timeout=10.0),
-        settings=Settings(content_budget=20_000, rendering_budget=0),
-    )
+    service = _joined_in_runs_of_16(xtdb_node, monkeypatch)
     try:
         server, call, sid, prefix, digest = _opened(service)
         beside, counts = [], []
@@ -456,13 +462,7 @@ def test_the_prompts_older_texts_are_read_from_a_file_not_held(
     are in a private file and read from it for each request; held, they were their characters
     and a comma more, about 175 bytes an item here), and each request is still the whole
     rendering's bytes."""
-    from selfctx.adapters.harness import request
-
-    monkeypatch.setattr(request, "_JOINED_ITEMS", 16)
-    service = build_service(
-        store=open_store(xtdb_node.url, timeout=10.0),
-        settings=Settings(content_budget=20_000, rendering_budget=0),
-    )
+    service = _joined_in_runs_of_16(xtdb_node, monkeypatch)
     try:
         server, call, sid, prefix, digest = _opened(service)
         held, counts = [], []

@@ -31,6 +31,17 @@ def _pair(n: int) -> list[dict[str, Any]]:
     ]
 
 
+def _proxy(service: Any, upstream: str, tmp_path: Path) -> Proxy:
+    """A proxy of ``service`` in front of the scripted ``upstream``, rooted in ``tmp_path``."""
+    config = ProxyConfig(
+        upstream_anthropic=upstream,
+        upstream_openai=upstream + "/v1",
+        cwd=str(tmp_path),
+        roots=(str(tmp_path),),
+    )
+    return Proxy(service, config)
+
+
 def test_a_conversation_is_two_transactions_and_each_request_after_it_one(
     xtdb_node: XtdbNode, tmp_path: Path
 ) -> None:
@@ -52,13 +63,7 @@ def test_a_conversation_is_two_transactions_and_each_request_after_it_one(
 
     try:
         with scripted([Step("ok")]) as (_model, upstream):
-            config = ProxyConfig(
-                upstream_anthropic=upstream,
-                upstream_openai=upstream + "/v1",
-                cwd=str(tmp_path),
-                roots=(str(tmp_path),),
-            )
-            proxy = Proxy(service, config)
+            proxy = _proxy(service, upstream, tmp_path)
             with serve_in_thread(proxy.app) as base, httpx.Client() as client:
 
                 def send() -> int:
@@ -117,13 +122,7 @@ def test_the_versions_read_goes_out_from_the_event_loop_before_the_worker_thread
     service.look_ahead = recorded  # type: ignore[method-assign]
     try:
         with scripted([Step("ok")]) as (_model, upstream):
-            config = ProxyConfig(
-                upstream_anthropic=upstream,
-                upstream_openai=upstream + "/v1",
-                cwd=str(tmp_path),
-                roots=(str(tmp_path),),
-            )
-            proxy = Proxy(service, config)
+            proxy = _proxy(service, upstream, tmp_path)
             loop_threads: list[str] = []
             serve = proxy.serve
 
