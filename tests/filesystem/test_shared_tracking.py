@@ -157,6 +157,20 @@ def test_a_session_learns_versions_other_clients_wrote_before_it_assembles(
     os.remove(path)
 
 
+def _versions_reads(store: Any) -> list[int | None]:
+    """The list that each read of ``store``'s versions feed appends its ``after_tx_id`` to
+    from now on (the reads themselves unchanged)."""
+    asked: list[int | None] = []
+    feed = store.file_versions
+
+    def counted(after_tx_id: int | None, held: Any = None) -> Any:
+        asked.append(after_tx_id)
+        return feed(after_tx_id, held)
+
+    store.file_versions = counted
+    return asked
+
+
 def test_a_read_started_ahead_is_the_next_assemblys(
     make_fs_service: MakeFsService, workspace: Path, ns: str
 ) -> None:
@@ -165,15 +179,7 @@ def test_a_read_started_ahead_is_the_next_assemblys(
     written after it is learned by the assembly after."""
     path = workspace / "other.py"
     first, second, oid = _two_clients(make_fs_service, path, ns, "mine\n", reads_wait=True)
-    store = first.store
-    asked: list[int | None] = []
-    feed = store.file_versions
-
-    def counted(after_tx_id: int | None, held: Any = None) -> Any:
-        asked.append(after_tx_id)
-        return feed(after_tx_id, held)
-
-    store.file_versions = counted  # type: ignore[method-assign]
+    asked = _versions_reads(first.store)
     first.look_ahead(f"{ns}one")
     eventually(lambda: len(asked) == 1, "the read started ahead")
     write(path, "theirs now\n")
@@ -259,15 +265,7 @@ def test_a_read_ahead_asked_without_waiting_is_not_started_while_another_thread_
     holds it; asked again with waiting, it starts the read once the session is free."""
     path = workspace / "other.py"
     first, _second, _oid = _two_clients(make_fs_service, path, ns, "mine\n", reads_wait=True)
-    store = first.store
-    asked: list[int | None] = []
-    feed = store.file_versions
-
-    def counted(after_tx_id: int | None, held: Any = None) -> Any:
-        asked.append(after_tx_id)
-        return feed(after_tx_id, held)
-
-    store.file_versions = counted  # type: ignore[method-assign]
+    asked = _versions_reads(first.store)
     sid = f"{ns}one"
     assert first.look_ahead(sid, wait=False)
     eventually(lambda: len(asked) == 1, "the read started ahead")
