@@ -17,11 +17,14 @@ holds it to that), so a turn costs what is new in the chat, not the chat's lengt
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
+import operator
 import os
 import tempfile
 from array import array
 from collections.abc import Callable, Mapping, Sequence
+from itertools import islice
 from json.encoder import encode_basestring_ascii as _ascii
 from typing import Any
 
@@ -52,7 +55,7 @@ from selfctx.application.tokens import identical_prefix
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.rendering import AssembledContext, RenderedMessage
 
-__all__ = ["Encoded", "RequestCache", "text_chars"]
+__all__ = ["Encoded", "Pieces", "RequestCache", "text_chars"]
 
 log = logging.getLogger(__name__)
 
@@ -225,11 +228,11 @@ class _Items:
         self.keeps_texts = texts or not values
         """False: no item's text is kept (``texts`` holds an empty string for each): a cache
         whose requests are wanted as values only (decision 0102)."""
-        self.pieces: dict[int, Any] | None = {} if pieces and values else None
-        """Each item's compact UTF-8 JSON as orjson writes it (an ``orjson.Fragment``), by the
-        identity of its value (None: not kept). An item orjson refuses has none."""
         self.values: list[dict[str, Any] | None] = []
         """Each item's values (with ``keeps_values`` only)."""
+        self.pieces: Pieces | None = Pieces(self.values) if pieces and values else None
+        """The leading items' compact UTF-8 JSON as orjson writes it, joined (None: not
+        kept)."""
         self.texts: list[str] = []
         """The texts of the items from :attr:`joined_items` on, one string each."""
         self.spill: _Spill | None = _Spill() if spill else None
@@ -305,9 +308,7 @@ class _Items:
         if self.keeps_values:
             self.values.append(item.value)
         if self.pieces is not None:
-            piece = _piece(item.value)
-            if piece is not None:
-                self.pieces[id(item.value)] = piece
+            self.pieces.append(item.value)
         texts = self.texts
         texts.append(item.text if self.keeps_texts else "")
         self.chars.append(self.chars[-1] + item.chars)
@@ -339,9 +340,8 @@ class _Items:
         return self
 
     def truncate(self, n: int) -> None:
-        if self.pieces:
-            for value in self.values[n:]:
-                self.pieces.pop(id(value), None)
+        if self.pieces is not None:
+            self.pieces.truncate(n)
         del self.values[n:]
         joined = self.joined_items
         if n < joined:  # into a joined run: its items before ``n`` are strings again
@@ -362,13 +362,84 @@ class _Items:
         del self.chars[n + 1 :]
 
 
-def _piece(value: Any) -> Any:
-    """``value``'s JSON as orjson writes it inside a request body (as an item of its list: two
-    levels down, so that one orjson refuses there for its depth has none), or None."""
-    try:
-        return orjson.Fragment(orjson.dumps([[value]])[2:-2])
-    except (TypeError, orjson.JSONEncodeError):
-        return None
+class Pieces:
+    """The compact UTF-8 JSON of a rendering's leading items as orjson writes each inside a
+    request body, held as one buffer with a comma between items (as a body lists them), for a
+    caller that encodes the body with orjson at every request (the proxy: ``codec.dumps_with``).
+
+    The items are those of ``values`` (the list of :class:`_Items`, which appends and truncates
+    both), up to the first one orjson refuses (none after it is held: a body holding that item
+    is not orjson's). :meth:`listed` finds them in a body's list by identity and position, so
+    that a request's JSON copies the runs of items sent before in one piece each instead of
+    looking each item up (decision 0135)."""
+
+    def __init__(self, values: list[Any]) -> None:
+        self.values = values
+        self.joined = bytearray()
+        """The held items' JSON, a comma between two."""
+        self.ends = array("q")
+        """``ends[n]``: where item ``n``'s JSON ends in :attr:`joined` (machine integers)."""
+        self.refused = False
+        """An item after the held ones was refused: nothing is held beyond it."""
+        self.offset = 0
+        """Where the items begin in the last request's list (after its head: the system
+        prompt's messages)."""
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def append(self, value: Any) -> None:
+        """Hold the JSON of ``value``, the next item's."""
+        if self.refused:
+            return
+        try:
+            # as an item of a body's list: two levels down, so that an item orjson refuses
+            # there for its depth is not held
+            piece = orjson.dumps([[value]])[2:-2]
+        except (TypeError, orjson.JSONEncodeError):
+            self.refused = True
+            return
+        joined = self.joined
+        if joined:
+            joined += b","
+        joined += piece
+        self.ends.append(len(joined))
+
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` items."""
+        if n < len(self.ends):
+            del self.joined[self.ends[n - 1] if n else 0 :]
+            del self.ends[n:]
+        if n <= len(self.ends):
+            self.refused = False
+
+    def span(self, first: int, end: int) -> bytes:
+        """The JSON of items ``first`` to ``end`` (excluded), a comma between two."""
+        ends = self.ends
+        with memoryview(self.joined) as view:  # one copy, not two
+            return bytes(view[ends[first - 1] + 1 if first else 0 : ends[end - 1]])
+
+    def listed(self, items: Sequence[Any]) -> list[Any]:
+        """``items`` for ``orjson.dumps``: each run of items that are, at their positions, the
+        very values held (item ``offset + n`` value ``n``), one ``orjson.Fragment`` of their
+        JSON; the others as they are. One pass in C over the items, and one turn in Python per
+        item that is not a value held."""
+        first = self.offset
+        end = min(len(items), first + len(self.ends))
+        if end <= first:
+            return list(items)
+        out = list(items[:first])
+        start = first  # where the run of held values being read began
+        differ = map(operator.is_not, self.values, islice(items, first, end))
+        for at in itertools.compress(itertools.count(first), differ):
+            if at > start:
+                out.append(orjson.Fragment(self.span(start - first, at - first)))
+            out.append(items[at])
+            start = at + 1
+        if end > start:
+            out.append(orjson.Fragment(self.span(start - first, end - first)))
+        out.extend(items[end:])
+        return out
 
 
 @attrs.define
@@ -454,11 +525,11 @@ class RequestCache:
         self._reset()
 
     @property
-    def pieces(self) -> Mapping[int, Any]:
-        """The chat items of the last request as orjson wrote them (``orjson.Fragment``), by
-        the identity of their values in ``Encoded.body`` (empty unless made with ``pieces``):
-        ``codec.dumps_with`` puts them in the body's JSON instead of encoding them again."""
-        return self._items.pieces or {}
+    def pieces(self) -> Pieces | None:
+        """The chat items of the last request as orjson wrote them (:class:`Pieces`; None
+        unless made with ``pieces``): ``codec.dumps_with`` puts them in the body's JSON
+        instead of encoding them again."""
+        return self._items.pieces
 
     def keep_values(self) -> None:
         """Keep each item's values beside its text from now on (the next request renders the
@@ -747,6 +818,8 @@ def _finish(
     """The request: ``head``, the first ``shared`` items (all by default), ``tail``."""
     n = len(items) if shared is None else shared
     count = len(head) + n + len(tail)
+    if items.pieces is not None:
+        items.pieces.offset = len(head)
     chars = items.chars[n] + sum(text_chars(v) for v in (*head, *tail))
     chars += sum(text_chars(value) for value in extra.values())
     kept = items.listed(n) if items.keeps_texts else []

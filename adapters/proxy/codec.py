@@ -15,11 +15,11 @@ as ``null``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
+from selfctx.adapters.harness.request import Pieces
 from selfctx.adapters.jsontext import loads
 
 __all__ = ["dumps", "dumps_with", "loads"]
@@ -34,16 +34,15 @@ def dumps(value: Any) -> bytes:
         return text.encode("utf-8", "surrogatepass")
 
 
-def dumps_with(value: dict[str, Any], key: str, pieces: Mapping[int, Any]) -> bytes:
+def dumps_with(value: dict[str, Any], key: str, pieces: Pieces | None) -> bytes:
     """``dumps(value)``, byte for byte, the items of its list ``value[key]`` that ``pieces``
-    holds (by their identity: ``orjson.Fragment`` s of their JSON, as
-    ``RequestCache(pieces=True)`` keeps them) not encoded again. A managed request of a long
-    session is mostly items sent before, unchanged (decision 0095)."""
+    holds (the very values, at their positions: ``RequestCache(pieces=True)`` keeps them)
+    not encoded again, each run of them copied as one piece of JSON. A managed request of a
+    long session is mostly items sent before, unchanged (decisions 0095, 0135)."""
     listed = value.get(key)
     if pieces and isinstance(listed, list):
-        get = pieces.get
         try:
-            return orjson.dumps({**value, key: [get(id(item), item) for item in listed]})
+            return orjson.dumps({**value, key: pieces.listed(listed)})
         except (TypeError, orjson.JSONEncodeError):
             pass  # as the whole body would: the standard library's, below
     return dumps(value)

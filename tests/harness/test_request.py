@@ -204,11 +204,12 @@ def test_a_cache_without_text_keeps_no_items_text(fmt: str) -> None:
             for item in made if isinstance(made, list) else [made]:
                 assert not isinstance(item, request_module._Item) or item.text == ""
         listed = got.body["input" if fmt == "responses" else "messages"]
-        pieces = [cache.pieces[id(v)] for v in listed if id(v) in cache.pieces]
-        assert len(pieces) >= n
-        for value in listed:
-            if id(value) in cache.pieces:
-                assert orjson.dumps([cache.pieces[id(value)]]) == orjson.dumps([value])
+        pieces = cache.pieces
+        assert pieces is not None and len(pieces) >= n
+        for at, value in enumerate(listed[: len(pieces)]):
+            assert pieces.values[at] is value
+            assert pieces.span(at, at + 1) == orjson.dumps(value)
+        assert pieces.span(0, len(pieces)) == orjson.dumps(listed[: len(pieces)])[1:-1]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

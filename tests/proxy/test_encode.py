@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from selfctx.adapters.bench.cache import RECORDINGS, _replay
@@ -118,25 +119,68 @@ def test_what_orjson_refuses_goes_through_unchanged() -> None:
 
 
 def test_pieces_give_the_bytes_of_the_whole_body() -> None:
-    """``dumps_with`` writes what ``dumps`` writes: items found in the pieces (by identity) as
-    they were encoded, the others (and bodies orjson refuses anywhere) as before."""
+    """``dumps_with`` writes what ``dumps`` writes: the items held (the very values, at their
+    positions) as they were encoded, in runs, the others (and bodies orjson refuses anywhere) as
+    before; a truncation cuts what is held, and one past an item orjson refused holds again."""
     deep: Any = "leaf"
     for _ in range(252):  # deep enough that orjson refuses it two levels down only
         deep = [deep]
-    items = [{"role": "user", "content": "ünïcode ✓ \u2028"}, {"role": "tool", "content": deep}]
+    items: list[Any] = [{"role": "user", "content": f"ünïcode ✓ \u2028 {n}"} for n in range(6)]
     cache = RequestCache("openai", text=False, pieces=True)
     for item in items:
         cache._items.append(_Item(item, "", 0))
-    assert id(items[0]) in cache.pieces and id(items[1]) not in cache.pieces
-    for body in (
-        {"model": "m", "messages": items[:1], "n": 1.5e16},
-        {"model": "m", "messages": items},  # the standard library's, for the depth
-        {"model": "m", "messages": items[:1], "odd": "\ud800"},
-        {"model": "m", "messages": [{"role": "user", "content": "new"}, *items[:1]]},
+    pieces = cache.pieces
+    assert pieces is not None and len(pieces) == 6
+    marked = {**items[2], "cache_control": {"type": "ephemeral"}}  # a copy, as a mark makes
+    for listed in (
+        items,
+        items[:1],
+        [*items, {"role": "user", "content": "new"}],
+        [items[0], items[1], marked, *items[3:]],  # held runs on either side of a copy
+        [{"role": "user", "content": "new"}, *items],  # every item off its position
+        [items[1], items[0], *items[2:]],
+        [items[0], items[0], items[2]],
+        [],
     ):
-        assert dumps_with(body, "messages", cache.pieces) == dumps(body)
+        for body in (
+            {"model": "m", "messages": listed, "n": 1.5e16},
+            {"model": "m", "messages": [*listed, {"role": "tool", "content": deep}]},  # depth
+            {"model": "m", "messages": listed, "odd": "\ud800"},
+        ):
+            assert dumps_with(body, "messages", pieces) == dumps(body)
+    pieces.offset = 2  # after a head of two messages (a system prompt's)
+    head = [{"role": "system", "content": "a"}, items[0]]
+    for listed in ([*head, *items], [*head, *items[:2], marked], head, [*head, *items, *head]):
+        body = {"model": "m", "messages": listed}
+        assert dumps_with(body, "messages", pieces) == dumps(body)
+    pieces.offset = 0
+    cache._items.append(_Item({"role": "tool", "content": deep}, "", 0))
+    cache._items.append(_Item(items[0], "", 0))  # after the refused item: not held
+    assert len(pieces) == 6 and pieces.refused
+    cache._items.truncate(7)
+    assert len(pieces) == 6 and pieces.refused
+    cache._items.truncate(3)
+    assert len(pieces) == 3 and not pieces.refused
+    assert pieces.span(0, 3) == orjson.dumps(items[:3])[1:-1]
+    cache._items.append(_Item(items[5], "", 0))
+    assert pieces.span(3, 4) == orjson.dumps(items[5])
+    body = {"model": "m", "messages": [*items[:3], items[5]]}
+    assert dumps_with(body, "messages", pieces) == dumps(body)
     cache._items.truncate(0)
-    assert not cache.pieces
+    assert not pieces and not pieces.joined
+
+
+def _by_identity(value: dict[str, Any], key: str, pieces: Any) -> bytes:
+    """What the proxy sent before decision 0135: each item held looked up by its identity,
+    wherever it is, as a piece of its own (``orjson.Fragment``)."""
+    held = {
+        id(v): orjson.Fragment(pieces.span(n, n + 1))
+        for n, v in enumerate(pieces.values[: len(pieces)])
+    }
+    try:
+        return orjson.dumps({**value, key: [held.get(id(item), item) for item in value[key]]})
+    except (TypeError, orjson.JSONEncodeError):
+        return dumps(value)
 
 
 @pytest.mark.parametrize("name", ["claude-code-28", "codex-28", "pi-28", "aider-28"])
@@ -152,7 +196,11 @@ def test_recorded_sessions_are_sent_byte_for_byte_as_before(
         content = encode(turn, managed)
         assert content == dumps(managed)
         assert turn.session.requests is not None
-        checked.append(len(turn.session.requests.pieces))
+        pieces = turn.session.requests.pieces
+        if pieces:  # the same bytes as each item looked up by identity (before 0135)
+            key = "input" if turn.provider.name == "responses" else "messages"
+            assert content == _by_identity(managed, key, pieces)
+        checked.append(len(pieces or ()))
         return content
 
     monkeypatch.setattr(Proxy, "_encode", staticmethod(compared))
