@@ -153,6 +153,12 @@ def test_pieces_give_the_bytes_of_the_whole_body() -> None:
     for listed in ([*head, *items], [*head, *items[:2], marked], head, [*head, *items, *head]):
         body = {"model": "m", "messages": listed}
         assert dumps_with(body, "messages", pieces) == dumps(body)
+    # the held items after the head are one piece of JSON, a copy at its position ends it
+    assert len(pieces.listed([*head, *items])) == 3
+    assert [type(x) for x in pieces.listed([*head, *items[:2], marked])][2:] == [
+        orjson.Fragment,
+        dict,
+    ]
     pieces.offset = 0
     cache._items.append(_Item({"role": "tool", "content": deep}, "", 0))
     cache._items.append(_Item(items[0], "", 0))  # after the refused item: not held
@@ -190,6 +196,7 @@ def test_recorded_sessions_are_sent_byte_for_byte_as_before(
     """Every managed request of each recorded client session (Anthropic with its cache marks,
     Responses, Chat Completions) encoded with the pieces is the body's ``dumps``, byte for byte."""
     checked: list[int] = []
+    fresh: list[tuple[int, int]] = []
     encode = Proxy._encode
 
     def compared(turn: _Turn, managed: dict[str, Any]) -> bytes:
@@ -200,6 +207,10 @@ def test_recorded_sessions_are_sent_byte_for_byte_as_before(
         if pieces:  # the same bytes as each item looked up by identity (before 0135)
             key = "input" if turn.provider.name == "responses" else "messages"
             assert content == _by_identity(managed, key, pieces)
+            # and the items held are found at their positions, after the request's head
+            listed = pieces.listed(managed[key])
+            anew = sum(1 for x in listed if not isinstance(x, orjson.Fragment))
+            fresh.append((anew, len(managed[key])))
         checked.append(len(pieces or ()))
         return content
 
@@ -207,3 +218,4 @@ def test_recorded_sessions_are_sent_byte_for_byte_as_before(
     _replay(read_recording(RECORDINGS / f"{name}.jsonl.xz"), None, {})
     assert len(checked) >= 25
     assert sum(1 for n in checked if n) >= len(checked) // 2  # the pieces were there to use
+    assert sum(a for a, _ in fresh) * 4 < sum(n for _, n in fresh)
