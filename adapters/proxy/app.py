@@ -21,6 +21,8 @@ import asyncio
 import collections
 import contextlib
 import logging
+import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -191,6 +193,10 @@ class _Turn:
     """The client's request."""
     sent: bytes = b""
     """The first request sent upstream (compared with one built again after a refused commit)."""
+    taken: threading.Event = attrs.field(factory=threading.Event)
+    """Set once the event loop sends the first request: the worker thread that built it waits
+    for it (a switch interval at most) before it records the request and commits, so that the
+    loop is not kept from the interpreter meanwhile (decision 0133)."""
     started: float = attrs.field(factory=time.monotonic)
 
     @property
@@ -492,6 +498,10 @@ class Proxy:
             content = self._content(turn)
             turn.built = turn.recorded
             loop.call_soon_threadsafe(_resolve, ready, content)
+            # The loop sends the request before this thread takes the interpreter back for the
+            # record and the commit, which would otherwise hold it up to a switch interval
+            # (decision 0133); a loop that does not send within that interval is not waited for.
+            turn.taken.wait(sys.getswitchinterval())
             # The request's record (decision 0055) goes in the same transaction as what it was
             # built from (decision 0089): one commit per request. Should the store refuse that
             # transaction, neither is written and ``_settled`` records the request sent.
@@ -515,6 +525,7 @@ class Proxy:
             either: set[asyncio.Future[Any]] = {ready, commit}
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
+            turn.taken.set()
             await asyncio.wait({commit})  # the session's lock is not released before it ends
             raise
         if ready.done():  # handed before the thread ended (its result is scheduled after)
@@ -788,6 +799,7 @@ class Proxy:
     async def _send(self, turn: _Turn, content: bytes) -> httpx.Response | Response:
         client = self.client()
         request = client.build_request("POST", turn.url, headers=turn.headers, content=content)
+        turn.taken.set()  # the thread that built it goes on (decision 0133)
         try:
             upstream = await client.send(request, stream=True)
         except httpx.HTTPError as exc:

@@ -389,3 +389,41 @@ def test_a_record_refused_with_its_transaction_is_written_after_it(tmp_path: Pat
     assert [r.n for r in records] == [1, 2, 3, 4, 5]
     assert [r.facts.client is None for r in records] == [False, False, True, False, False]
     assert _commands(inner, tmp_path, sid) == [f"echo {n}" for n in range(3)]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_the_request_goes_upstream_before_its_thread_commits(tmp_path: Path, stream: bool) -> None:
+    """The worker thread that built a request lets the event loop send it before it records
+    the request and commits (decision 0133): the loop has begun sending each request before
+    the commit made beside it reaches the store. The interpreter's switch interval is made long
+    here, so that a thread that goes on at once (holding the interpreter until the store blocks
+    it, which a memory store never does) would commit first every time."""
+    import sys
+
+    store = WrappedStore(MemoryStore())
+    steps = [bash(f"echo {n}") for n in range(5)]
+    order: list[str] = []
+
+    def committing() -> None:
+        order.append("commit")
+        store.on_commit = committing  # the store's hook runs once
+
+    async def sending(_request: httpx.Request) -> None:
+        order.append("sent")
+
+    switch = sys.getswitchinterval()
+    with scripted(steps) as (_model, up), proxy_for(up, tmp_path, store) as (proxy, base):
+        talk = Conversation(base)
+        with httpx.Client() as client:
+            talk.send(client)  # the session is opened
+            proxy.client().event_hooks["request"].append(sending)
+            store.on_commit = committing
+            sys.setswitchinterval(2.0)
+            try:
+                for _ in range(3):
+                    talk.send(client, stream=stream)
+            finally:
+                sys.setswitchinterval(switch)
+        sid = next(iter(proxy.sessions.items()))
+    assert order == ["sent", "commit"] * 3
+    assert _commands(store.inner, tmp_path, sid) == [f"echo {n}" for n in range(3)]
