@@ -13,8 +13,13 @@ Each command that changes anything is committed as ONE transaction holding:
   when the session's tool calls reach a multiple of :data:`PACK_CALLS`, the metadata of the
   last ones, which a resume then reads as one document instead of one each (decision 0123).
 
-The entry's id is a precondition (it must not exist yet), so two writers of one session cannot
-both append entry ``seq``: one gets a conflict and retries on fresh state. A snapshot is written
+The commands committed together (a batch, decision 0077) have their entries in one log document
+(:func:`log_document`, up to :data:`LOG_ENTRIES` of them, under the first one's id; decision
+0134): a document is the node's work, an entry is not. The id of the first entry a transaction
+writes is a precondition (it must not exist yet), so two writers of one session cannot both
+append entry ``seq``: one gets a conflict and retries on fresh state. A writer appends from the
+end of the log it read, which ends with a whole document, so a writer from the same end wants
+the same first id. A snapshot is written
 at session start and whenever the log has grown, since the last snapshot, by at least as many bytes
 as that snapshot had. Snapshot bytes per turn therefore never exceed log bytes per turn, whatever
 the session's size, while rebuilding any past state reads one snapshot and at most a snapshot's
