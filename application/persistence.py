@@ -335,12 +335,16 @@ def log_document_ids(session_id: str, first: int, last: int) -> list[str]:
 def read_log_entries(
     store: ObjectStore, session_id: str, first: int, last: int
 ) -> dict[int, dict[str, Any]]:
-    """The entries ``first`` to ``last`` of a session's log, by position, read by id in one
-    request (those the store does not hold are missing)."""
+    """The entries ``first`` to ``last`` of a session's log, by position, read by id (those the
+    store does not hold are missing): one request, and one more when entry ``first`` is held by
+    a document that begins before it."""
     if last < first:
         return {}
-    docs = store.get_many(log_document_ids(session_id, first, last))
-    found = log_entries_of(docs.values(), session_id)
+    ids = [log_entry_id(session_id, k) for k in range(first, last + 1)]
+    found = log_entries_of(store.get_many(ids).values(), session_id)
+    if first not in found and first > 1:  # held by a document that begins before it
+        earlier = log_document_ids(session_id, first, first - 1)
+        found.update(log_entries_of(store.get_many(earlier).values(), session_id))
     return {seq: entry for seq, entry in found.items() if first <= seq <= last}
 
 
@@ -349,8 +353,8 @@ def log_entry_tx(store: ObjectStore, session_id: str, seq: int) -> int | None:
     An entry that begins its document is one read (every entry before decision 0134 does);
     another, one more: the documents that may hold it."""
     versions = store.history(log_entry_id(session_id, seq))
-    if not versions:
-        docs = store.get_many(log_document_ids(session_id, seq, seq))
+    if not versions and seq > 1:
+        docs = store.get_many(log_document_ids(session_id, seq, seq - 1))
         holder = next(
             (
                 object_id
