@@ -13,8 +13,13 @@ Each command that changes anything is committed as ONE transaction holding:
   when the session's tool calls reach a multiple of :data:`PACK_CALLS`, the metadata of the
   last ones, which a resume then reads as one document instead of one each (decision 0123).
 
-The entry's id is a precondition (it must not exist yet), so two writers of one session cannot
-both append entry ``seq``: one gets a conflict and retries on fresh state. A snapshot is written
+The commands committed together (a batch, decision 0077) have their entries in one log document
+(:func:`log_document`, up to :data:`LOG_ENTRIES` of them, under the first one's id; decision
+0134): a document is the node's work, an entry is not. The id of the first entry a transaction
+writes is a precondition (it must not exist yet), so two writers of one session cannot both
+append entry ``seq``: one gets a conflict and retries on fresh state. A writer appends from the
+end of the log it read, which ends with a whole document, so a writer from the same end wants
+the same first id. A snapshot is written
 at session start and whenever the log has grown, since the last snapshot, by at least as many bytes
 as that snapshot had. Snapshot bytes per turn therefore never exceed log bytes per turn, whatever
 the session's size, while rebuilding any past state reads one snapshot and at most a snapshot's
@@ -30,6 +35,7 @@ from typing import Any, Final
 
 import attrs
 
+from selfctx.application.ports.store import ObjectStore
 from selfctx.domain.chat import (
     AssistantMessage,
     Turn,
@@ -45,6 +51,7 @@ from selfctx.domain.session import events as e
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
 __all__ = [
+    "LOG_ENTRIES",
     "LOG_TYPE",
     "PACK_CALLS",
     "PACK_TYPE",
@@ -54,9 +61,15 @@ __all__ = [
     "encode_events",
     "entry_events",
     "json_size",
+    "log_document",
+    "log_document_ids",
+    "log_entries",
+    "log_entries_of",
     "log_entry",
     "log_entry_id",
+    "log_entry_tx",
     "pack_id",
+    "read_log_entries",
     "toolcall_pack",
     "unpack_toolcalls",
 ]
@@ -73,6 +86,13 @@ _EVENT_TYPES: Final[Mapping[str, type[Any]]] = {
     cls.__name__: cls
     for cls in typing.get_args(e.Event)
 }
+
+
+LOG_ENTRIES: Final = 16
+"""The most entries one log document holds (decision 0134): the commands of one transaction
+(a batch, decision 0077) go in one document, or in as many of these as they need. A reader of
+the entries from position ``k`` on reads the documents from ``k - LOG_ENTRIES + 1`` on, the
+first of which may hold ``k``; decision 0134 says how it was chosen."""
 
 
 def log_entry_id(session_id: str, seq: int) -> str:
@@ -233,6 +253,120 @@ def log_entry(
         "at": at,
         "events": {"list": encode_events(events)},
     }
+
+
+_ENTRY_HEAD: Final = ("xt/id", "type", "session_id")
+"""The fields of an entry that a log document of several entries holds once, for all."""
+
+
+def log_document(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One stored document for consecutive entries of one session's log, as :func:`log_entry`
+    builds them (decision 0134). One entry is its own document, as before. Several are one
+    document under the first one's id: its ``seq``, the ``last`` one's, and ``entries``, each
+    entry without the fields the document holds for all (as ``{"list": [...]}``, decision
+    0017). :func:`log_entries` gives them back exactly."""
+    if not entries:
+        raise InvalidInput("session-log document", [], "holds no entry")
+    first = entries[0]
+    if len(entries) == 1:
+        return dict(first)
+    if len(entries) > LOG_ENTRIES:
+        raise InvalidInput("session-log document", len(entries), f"holds at most {LOG_ENTRIES}")
+    seqs = [entry["seq"] for entry in entries]
+    if seqs != list(range(seqs[0], seqs[0] + len(seqs))) or any(
+        entry["session_id"] != first["session_id"] for entry in entries
+    ):
+        raise InvalidInput("session-log document", seqs, "holds consecutive entries of a session")
+    return {
+        "xt/id": first["xt/id"],
+        "type": LOG_TYPE,
+        "session_id": first["session_id"],
+        "seq": seqs[0],
+        "last": seqs[-1],
+        "entries": {"list": [_without_head(entry) for entry in entries]},
+    }
+
+
+def _without_head(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k not in _ENTRY_HEAD}
+
+
+def log_entries(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The entries a stored log document holds, in order, each as :func:`log_entry` built it
+    (same fields, same order: the same bytes as compact JSON): the document itself when it is
+    one entry (every document before decision 0134), or those of ``entries``. Raises
+    :class:`InvalidInput` for a document of several entries that is not in that shape."""
+    held = doc.get("entries")
+    if held is None:
+        return [dict(doc)]
+    items = held.get("list") if isinstance(held, Mapping) else None
+    session_id = doc.get("session_id")
+    if not isinstance(items, list) or not items or not isinstance(session_id, str):
+        raise InvalidInput("session-log document", doc.get("xt/id"), "has no list of entries")
+    out = []
+    for item in items:
+        seq = item.get("seq") if isinstance(item, Mapping) else None
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise InvalidInput("session-log document", doc.get("xt/id"), "has an entry without seq")
+        entry = {"xt/id": log_entry_id(session_id, seq), "type": LOG_TYPE, "session_id": session_id}
+        entry.update(item)
+        out.append(entry)
+    return out
+
+
+def log_entries_of(docs: Iterable[Mapping[str, Any]], session_id: str) -> dict[int, dict[str, Any]]:
+    """The entries of ``session_id`` that ``docs`` (stored log documents) hold, by position;
+    documents of another session or type are left out."""
+    out: dict[int, dict[str, Any]] = {}
+    for doc in docs:
+        if doc.get("type") != LOG_TYPE or doc.get("session_id") != session_id:
+            continue
+        for entry in log_entries(doc):
+            out[int(entry["seq"])] = entry
+    return out
+
+
+def log_document_ids(session_id: str, first: int, last: int) -> list[str]:
+    """The ids of the documents that may hold the entries ``first`` to ``last`` of a session's
+    log: a document holds at most :data:`LOG_ENTRIES` entries, under its first one's id."""
+    return [log_entry_id(session_id, k) for k in range(max(1, first - LOG_ENTRIES + 1), last + 1)]
+
+
+def read_log_entries(
+    store: ObjectStore, session_id: str, first: int, last: int
+) -> dict[int, dict[str, Any]]:
+    """The entries ``first`` to ``last`` of a session's log, by position, read by id (those the
+    store does not hold are missing): one request, and one more when entry ``first`` is held by
+    a document that begins before it."""
+    if last < first:
+        return {}
+    ids = [log_entry_id(session_id, k) for k in range(first, last + 1)]
+    found = log_entries_of(store.get_many(ids).values(), session_id)
+    if first not in found and first > 1:  # held by a document that begins before it
+        earlier = log_document_ids(session_id, first, first - 1)
+        found.update(log_entries_of(store.get_many(earlier).values(), session_id))
+    return {seq: entry for seq, entry in found.items() if first <= seq <= last}
+
+
+def log_entry_tx(store: ObjectStore, session_id: str, seq: int) -> int | None:
+    """The transaction that wrote entry ``seq`` of a session's log; None when it is not stored.
+    An entry that begins its document is one read (every entry before decision 0134 does);
+    another, one more: the documents that may hold it."""
+    versions = store.history(log_entry_id(session_id, seq))
+    if not versions and seq > 1:
+        docs = store.get_many(log_document_ids(session_id, seq, seq - 1))
+        holder = next(
+            (
+                object_id
+                for object_id, doc in sorted(docs.items(), reverse=True)
+                if seq in log_entries_of([doc], session_id)
+            ),
+            None,
+        )
+        if holder is None:
+            return None
+        versions = store.history(holder)
+    return versions[0].tx_id if versions else None
 
 
 def entry_events(entry: Mapping[str, Any]) -> list[dict[str, Any]]:

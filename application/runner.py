@@ -27,12 +27,14 @@ import attrs
 
 from selfctx.application.objects import CONTENT_BUDGET, METADATA_BUDGET, ObjectCache
 from selfctx.application.persistence import (
+    LOG_ENTRIES,
     PACK_CALLS,
     compact_json,
     decode_events,
     document_size,
     entry_events,
     json_size,
+    log_document,
     log_entry,
     log_entry_id,
     pack_id,
@@ -590,13 +592,27 @@ class _Batch:
         expect: list[Expect] = []
         written: set[str] = set()
         expected: set[str] = set()
-        for prepared in self.pending:
-            for condition in prepared.expect:
-                if condition.object_id not in written and condition.object_id not in expected:
-                    expected.add(condition.object_id)
-                    expect.append(condition)
-            puts += prepared.puts
-            written.update(str(doc["xt/id"]) for doc in prepared.puts)
+        # The commands' log entries go in one document, or as many as LOG_ENTRIES makes them
+        # (decision 0134), each under its first entry's id; that id must not exist yet: a
+        # writer appends from the end of its session's log, which ends with a whole document,
+        # so another writer from the same end wants the same first id (one is refused).
+        chunks = [
+            self.pending[k : k + LOG_ENTRIES] for k in range(0, len(self.pending), LOG_ENTRIES)
+        ]
+        later = {str(p.entry["xt/id"]) for chunk in chunks for p in chunk[1:]}
+        for chunk in chunks:
+            for prepared in chunk:
+                for condition in prepared.expect:
+                    object_id = condition.object_id
+                    if object_id in later:
+                        continue  # an entry inside the chunk's document: never stored alone
+                    if object_id not in written and object_id not in expected:
+                        expected.add(object_id)
+                        expect.append(condition)
+                entry = prepared.entry
+                puts += [doc for doc in prepared.puts if doc is not entry]
+                written.update(str(doc["xt/id"]) for doc in prepared.puts)
+            puts.append(log_document([prepared.entry for prepared in chunk]))
         for rider in self.riders:
             expect += rider.expect
             puts += rider.puts

@@ -22,6 +22,7 @@ import time
 import uuid
 from typing import Any
 
+from selfctx.application import persistence
 from selfctx.application.ports.store import ConflictError, Expect, ObjectStore
 from selfctx.contracts._pytest import pytest
 from selfctx.domain.errors import InvalidInput
@@ -326,6 +327,34 @@ class StoreContract:
         assert store.session_log(sid, after_seq=10) == []
         assert store.session_log(ns + "unknown") == []
         assert store.session_log(sid)[0]["events"] == [{"event": "X", "n": 1}]
+
+    def test_session_log_gives_each_entry_of_a_document_of_several(
+        self, store: ObjectStore, ns: str
+    ) -> None:
+        """Decision 0134: a log document may hold several consecutive entries; the log gives
+        each on its own, exactly as built, from any position, beside documents of one entry
+        (every session written before)."""
+        sid = ns + "session"
+
+        def entry(seq: int) -> dict[str, Any]:
+            return persistence.log_entry(
+                sid, seq, command="X", command_id=f"c{seq}", at="2026-01-01T00:00:00Z", events=()
+            )
+
+        built = {seq: entry(seq) for seq in range(1, 24)}
+        most = persistence.LOG_ENTRIES
+        store.commit([built[1]])
+        store.commit([built[2]])
+        store.commit([persistence.log_document([built[3], built[4], built[5]])])
+        store.commit([persistence.log_document([built[k] for k in range(6, 6 + most)])])
+        store.commit([built[k] for k in range(6 + most, 24)])  # one a document, one transaction
+        assert [d["seq"] for d in store.session_log(sid)] == list(range(1, 24))
+        assert store.session_log(sid) == [built[k] for k in range(1, 24)]
+        for after in (2, 3, 4, 5, 6, 6 + most - 2, 6 + most - 1, 22, 23):
+            assert store.session_log(sid, after_seq=after) == [
+                built[k] for k in range(after + 1, 24)
+            ], after
+        assert store.get(persistence.log_entry_id(sid, 4)) is None  # held by entry 3's document
 
     def test_ids_of_type(self, store: ObjectStore, ns: str) -> None:
         kind = ns + "kind"

@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from selfctx.application import runner
-from selfctx.application.persistence import entry_events
+from selfctx.application.persistence import (
+    LOG_ENTRIES,
+    LOG_TYPE,
+    entry_events,
+    log_entries,
+    log_entry_tx,
+)
 from selfctx.application.ports.store import StoreUnavailable
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import ToolCallRequest
@@ -230,7 +236,7 @@ def test_a_refused_batch_is_committed_again_as_one_transaction(
     log = entries(store, sid)
     assert [c for _, c in log[logged:]] == ["RecordAssistantMessage", "RecordToolCall", "IndexFile"]
     assert [s for s, _ in log] == list(range(1, len(log) + 1))
-    landed = {store.history(f"log:{sid}:{s:09d}")[-1].tx_id for s, _ in log[logged:]}
+    landed = {log_entry_tx(store, sid, s) for s, _ in log[logged:]}
     assert len(landed) == 1  # one transaction
     assert service.object(sid, fid).content == "v2\n"
     fresh = make_service()
@@ -291,8 +297,7 @@ def test_a_request_recorded_in_a_batch_is_committed_with_it(
     assert record.seq == service.log_position(sid)
     assert [r.n for r in service.requests(sid)] == [1, 2]
     records = store.history(f"requests:{sid}")
-    entry = store.history(f"log:{sid}:{record.seq:09d}")
-    assert records[-1].tx_id == entry[-1].tx_id
+    assert records[-1].tx_id == log_entry_tx(store, sid, record.seq)
     # the next record follows it (the meter moved on when the batch committed)
     assert service.record_request(sid, service.assemble(sid)).n == 3
     other = make_service()
@@ -361,3 +366,82 @@ def test_a_command_no_longer_decided_in_a_redo_leaves_the_session_as_stored(
     fresh = make_service()
     fresh.resume_session(sid)
     assert fresh.state(sid) == service.state(sid)
+
+
+def test_a_batchs_log_entries_are_one_document(
+    service: ContextService, store: WrappedStore, sid: str, make_service: MakeService
+) -> None:
+    """Decision 0134: a batch's commands are one log document (the node's work per document),
+    up to ``LOG_ENTRIES`` entries each; every entry reads back as built, from any position, and
+    every past state as the session was."""
+    a_turn(service, sid, 1)
+    before = len(store.committed)
+    with service.batch(sid):
+        a_turn(service, sid, 2, "x = 2\n")
+    logs = [d for d in store.committed[-1] if d.get("type") == LOG_TYPE]
+    assert len(store.committed) == before + 1
+    assert len(logs) == 1  # three commands, one document
+    assert log_entries(logs[0]) == store.session_log(sid)[-3:]
+
+    # A long batch: as many documents as LOG_ENTRIES makes its commands.
+    start = service.log_position(sid)
+    states = {}
+    with service.batch(sid):
+        for n in range(3, 23):  # a file each: no document written twice (one transaction)
+            call = f"tc-{n}"
+            service.record_assistant_message(sid, f"step {n}", [ToolCallRequest(call, "bash", {})])
+            states[service.log_position(sid)] = service.state(sid)
+            service.record_tool_call(sid, call, tool="bash", args={}, output=f"output {n}")
+            states[service.log_position(sid)] = service.state(sid)
+            service.index_file(sid, f"/p/{n}.py", f"x = {n}\n")
+            states[service.log_position(sid)] = service.state(sid)
+    commands = service.log_position(sid) - start
+    landed = store.latest_tx()
+    logs = [d for d in store.committed[-1] if d.get("type") == LOG_TYPE]
+    assert len(logs) == -(-commands // LOG_ENTRIES)
+    assert [int(e["seq"]) for d in logs for e in log_entries(d)] == list(
+        range(start + 1, start + commands + 1)
+    )
+    fresh = make_service()
+    fresh.resume_session(sid)
+    assert fresh.state(sid) == service.state(sid)
+    for seq, state in states.items():
+        assert fresh.state_at(sid, seq).state == state, seq
+        tx = fresh.state_at(sid, seq).tx_id
+        assert landed is not None and tx == log_entry_tx(store, sid, seq) == landed.tx_id
+
+
+def test_a_session_written_one_document_an_entry_resumes_and_goes_on(
+    service: ContextService,
+    store: WrappedStore,
+    sid: str,
+    make_service: MakeService,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A session stored before decision 0134 (one document an entry, a batch's too: what
+    ``LOG_ENTRIES = 1`` writes) resumes, past states and all, and goes on in documents of
+    several entries; nothing is lost."""
+    monkeypatch.setattr(runner, "LOG_ENTRIES", 1)
+    with service.batch(sid):
+        a_turn(service, sid, 1)
+    with service.batch(sid):
+        a_turn(service, sid, 2, "x = 2\n")
+    old = [d for d in store.committed[-1] if d.get("type") == LOG_TYPE]
+    assert len(old) == 3 and all("entries" not in d for d in old)  # the old shape
+    written = service.log_position(sid)
+    before = {seq: service.state_at(sid, seq).state for seq in range(1, written + 1)}
+    monkeypatch.undo()
+
+    other = make_service()
+    other.resume_session(sid)
+    assert other.state(sid) == service.state(sid)
+    with other.batch(sid):
+        a_turn(other, sid, 3, "x = 3\n")
+    assert len([d for d in store.committed[-1] if d.get("type") == LOG_TYPE]) == 1
+    fresh = make_service()
+    fresh.resume_session(sid)
+    assert fresh.state(sid) == other.state(sid)
+    for seq, state in before.items():
+        assert fresh.state_at(sid, seq).state == state
+    log = entries(store, sid)
+    assert [s for s, _ in log] == list(range(1, fresh.log_position(sid) + 1))

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from selfctx.adapters.jsontext import loads
+from selfctx.application.persistence import log_entries_of
 from selfctx.application.ports.store import (
     Change,
     ConflictError,
@@ -102,9 +103,12 @@ class MemoryStore(ObjectStore):
         return out
 
     def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
-        entries = self._logs.get(session_id, [])
-        start = bisect.bisect_right(entries, (after_seq, "\U0010ffff"))
-        return [loads(self._versions[entry_id][-1][2]) for _, entry_id in entries[start:]]
+        # Indexed by each document's last entry (decision 0134: one document may hold several)
+        held = self._logs.get(session_id, [])
+        start = bisect.bisect_right(held, (after_seq, "\U0010ffff"))
+        docs = [loads(self._versions[doc_id][-1][2]) for _, doc_id in held[start:]]
+        entries = log_entries_of(docs, session_id)
+        return [entries[seq] for seq in sorted(entries) if seq > after_seq]
 
     def ids_of_type(self, doc_type: str) -> list[str]:
         return sorted(i for i, t in self._types.items() if t == doc_type)
@@ -174,7 +178,8 @@ class MemoryStore(ObjectStore):
 
     def _index_log_entry(self, doc: Mapping[str, Any]) -> None:
         entries = self._logs.setdefault(str(doc["session_id"]), [])
-        key = (int(doc["seq"]), str(doc["xt/id"]))
+        last = doc.get("last")  # a document of several entries (decision 0134)
+        key = (int(last if isinstance(last, int) else doc["seq"]), str(doc["xt/id"]))
         if not entries or entries[-1] < key:
             entries.append(key)  # the usual case: positions arrive in order
             return

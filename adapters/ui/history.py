@@ -13,7 +13,12 @@ from typing import Any
 
 import attrs
 
-from selfctx.application.persistence import decode_events, entry_events, log_entry_id
+from selfctx.application.persistence import (
+    decode_events,
+    entry_events,
+    log_entry_tx,
+    read_log_entries,
+)
 from selfctx.application.requests import (
     MARKED,
     Line,
@@ -230,18 +235,18 @@ class SessionHistory:
         return self
 
     def _entry(self, seq: int) -> Mapping[str, Any] | None:
-        return self.service.store.get(log_entry_id(self.session_id, seq))
+        return read_log_entries(self.service.store, self.session_id, seq, seq).get(seq)
 
     def _tail(self, seq: int, until: int | None = None) -> list[Mapping[str, Any]]:
         """The log entries after ``seq`` (up to ``until``), read by id, a page at a time."""
         out: list[Mapping[str, Any]] = []
         while True:
             last = seq + TAIL_PAGE if until is None else min(seq + TAIL_PAGE, until)
-            ids = [log_entry_id(self.session_id, k) for k in range(seq + 1, last + 1)]
-            found = self.service.store.get_many(ids)
-            page = [found[i] for i in ids if i in found]
+            wanted = range(seq + 1, last + 1)
+            found = read_log_entries(self.service.store, self.session_id, seq + 1, last)
+            page = [found[k] for k in wanted if k in found]
             out += page
-            if len(page) < len(ids) or last == until or not ids:
+            if len(page) < len(wanted) or last == until or not wanted:
                 return out
             seq = last
 
@@ -360,7 +365,7 @@ class SessionHistory:
 
         def rebuild() -> None:
             try:
-                if self.service.store.get(log_entry_id(self.session_id, seq)) is None:
+                if self._entry(seq) is None:
                     return  # no such position: the page says so, having read nothing more
                 state = self._open_state(seq) or self._rebuilt(seq, few=few)
                 self._keep(seq, state)
@@ -618,7 +623,9 @@ class SessionHistory:
             with self._lock:
                 tx_id = self._txs.get(seq)
             if tx_id is None:
-                tx_id = store.history(log_entry_id(self.session_id, seq))[0].tx_id
+                tx_id = log_entry_tx(store, self.session_id, seq)
+                if tx_id is None:
+                    raise InvalidInput("log position", seq, "not in the session's log")
         key = (seq, tx_id)
         with self._lock:
             found = self._contexts.get(key)

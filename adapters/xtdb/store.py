@@ -44,6 +44,7 @@ import httpx
 
 from selfctx.adapters.xtdb import edn, secret, text
 from selfctx.adapters.xtdb.client import Connections, XtdbClient
+from selfctx.application.persistence import LOG_ENTRIES, log_entries_of
 from selfctx.application.ports.store import (
     Change,
     ConflictError,
@@ -249,24 +250,29 @@ class XtdbStore(ObjectStore):
     def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
         after = max(0, int(after_seq))
         sid = text.encode_str(session_id)
-        low, high = edn.dumps(f"log:{sid}:{after:09d}"), edn.dumps(f"log:{sid}:~")
+        # A document holds up to LOG_ENTRIES entries under its first one's id (decision 0134):
+        # the one holding entry after + 1 begins at most LOG_ENTRIES - 1 before it.
+        start = max(0, after + 1 - LOG_ENTRIES)
+        low, high = edn.dumps(f"log:{sid}:{start:09d}"), edn.dumps(f"log:{sid}:~")
         body = f"{{:query {_SESSION_LOG} :in-args [{low} {high}]}}"
         rows = self.client.query(
             body, operation="session-log", valid_time=_VALID_TIME, timeout=self.timeout
         )
         # The range may hold other documents (a session whose id begins with this one's and a
-        # colon): each entry is checked for what a session's log entry is.
-        entries = {
-            row[0]["xt/id"]: row[0]
+        # colon): each document is checked for what a session's log document is.
+        docs = [
+            row[0]
             for row in rows
             if row
             and isinstance(row[0], dict)
             and row[0].get("type") == "session_log"
             and row[0].get("session_id") == session_id
             and isinstance(row[0].get("seq"), int)
-            and row[0]["seq"] > after_seq
+        ]
+        entries = {
+            seq: entry for seq, entry in log_entries_of(docs, session_id).items() if seq > after_seq
         }
-        return sorted(entries.values(), key=lambda d: (d["seq"], d["xt/id"]))
+        return [entries[seq] for seq in sorted(entries)]
 
     def ids_of_type(self, doc_type: str) -> list[str]:
         body = f"{{:query {_IDS_OF_TYPE} :in-args [{edn.dumps(text.encode_str(doc_type))}]}}"

@@ -266,10 +266,12 @@ class ObjectStore(abc.ABC):
     def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
         """Every session-log entry of ``session_id`` with ``seq > after_seq``, in ``seq`` order.
 
-        Session-log entries are the documents with ``type == "session_log"``, a string
+        Session-log documents are those with ``type == "session_log"``, a string
         ``session_id`` and an integer ``seq``, whose id is ``log:{session_id}:{seq}`` with the
         seq zero-padded to 9 digits (``selfctx.application.persistence.log_entry_id``): a store
-        may find a session's entries by that range of ids.
+        may find a session's entries by that range of ids. A document holds one entry, or up to
+        ``persistence.LOG_ENTRIES`` consecutive ones under the first one's id (decision 0134):
+        each entry is given on its own, as ``persistence.log_entries`` rebuilds it.
         """
 
     @abc.abstractmethod

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 
 import attrs
 
-from selfctx.application.persistence import entry_events, log_entry_id
+from selfctx.application.persistence import entry_events, read_log_entries
 from selfctx.application.ports.store import ConflictError, Document, Expect
 from selfctx.application.requests import (
     MAX_GAP,
@@ -133,14 +133,14 @@ class RecordRequest:
         found: list[Mark] = []
         if after < session.marks_from:
             sid = session.session_id
-            ids = [log_entry_id(sid, k) for k in range(after + 1, session.marks_from + 1)]
-            if len(ids) > MAX_GAP:
+            wanted = range(after + 1, session.marks_from + 1)
+            if len(wanted) > MAX_GAP:
                 return None
-            entries = self._deps.runner.store.get_many(ids)
-            if len(entries) != len(ids):
+            entries = read_log_entries(self._deps.runner.store, sid, after + 1, session.marks_from)
+            if len(entries) != len(wanted):
                 return None
-            for entry_id in ids:
-                entry = entries[entry_id]
+            for k in wanted:
+                entry = entries[k]
                 found += entry_marks(entry, entry_events(entry))
         found += (m for m in session.marks if after < m.seq <= session.seq)
         state = session.state

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from selfctx.application.persistence import LOG_TYPE, entry_events
+from selfctx.application.persistence import LOG_TYPE, entry_events, log_entries
 from selfctx.application.ports.search import (
     Encounter,
     IndexBatch,
@@ -167,8 +167,14 @@ def batch_of(changes: Iterable[Change], index: SearchIndex, after: int | None) -
         toolcall_turns: dict[str, int] = {}
         # Log entries first: they say which turn the tool calls of the same commit belong to.
         for doc in change.documents:
-            if doc.get("type") == LOG_TYPE:
-                found, turned = _log_entries(doc, change.tx_id, turns, entries, shown)
+            if doc.get("type") != LOG_TYPE:
+                continue
+            try:  # one document may hold several entries (decision 0134)
+                held = log_entries(doc)
+            except InvalidInput:  # damaged: its own session says so when opened
+                continue
+            for entry in held:
+                found, turned = _log_entries(entry, change.tx_id, turns, entries, shown)
                 members += found
                 toolcall_turns.update(turned)
         for doc in change.documents:

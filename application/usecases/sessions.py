@@ -9,7 +9,12 @@ from typing import Final
 
 import attrs
 
-from selfctx.application.persistence import decode_events, entry_events, log_entry_id
+from selfctx.application.persistence import (
+    decode_events,
+    entry_events,
+    log_entry_tx,
+    read_log_entries,
+)
 from selfctx.application.ports.files import SourceMissing, SourceUnavailable
 from selfctx.application.runner import OpenSession, Reads, _Ahead
 from selfctx.application.usecases.base import Deps, observe_source
@@ -249,8 +254,8 @@ class StateAt:
         ]
         for entry in entries:
             state = fold(decode_events(entry_events(entry)), state)
-        last = entries[-1]["xt/id"] if entries else None
-        tx_id = snap.tx_id if last is None else store.history(last)[0].tx_id
+        last = log_entry_tx(store, session_id, int(entries[-1]["seq"])) if entries else None
+        tx_id = snap.tx_id if last is None else last
         if seq > (int(entries[-1]["seq"]) if entries else session_obj.seq):
             raise InvalidInput("log position", seq, "after the session's last command")
         return PastState(state=state, seq=seq, tx_id=tx_id)
@@ -268,10 +273,10 @@ class StateAt:
         with how many snapshots it has. None when entry ``seq`` is not stored (the caller's
         slower path says why)."""
         store = self._deps.runner.store
-        versions = store.history(log_entry_id(session_id, seq))
-        if not versions:
+        found_tx = log_entry_tx(store, session_id, seq)
+        if found_tx is None:
             return None
-        tx_id = versions[0].tx_id
+        tx_id = found_tx
         # The chat is written with every snapshot and only then: as of the same transaction it
         # is the snapshot's chat (both in one read).
         snap_id, chat_id = session_id_for(session_id), chat_id_for(session_id)
@@ -280,11 +285,11 @@ class StateAt:
         if snap_doc is None or int(snap_doc.get("seq", -1)) > seq:
             return None
         snap_seq = int(snap_doc["seq"])
-        ids = [log_entry_id(session_id, k) for k in range(snap_seq + 1, seq + 1)]
+        wanted = range(snap_seq + 1, seq + 1)
         # On a store whose reads wait on another process, the node reads the entries while
         # this process builds the snapshot's state.
-        with _Ahead(store.reads_wait and bool(ids)) as ahead:
-            entries = ahead(store.get_many, ids)
+        with _Ahead(store.reads_wait and bool(wanted)) as ahead:
+            entries = ahead(read_log_entries, store, session_id, snap_seq + 1, seq)
             session_obj = from_document(snap_doc)
             chat_obj = from_document(chat_doc) if chat_doc is not None else None
             if not isinstance(session_obj, SessionObject) or not isinstance(chat_obj, ChatObject):
@@ -295,9 +300,9 @@ class StateAt:
             if on_snapshot is not None:
                 on_snapshot(state)
             found = entries()
-        if len(found) != len(ids):
+        if len(found) != len(wanted):
             return None
-        events = [ev for i in ids for ev in decode_events(entry_events(found[i]))]
+        events = [ev for k in wanted for ev in decode_events(entry_events(found[k]))]
         if on_toolcalls is not None:
             later = [e.object_id for e in events if isinstance(e, ToolCallRecorded)]
             if later:

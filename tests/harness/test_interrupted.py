@@ -18,6 +18,7 @@ import pytest
 from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.memory import MemoryStore
+from selfctx.application.persistence import LOG_TYPE, log_entries
 from selfctx.application.ports.store import Document, Expect, Receipt
 from selfctx.application.service import ContextService
 from selfctx.application.settings import Settings
@@ -39,7 +40,8 @@ class DyingStore(WrappedStore):
 
     def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
         receipt = super().commit(puts, expect)
-        if any(d.get("command") == self.command for d in puts):
+        held = [e for d in puts if d.get("type") == LOG_TYPE for e in log_entries(d)]
+        if any(e.get("command") == self.command for e in held):
             self.nth -= 1
             if self.nth == 0:
                 raise Killed(self.command)

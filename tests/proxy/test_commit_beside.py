@@ -19,6 +19,7 @@ import pytest
 from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.proxy.scripted import ScriptedModel, Seen, Step
+from selfctx.application.persistence import LOG_TYPE, log_entries
 from selfctx.application.ports.store import StoreUnavailable
 from selfctx.domain.chat import AssistantMessage, UserMessage
 from tests.proxy.drive import read_stream
@@ -344,8 +345,8 @@ def test_a_request_and_its_record_are_one_transaction(tmp_path: Path) -> None:
         assert any(i.startswith(f"log:{sid}:") for i in ids)
     assert [r.n for r in records] == [1, 2, 3, 4]
     # each record names the position of the log its transaction ends at
-    entries = [str(d["xt/id"]) for d in commits[-1] if str(d["xt/id"]).startswith("log:")]
-    assert records[-1].seq == max(int(i.rsplit(":", 1)[1]) for i in entries)
+    held = [e for d in commits[-1] if d.get("type") == LOG_TYPE for e in log_entries(d)]
+    assert records[-1].seq == max(int(e["seq"]) for e in held)
 
 
 def test_a_record_refused_with_its_transaction_is_written_after_it(tmp_path: Path) -> None:

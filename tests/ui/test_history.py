@@ -498,7 +498,10 @@ def test_a_page_reads_each_object_once(tmp_path: Path, monkeypatch: pytest.Monke
         for thread in set(threading.enumerate()) - before:  # reads ahead that came late too
             thread.join(10)
         assert view.items
-        assert asked and [i for i, k in asked.items() if k > 1] == [], (n, seq)
+        # Log documents aside: a position inside a document of several entries is found by
+        # reading the documents before it, by each of the page's reads (decision 0134).
+        again = [i for i, k in asked.items() if k > 1 and not i.startswith("log:")]
+        assert asked and again == [], (n, seq)
         assert any(i.startswith("tc_") for i in asked)
     reader.close()
 

@@ -31,7 +31,7 @@ from selfctx.adapters.harness.session import HarnessSession
 from selfctx.adapters.harness.tools import is_context_tool
 from selfctx.adapters.harness.trajectories import Trajectory, load
 from selfctx.adapters.xtdb import XtdbClient, XtdbStore, open_store, secret
-from selfctx.application.persistence import LOG_TYPE
+from selfctx.application.persistence import LOG_TYPE, log_entries
 from selfctx.application.ports.store import Document, Expect, ObjectStore, Receipt, Version
 from selfctx.application.service import ContextService
 from selfctx.application.settings import Settings
@@ -157,10 +157,19 @@ class AckingStore(ObjectStore):
 
     def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
         receipt = self.inner.commit(puts, expect)
-        line = json.dumps({"tx": receipt.tx_id, "docs": {d["xt/id"]: doc_digest(d) for d in puts}})
+        # A commit holds every command of one ingest (decision 0077), their log entries in one
+        # document (decision 0134): the entries' ids are listed as well as the documents'.
+        held = [e for d in puts if d.get("type") == LOG_TYPE for e in log_entries(d)]
+        line = json.dumps(
+            {
+                "tx": receipt.tx_id,
+                "docs": {d["xt/id"]: doc_digest(d) for d in puts},
+                "entries": [e["xt/id"] for e in held],
+            }
+        )
         os.write(self.fd, (line + "\n").encode())
-        # One line per command: a commit holds every command of one ingest (decision 0077).
-        for command in [str(d["command"]) for d in puts if d.get("type") == LOG_TYPE] or [""]:
+        # One line per command.
+        for command in [str(e["command"]) for e in held] or [""]:
             print("ack", command, flush=True)
             self.on_ack(command)
         return receipt

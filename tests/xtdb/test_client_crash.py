@@ -152,10 +152,10 @@ class Checker:
         assert commands == reference[:done]
         resumes = sum(1 for e in log if e["command"] == "Resume")
         acked_seqs = {
-            int(object_id.rsplit(":", 1)[1])
+            int(entry_id.rsplit(":", 1)[1])
             for ack in acked
-            for object_id in ack["docs"]
-            if object_id.startswith(f"log:{self.session}:")
+            for entry_id in ack["entries"]
+            if entry_id.startswith(f"log:{self.session}:")
         }
         # Commands committed without their acknowledgement are the last commit a killed client
         # wrote (one ingest's commands, decision 0077): only unacknowledged ones follow them

@@ -19,6 +19,7 @@ import pytest
 from selfctx.adapters.bootstrap import store_identity
 from selfctx.adapters.filesystem.claims import claims_path
 from selfctx.adapters.xtdb import XtdbNode, XtdbStore, open_store
+from selfctx.application.persistence import log_entry_tx
 from selfctx.application.ports.store import ConflictError, Expect
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import ToolCallRequest
@@ -284,7 +285,7 @@ def test_a_batch_refused_on_one_node_is_committed_again_as_one_transaction(
         assert [e["command"] for e in log[logged:]] == [
             "RecordAssistantMessage", "RecordToolCall", "IndexFile"
         ]  # fmt: skip
-        landed = {on_a.history(str(e["xt/id"]))[-1].tx_id for e in log[logged:]}
+        landed = {log_entry_tx(on_a, "s1", int(e["seq"])) for e in log[logged:]}
         assert len(landed) == 1
         receipt = on_a.latest_tx()
         assert receipt is not None
