@@ -1,6 +1,7 @@
-"""A small JSON object of scalars is a flat map (decision 0127): the pairs it was given, in the
-order a persistent map of them iterates (so every text written from it is what that map gave),
-equal to and hashed as any mapping of the same pairs, immutable, one tuple of keys shared."""
+"""A JSON object is a flat map (decisions 0127 and 0132): the pairs it was given, in the order it
+was given them (the client's, so every text written from it is what the client sent, whatever the
+hash seed), equal to and hashed as any mapping of the same pairs in any order, immutable, one
+tuple of keys shared; nested and larger objects are flat maps too."""
 
 from __future__ import annotations
 
@@ -23,16 +24,18 @@ from selfctx.domain.chat import (
 EDIT = {"path": "src/a.py", "old_string": "x = 1", "new_string": "x = 2", "replace_all": False}
 
 
-def test_a_flat_map_iterates_as_a_persistent_map_and_equals_it() -> None:
+def test_a_flat_map_keeps_the_order_it_was_given_and_equals_any_order() -> None:
     frozen = freeze_json(dict(EDIT))
     persistent = pmap(EDIT)
     assert type(frozen) is FlatMap
-    assert list(frozen) == list(persistent) and list(frozen.items()) == list(persistent.items())
+    assert list(frozen) == list(EDIT) and list(frozen.items()) == list(EDIT.items())
     assert frozen == persistent and persistent == frozen and frozen == EDIT
-    assert hash(frozen) == hash(persistent)
+    reordered = freeze_json(dict(reversed(EDIT.items())))
+    assert list(reordered) == list(reversed(EDIT)) and reordered == frozen
+    assert hash(frozen) == hash(persistent) == hash(reordered)
     assert frozen != {**EDIT, "replace_all": True} and frozen != {"path": "src/a.py"}
     assert thaw_json(frozen) == EDIT
-    assert json.dumps(thaw_json(frozen)) == json.dumps(thaw_json(persistent))
+    assert json.dumps(thaw_json(frozen)) == json.dumps(EDIT)
     assert frozen["path"] == "src/a.py" and frozen.get("nothing") is None and "path" in frozen
     with pytest.raises(KeyError):
         frozen["nothing"]
@@ -48,12 +51,26 @@ def test_calls_with_the_same_parameters_share_one_tuple_of_keys() -> None:
     assert again == message_from_json(_assistant(calls))
 
 
-def test_larger_or_nested_objects_stay_persistent_maps() -> None:
-    many = {f"k{n}": n for n in range(FLAT_KEYS + 1)}
-    assert type(freeze_json(many)) is not FlatMap and freeze_json(many) == many
-    nested = {"a": [1, 2], "b": {"c": "d"}}
-    assert type(freeze_json(nested)) is not FlatMap and thaw_json(freeze_json(nested)) == nested
-    assert freeze_json({}) == {}
+def test_larger_and_nested_objects_keep_their_order_at_every_depth() -> None:
+    many = {f"k{n}": n for n in reversed(range(3 * FLAT_KEYS))}
+    frozen = freeze_json(many)
+    assert type(frozen) is FlatMap and frozen == many and list(frozen) == list(many)
+    assert all(frozen[k] == v for k, v in many.items()) and "k0" in frozen and "x" not in frozen
+    with pytest.raises(KeyError):
+        frozen["x"]
+    assert pickle.loads(pickle.dumps(frozen)) == frozen
+    nested = {"z": [1, {"y": 2, "b": [{"q": 1, "a": 2}]}], "b": {"c": "d", "a": many}, "a": ()}
+    again = freeze_json(nested)
+    assert type(again["b"]) is FlatMap and type(again["z"][1]) is FlatMap
+    assert json.dumps(thaw_json(again)) == json.dumps({**nested, "a": []})
+    assert hash(again) == hash(freeze_json(dict(reversed(nested.items()))))
+    assert freeze_json({}) == {} and thaw_json(freeze_json({})) == {}
+
+
+def test_a_persistent_map_stored_before_keeps_the_order_it_has() -> None:
+    persistent = pmap({f"k{n}": {"v": n} for n in range(12)})
+    frozen = freeze_json(persistent)
+    assert type(frozen) is FlatMap and list(frozen) == list(persistent) and frozen == persistent
 
 
 def _assistant(calls: list[ToolCallRequest]) -> dict[str, object]:
