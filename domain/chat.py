@@ -8,12 +8,14 @@ whose version holds the output. This is what lets the chat stay small while outp
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final, TypeAlias
 
 import attrs
 from pyrsistent import PMap, PVector, freeze, pvector, thaw
 
+from selfctx.domain.errors import InvalidInput
 from selfctx.domain.identifiers import interned, interned_or_none
 
 __all__ = [
@@ -26,8 +28,10 @@ __all__ = [
     "Turn",
     "UserMessage",
     "freeze_json",
+    "json_from_stored",
     "message_from_json",
     "message_to_json",
+    "stored_json",
     "turn_from_json",
     "turn_to_json",
 ]
@@ -187,6 +191,58 @@ def thaw_json(value: Any) -> Any:
     return thaw(value)  # vectors, tuples, sets and subclasses, as pyrsistent thaws them
 
 
+STORED_ORDER_KEYS: Final = 8
+"""The most keys of a JSON object that a store is trusted to give back in the order it was
+written: XTDB 1.x reads every object of a document as a Clojure map, which keeps its order up to
+8 keys (an array map) and not beyond (a hash map, in the order of its keys' hashes). A frozen
+object holding a larger one is stored as its JSON text (:func:`stored_json`)."""
+
+
+def _holds_large_object(value: Any) -> bool:
+    kind = type(value)
+    if kind is FlatMap:
+        return len(value) > STORED_ORDER_KEYS or any(
+            _holds_large_object(v) for _, v in value.pairs() if type(v) not in _PLAIN
+        )
+    if kind is _VECTOR:
+        return any(_holds_large_object(v) for v in value if type(v) not in _PLAIN)
+    if isinstance(value, Mapping):
+        return len(value) > STORED_ORDER_KEYS or any(_holds_large_object(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds_large_object(v) for v in value)
+    return False
+
+
+def stored_json(value: Mapping[str, Any]) -> Any:
+    """The stored form of a frozen JSON object (a call's arguments, a block, a tool call's
+    ``args``): the object itself, or, when an object in it has more than
+    :data:`STORED_ORDER_KEYS` keys, its JSON text, so that every store gives back the client's
+    order (docs/decisions/0132-json-objects-keep-the-clients-order.md). Where these objects are
+    stored a string never was one: :func:`json_from_stored` tells the two apart."""
+    plain = thaw_json(value)
+    if _holds_large_object(value):
+        return json.dumps(plain, ensure_ascii=False, separators=(",", ":"))
+    return plain
+
+
+def json_from_stored(value: Any) -> Any:
+    """Inverse of :func:`stored_json` (anything stored before it, an object, as it is); raises
+    :class:`InvalidInput` for a text that is not a JSON object."""
+    if not isinstance(value, str):
+        return value
+    try:
+        plain = json.loads(value)
+    except ValueError as exc:
+        raise InvalidInput("stored JSON object", value[:80], str(exc)) from exc
+    if not isinstance(plain, dict):
+        raise InvalidInput("stored JSON object", value[:80], "is not a JSON object")
+    return plain
+
+
+def _stored_blocks(items: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(json_from_stored(item) for item in items)
+
+
 @attrs.frozen(weakref_slot=False)
 class ToolCallRequest:
     """A tool call the assistant asked for, as the provider reported it."""
@@ -287,7 +343,7 @@ class Turn:
 
 
 def _call_to_json(call: ToolCallRequest) -> dict[str, Any]:
-    out = {"id": call.id, "name": call.name, "arguments": thaw_json(call.arguments)}
+    out = {"id": call.id, "name": call.name, "arguments": stored_json(call.arguments)}
     if call.provider_id is not None:  # absent otherwise, as in chats written before it existed
         out["provider_id"] = call.provider_id
     return out
@@ -298,7 +354,7 @@ def message_to_json(message: ChatMessage) -> dict[str, Any]:
     if isinstance(message, UserMessage):
         user: dict[str, Any] = {"role": "user", "text": message.text}
         if message.images:  # absent when empty, as in messages stored before images were kept
-            user["images"] = [thaw_json(image) for image in message.images]
+            user["images"] = [stored_json(image) for image in message.images]
         return user
     if isinstance(message, AssistantMessage):
         data = {
@@ -307,13 +363,13 @@ def message_to_json(message: ChatMessage) -> dict[str, Any]:
             "tool_calls": [_call_to_json(c) for c in message.tool_calls],
         }
         if message.reasoning:  # absent when empty: messages stored before it read the same
-            data["reasoning"] = [thaw_json(block) for block in message.reasoning]
+            data["reasoning"] = [stored_json(block) for block in message.reasoning]
         return data
     if isinstance(message, ContextNote):
         return {"role": "note", "text": message.text}
     tool: dict[str, Any] = {"role": "tool", "toolcall_ref": message.toolcall_id}
     if message.images:
-        tool["images"] = [thaw_json(image) for image in message.images]
+        tool["images"] = [stored_json(image) for image in message.images]
     return tool
 
 
@@ -321,7 +377,7 @@ def message_from_json(data: Mapping[str, Any]) -> ChatMessage:
     """Inverse of :func:`message_to_json`."""
     role = data["role"]
     if role == "user":
-        return UserMessage(text=data["text"], images=data.get("images", ()))
+        return UserMessage(text=data["text"], images=_stored_blocks(data.get("images", ())))
     if role == "assistant":
         return AssistantMessage(
             text=data["text"],
@@ -329,15 +385,17 @@ def message_from_json(data: Mapping[str, Any]) -> ChatMessage:
                 ToolCallRequest(
                     id=c["id"],
                     name=c["name"],
-                    arguments=c["arguments"],
+                    arguments=json_from_stored(c["arguments"]),
                     provider_id=c.get("provider_id"),
                 )
                 for c in data["tool_calls"]
             ),
-            reasoning=data.get("reasoning", ()),
+            reasoning=_stored_blocks(data.get("reasoning", ())),
         )
     if role == "tool":
-        return ToolResult(toolcall_id=data["toolcall_ref"], images=data.get("images", ()))
+        return ToolResult(
+            toolcall_id=data["toolcall_ref"], images=_stored_blocks(data.get("images", ()))
+        )
     if role == "note":
         return ContextNote(text=data["text"])
     raise ValueError(f"unknown chat message role {role!r}")
