@@ -13,13 +13,16 @@ from pyrsistent import pmap
 
 from selfctx.domain.chat import (
     FLAT_KEYS,
+    STORED_ORDER_KEYS,
     FlatMap,
     ToolCallRequest,
     freeze_json,
+    json_from_stored,
     message_from_json,
     message_to_json,
     thaw_json,
 )
+from selfctx.domain.errors import InvalidInput
 
 EDIT = {"path": "src/a.py", "old_string": "x = 1", "new_string": "x = 2", "replace_all": False}
 
@@ -79,3 +82,33 @@ def _assistant(calls: list[ToolCallRequest]) -> dict[str, object]:
         "text": "editing",
         "tool_calls": [{"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in calls],
     }
+
+
+def test_an_object_past_what_a_store_keeps_in_order_is_stored_as_its_text() -> None:
+    big = {f"k{n}": n for n in reversed(range(STORED_ORDER_KEYS + 1))}
+    calls = [
+        ToolCallRequest("c1", "edit", EDIT),
+        ToolCallRequest("c2", "set", {"z": 1, "env": big}),
+    ]
+    message = message_from_json(_assistant(calls))
+    stored = message_to_json(message)
+    small, large = (c["arguments"] for c in stored["tool_calls"])
+    assert small == EDIT and list(small) == list(EDIT)  # as before: an object
+    assert large == json.dumps({"z": 1, "env": big}, separators=(",", ":"))
+    again = message_from_json(json.loads(json.dumps(stored)))
+    assert again == message
+    assert [json.dumps(thaw_json(c.arguments)) for c in again.tool_calls] == [  # type: ignore[union-attr]
+        json.dumps(EDIT),
+        json.dumps({"z": 1, "env": big}),
+    ]
+
+
+def test_a_message_stored_before_loads_in_the_order_it_was_stored() -> None:
+    stored = _assistant([ToolCallRequest("c1", "edit", EDIT)])
+    stored["tool_calls"][0]["arguments"] = dict(sorted(EDIT.items()))  # type: ignore[index]
+    call = message_from_json(stored).tool_calls[0]  # type: ignore[union-attr]
+    assert call.arguments == EDIT and list(call.arguments) == sorted(EDIT)
+    assert json_from_stored({"a": 1}) == {"a": 1}
+    for bad in ("{not json", "[1, 2]"):
+        with pytest.raises(InvalidInput):
+            json_from_stored(bad)

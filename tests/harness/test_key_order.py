@@ -55,7 +55,7 @@ NESTED = {
     "alpha": [1, {"m": None, "b": 2.5}],
 }
 """Nested objects and arrays, and an object of 9 keys (beyond what a store keeps in order)."""
-CALLS = {"edit": EDIT, "search": SEARCH, "configure": NESTED}
+CALLS: dict[str, dict[str, Any]] = {"edit": EDIT, "search": SEARCH, "configure": NESTED}
 THINKING = {"type": "thinking", "thinking": "Edit first.", "signature": "EqQBCgIYAhIM+sig=="}
 REASONING = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAAA=="}
 
