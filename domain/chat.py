@@ -180,7 +180,10 @@ def thaw_json(value: Any) -> Any:
     if kind in _PLAIN:
         return value
     if kind is FlatMap:
-        return {k: v if type(v) in _PLAIN else thaw_json(v) for k, v in value.pairs()}
+        for v in value._values:
+            if type(v) not in _PLAIN:
+                return {k: v if type(v) in _PLAIN else thaw_json(v) for k, v in value.pairs()}
+        return dict(value.pairs())  # scalars only (most arguments): no walk
     if kind is PMap or kind is dict:
         return {
             k: v if type(v) in _PLAIN else thaw_json(v)
@@ -201,9 +204,9 @@ object holding a larger one is stored as its JSON text (:func:`stored_json`)."""
 def _holds_large_object(value: Any) -> bool:
     kind = type(value)
     if kind is FlatMap:
-        return len(value) > STORED_ORDER_KEYS or any(
-            _holds_large_object(v) for _, v in value.pairs() if type(v) not in _PLAIN
-        )
+        if len(value) > STORED_ORDER_KEYS:
+            return True
+        return any(type(v) not in _PLAIN and _holds_large_object(v) for v in value._values)
     if kind is _VECTOR:
         return any(_holds_large_object(v) for v in value if type(v) not in _PLAIN)
     if isinstance(value, Mapping):
