@@ -164,6 +164,8 @@ def freeze_json(value: Mapping[str, Any]) -> Mapping[str, Any]:
     0092). A frozen map is returned as it is."""
     if type(value) is FlatMap:
         return value
+    if not isinstance(value, Mapping):  # not an object: frozen as it was before 0132, for
+        return _frozen(value)  # the validation that refuses it (a tool call's args)
     return _frozen_object(value)
 
 
