@@ -39,9 +39,10 @@ from selfctx.application.ports.store import ObjectStore
 from selfctx.domain.chat import (
     AssistantMessage,
     Turn,
+    json_from_stored,
     message_from_json,
     message_to_json,
-    thaw_json,
+    stored_json,
     turn_from_json,
     turn_to_json,
 )
@@ -112,7 +113,7 @@ def _value_to_json(value: Any) -> Any:
     if isinstance(value, tuple) and all(isinstance(v, Turn) for v in value):
         return [turn_to_json(v) for v in value]
     if isinstance(value, tuple) and all(isinstance(v, Mapping) for v in value):
-        return [thaw_json(v) for v in value]  # images
+        return [stored_json(v) for v in value]  # images (decision 0132: a large one as text)
     if isinstance(value, tuple):
         return list(value)
     return value
@@ -145,12 +146,14 @@ def _value_from_json(name: str, value: Any) -> Any:
         return policy_from_json(value)
     if name == "turns":
         return tuple(turn_from_json(t) for t in value)
+    if name == "images":
+        return tuple(json_from_stored(v) for v in value)
     if isinstance(value, list):
         return tuple(value)
     return value
 
 
-_DECODED: Final = frozenset({"outcome", "window", "message", "policy", "turns"})
+_DECODED: Final = frozenset({"outcome", "window", "message", "policy", "turns", "images"})
 """The fields :func:`_value_from_json` decodes by name; any other is a list (a tuple) or as is."""
 
 _FIELDS: dict[type, tuple[tuple[str, bool], ...]] = {}

@@ -8,12 +8,14 @@ whose version holds the output. This is what lets the chat stay small while outp
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Final, TypeAlias, cast
+from typing import Any, Final, TypeAlias
 
 import attrs
-from pyrsistent import PMap, PVector, freeze, pmap, pvector, thaw
+from pyrsistent import PMap, PVector, freeze, pvector, thaw
 
+from selfctx.domain.errors import InvalidInput
 from selfctx.domain.identifiers import interned, interned_or_none
 
 __all__ = [
@@ -26,51 +28,49 @@ __all__ = [
     "Turn",
     "UserMessage",
     "freeze_json",
+    "json_from_stored",
     "message_from_json",
     "message_to_json",
+    "stored_json",
     "turn_from_json",
     "turn_to_json",
 ]
 
 
-def _tuples_as_lists(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [_tuples_as_lists(v) for v in value]
-    if isinstance(value, list):
-        return [_tuples_as_lists(v) for v in value]
-    if isinstance(value, Mapping):
-        return {interned(k): _tuples_as_lists(v) for k, v in value.items()}
-    return value
-
-
 _SCALARS = (str, int, float, bool, type(None))
 
 FLAT_KEYS: Final = 8
-"""The most keys a :class:`FlatMap` holds (a larger JSON object is a persistent map): its
-lookups are a scan of its keys (docs/decisions/0127-the-chats-arguments-as-flat-maps.md)."""
+"""The most keys a :class:`FlatMap` finds by a scan of its keys; a larger one keeps its keys'
+positions in a dict (docs/decisions/0127-the-chats-arguments-as-flat-maps.md,
+docs/decisions/0132-json-objects-keep-the-clients-order.md)."""
 
 _KEY_TUPLES: dict[tuple[str, ...], tuple[str, ...]] = {}
-"""One tuple per set of keys in one order (a tool's parameter names), shared by every map that
-has them; at most :data:`_KEY_TUPLES_HELD` (beyond it, a map keeps a tuple of its own)."""
+"""One tuple per list of keys in one order (a tool's parameter names as a client sends them),
+shared by every map that has them; at most :data:`_KEY_TUPLES_HELD` (beyond it, a map keeps a
+tuple of its own)."""
 
 _KEY_TUPLES_HELD: Final = 4096
 
 
 class FlatMap(Mapping[str, Any]):
-    """A small immutable JSON object whose values are all scalars (a tool call's arguments, an
-    image block): its keys (a tuple shared by every map with the same keys) and its values, in
-    the order a persistent map of the same pairs iterates them, so that everything written from
-    it (a request's arguments, a stored document) is what a persistent map gave, byte for byte.
-    About 100 bytes with one key, where a persistent map is about 290
-    (docs/decisions/0127-the-chats-arguments-as-flat-maps.md). Equal to, and hashed as, any
-    mapping of the same pairs."""
+    """An immutable JSON object (a tool call's arguments, an image or reasoning block, and every
+    object nested in one): its keys, in the order they were given (the client's, as its JSON
+    had them), and its values, frozen. Everything written from it (a request's arguments, a
+    stored document) has the client's order whatever the interpreter's hash seed
+    (docs/decisions/0132-json-objects-keep-the-clients-order.md). Up to :data:`FLAT_KEYS` keys,
+    the keys are a tuple shared by every map with the same keys in the same order and a lookup
+    scans them; a larger map keeps its keys' positions in a dict. About 100 bytes with one key,
+    where a persistent map is about 290 (docs/decisions/0127-the-chats-arguments-as-flat-maps.md).
+
+    Equal to, and hashed as, any mapping of the same pairs, in whatever order (JSON's and
+    ``dict``'s equality): the order is kept for the bytes written, never part of identity."""
 
     __slots__ = ("_keys", "_values")
 
-    _keys: tuple[str, ...]
+    _keys: tuple[str, ...] | dict[str, int]
     _values: tuple[Any, ...]
 
-    def __init__(self, keys: tuple[str, ...], values: tuple[Any, ...]) -> None:
+    def __init__(self, keys: tuple[str, ...] | dict[str, int], values: tuple[Any, ...]) -> None:
         object.__setattr__(self, "_keys", keys)
         object.__setattr__(self, "_values", values)
 
@@ -79,6 +79,8 @@ class FlatMap(Mapping[str, Any]):
 
     def __getitem__(self, key: str) -> Any:
         keys = self._keys
+        if isinstance(keys, dict):
+            return self._values[keys[key]]
         for i in range(len(keys)):
             if keys[i] == key:
                 return self._values[i]
@@ -113,7 +115,7 @@ class FlatMap(Mapping[str, Any]):
         return equal if equal is NotImplemented else not equal
 
     def __hash__(self) -> int:
-        return hash(frozenset(self.pairs()))  # as a persistent map's hash
+        return hash(frozenset(self.pairs()))  # as a persistent map's hash: the order is not in it
 
     def __repr__(self) -> str:
         return f"FlatMap({dict(self.pairs())!r})"
@@ -122,32 +124,49 @@ class FlatMap(Mapping[str, Any]):
         return (FlatMap, (self._keys, self._values))
 
 
-def _flat(value: dict[str, Any]) -> FlatMap:
-    pairs = tuple(pmap({interned(k): v for k, v in value.items()}).iteritems())
-    keys = tuple(k for k, _ in pairs)
+def _keys_of(keys: tuple[str, ...]) -> tuple[str, ...] | dict[str, int]:
+    if len(keys) > FLAT_KEYS:
+        return {k: i for i, k in enumerate(keys)}
     shared = _KEY_TUPLES.get(keys)
     if shared is None and len(_KEY_TUPLES) < _KEY_TUPLES_HELD:
         shared = _KEY_TUPLES.setdefault(keys, keys)
-    return FlatMap(shared if shared is not None else keys, tuple(v for _, v in pairs))
+    return shared if shared is not None else keys
+
+
+def _frozen_object(value: Mapping[str, Any]) -> FlatMap:
+    if type(value) is FlatMap:
+        return value
+    keys = tuple([interned(k) for k in value])
+    values = tuple(value.values())  # a persistent map (stored before 0132): the order it has
+    if not all(type(v) in _PLAIN for v in values):
+        values = tuple([v if type(v) in _PLAIN else _frozen(v) for v in values])
+    return FlatMap(_keys_of(keys), values)
+
+
+def _frozen(value: Any) -> Any:
+    if type(value) in _PLAIN:
+        return value
+    if isinstance(value, Mapping):
+        return _frozen_object(value)
+    if isinstance(value, list | tuple | PVector):
+        # tuples are JSON arrays too: vectors, as they would be after a trip through the store
+        return pvector([_frozen(v) for v in value])
+    return freeze(value)  # nothing JSON holds: as pyrsistent freezes it
 
 
 def freeze_json(value: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A JSON object made immutable (nested dicts and lists become pyrsistent maps and vectors,
-    a small object of scalars a :class:`FlatMap`), its keys interned.
+    """A JSON object made immutable, its keys interned and kept in the order they came: a
+    :class:`FlatMap`, every object nested in it one too, every array a persistent vector
+    (docs/decisions/0132-json-objects-keep-the-clients-order.md).
 
-    Tuples are JSON arrays too: they become vectors, as they would after a trip through the store.
-    """
-    kind = type(value)
-    if kind is FlatMap or isinstance(value, PMap):
-        return value  # already frozen (pyrsistent maps hold only frozen values here)
-    if kind is dict and all(type(v) in _SCALARS for v in value.values()):
-        # the common case, tool arguments like {"command": "ls"}: no walk. The keys are a tool's
-        # few parameter names, each read from its own JSON: one shared string for each name,
-        # not a copy per call (decision 0121), as ids and tool names are (decision 0092)
-        if 0 < len(value) <= FLAT_KEYS:
-            return _flat(cast(dict[str, Any], value))
-        return pmap({interned(k): v for k, v in value.items()})
-    return cast(Mapping[str, Any], freeze(_tuples_as_lists(value)))
+    The keys are a tool's few parameter names, each read from its own JSON: one shared string
+    for each name, not a copy per call (decision 0121), as ids and tool names are (decision
+    0092). A frozen map is returned as it is."""
+    if type(value) is FlatMap:
+        return value
+    if not isinstance(value, Mapping):  # not an object: frozen as it was before 0132, for
+        return _frozen(value)  # the validation that refuses it (a tool call's args)
+    return _frozen_object(value)
 
 
 _PLAIN: frozenset[type] = frozenset(_SCALARS)
@@ -155,15 +174,18 @@ _VECTOR: type = type(pvector())
 
 
 def thaw_json(value: Any) -> Any:
-    """A frozen JSON value as plain dicts and lists again: what pyrsistent's ``thaw`` gives, at
-    a third of its cost (the type of each value is looked up, not tested against abstract
-    classes; scalars are not visited), and a :class:`FlatMap` as a dict. Tuples stay tuples and
-    sets become sets, as there."""
+    """A frozen JSON value as plain dicts and lists again, each object's keys in the order it
+    has them: what pyrsistent's ``thaw`` gives, at a third of its cost (the type of each value
+    is looked up, not tested against abstract classes; scalars are not visited), and a
+    :class:`FlatMap` as a dict. Tuples stay tuples and sets become sets, as there."""
     kind = type(value)
     if kind in _PLAIN:
         return value
     if kind is FlatMap:
-        return dict(value.pairs())
+        for v in value._values:
+            if type(v) not in _PLAIN:
+                return {k: v if type(v) in _PLAIN else thaw_json(v) for k, v in value.pairs()}
+        return dict(value.pairs())  # scalars only (most arguments): no walk
     if kind is PMap or kind is dict:
         return {
             k: v if type(v) in _PLAIN else thaw_json(v)
@@ -172,6 +194,58 @@ def thaw_json(value: Any) -> Any:
     if kind is _VECTOR or kind is list:
         return [v if type(v) in _PLAIN else thaw_json(v) for v in value]
     return thaw(value)  # vectors, tuples, sets and subclasses, as pyrsistent thaws them
+
+
+STORED_ORDER_KEYS: Final = 8
+"""The most keys of a JSON object that a store is trusted to give back in the order it was
+written: XTDB 1.x reads every object of a document as a Clojure map, which keeps its order up to
+8 keys (an array map) and not beyond (a hash map, in the order of its keys' hashes). A frozen
+object holding a larger one is stored as its JSON text (:func:`stored_json`)."""
+
+
+def _holds_large_object(value: Any) -> bool:
+    kind = type(value)
+    if kind is FlatMap:
+        if len(value) > STORED_ORDER_KEYS:
+            return True
+        return any(type(v) not in _PLAIN and _holds_large_object(v) for v in value._values)
+    if kind is _VECTOR:
+        return any(_holds_large_object(v) for v in value if type(v) not in _PLAIN)
+    if isinstance(value, Mapping):
+        return len(value) > STORED_ORDER_KEYS or any(_holds_large_object(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds_large_object(v) for v in value)
+    return False
+
+
+def stored_json(value: Mapping[str, Any]) -> Any:
+    """The stored form of a frozen JSON object (a call's arguments, a block, a tool call's
+    ``args``): the object itself, or, when an object in it has more than
+    :data:`STORED_ORDER_KEYS` keys, its JSON text, so that every store gives back the client's
+    order (docs/decisions/0132-json-objects-keep-the-clients-order.md). Where these objects are
+    stored a string never was one: :func:`json_from_stored` tells the two apart."""
+    plain = thaw_json(value)
+    if _holds_large_object(value):
+        return json.dumps(plain, ensure_ascii=False, separators=(",", ":"))
+    return plain
+
+
+def json_from_stored(value: Any) -> Any:
+    """Inverse of :func:`stored_json` (anything stored before it, an object, as it is); raises
+    :class:`InvalidInput` for a text that is not a JSON object."""
+    if not isinstance(value, str):
+        return value
+    try:
+        plain = json.loads(value)
+    except ValueError as exc:
+        raise InvalidInput("stored JSON object", value[:80], str(exc)) from exc
+    if not isinstance(plain, dict):
+        raise InvalidInput("stored JSON object", value[:80], "is not a JSON object")
+    return plain
+
+
+def _stored_blocks(items: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(json_from_stored(item) for item in items)
 
 
 @attrs.frozen(weakref_slot=False)
@@ -274,7 +348,7 @@ class Turn:
 
 
 def _call_to_json(call: ToolCallRequest) -> dict[str, Any]:
-    out = {"id": call.id, "name": call.name, "arguments": thaw_json(call.arguments)}
+    out = {"id": call.id, "name": call.name, "arguments": stored_json(call.arguments)}
     if call.provider_id is not None:  # absent otherwise, as in chats written before it existed
         out["provider_id"] = call.provider_id
     return out
@@ -285,7 +359,7 @@ def message_to_json(message: ChatMessage) -> dict[str, Any]:
     if isinstance(message, UserMessage):
         user: dict[str, Any] = {"role": "user", "text": message.text}
         if message.images:  # absent when empty, as in messages stored before images were kept
-            user["images"] = [thaw_json(image) for image in message.images]
+            user["images"] = [stored_json(image) for image in message.images]
         return user
     if isinstance(message, AssistantMessage):
         data = {
@@ -294,13 +368,13 @@ def message_to_json(message: ChatMessage) -> dict[str, Any]:
             "tool_calls": [_call_to_json(c) for c in message.tool_calls],
         }
         if message.reasoning:  # absent when empty: messages stored before it read the same
-            data["reasoning"] = [thaw_json(block) for block in message.reasoning]
+            data["reasoning"] = [stored_json(block) for block in message.reasoning]
         return data
     if isinstance(message, ContextNote):
         return {"role": "note", "text": message.text}
     tool: dict[str, Any] = {"role": "tool", "toolcall_ref": message.toolcall_id}
     if message.images:
-        tool["images"] = [thaw_json(image) for image in message.images]
+        tool["images"] = [stored_json(image) for image in message.images]
     return tool
 
 
@@ -308,7 +382,7 @@ def message_from_json(data: Mapping[str, Any]) -> ChatMessage:
     """Inverse of :func:`message_to_json`."""
     role = data["role"]
     if role == "user":
-        return UserMessage(text=data["text"], images=data.get("images", ()))
+        return UserMessage(text=data["text"], images=_stored_blocks(data.get("images", ())))
     if role == "assistant":
         return AssistantMessage(
             text=data["text"],
@@ -316,15 +390,17 @@ def message_from_json(data: Mapping[str, Any]) -> ChatMessage:
                 ToolCallRequest(
                     id=c["id"],
                     name=c["name"],
-                    arguments=c["arguments"],
+                    arguments=json_from_stored(c["arguments"]),
                     provider_id=c.get("provider_id"),
                 )
                 for c in data["tool_calls"]
             ),
-            reasoning=data.get("reasoning", ()),
+            reasoning=_stored_blocks(data.get("reasoning", ())),
         )
     if role == "tool":
-        return ToolResult(toolcall_id=data["toolcall_ref"], images=data.get("images", ()))
+        return ToolResult(
+            toolcall_id=data["toolcall_ref"], images=_stored_blocks(data.get("images", ()))
+        )
     if role == "note":
         return ContextNote(text=data["text"])
     raise ValueError(f"unknown chat message role {role!r}")

@@ -13,7 +13,7 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from selfctx.domain.chat import thaw_json
+from selfctx.domain.chat import json_from_stored, stored_json
 from selfctx.domain.errors import InvalidInput
 from selfctx.domain.infrastructure import ChatObject, SessionObject
 from selfctx.domain.objects import (
@@ -64,7 +64,7 @@ def to_document(obj: StoredObject) -> dict[str, Any]:
         doc.update(
             content=obj.content,
             tool=obj.tool,
-            args=thaw_json(obj.args),
+            args=stored_json(obj.args),
             status=obj.status,
             chat_ref=obj.chat_ref,
         )
@@ -172,7 +172,7 @@ def _toolcall(doc: Mapping[str, Any], content: str | None, common: Any) -> Toolc
     return ToolcallObject(
         content=content,
         tool=doc["tool"],
-        args=doc["args"],
+        args=json_from_stored(doc["args"]),
         status=doc["status"],
         chat_ref=doc["chat_ref"],
         args_display=doc.get("args_display"),

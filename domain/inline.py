@@ -16,11 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
-from pyrsistent import PMap
 
 from selfctx.domain.chat import (
     AssistantMessage,
     ContextNote,
+    FlatMap,
     ToolCallRequest,
     ToolResult,
     Turn,
@@ -79,8 +79,8 @@ def _long(value: Any) -> bool:
     kind = type(value)
     if kind is str:
         return len(value) > MAX_COLLAPSED_ARGUMENT
-    if kind is PMap:  # a call's arguments, frozen: read its pairs, not the slower values view
-        return any(_long(v) for _, v in value.iteritems())
+    if kind is FlatMap:  # a call's arguments, frozen: read its pairs, not the slower values view
+        return any(_long(v) for _, v in value.pairs())
     if isinstance(value, str):
         return len(value) > MAX_COLLAPSED_ARGUMENT
     if isinstance(value, Mapping):

@@ -364,11 +364,18 @@ def test_a_record_beyond_max_lines_keeps_none(monkeypatch: pytest.MonkeyPatch) -
 
 
 def _digest_by_definition(context: AssembledContext) -> str:
-    """context_digest as first defined: each value thawed by pyrsistent's own ``thaw``."""
+    """context_digest as first defined: each value thawed by pyrsistent's own ``thaw`` from the
+    persistent maps values were frozen into before decision 0132 (in a ``pmap``'s order)."""
     import hashlib
     import json
 
-    from pyrsistent import thaw
+    from pyrsistent import freeze
+    from pyrsistent import thaw as pyrsistent_thaw
+
+    from selfctx.domain.chat import thaw_json
+
+    def thaw(value: Any) -> Any:
+        return pyrsistent_thaw(freeze(thaw_json(value)))
 
     def sha(text: str) -> bytes:
         return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()

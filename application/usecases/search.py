@@ -33,6 +33,7 @@ from selfctx.application.ports.search import (
     Shown,
 )
 from selfctx.application.ports.store import Change, ObjectStore
+from selfctx.domain.chat import json_from_stored
 from selfctx.domain.errors import InvalidInput
 
 __all__ = ["PAGE", "SearchHistory", "batch_of"]
@@ -56,7 +57,9 @@ def _toolcall_title(doc: Mapping[str, Any]) -> str:
     tool = str(doc.get("tool") or "")
     shown = doc.get("args_display")
     if not isinstance(shown, str):
-        shown = json.dumps(doc.get("args") or {}, ensure_ascii=False, sort_keys=True)
+        shown = json.dumps(
+            json_from_stored(doc.get("args") or {}), ensure_ascii=False, sort_keys=True
+        )
     return f"{tool} {shown}"[:_MAX_TITLE]
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-from pyrsistent import thaw
-
 from selfctx.adapters.harness.render import _openai_message
 from selfctx.application.tokens import context_texts
 from selfctx.domain.chat import ToolCallRequest
@@ -35,7 +33,7 @@ def test_the_arguments_text_is_what_json_dumps_writes() -> None:
     call = ToolCallRequest("c1", "bash", arguments)
     message = RenderedMessage("assistant", "", (call,))
     item = _openai_message(message)
-    text = json.dumps(thaw(call.arguments), ensure_ascii=False)  # a frozen map's own order
+    text = json.dumps(arguments, ensure_ascii=False)  # the client's order (decision 0132)
     assert json.loads(text) == arguments and "é" in text
     assert item["tool_calls"][0]["function"]["arguments"] == text
     context = AssembledContext(system_prompt="", metadata=(), chat=(message,), active=())

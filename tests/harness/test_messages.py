@@ -15,7 +15,7 @@ from selfctx.adapters.harness.messages import (
     parse_messages,
     parse_openai,
 )
-from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.chat import ToolCallRequest, thaw_json
 from selfctx.domain.errors import InvalidInput
 from tests.harness.conftest import (
     a_assistant,
@@ -110,7 +110,7 @@ def test_openai_arguments_forms() -> None:
     assert args({"command": "ls"}) == {"command": "ls"}  # already an object
     assert args("") == {}
     assert args("  ") == {}
-    assert _plain(args("[1, 2]")) == {"_value": [1, 2]}
+    assert thaw_json(args("[1, 2]")) == {"_value": [1, 2]}
     # Models emit broken JSON: the call is kept, with the raw text.
     assert args('{"command": "ls"') == {
         "_raw": '{"command": "ls"',
@@ -316,10 +316,5 @@ def test_malformed_message_carries_index_and_reason() -> None:
 def test_arguments_objects_survive_a_json_round_trip() -> None:
     args = {"command": "view", "path": "/a", "view_range": [1, 20], "nested": {"k": None}}
     [message] = parse_openai([o_assistant("", o_call("c", "str_replace_editor", **args))])
-    assert json.loads(json.dumps(_plain(message.tool_calls[0].arguments))) == args
-
-
-def _plain(value: object) -> object:
-    from pyrsistent import thaw
-
-    return thaw(value)
+    plain = thaw_json(message.tool_calls[0].arguments)
+    assert json.dumps(plain) == json.dumps(args)  # the client's order too (decision 0132)
