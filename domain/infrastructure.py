@@ -53,9 +53,13 @@ def _turn_messages(messages: PVector[ChatMessage]) -> tuple[list[dict[str, Any]]
     first = messages[0]
     hit = _stored_turns.get(id(first))
     written, joined = 0, ""
-    if hit is not None and hit[0] is first and len(hit[1]) <= len(messages):
-        if all(a is b for a, b in zip(hit[1], messages)):  # the same messages first
-            written, joined = len(hit[1]), hit[2]
+    if (
+        hit is not None
+        and hit[0] is first
+        and len(hit[1]) <= len(messages)
+        and all(a is b for a, b in zip(hit[1], messages, strict=False))  # the same ones first
+    ):
+        written, joined = len(hit[1]), hit[2]
     if written == len(messages):
         return data, joined
     new = ",".join([hashing.stable_stringify(d) for d in data[written:]])
