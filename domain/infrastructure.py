@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import attrs
 from pyrsistent import pmap, pset, pvector
-from pyrsistent.typing import PSet
+from pyrsistent.typing import PSet, PVector
 
 from selfctx.domain import hashing
 from selfctx.domain.chat import ChatMessage, Turn, message_to_json, turn_from_json
@@ -29,30 +29,48 @@ def session_id_for(session_id: str) -> str:
 
 
 _STORED_CHARS = 8_000_000
-_stored_messages: dict[int, tuple[ChatMessage, str]] = {}
+_stored_turns: dict[int, tuple[ChatMessage, PVector[ChatMessage], str]] = {}
 _stored_chars = 0
-"""The stable text of chat messages written in a snapshot before, by the message's identity
-(each entry holds its message, so that no other object can take its id): a chat's snapshot
-hashes what is new in it, not the chat's length. Only the text is kept, not the stored form (a
-message's stored form is rebuilt at each snapshot, a few microseconds, where keeping it cost
-about as much memory again as the text: decision 0092). Cleared whole when the texts it holds
-pass :data:`_STORED_CHARS` characters (a bound on memory, about 30 chats of 1,000 objects), so
-that it never grows with the sessions a process has served."""
+"""The stable text of the messages of each turn written in a snapshot before, joined with commas
+as the chat's text lists them, by the identity of the turn's first message: that message, the
+turn's messages when they were written (the entry's check: a later version of the turn holds the
+same objects first, as a message appended to it does; a rollback or a compaction does not) and
+their text. A chat's snapshot hashes what is new in it, not the chat's length. One string a
+turn, not one a message: an entry per message was about 190 bytes beside its text (its tuple,
+its key, its string's header and the table's slot; decision 0136). Only the text is kept, not
+the stored form (a message's stored form is rebuilt at each snapshot, a few microseconds, where
+keeping it cost about as much memory again as the text: decision 0092). Cleared whole when the
+texts it holds pass :data:`_STORED_CHARS` characters (a bound on memory, about 30 chats of 1,000
+objects), so that it never grows with the sessions a process has served."""
 
 
-def _stored(message: ChatMessage) -> tuple[dict[str, Any], str]:
-    """``message_to_json(message)`` and its stable text (remembered)."""
+def _turn_messages(messages: PVector[ChatMessage]) -> tuple[list[dict[str, Any]], str]:
+    """Each message's stored form, and their stable texts joined with commas (remembered)."""
     global _stored_chars
-    data = message_to_json(message)
-    hit = _stored_messages.get(id(message))
-    if hit is None or hit[0] is not message:
-        hit = (message, hashing.stable_stringify(data))
-        if _stored_chars + len(hit[1]) > _STORED_CHARS:
-            _stored_messages.clear()
-            _stored_chars = 0
-        _stored_messages[id(message)] = hit
-        _stored_chars += len(hit[1])
-    return data, hit[1]
+    data = [message_to_json(message) for message in messages]
+    if not messages:
+        return data, ""
+    first = messages[0]
+    hit = _stored_turns.get(id(first))
+    written, joined = 0, ""
+    if (
+        hit is not None
+        and hit[0] is first
+        and len(hit[1]) <= len(messages)
+        and all(a is b for a, b in zip(hit[1], messages, strict=False))  # the same ones first
+    ):
+        written, joined = len(hit[1]), hit[2]
+    if written == len(messages):
+        return data, joined
+    new = ",".join([hashing.stable_stringify(d) for d in data[written:]])
+    joined = f"{joined},{new}" if written else new
+    grown = len(joined) - (len(hit[2]) if hit is not None else 0)
+    if _stored_chars + grown > _STORED_CHARS:
+        _stored_turns.clear()
+        _stored_chars, grown = 0, len(joined)
+    _stored_turns[id(first)] = (first, messages, joined)
+    _stored_chars += grown
+    return data, joined
 
 
 def chat_id_for(session_id: str) -> str:
@@ -84,9 +102,9 @@ class ChatObject:
         turns: list[dict[str, Any]] = []
         texts: list[str] = []
         for turn in state.turns:  # turn_to_json, each message's form written once
-            stored = [_stored(message) for message in turn.messages]
-            turns.append({"number": turn.number, "messages": [data for data, _ in stored]})
-            messages = "[" + ",".join([text for _, text in stored]) + "]"
+            data, joined = _turn_messages(turn.messages)
+            turns.append({"number": turn.number, "messages": data})
+            messages = "[" + joined + "]"
             texts.append(
                 hashing.object_text(
                     {"number": hashing.stable_stringify(turn.number), "messages": messages}

@@ -255,22 +255,30 @@ def test_the_chat_of_a_state_is_its_turns_hashed_whole(state: SessionState, more
 def test_the_memo_of_written_messages_stays_within_its_bound(
     state: SessionState, more: Any, bound: int
 ) -> None:
-    """The memo of messages written before holds at most its bound of text (cleared whole past
-    it), and a chat written across a clearing is the same document."""
+    """The memo of turns written before holds at most its bound of text (cleared whole past it),
+    and a chat written across a clearing, or from what is remembered, is the same document with
+    the same hashes as one written from nothing remembered."""
     states = [state]
     for command in more:
         with contextlib.suppress(SelfContextError):
             states.append(fold(decide(states[-1], command), states[-1]))
+    memo = infrastructure._stored_turns
     with mock.patch.object(infrastructure, "_STORED_CHARS", bound):
-        infrastructure._stored_messages.clear()
+        memo.clear()
         infrastructure._stored_chars = 0
         for each in states:
             chat = ChatObject.of(each)
-            held = sum(len(text) for _, text in infrastructure._stored_messages.values())
+            held = sum(len(text) for _, _, text in memo.values())
             assert held == infrastructure._stored_chars
-            assert held <= bound or len(infrastructure._stored_messages) == 1
+            assert held <= bound or len(memo) == 1
             assert list(chat.turns) == [turn_to_json(turn) for turn in each.turns]
-    infrastructure._stored_messages.clear()
+            kept = dict(memo), infrastructure._stored_chars
+            memo.clear()  # the same hashes written from nothing remembered
+            assert ChatObject.of(each) == chat
+            memo.clear()
+            memo.update(kept[0])
+            infrastructure._stored_chars = kept[1]
+    memo.clear()
     infrastructure._stored_chars = 0
 
 

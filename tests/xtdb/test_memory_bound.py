@@ -504,3 +504,31 @@ def test_the_chats_own_objects_are_a_few_small_records_a_message(service_on: Any
     assert len({id(c.arguments._keys) for c in calls}) == 1  # ("command",), once
     assert all(dict(c.arguments) == {"command": f"pytest -k case{n}"} for n, c in enumerate(calls))
     print(f"the chat: {per_message:.0f} bytes a message beside its strings, turns 40-200")
+
+
+def test_the_chats_written_text_is_remembered_by_turn_not_by_message(
+    service_on: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision 0136: what a snapshot remembers of the chat's text written before (so that it
+    hashes only what is new) holds, beside the text's characters, a few bytes a message: the
+    texts of a turn's messages are one string, remembered by the turn's first message. An entry
+    per message (its tuple, its key, its string's header, the table's slot) was about 190 bytes
+    a message; here the session's 400 messages after its first user message are one turn, as
+    an agent's long turn is."""
+    from selfctx.domain import infrastructure
+
+    monkeypatch.setattr(infrastructure, "_STORED_CHARS", 10**9)  # not cleared during the test
+    service = service_on(20_000)
+    _server, call, sid, prefix, digest = _opened(service)
+    beside = []
+    for _ in _appended(call, sid, prefix, digest, 31, 200, (40, 200)):
+        memos = [v for k, v in vars(infrastructure).items() if k.startswith("_stored_")]
+        memos = [m for m in memos if isinstance(m, dict)]
+        chat: set[int] = set()
+        _bookkeeping([service.state(sid).turns], chat, strings=True)
+        texts = [v for memo in memos for entry in memo.values() for v in entry if type(v) is str]
+        chars = sum(len(t) for t in texts if id(t) not in chat)
+        beside.append(_bookkeeping(memos, chat, strings=True) - chars)
+    per_message = (beside[1] - beside[0]) / (2 * 160)
+    assert -20 < per_message < 40, (per_message, beside)
+    print(f"the written chat's memo: {per_message:.0f} bytes a message beside its characters")
