@@ -65,6 +65,7 @@ _CHECKPOINT = 64
 """The view keeps the digest of every ``_CHECKPOINT``-th prefix (and of the whole view); the
 digest of another prefix is worked out from the one before it (decision 0122)."""
 
+
 class _Position:
     """A position of the view whose calls are not what its entry's calls say of themselves (an
     id of ours that came back in, a call stored before decision 0030): its three tuples as
@@ -407,9 +408,7 @@ class Cursor:
         prefix = start + view.common(start, fps)
         end = start + len(fps)
         if prefix == end:  # nothing beyond what was seen (a retry or a truncation)
-            return Plan(
-                (), False, start, tuple(fps), tuple(self.view_entries[start:end]), answered
-            )
+            return Plan((), False, start, tuple(fps), tuple(self.view_entries[start:end]), answered)
         return _Planner(self, messages, start, fps, prefix, answered).run()
 
     def _check_unique(self, messages: Sequence[Message], start: int) -> Mapping[str, bool]:
@@ -591,9 +590,7 @@ class _Planner:
             self.current[call_id] = object_id
             self.claimed.add(object_id)
 
-    def _result(
-        self, message: Message, index: int, fp: str, new: list[Planned]
-    ) -> tuple[str, ...]:
+    def _result(self, message: Message, index: int, fp: str, new: list[Planned]) -> tuple[str, ...]:
         """The result's call (as a tuple of its object id), the result planned if new."""
         call_id = self.ids.canonical(message.tool_call_id or "")
         target = self.current.get(call_id) or self.ids.answer(call_id)
