@@ -105,12 +105,12 @@ def handle(state: SessionState, object_id: str) -> str:
 
 class Origins:
     """(turn number, index in the turn) of each rendered message, as two arrays of machine
-    integers: 8 bytes each, where a tuple of Python integers per message was about 72 bytes
-    (decision 0105)."""
+    integers: 4 bytes each (a turn's number and a message's index in it are below 2**31), where
+    a tuple of Python integers per message was about 72 bytes (decisions 0105, 0141)."""
 
     def __init__(self) -> None:
-        self._turns = array("q")
-        self._indexes = array("q")
+        self._turns = array("i")
+        self._indexes = array("i")
 
     def __len__(self) -> int:
         return len(self._turns)
@@ -147,7 +147,9 @@ class InlineCache:
     stale_from: int | None = None
     """The first position whose rendering may have changed (None: none)."""
     compacted: dict[str, ToolCallRequest] = attrs.field(factory=dict)
-    """Shortened requests of collapsed calls, by call id."""
+    """Shortened requests of collapsed calls, by call id: only of the calls with a long
+    argument (a call shown as it is was an entry here too, 12 bytes a message; decision
+    0141)."""
     viewed: set[str] = attrs.field(factory=set)
     """Files some tool call of the session read, viewed, changed or named: its output or its
     arguments are where they show."""
@@ -283,9 +285,10 @@ def _render_message(
             if call.id in state.positions and call.id not in state.active:
                 compacted = cache.compacted.get(call.id)
                 if compacted is None:
-                    compacted = cache.compacted[call.id] = compact_call(
-                        call, handle(state, call.id)
-                    )
+                    compacted = call
+                    if _long(call.arguments):
+                        compacted = compact_call(call, handle(state, call.id))
+                        cache.compacted[call.id] = compacted
                 calls.append(compacted)
                 shortened = shortened or compacted is not call
             else:

@@ -65,31 +65,91 @@ _CHECKPOINT = 64
 """The view keeps the digest of every ``_CHECKPOINT``-th prefix (and of the whole view); the
 digest of another prefix is worked out from the one before it (decision 0122)."""
 
-Copies = tuple[str, ...] | list[tuple[str, ...]]
-"""The object ids of each recorded copy of a message's calls: the one tuple while there is one
-copy (a list of one was 72 bytes more a message; decision 0105), a list from the second on."""
+
+class _Position:
+    """A position of the view whose calls are not what its entry's calls say of themselves (an
+    id of ours that came back in, a call stored before decision 0030): its three tuples as
+    they are."""
+
+    __slots__ = ("named", "objects", "unique")
+
+    def __init__(self, objects: tuple[str, ...], named: tuple[str, ...], unique: Unique) -> None:
+        self.objects = objects
+        self.named = named
+        self.unique = unique
 
 
-def _copies_of(table: Mapping[_K, Copies], key: _K) -> list[tuple[str, ...]]:
-    """The copies recorded under ``key``, oldest first."""
-    found = table.get(key)
-    if found is None:
-        return []
-    return found if isinstance(found, list) else [found]
+Entry = ToolCallRequest | tuple[ToolCallRequest, ...] | str | _Position | None
+"""What the cursor keeps of a position of the harness's list (decision 0141), the chat's own
+objects wherever they say it: an assistant message's call (the chat's record: its object id and
+the harness's id), or its calls' tuple when it has more than one; a tool result's object id (the
+call's string); None for a message without calls; a :class:`_Position` otherwise. A tuple of
+object ids, one of the harness's ids and a slot in each of three lists were about 70 bytes a
+message."""
 
 
-def _add_copy(table: dict[_K, Copies], key: _K, held: tuple[str, ...]) -> None:
-    found = table.get(key)
-    if found is None:
-        table[key] = held
-    elif isinstance(found, list):
-        found.append(held)
-    else:
-        table[key] = [found, held]
+def _provider(call: ToolCallRequest) -> str:
+    return call.provider_id if call.provider_id is not None else call.id
 
 
-_SHARED_TUPLES = 64
-"""Tuples of ids :meth:`Cursor.shared` looks among (the ones of the last list or two)."""
+def _objects(entry: Entry) -> tuple[str, ...]:
+    """The object ids of an assistant message's calls, or of the call a tool result answers."""
+    if entry is None:
+        return ()
+    if isinstance(entry, str):
+        return (entry,)
+    if isinstance(entry, tuple):
+        return tuple(c.id for c in entry)
+    if isinstance(entry, _Position):
+        return entry.objects
+    return (entry.id,)
+
+
+def _named(entry: Entry) -> tuple[str, ...]:
+    """An assistant message's calls by the harness's (canonical) ids."""
+    if entry is None or isinstance(entry, str):
+        return ()
+    if isinstance(entry, tuple):
+        return tuple(_provider(c) for c in entry)
+    if isinstance(entry, _Position):
+        return entry.named
+    return (_provider(entry),)
+
+
+def _unique(entry: Entry, ids: CallIds) -> Unique:
+    """What the uniqueness rule needs of the position (:data:`Unique`)."""
+    if entry is None:
+        return None
+    if isinstance(entry, str):
+        return ids.provider_id(entry)
+    if isinstance(entry, _Position):
+        return entry.unique
+    return _named(entry)
+
+
+def _entry(
+    ids: CallIds,
+    held: tuple[str, ...],
+    named: tuple[str, ...],
+    unique: Unique,
+    calls: tuple[ToolCallRequest, ...] | None = None,
+) -> Entry:
+    """The entry of a position whose calls are ``held`` (object ids), ``named`` (the harness's
+    canonical ids) and ``unique`` (:data:`Unique`): the chat's objects when they say the same
+    (``calls``: the calls' tuple, if at hand), else a :class:`_Position`."""
+    if not held:
+        if not named and unique is None:
+            return None
+    elif isinstance(unique, str):
+        if len(held) == 1 and not named and ids.provider_id(held[0]) == unique:
+            return held[0]
+    elif unique == named:
+        if calls is None or tuple(c.id for c in calls) != held:
+            found = [ids.call(i) for i in held]
+            calls = None if None in found else tuple(c for c in found if c is not None)
+        if calls is not None and tuple(_provider(c) for c in calls) == named:
+            return calls[0] if len(calls) == 1 else calls
+    return _Position(held, named, unique)
 
 
 class _View:
@@ -203,13 +263,8 @@ class Plan:
     """The position the planned part of the list begins at (what precedes is the view's)."""
     fingerprints: tuple[str, ...]
     """For each position from ``start`` on: its fingerprint."""
-    objects: tuple[tuple[str, ...], ...]
-    """For each position from ``start`` on: the object ids of an assistant message's calls, or
-    of the call a tool result answers."""
-    calls: tuple[tuple[str, ...], ...]
-    """For each position from ``start`` on: an assistant message's calls, by the harness's ids."""
-    unique: tuple[Unique, ...]
-    """For each position from ``start`` on: what the uniqueness rule needs of it."""
+    entries: tuple[Entry, ...]
+    """For each position from ``start`` on: its calls (:data:`Entry`)."""
     answered: Mapping[str, bool]
     """The uniqueness rule's state at the end of the list (call id → answered)."""
 
@@ -228,27 +283,21 @@ class Cursor:
         self.max_output_bytes = max_output_bytes
         self.view = _View()
         """The harness's chat as last seen: each position's fingerprint, each prefix's digest."""
-        self.view_objects: list[tuple[str, ...]] = []
-        self.view_calls: list[tuple[str, ...]] = []
-        """For each position: an assistant message's calls by the harness's (canonical) ids."""
-        self.view_unique: list[Unique] = []
+        self.view_entries: list[Entry] = []
+        """For each position: its calls (:data:`Entry`)."""
         self._beyond: collections.Counter[str] = collections.Counter()
         """Every message recorded is the multiset of the view's fingerprints and this one: the
         messages recorded but not in the view (those a harness's compaction dropped) less the
         view's positions that were not recorded as they stand (edited copies). Empty while the
         harness's lists only grow (decision 0122)."""
-        self.recorded_calls: dict[bytes, Copies] = {}
-        """Fingerprint of an assistant message (its 16 bytes) → its calls' object ids, for each
-        recorded copy."""
-        self.by_harness_ids: dict[tuple[str, ...], Copies] = {}
-        """The harness's ids of an assistant message's calls → their object ids, per message."""
+        self.recorded_fingerprints = bytearray()
+        self.recorded_calls: list[Entry] = []
+        """Each assistant message with calls recorded, in order: its fingerprint (16 bytes in
+        one buffer) and its calls (:data:`Entry`). A list that diverges looks them up by
+        fingerprint or by the harness's ids in a table made for it (:class:`_Planner`); tables
+        kept for the session's life were about 70 bytes a message (decision 0141)."""
         self.total = 0
         """Messages recorded over the session's life."""
-        self._tuples: dict[tuple[str, ...], tuple[str, ...]] = {}
-        """The tuples of ids made last (at most :data:`_SHARED_TUPLES`), each the one copy the
-        structures above hold of it (:meth:`shared`)."""
-        self._names: dict[str, str] = {}
-        """The ids in those tuples, each by itself (:meth:`shared_id`)."""
         self._answered: dict[str, bool] = {}
         self._answered_at = 0
         """The uniqueness rule's state at the end of the last list planned, and that list's
@@ -258,9 +307,8 @@ class Cursor:
         """Rebuild everything from the stored chat (after a resume: nothing is re-recorded when
         the harness sends the same list again, and its digest is the one the harness holds)."""
         view: list[str] = []
-        objects: list[tuple[str, ...]] = []
-        harness: list[tuple[str, ...]] = []
-        unique: list[Unique] = []
+        entries: list[Entry] = []
+        self.recorded_fingerprints, self.recorded_calls = bytearray(), []
         for turn in turns:
             for message in turn.messages:
                 calls: tuple[ToolCallRequest, ...] = ()
@@ -285,15 +333,12 @@ class Cursor:
                 else:
                     continue  # the context manager's own notes are not the harness's messages
                 view.append(fp)
-                objects.append(held)
-                harness.append(named)
-                unique.append(seen)
+                entries.append(_entry(self.ids, held, named, seen, calls))
                 self._count(fp, calls)
         self.view = _View()
         self.view.replace(0, view)
         self._beyond = collections.Counter()  # each message both recorded and in the view
-        self.view_objects = objects
-        self.view_calls, self.view_unique = harness, unique
+        self.view_entries = entries
         self._answered, self._answered_at = {}, 0
 
     def digest(self, length: int | None = None) -> str:
@@ -326,38 +371,25 @@ class Cursor:
         harness = [(self.ids.provider_id(c.id), c.name, c.arguments) for c in calls]
         return message_fingerprint("assistant", text, harness)
 
-    def shared(self, ids: tuple[str, ...]) -> tuple[str, ...]:
-        """``ids``, or the equal tuple made last: a message's calls are held as a tuple by the
-        view, the recorded copies and the harness's ids, each made on its own; one copy for
-        all instead of up to five (decision 0105). Only the last few are looked at: the copies
-        of one message are made within one list."""
-        if not ids:
-            return ()
-        held = self._tuples.get(ids)
-        if held is not None:
-            return held
-        if len(self._tuples) >= _SHARED_TUPLES:
-            self._tuples.clear()
-            self._names.clear()
-        self._tuples[ids] = ids
-        for name in ids:
-            self._names.setdefault(name, name)
-        return ids
-
-    def shared_id(self, call_id: str) -> str:
-        """``call_id``, or the equal id in a tuple :meth:`shared` made last: a tool result's
-        call id is the one string its call's tuple holds (a string of its own was 29 bytes a
-        message; decision 0122)."""
-        return self._names.get(call_id, call_id)
-
-    def _count(self, fp: str, calls: Sequence[ToolCallRequest]) -> None:
+    def _count(self, fp: str, calls: tuple[ToolCallRequest, ...]) -> None:
         self._beyond[fp] += 1  # until the view holds it (:meth:`_replace`)
         if calls:
-            held = self.shared(tuple(c.id for c in calls))
-            _add_copy(self.recorded_calls, bytes.fromhex(fp), held)
-            harness = self.shared(tuple(c.provider_id or c.id for c in calls))
-            _add_copy(self.by_harness_ids, harness, held)
+            self.recorded_fingerprints += bytes.fromhex(fp)
+            self.recorded_calls.append(calls[0] if len(calls) == 1 else calls)
         self.total += 1
+
+    def recorded(self) -> tuple[dict[bytes, list[Entry]], dict[tuple[str, ...], list[Entry]]]:
+        """The recorded copies of assistant messages' calls by fingerprint (16 bytes) and by the
+        harness's ids of their calls, oldest first: made when a list diverges (in the time of
+        the session's length, as reconciling a diverging list already is)."""
+        by_fingerprint: dict[bytes, list[Entry]] = {}
+        by_harness: dict[tuple[str, ...], list[Entry]] = {}
+        buffer = self.recorded_fingerprints
+        for n, entry in enumerate(self.recorded_calls):
+            key = bytes(buffer[n * _LINK : (n + 1) * _LINK])
+            by_fingerprint.setdefault(key, []).append(entry)
+            by_harness.setdefault(_named(entry), []).append(entry)
+        return by_fingerprint, by_harness
 
     # -- planning --------------------------------------------------------------------------
 
@@ -376,16 +408,7 @@ class Cursor:
         prefix = start + view.common(start, fps)
         end = start + len(fps)
         if prefix == end:  # nothing beyond what was seen (a retry or a truncation)
-            return Plan(
-                (),
-                False,
-                start,
-                tuple(fps),
-                tuple(self.view_objects[start:end]),
-                tuple(self.view_calls[start:end]),
-                tuple(self.view_unique[start:end]),
-                answered,
-            )
+            return Plan((), False, start, tuple(fps), tuple(self.view_entries[start:end]), answered)
         return _Planner(self, messages, start, fps, prefix, answered).run()
 
     def _check_unique(self, messages: Sequence[Message], start: int) -> Mapping[str, bool]:
@@ -395,7 +418,8 @@ class Cursor:
             base = self._answered
         else:
             base = {}
-            _replay_unique(self.view_unique[:start], base)
+            ids = self.ids
+            _replay_unique((_unique(e, ids) for e in self.view_entries[:start]), base)
         answered: collections.ChainMap[str, bool] = collections.ChainMap({}, base)
         _check_unique(messages, answered)
         return answered
@@ -437,9 +461,7 @@ class Cursor:
         for fp in {*gone, *come}:
             if not beyond[fp]:
                 del beyond[fp]
-        self.view_objects[start:] = plan.objects[:n]
-        self.view_calls[start:] = plan.calls[:n]
-        self.view_unique[start:] = plan.unique[:n]
+        self.view_entries[start:] = plan.entries[:n]
 
     def _remember_unique(self, plan: Plan, end: int) -> None:
         answered = plan.answered
@@ -503,9 +525,7 @@ class _Planner:
         self.answered = answered
         self.ids = cursor.ids.copy()
         self.diverged = prefix < len(cursor.view)
-        self.objects: list[tuple[str, ...]] = list(cursor.view_objects[start:prefix])
-        self.calls: list[tuple[str, ...]] = list(cursor.view_calls[start:prefix])
-        self.unique: list[Unique] = list(cursor.view_unique[start:prefix])
+        self.entries: list[Entry] = list(cursor.view_entries[start:prefix])
         self.current: dict[str, str] = {}
         """Harness id → the object id a result naming it answers, as of this point in the list."""
         self.claimed: set[str] = set()
@@ -513,12 +533,14 @@ class _Planner:
         self.matches: collections.Counter[str] = collections.Counter()
         """Per fingerprint: how many messages after the prefix are recorded copies."""
         self.matched: collections.Counter[str] = collections.Counter()
+        self.by_fingerprint: dict[bytes, list[Entry]] = {}
+        self.by_harness: dict[tuple[str, ...], list[Entry]] = {}
         if self.diverged:
             # The prefix's calls, from what the view holds of it (its messages are not given).
-            for named, held in zip(
-                cursor.view_calls[:prefix], cursor.view_objects[:prefix], strict=True
-            ):
-                self._point(named, held)
+            for entry in cursor.view_entries[:prefix]:
+                if entry is not None and not isinstance(entry, str):
+                    self._point(_named(entry), _objects(entry))
+            self.by_fingerprint, self.by_harness = cursor.recorded()
             # recorded, less the prefix: the view past the prefix and what is beyond the view
             self.available = collections.Counter(cursor.view.fingerprints(prefix))
             self.available.update(cursor._beyond)
@@ -530,44 +552,36 @@ class _Planner:
     def run(self) -> Plan:
         new: list[Planned] = []
         start = self.start
+        ids = self.ids
         for index in range(self.prefix, start + len(self.messages)):
             message, fp = self.messages[index - start], self.fps[index - start]
-            shared = self.cursor.shared
-            named = shared(tuple(self.ids.canonical(c.id) for c in message.tool_calls))
-            self.calls.append(named)
+            named = tuple(ids.canonical(c.id) for c in message.tool_calls)
+            unique: Unique = None
             if message.tool_calls:
-                self.unique.append(shared(tuple(c.id for c in message.tool_calls)))
+                unique = tuple(c.id for c in message.tool_calls)
             elif message.role == "tool":
-                self.unique.append(self.cursor.shared_id(message.tool_call_id or ""))
-            else:
-                self.unique.append(None)
+                unique = message.tool_call_id or ""
+            calls: tuple[ToolCallRequest, ...] | None = None
             if message.role == "tool":
-                self._result(message, index, fp, new)
+                held = self._result(message, index, fp, new)
+                named = ()
             elif self.diverged and self.available[fp] > 0:
-                self._known(named, fp)
+                held = self._known(named, fp)
             elif self.diverged and (edited := self._edited(message)) is not None:
-                self.objects.append(edited)  # an assistant message the harness edited
-                self._point(named, edited)
+                held = edited  # an assistant message the harness edited
+                self._point(named, held)
             elif message.role == "assistant":
-                calls = tuple(self.ids.request(call) for call in message.tool_calls)
+                calls = tuple(ids.request(call) for call in message.tool_calls)
                 new.append(Planned(message, index, fp, calls=calls))
-                held = shared(tuple(c.id for c in calls))
-                named = shared(tuple(self.ids.canonical(c.id) for c in message.tool_calls))
-                self.calls[-1] = named
-                self.objects.append(held)
+                held = tuple(c.id for c in calls)
+                named = tuple(ids.canonical(c.id) for c in message.tool_calls)
                 self._point(named, held)
             else:
                 new.append(Planned(message, index, fp))
-                self.objects.append(())
+                held = ()
+            self.entries.append(_entry(ids, held, named, unique, calls))
         return Plan(
-            tuple(new),
-            self.diverged,
-            start,
-            tuple(self.fps),
-            tuple(self.objects),
-            tuple(self.calls),
-            tuple(self.unique),
-            self.answered,
+            tuple(new), self.diverged, start, tuple(self.fps), tuple(self.entries), self.answered
         )
 
     def _point(self, named: Sequence[str], held: Sequence[str]) -> None:
@@ -576,17 +590,17 @@ class _Planner:
             self.current[call_id] = object_id
             self.claimed.add(object_id)
 
-    def _result(self, message: Message, index: int, fp: str, new: list[Planned]) -> None:
+    def _result(self, message: Message, index: int, fp: str, new: list[Planned]) -> tuple[str, ...]:
+        """The result's call (as a tuple of its object id), the result planned if new."""
         call_id = self.ids.canonical(message.tool_call_id or "")
         target = self.current.get(call_id) or self.ids.answer(call_id)
         if target is None:
             raise MalformedMessage(
                 message.index, f"tool result for {call_id!r}, which no assistant message requested"
             )
-        self.objects.append(self.cursor.shared((target,)))
         if target in self.ids.answered:
             if self.diverged and target in self.cursor.ids.answered:
-                return  # recorded already: a diverging list holds it again
+                return (target,)  # recorded already: a diverging list holds it again
             raise MalformedMessage(message.index, f"a second result for tool call {call_id!r}")
         limit = self.cursor.max_output_bytes
         text = message.text
@@ -596,18 +610,19 @@ class _Planner:
             )
         self.ids.answered.add(target)
         new.append(Planned(message, index, fp, answers=target))
+        return (target,)
 
-    def _known(self, named: Sequence[str], fp: str) -> None:
+    def _known(self, named: Sequence[str], fp: str) -> tuple[str, ...]:
         """A message recorded before: its calls are those of a recorded copy (the list is taken
         to hold the latest copies of identical messages, as a compaction keeps the recent ones:
         the j-th match after the prefix is copy ``len(copies) - matches + j``)."""
         self.available[fp] -= 1
-        copies = _copies_of(self.cursor.recorded_calls, bytes.fromhex(fp))
+        copies = self.by_fingerprint.get(bytes.fromhex(fp), ())
         j = self.matched[fp]
         self.matched[fp] += 1
-        held = copies[max(0, len(copies) - self.matches[fp] + j)] if copies else ()
-        self.objects.append(held)
+        held = _objects(copies[max(0, len(copies) - self.matches[fp] + j)]) if copies else ()
         self._point(named, held)
+        return held
 
     def _edited(self, message: Message) -> tuple[str, ...] | None:
         """The calls of the recorded assistant message that ``message`` (not recorded as it
@@ -618,7 +633,8 @@ class _Planner:
             return None
         harness = tuple(self.ids.canonical(c.id) for c in message.tool_calls)
         wanted = [(c.name, c.arguments) for c in message.tool_calls]
-        for held in reversed(_copies_of(self.cursor.by_harness_ids, harness)):
+        for entry in reversed(self.by_harness.get(harness, ())):
+            held = _objects(entry)
             if any(i in self.claimed for i in held):
                 continue
             calls = [self.cursor.ids.call(i) for i in held]

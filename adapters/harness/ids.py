@@ -47,8 +47,9 @@ class CallIds:
         self.session_id = session_id
         self._parent = parent
         """The map a scratch copy reads through (None: this map holds everything)."""
-        self._by_provider: dict[str, tuple[str, ...]] = {}
-        """Harness id → the object ids of its calls, oldest first."""
+        self._by_provider: dict[str, str | tuple[str, ...]] = {}
+        """Harness id → the object ids of its calls, oldest first: the one id while there is one
+        (a tuple of one was 48 bytes more a call; decision 0141)."""
         self._calls: dict[str, ToolCallRequest] = {}
         """Object id → the call as recorded (object id, harness id in ``provider_id``)."""
         self._aliases: dict[str, str] = {}
@@ -64,9 +65,9 @@ class CallIds:
 
     def _provider_ids(self, provider_id: str) -> tuple[str, ...]:
         found = self._by_provider.get(provider_id)
-        if found is None and self._parent is not None:
-            return self._parent._provider_ids(provider_id)
-        return found or ()
+        if found is None:
+            return self._parent._provider_ids(provider_id) if self._parent is not None else ()
+        return (found,) if isinstance(found, str) else found
 
     def _known_provider(self, provider_id: str) -> bool:
         if provider_id in self._by_provider:
@@ -101,7 +102,8 @@ class CallIds:
         """A call as the stored chat holds it (``provider_id`` None: stored under the harness's
         own id, before decision 0030)."""
         provider_id = call.provider_id if call.provider_id is not None else call.id
-        self._by_provider[provider_id] = (*self._provider_ids(provider_id), call.id)
+        known = self._provider_ids(provider_id)
+        self._by_provider[provider_id] = (*known, call.id) if known else call.id
         self._calls[call.id] = call
         alias = emitted_id(call.id)
         if alias != call.id:

@@ -532,3 +532,30 @@ def test_the_chats_written_text_is_remembered_by_turn_not_by_message(
     per_message = (beside[1] - beside[0]) / (2 * 160)
     assert -20 < per_message < 40, (per_message, beside)
     print(f"the written chat's memo: {per_message:.0f} bytes a message beside its characters")
+
+
+def test_the_cursor_and_the_inline_tables_hold_the_chats_own_objects_not_copies(
+    service_on: Any,
+) -> None:
+    """Decision 0141: what the harness's cursor keeps of each message, its call ids included,
+    and the inline cache's origins and shortened calls, beyond the chat's and the state's own
+    objects, strings included, is a slot for each position's calls (the chat's own objects), a
+    fingerprint's 16 bytes, 8 bytes of origins and a place in the session's tables of call ids:
+    about 95 bytes a message here. A tuple of object ids and one of the harness's ids per
+    assistant message in three lists a position, the recorded copies in two tables, a tuple
+    per harness id, origins in 8-byte integers and an entry per collapsed call made it about
+    250."""
+    service = service_on(20_000)
+    server, call, sid, prefix, digest = _opened(service)
+    held = []
+    for _ in _appended(call, sid, prefix, digest, 37, 200, (40, 200)):
+        cursor = server.sessions[sid].harness.ingestor.cursor
+        inline = service._open(sid).inline_cache
+        chat: set[int] = set()
+        _bookkeeping([service.state(sid)], chat, strings=True)
+        held.append(
+            _bookkeeping([vars(cursor), inline.origin, inline.compacted], chat, strings=True)
+        )
+    per_message = (held[1] - held[0]) / (2 * 160)
+    assert 0 < per_message < 150, (per_message, held)
+    print(f"cursor and inline tables: {per_message:.0f} bytes a message, turns 40-200")
