@@ -521,7 +521,7 @@ def test_the_chats_written_text_is_kept_on_a_shelf_not_in_memory(service_on: Any
     def held() -> int:
         session = service._open(sid)
         memos = [v for k, v in vars(infrastructure).items() if k.startswith("_stored_")]
-        roots = [m for m in memos if isinstance(m, dict)]  # decision 0136's, process-wide
+        roots: list[Any] = [m for m in memos if isinstance(m, dict)]  # 0136: process-wide
         roots += [getattr(session, "written", None)]
         chat: set[int] = set()
         _bookkeeping([session.state.turns], chat, strings=True)
