@@ -141,7 +141,8 @@ def _written_texts(
     held = b""
     if written is not None and size:
         try:
-            assert written.shelf is not None
+            if written.shelf is None:  # never so: a size is known once a shelf took the text
+                raise ShelfLost("no shelf")
             held = written.shelf.read(size)
         except ShelfLost:
             whole, partly, size, held = 0, 0, 0, b""
