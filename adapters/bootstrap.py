@@ -16,6 +16,7 @@ from selfctx.adapters.config import Config, load_config
 from selfctx.adapters.filesystem.claims import WatchClaims, claims_path
 from selfctx.adapters.filesystem.identity import host_filesystem_id
 from selfctx.adapters.filesystem.reader import LocalFileReader
+from selfctx.adapters.filesystem.shelf import FileShelf
 from selfctx.adapters.filesystem.tracker import WatchdogTracker
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.mounts import UnconfiguredMounts, load_mount_config
@@ -194,4 +195,5 @@ def build_service(
         search=search or SqliteSearchIndex(search_path or ":memory:"),
         summarizer=summarizer or summarizer_from_env(config=config) or ExtractiveSummarizer(),
         fallback_summarizer=ExtractiveSummarizer(),
+        shelf=FileShelf,
     )

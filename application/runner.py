@@ -60,7 +60,10 @@ from selfctx.domain.documents import from_document, to_document, toolcall_withou
 from selfctx.domain.errors import InvalidInput, SessionNotFound
 from selfctx.domain.infrastructure import (
     ChatObject,
+    MemoryShelf,
     SessionObject,
+    TextShelf,
+    WrittenChat,
     chat_id_for,
     session_id_for,
     state_from_snapshot,
@@ -235,6 +238,9 @@ class OpenSession:
     :meth:`SessionRunner.batch`; None outside one."""
     packing: Packing = Packing()
     """The tool calls recorded that no pack holds yet (decision 0123)."""
+    written: WrittenChat = attrs.field(factory=WrittenChat)
+    """What the session's last chat snapshot wrote, for the next to write what is new only
+    (decision 0143; its text on the runner's shelf)."""
 
     def __attrs_post_init__(self) -> None:
         if self.marks_from < 0:
@@ -409,6 +415,8 @@ class _Base:
     snapshot_bytes: int
     log_bytes_since_snapshot: int
     packing: Packing
+    written: WrittenChat | None = None
+    """The session's :attr:`OpenSession.written` (None: a snapshot writes its chat whole)."""
 
     @classmethod
     def of(cls, session: OpenSession) -> _Base:
@@ -419,6 +427,7 @@ class _Base:
             session.snapshot_bytes,
             session.log_bytes_since_snapshot,
             session.packing,
+            session.written,
         )
 
     @classmethod
@@ -428,7 +437,14 @@ class _Base:
             sizes = (before.snapshot_bytes, before.log_bytes_since_snapshot + prepared.entry_bytes)
         else:
             sizes = (prepared.snapshot_bytes, 0)
-        return cls(before.session_id, prepared.state, prepared.seq, *sizes, prepared.packing)
+        return cls(
+            before.session_id,
+            prepared.state,
+            prepared.seq,
+            *sizes,
+            prepared.packing,
+            before.written,
+        )
 
 
 @attrs.frozen
@@ -735,14 +751,22 @@ class SessionRunner:
         *,
         content_budget: int = CONTENT_BUDGET,
         metadata_budget: int = METADATA_BUDGET,
+        shelf: Callable[[], TextShelf] = MemoryShelf,
     ) -> None:
         self.store = store
+        self.shelf = shelf
+        """Makes the place where each session's written chat text is kept between snapshots
+        (decision 0143: the adapters give a private file)."""
         self.clock = clock
         self.ids = ids
         self.content_budget = content_budget
         """Characters of content each open session keeps in memory."""
         self.metadata_budget = metadata_budget
         """Hollow tool calls whose metadata each open session keeps in memory (decision 0111)."""
+
+    def new_written(self) -> WrittenChat:
+        """What a session's chat snapshots reuse, empty, its text kept on this runner's shelf."""
+        return WrittenChat(self.shelf)
 
     def new_objects(self) -> ObjectCache:
         """An empty object cache for a session, reading what it drops from this store."""
@@ -818,6 +842,7 @@ class SessionRunner:
                 snapshot_bytes=document_size(session_doc) + document_size(chat_doc),
                 log_bytes_since_snapshot=0,
                 versions_at=position,
+                written=self.new_written(),
             )
             entries = read_tail()
             # What the tail names, read now, beside the index and while it is folded: the
@@ -1148,7 +1173,7 @@ class SessionRunner:
         snapshot_bytes = None
         if seq == 1 or base.log_bytes_since_snapshot + entry_bytes >= base.snapshot_bytes:
             session_doc = to_document(SessionObject.of(new_state, seq))
-            chat_doc = to_document(ChatObject.of(new_state))
+            chat_doc = to_document(ChatObject.of(new_state, base.written))
             puts += [session_doc, chat_doc]
             snapshot_bytes = document_size(session_doc) + document_size(chat_doc)
         return _Prepared(

@@ -72,6 +72,7 @@ from selfctx.application.usecases.tracking import RefreshReport, TrackSources
 from selfctx.domain.chat import ToolCallRequest, thaw_json
 from selfctx.domain.documents import from_document
 from selfctx.domain.errors import InvalidInput, SessionNotFound, UnknownObject
+from selfctx.domain.infrastructure import MemoryShelf, TextShelf
 from selfctx.domain.inline import render_inline
 from selfctx.domain.mounts import MountTable
 from selfctx.domain.objects import (
@@ -110,7 +111,10 @@ class ContextService:
         restorer: FileRestorer | None = None,
         summarizer: Summarizer | None = None,
         fallback_summarizer: Summarizer | None = None,
+        shelf: Callable[[], TextShelf] = MemoryShelf,
     ) -> None:
+        """``shelf``: where each session's chat text written in its last snapshot is kept
+        until the next (decision 0143; memory unless an adapter gives a file)."""
         self.store = store
         self.tracker = tracker
         """Watches the files open sessions have read (None: no watching; ``rehash`` still works).
@@ -123,6 +127,7 @@ class ContextService:
             ids,
             content_budget=self.settings.content_budget,
             metadata_budget=self.settings.metadata_budget,
+            shelf=shelf,
         )
         deps = Deps(runner=runner, files=files, mounts=mounts, settings=self.settings)
         self._deps = deps

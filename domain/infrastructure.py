@@ -9,18 +9,30 @@ still be rebuilt from a snapshot plus the log entries after it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+import hashlib
+from array import array
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, Protocol
 
 import attrs
 from pyrsistent import pmap, pset, pvector
 from pyrsistent.typing import PSet, PVector
 
 from selfctx.domain import hashing
-from selfctx.domain.chat import ChatMessage, Turn, message_to_json, turn_from_json
+from selfctx.domain.chat import Turn, message_to_json, turn_from_json
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig, SessionState
 
-__all__ = ["ChatObject", "SessionObject", "chat_id_for", "session_id_for", "state_from_snapshot"]
+__all__ = [
+    "ChatObject",
+    "MemoryShelf",
+    "SessionObject",
+    "ShelfLost",
+    "TextShelf",
+    "WrittenChat",
+    "chat_id_for",
+    "session_id_for",
+    "state_from_snapshot",
+]
 
 
 def session_id_for(session_id: str) -> str:
@@ -28,49 +40,140 @@ def session_id_for(session_id: str) -> str:
     return f"session:{session_id}"
 
 
-_STORED_CHARS = 8_000_000
-_stored_turns: dict[int, tuple[ChatMessage, PVector[ChatMessage], str]] = {}
-_stored_chars = 0
-"""The stable text of the messages of each turn written in a snapshot before, joined with commas
-as the chat's text lists them, by the identity of the turn's first message: that message, the
-turn's messages when they were written (the entry's check: a later version of the turn holds the
-same objects first, as a message appended to it does; a rollback or a compaction does not) and
-their text. A chat's snapshot hashes what is new in it, not the chat's length. One string a
-turn, not one a message: an entry per message was about 190 bytes beside its text (its tuple,
-its key, its string's header and the table's slot; decision 0136). Only the text is kept, not
-the stored form (a message's stored form is rebuilt at each snapshot, a few microseconds, where
-keeping it cost about as much memory again as the text: decision 0092). Cleared whole when the
-texts it holds pass :data:`_STORED_CHARS` characters (a bound on memory, about 30 chats of 1,000
-objects), so that it never grows with the sessions a process has served."""
+_TURN_HEAD = b'{"messages":['
 
 
-def _turn_messages(messages: PVector[ChatMessage]) -> tuple[list[dict[str, Any]], str]:
-    """Each message's stored form, and their stable texts joined with commas (remembered)."""
-    global _stored_chars
-    data = [message_to_json(message) for message in messages]
-    if not messages:
-        return data, ""
-    first = messages[0]
-    hit = _stored_turns.get(id(first))
-    written, joined = 0, ""
-    if (
-        hit is not None
-        and hit[0] is first
-        and len(hit[1]) <= len(messages)
-        and all(a is b for a, b in zip(hit[1], messages, strict=False))  # the same ones first
-    ):
-        written, joined = len(hit[1]), hit[2]
-    if written == len(messages):
-        return data, joined
-    new = ",".join([hashing.stable_stringify(d) for d in data[written:]])
-    joined = f"{joined},{new}" if written else new
-    grown = len(joined) - (len(hit[2]) if hit is not None else 0)
-    if _stored_chars + grown > _STORED_CHARS:
-        _stored_turns.clear()
-        _stored_chars, grown = 0, len(joined)
-    _stored_turns[id(first)] = (first, messages, joined)
-    _stored_chars += grown
-    return data, joined
+def _turn_tail(number: int) -> bytes:
+    """What follows a turn's messages in its text: ``],"number":N}``."""
+    return b'],"number":' + hashing.text_bytes(hashing.stable_stringify(number)) + b"}"
+
+
+class ShelfLost(Exception):
+    """A :class:`TextShelf` could not give back what it held: the chat's text is written again
+    from its messages (nothing is lost; the snapshot costs what it cost with nothing kept)."""
+
+
+class TextShelf(Protocol):
+    """Where the text a chat's last snapshot wrote is kept until the next one (a port: the
+    adapters keep it in a private file, decision 0143). Bytes: the UTF-8 the hash reads."""
+
+    def keep(self, at: int, data: bytes) -> None:
+        """Hold ``data`` from byte ``at`` on (``at`` is at most the size held), and nothing
+        after it. May raise :class:`ShelfLost`."""
+
+    def read(self, size: int) -> bytes:
+        """The first ``size`` bytes held (at most the size held). Raises :class:`ShelfLost`
+        when they cannot be read."""
+
+
+class MemoryShelf:
+    """A :class:`TextShelf` in memory (what the domain's tests and a runner given no other
+    use): the text's bytes, one byte a character for ASCII."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def keep(self, at: int, data: bytes) -> None:
+        del self._data[at:]
+        self._data += data
+
+    def read(self, size: int) -> bytes:
+        return bytes(self._data[:size])
+
+
+class WrittenChat:
+    """What one session's last chat snapshot wrote, for the next to write only what is new
+    (decisions 0082, 0136, 0143): the turns it wrote (the state's own vector: identity is the
+    check, and a later state shares it but for its end), where each turn's messages end in the
+    text (machine integers, a byte offset each) and the text itself in a :class:`TextShelf`.
+    Nothing but these integers grows with the chat in memory; the text is on the shelf."""
+
+    __slots__ = ("_new_shelf", "ends", "shelf", "size", "turns")
+
+    def __init__(self, shelf: Callable[[], TextShelf] = MemoryShelf) -> None:
+        self._new_shelf = shelf
+        self.shelf: TextShelf | None = None
+        """Made at the first snapshot (a session that writes none makes no file)."""
+        self.turns: PVector[Turn] | None = None
+        """The turns written (None: nothing is known to be held)."""
+        self.ends: array[int] = array("q")
+        """For each turn written, the byte offset in the text where its messages' texts end
+        (where its ``],"number":N}`` begins)."""
+        self.size = 0
+        """Bytes of the text: the turns' texts joined with commas, without brackets."""
+
+    def forget(self) -> None:
+        self.turns, self.ends, self.size = None, array("q"), 0
+
+    def reusable(self, turns: PVector[Turn]) -> tuple[int, int, int]:
+        """How much of the text held ``turns`` begin with: ``(whole, partly, size)``, the
+        first ``whole`` turns as written, then (with ``partly`` > 0) the first ``partly`` - 1
+        messages of the next one (``partly`` 1: the turn's number and its opening only), in
+        the first ``size`` bytes of the text."""
+        old = self.turns
+        if old is None:
+            return 0, 0, 0
+        whole, count = 0, min(len(old), len(turns))
+        while whole < count:
+            a, b = old[whole], turns[whole]
+            if a is not b:
+                if a.number != b.number or len(a.messages) > len(b.messages):
+                    break
+                if not all(x is y for x, y in zip(a.messages, b.messages, strict=False)):
+                    break
+                if len(a.messages) < len(b.messages):  # the same ones first: extended
+                    return whole, len(a.messages) + 1, self.ends[whole]
+            whole += 1
+        if whole == 0:
+            return 0, 0, 0
+        end = self.ends[whole - 1] + len(_turn_tail(turns[whole - 1].number))
+        return whole, 0, end
+
+
+def _written_texts(
+    turns: PVector[Turn], data: list[list[dict[str, Any]]], written: WrittenChat | None
+) -> tuple[bytes, bytes]:
+    """The chat's turns' texts joined with commas, as bytes: the part read from what
+    ``written`` holds and the part written now (``written`` is moved on to hold both)."""
+    whole, partly, size = (0, 0, 0) if written is None else written.reusable(turns)
+    held = b""
+    if written is not None and size:
+        try:
+            if written.shelf is None:  # never so: a size is known once a shelf took the text
+                raise ShelfLost("no shelf")
+            held = written.shelf.read(size)
+        except ShelfLost:
+            whole, partly, size, held = 0, 0, 0, b""
+    ends = array("q") if written is None else written.ends[:whole]
+    parts: list[bytes] = []
+    at = size
+    for n in range(whole, len(turns)):
+        messages = data[n]
+        if n == whole and partly:
+            done = partly - 1
+            text = ",".join([hashing.stable_stringify(d) for d in messages[done:]])
+            piece = hashing.text_bytes(("," + text) if done and text else text)
+        else:
+            body = ",".join([hashing.stable_stringify(d) for d in messages])
+            piece = (b"," if n else b"") + _TURN_HEAD + hashing.text_bytes(body)
+        parts.append(piece)
+        at += len(piece)
+        ends.append(at)
+        tail = _turn_tail(turns[n].number)
+        parts.append(tail)
+        at += len(tail)
+    new = b"".join(parts)
+    if written is not None:
+        try:
+            if written.shelf is None:
+                written.shelf = written._new_shelf()
+            written.shelf.keep(size, new)
+            written.turns, written.ends, written.size = turns, ends, size + len(new)
+        except ShelfLost:
+            written.forget()
+    return held, new
 
 
 def chat_id_for(session_id: str) -> str:
@@ -97,29 +200,32 @@ class ChatObject:
     object_hash: str
 
     @classmethod
-    def of(cls, state: SessionState) -> ChatObject:
-        """The chat of ``state``, with its hashes."""
+    def of(cls, state: SessionState, written: WrittenChat | None = None) -> ChatObject:
+        """The chat of ``state``, with its hashes; with ``written`` (what the session's last
+        snapshot wrote, moved on to this one) only the text of what is new is written for
+        the hash, the rest read back from its shelf (decision 0143)."""
         turns: list[dict[str, Any]] = []
-        texts: list[str] = []
+        data: list[list[dict[str, Any]]] = []
         for turn in state.turns:  # turn_to_json, each message's form written once
-            data, joined = _turn_messages(turn.messages)
-            turns.append({"number": turn.number, "messages": data})
-            messages = "[" + joined + "]"
-            texts.append(
-                hashing.object_text(
-                    {"number": hashing.stable_stringify(turn.number), "messages": messages}
-                )
-            )
+            messages = [message_to_json(message) for message in turn.messages]
+            data.append(messages)
+            turns.append({"number": turn.number, "messages": messages})
+        held, new = _written_texts(state.turns, data, written)
         refs = tuple(ref for t in state.turns for ref in t.toolcall_ids)
         session_ref = session_id_for(state.session_id)
-        # metadata_hash of {"turns", "session_ref", "turn_count", "toolcall_refs"}
+        # metadata_hash of {"turns", "session_ref", "turn_count", "toolcall_refs"}: "turns"
+        # is the last key in their order, so the text is this head, then the turns'
         fields = {
-            "turns": "[" + ",".join(texts) + "]",
             "session_ref": hashing.stable_stringify(session_ref),
             "turn_count": hashing.stable_stringify(len(turns)),
             "toolcall_refs": hashing.stable_stringify(list(refs)),
+            "turns": "",
         }
-        meta = hashing.sha256_hex(hashing.object_text(fields))
+        head = hashing.text_bytes(hashing.object_text(fields)[:-1])
+        digest = hashlib.sha256(head)
+        for part in (b"[", held, new, b"]}"):
+            digest.update(part)
+        meta = digest.hexdigest()
         return cls(
             id=state.chat_id,
             identity_hash=hashing.identity_hash("chat", xt_id=state.chat_id),

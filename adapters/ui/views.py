@@ -14,7 +14,7 @@ from selfctx.adapters.ui.history import Collapse, Marker, SessionHistory, Sessio
 from selfctx.application.ports.search import SearchUnavailable
 from selfctx.application.requests import PARTS, Line, RequestRecord
 from selfctx.application.service import ContextService
-from selfctx.domain.chat import thaw_json
+from selfctx.domain.chat import json_from_stored, thaw_json
 from selfctx.domain.errors import InvalidInput, SessionNotFound, UnknownObject
 from selfctx.domain.inline import handle
 from selfctx.domain.objects import FileObject, ToolcallObject
@@ -231,6 +231,15 @@ def _label(state: SessionState, object_id: str) -> str:
 
 _ARGUMENTS = json.JSONEncoder(ensure_ascii=False).encode
 """``json.dumps(..., ensure_ascii=False)`` without building an encoder a call."""
+
+
+def _stored_arguments(value: Any) -> Any:
+    """A call's arguments as its document stores them, in the client's order: an object, or,
+    holding one of more than 8 keys, its JSON text (decision 0132); a damaged text as it is."""
+    try:
+        return json_from_stored(value)
+    except InvalidInput:
+        return value
 
 
 def _calls(message: RenderedMessage) -> tuple[tuple[str, str, str], ...]:
@@ -454,7 +463,7 @@ def object_view(
     if isinstance(source, Mapping):
         title = str(source.get("path", object_id))
     elif kind == "toolcall":
-        title = f"{latest.get('tool')} {json.dumps(latest.get('args'), ensure_ascii=False)}"
+        title = f"{latest.get('tool')} {_ARGUMENTS(_stored_arguments(latest.get('args')))}"
     else:
         title = object_id
     diff, note = None, None

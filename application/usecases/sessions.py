@@ -80,6 +80,7 @@ class StartSession:
             snapshot_bytes=0,
             log_bytes_since_snapshot=0,
             versions_at=runner.feed_position(),
+            written=runner.new_written(),
         )
         command = c.StartSession(
             session_id=session_id,

@@ -7,7 +7,6 @@ import contextlib
 import hashlib
 import json
 from typing import Any
-from unittest import mock
 
 import attrs
 import pytest
@@ -24,7 +23,12 @@ from selfctx.domain.documents import (
 )
 from selfctx.domain.errors import InvalidInput, SelfContextError
 from selfctx.domain.hashing import metadata_hash
-from selfctx.domain.infrastructure import ChatObject, SessionObject, state_from_snapshot
+from selfctx.domain.infrastructure import (
+    ChatObject,
+    SessionObject,
+    WrittenChat,
+    state_from_snapshot,
+)
 from selfctx.domain.objects import (
     FileObject,
     FilesystemSource,
@@ -229,57 +233,77 @@ def test_a_snapshot_pair_rebuilds_the_state_exactly(state: SessionState, seq: in
     assert state_from_snapshot(session, chat) == state
 
 
-@given(states(), st.lists(COMMANDS, max_size=5))
-def test_the_chat_of_a_state_is_its_turns_hashed_whole(state: SessionState, more: Any) -> None:
-    """A chat's snapshot reuses what it wrote of the messages an earlier snapshot had: the same
-    document and hashes as the turns written and hashed from scratch."""
+def _hashed_whole(state: SessionState) -> tuple[list[dict[str, Any]], str]:
+    """A chat's turns and metadata hash written from scratch, without ``ChatObject.of``."""
+    turns = [turn_to_json(turn) for turn in state.turns]
+    fields = {
+        "turns": turns,
+        "session_ref": f"session:{state.session_id}",
+        "turn_count": len(turns),
+        "toolcall_refs": [ref for turn in state.turns for ref in turn.toolcall_ids],
+    }
+    return turns, metadata_hash(fields)
+
+
+class _LosingShelf(infrastructure.MemoryShelf):
+    """A shelf that loses what it holds at every other read or write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def keep(self, at: int, data: bytes) -> None:
+        self.calls += 1
+        if self.calls % 4 == 0:
+            raise infrastructure.ShelfLost("lost on write")
+        super().keep(at, data)
+
+    def read(self, size: int) -> bytes:
+        self.calls += 1
+        if self.calls % 3 == 0:
+            raise infrastructure.ShelfLost("lost on read")
+        return super().read(size)
+
+
+@given(states(), st.lists(COMMANDS, max_size=5), st.randoms(use_true_random=False))
+def test_the_chat_of_a_state_is_its_turns_hashed_whole(
+    state: SessionState, more: Any, rng: Any
+) -> None:
+    """A chat's snapshot reuses what the last one wrote of the turns it shares with it (decision
+    0143, the text on a shelf): the same document and hashes as the turns written and hashed from
+    scratch, whatever the order the states come in (a rollback, a compaction, an earlier state
+    written again) and whether the shelf keeps what it was given or loses it."""
     states = [state]
     for command in more:  # states sharing their messages with the ones before
         with contextlib.suppress(SelfContextError):
             states.append(fold(decide(states[-1], command), states[-1]))
-    for each in states:
-        chat = ChatObject.of(each)
-        turns = [turn_to_json(turn) for turn in each.turns]
-        fields = {
-            "turns": turns,
-            "session_ref": f"session:{each.session_id}",
-            "turn_count": len(turns),
-            "toolcall_refs": [ref for turn in each.turns for ref in turn.toolcall_ids],
-        }
-        assert list(chat.turns) == turns
-        assert chat.metadata_hash == metadata_hash(fields)
-        assert ChatObject.of(each) == chat
-
-
-@given(states(), st.lists(COMMANDS, max_size=5), st.integers(min_value=0, max_value=400))
-def test_the_memo_of_written_messages_stays_within_its_bound(
-    state: SessionState, more: Any, bound: int
-) -> None:
-    """The memo of turns written before holds at most its bound of text (cleared whole past it),
-    and a chat written across a clearing, or from what is remembered, is the same document with
-    the same hashes as one written from nothing remembered."""
-    states = [state]
-    for command in more:
-        with contextlib.suppress(SelfContextError):
-            states.append(fold(decide(states[-1], command), states[-1]))
-    memo = infrastructure._stored_turns
-    with mock.patch.object(infrastructure, "_STORED_CHARS", bound):
-        memo.clear()
-        infrastructure._stored_chars = 0
-        for each in states:
-            chat = ChatObject.of(each)
-            held = sum(len(text) for _, _, text in memo.values())
-            assert held == infrastructure._stored_chars
-            assert held <= bound or len(memo) == 1
-            assert list(chat.turns) == [turn_to_json(turn) for turn in each.turns]
-            kept = dict(memo), infrastructure._stored_chars
-            memo.clear()  # the same hashes written from nothing remembered
+    shuffled = states + rng.sample(states, len(states))
+    for written in (WrittenChat(), WrittenChat(_LosingShelf), None):
+        for each in shuffled:
+            chat = ChatObject.of(each, written)
+            turns, meta = _hashed_whole(each)
+            assert list(chat.turns) == turns
+            assert chat.metadata_hash == meta
             assert ChatObject.of(each) == chat
-            memo.clear()
-            memo.update(kept[0])
-            infrastructure._stored_chars = kept[1]
-    memo.clear()
-    infrastructure._stored_chars = 0
+            if written is not None and written.turns is not None:
+                assert written.turns is each.turns and len(written.ends) == len(each.turns)
+
+
+def test_the_written_chat_keeps_its_text_on_the_shelf_and_machine_integers() -> None:
+    """What a session keeps between snapshots of the chat it wrote: the turns (the state's own
+    vector), a byte offset a turn and the text on the shelf, which a turn that grows extends."""
+    shelf = infrastructure.MemoryShelf()
+    written = WrittenChat(lambda: shelf)
+    state = _started()
+    ChatObject.of(state, written)
+    size = written.size
+    assert shelf.read(size) == b'{"messages":[],"number":0}'
+    grown = fold(decide(state, c.RecordUserMessage("more")), state)
+    chat = ChatObject.of(grown, written)
+    assert chat.metadata_hash == _hashed_whole(grown)[1]
+    assert written.size > size and shelf.read(size) == b'{"messages":[],"number":0}'
+    assert list(written.ends) == [13, written.size - len(b'],"number":1}')]
+    assert written.turns is grown.turns
 
 
 def test_optional_fields_are_absent_not_null() -> None:
