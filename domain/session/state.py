@@ -10,6 +10,7 @@ from pyrsistent import PMap, PSet, PVector, pmap, pset, pvector
 
 from selfctx.domain.chat import Turn
 from selfctx.domain.errors import InvalidInput, UnknownPolicy
+from selfctx.domain.session.columns import IntColumn, KindColumn
 
 __all__ = [
     "INITIAL",
@@ -177,8 +178,9 @@ class SessionState:
     """Session index: every content object encountered, in first-encounter order."""
     positions: PMap[str, int] = attrs.field(factory=pmap)
     """Position of each id in ``index`` (membership test and ordering)."""
-    kinds: PMap[str, str] = attrs.field(factory=pmap)
-    """Type of each indexed object: ``file`` or ``toolcall``."""
+    kinds: KindColumn = attrs.field(factory=KindColumn)
+    """Type of each indexed object: ``file`` or ``toolcall`` (a byte by position, decision
+    0140)."""
     pool: PSet[str] = attrs.field(factory=pset)
     """Metadata pool."""
     active: PSet[str] = attrs.field(factory=pset)
@@ -190,10 +192,11 @@ class SessionState:
     collapse them. An explicit activation removes an id from here."""
     turns: PVector[Turn] = attrs.field(factory=_turn_zero)
     """The chat, turn 0 being whatever came before the first user message."""
-    toolcall_turn: PMap[str, int] = attrs.field(factory=pmap)
-    """Turn number of each tool call."""
-    last_used: PMap[str, int] = attrs.field(factory=pmap)
-    """For each object ever activated, when it last was (a counter): "least recently used"."""
+    toolcall_turn: IntColumn = attrs.field(factory=IntColumn)
+    """Turn number of each tool call of the chat (by position, decision 0140)."""
+    last_used: IntColumn = attrs.field(factory=IntColumn)
+    """For each object ever activated, when it last was (a counter): "least recently used"
+    (by position, decision 0140)."""
     use_clock: int = 0
     """Ticks at every activation."""
     superseded: PMap[str, str] = attrs.field(factory=pmap)
