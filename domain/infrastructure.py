@@ -18,7 +18,7 @@ from pyrsistent.typing import PSet, PVector
 
 from selfctx.domain import hashing
 from selfctx.domain.chat import ChatMessage, Turn, message_to_json, turn_from_json
-from selfctx.domain.session.columns import IntColumn, KindColumn
+from selfctx.domain.session.columns import IndexedSet, IntColumn, KindColumn
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig, SessionState
 
 __all__ = ["ChatObject", "SessionObject", "chat_id_for", "session_id_for", "state_from_snapshot"]
@@ -263,7 +263,7 @@ def state_from_snapshot(session: SessionObject, chat: ChatObject) -> SessionStat
         index=index,
         positions=positions,
         kinds=KindColumn.of(kinds, positions, index),
-        pool=_set(session.metadata_pool),
+        pool=IndexedSet.of(session.metadata_pool, positions, index),
         active=_set(session.active_set),
         pinned=_set(session.pinned_set),
         auto_active=_set(session.auto_active),

@@ -416,7 +416,8 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
             return attrs.evolve(state, toolcall_turn=placed)
         case e.ObjectEncountered(object_id=object_id, kind=kind):
             if state.in_index(object_id):
-                return attrs.evolve(state, pool=state.pool.add(object_id))
+                pool = state.pool.add(object_id, state.positions, state.index)
+                return attrs.evolve(state, pool=pool)
             index = state.index.append(object_id)
             positions = state.positions.set(object_id, len(state.index))
             return attrs.evolve(
@@ -424,7 +425,7 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
                 index=index,
                 positions=positions,
                 kinds=state.kinds.set(object_id, kind, positions, index),
-                pool=state.pool.add(object_id),
+                pool=state.pool.add(object_id, positions, index),
                 toolcall_turn=state.toolcall_turn.placed(object_id, positions, index),
                 last_used=state.last_used.placed(object_id, positions, index),
             )
@@ -434,7 +435,7 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
             )
             return attrs.evolve(
                 state,
-                pool=state.pool.add(object_id),
+                pool=state.pool.add(object_id, state.positions, state.index),
                 active=state.active.add(object_id),
                 auto_active=auto_active,
                 last_used=state.last_used.set(
@@ -601,13 +602,13 @@ class _InPlace:
                     self.kinds.set(object_id, kind, position)
                     self.toolcall_turn.placed(object_id, position)
                     self.last_used.placed(object_id, position)
-                self.pool.add(object_id)
+                self.pool.add(object_id, self.positions[object_id], self.index)
             case e.ObjectActivated(object_id=object_id, auto=auto):
                 if auto:
                     self.auto_active.add(object_id)
                 else:
                     discard(self.auto_active, object_id)
-                self.pool.add(object_id)
+                self.pool.add(object_id, _position(self.positions, object_id), self.index)
                 self.active.add(object_id)
                 self.use_clock += 1
                 self.last_used.set(object_id, self.use_clock, _position(self.positions, object_id))
@@ -636,7 +637,7 @@ class _InPlace:
                 number = len(self.turns)
                 self.turns.append(Turn(number=number, messages=(UserMessage(text, images),)))
             case e.ObjectDemoted(object_id=object_id):
-                discard(self.pool, object_id)
+                self.pool.discard(object_id, _position(self.positions, object_id))
                 discard(self.active, object_id)
                 discard(self.auto_active, object_id)
             case e.ObjectPinned(object_id=object_id):
@@ -656,7 +657,7 @@ class _InPlace:
             index=index,
             positions=positions,
             kinds=self.kinds.persistent(positions, index),
-            pool=self.pool.persistent(),
+            pool=self.pool.persistent(positions, index),
             active=self.active.persistent(),
             pinned=self.pinned.persistent(),
             auto_active=self.auto_active.persistent(),
