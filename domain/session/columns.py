@@ -356,7 +356,9 @@ class IndexedSet(AbstractSet[str]):
 
     def frozen(self) -> frozenset[str]:
         """The members as a ``frozenset`` (built in C when none is outside)."""
-        return frozenset(self)
+        if self._outside or self._beyond:
+            return frozenset(self)
+        return frozenset(islice(self._index, self._upto))
 
     def __eq__(self, other: object) -> bool:
         if self is other:
