@@ -57,7 +57,7 @@ def test_columns_and_the_pool_answer_as_a_map_and_a_set_do(steps: list[Any]) -> 
         assert dict(kinds.items()) == model_kinds
         assert set(pool) == model_pool and len(pool) == len(model_pool)
         for probe in (*_IDS[:8], key, 3):
-            assert ints.get(probe) == model_ints.get(probe)  # type: ignore[call-overload]
+            assert ints.get(probe) == model_ints.get(probe)
             assert (probe in pool) == (probe in model_pool)
     for column, values, ids, members in versions:  # every version as it was made
         assert column == values and ids == members
