@@ -20,6 +20,7 @@ from pyrsistent.typing import PSet, PVector
 
 from selfctx.domain import hashing
 from selfctx.domain.chat import Turn, message_to_json, turn_from_json
+from selfctx.domain.session.columns import IndexedSet, IntColumn, KindColumn
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig, SessionState
 
 __all__ = [
@@ -351,7 +352,8 @@ def state_from_snapshot(session: SessionObject, chat: ChatObject) -> SessionStat
     for turn in turns:
         for ref in turn.toolcall_ids:
             toolcall_turn[ref] = turn.number
-    index = session.session_index
+    index = pvector(session.session_index)
+    positions = pmap({object_id: n for n, object_id in enumerate(index)})
     toolcalls = set(toolcall_turn) | set(session.detached)
     kinds: Mapping[str, str] = {i: "toolcall" if i in toolcalls else "file" for i in index}
     return SessionState(
@@ -360,19 +362,19 @@ def state_from_snapshot(session: SessionObject, chat: ChatObject) -> SessionStat
         chat_id=session.chat_ref,
         window=session.window,
         policy=session.policy,
-        last_used=pmap(dict(session.last_used)),
+        last_used=IntColumn.of(dict(session.last_used), positions, index),
         use_clock=session.use_clock,
         superseded=pmap(dict(session.superseded)),
         excerpts=pmap(dict(session.excerpts)),
-        index=pvector(index),
-        positions=pmap({object_id: n for n, object_id in enumerate(index)}),
-        kinds=pmap(kinds),
-        pool=_set(session.metadata_pool),
+        index=index,
+        positions=positions,
+        kinds=KindColumn.of(kinds, positions, index),
+        pool=IndexedSet.of(session.metadata_pool, positions, index),
         active=_set(session.active_set),
         pinned=_set(session.pinned_set),
         auto_active=_set(session.auto_active),
         turns=pvector(turns),
-        toolcall_turn=pmap(toolcall_turn),
+        toolcall_turn=IntColumn.of(toolcall_turn, positions, index),
         checkpoints=pvector(session.checkpoints),
         compacted=session.compacted,
         summary=session.summary,

@@ -14,7 +14,7 @@ from functools import reduce
 from typing import Any, Final
 
 import attrs
-from pyrsistent import PMap, pmap, pvector
+from pyrsistent import pvector
 
 from selfctx.domain.chat import ChatMessage, ContextNote, ToolResult, Turn, UserMessage
 from selfctx.domain.errors import (
@@ -29,6 +29,7 @@ from selfctx.domain.identifiers import RESERVED_PREFIXES, toolcall_id_problem
 from selfctx.domain.indexing import Outcome, decide_deletion, decide_discovery, decide_full_index
 from selfctx.domain.session import commands as c
 from selfctx.domain.session import events as e
+from selfctx.domain.session.columns import IntColumn
 from selfctx.domain.session.state import INITIAL, SessionState
 
 __all__ = [
@@ -409,18 +410,24 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
             return _append_to_current_turn(state, message)
         case e.ToolCallRecorded(object_id=object_id, images=images):
             state = _append_to_current_turn(state, ToolResult(object_id, images))
-            return attrs.evolve(
-                state, toolcall_turn=state.toolcall_turn.set(object_id, state.current_turn)
+            placed = state.toolcall_turn.set(
+                object_id, state.current_turn, state.positions, state.index
             )
+            return attrs.evolve(state, toolcall_turn=placed)
         case e.ObjectEncountered(object_id=object_id, kind=kind):
             if state.in_index(object_id):
-                return attrs.evolve(state, pool=state.pool.add(object_id))
+                pool = state.pool.add(object_id, state.positions, state.index)
+                return attrs.evolve(state, pool=pool)
+            index = state.index.append(object_id)
+            positions = state.positions.set(object_id, len(state.index))
             return attrs.evolve(
                 state,
-                index=state.index.append(object_id),
-                positions=state.positions.set(object_id, len(state.index)),
-                kinds=state.kinds.set(object_id, kind),
-                pool=state.pool.add(object_id),
+                index=index,
+                positions=positions,
+                kinds=state.kinds.set(object_id, kind, positions, index),
+                pool=state.pool.add(object_id, positions, index),
+                toolcall_turn=state.toolcall_turn.placed(object_id, positions, index),
+                last_used=state.last_used.placed(object_id, positions, index),
             )
         case e.ObjectActivated(object_id=object_id, auto=auto):
             auto_active = (
@@ -428,10 +435,12 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
             )
             return attrs.evolve(
                 state,
-                pool=state.pool.add(object_id),
+                pool=state.pool.add(object_id, state.positions, state.index),
                 active=state.active.add(object_id),
                 auto_active=auto_active,
-                last_used=state.last_used.set(object_id, state.use_clock + 1),
+                last_used=state.last_used.set(
+                    object_id, state.use_clock + 1, state.positions, state.index
+                ),
                 use_clock=state.use_clock + 1,
                 excerpts=state.excerpts.discard(object_id),
             )
@@ -464,7 +473,7 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
             return attrs.evolve(
                 state,
                 turns=pvector(kept),
-                toolcall_turn=_toolcall_turns(kept),
+                toolcall_turn=_toolcall_turns(kept, state),
                 compacted=event.compacted,
                 summary=event.summary,
             )
@@ -486,9 +495,10 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
     raise TypeError(f"not a session event: {event!r}")  # pragma: no cover
 
 
-def _toolcall_turns(turns: Iterable[Turn]) -> PMap[str, int]:
+def _toolcall_turns(turns: Iterable[Turn], state: SessionState) -> IntColumn:
     """The turn of every tool call in the chat."""
-    return pmap({ref: turn.number for turn in turns for ref in turn.toolcall_ids})
+    found = {ref: turn.number for turn in turns for ref in turn.toolcall_ids}
+    return IntColumn.of(found, state.positions, state.index)
 
 
 def _append_to_current_turn(state: SessionState, message: ChatMessage) -> SessionState:
@@ -529,6 +539,15 @@ def fold_many(events: Iterable[e.Event], state: SessionState = INITIAL) -> Sessi
         if not run.apply(event):
             run = _InPlace(evolve(run.state(), event))
     return run.state()
+
+
+def _position(positions: Any, object_id: str) -> int | None:
+    """An id's position in the index being built (None: not in it yet)."""
+    try:
+        position: int = positions[object_id]
+    except KeyError:
+        return None
+    return position
 
 
 class _InPlace:
@@ -577,19 +596,22 @@ class _InPlace:
         match event:
             case e.ObjectEncountered(object_id=object_id, kind=kind):
                 if object_id not in self.positions:
-                    self.positions[object_id] = len(self.index)
+                    position = len(self.index)
+                    self.positions[object_id] = position
                     self.index.append(object_id)
-                    self.kinds[object_id] = kind
-                self.pool.add(object_id)
+                    self.kinds.set(object_id, kind, position)
+                    self.toolcall_turn.placed(object_id, position)
+                    self.last_used.placed(object_id, position)
+                self.pool.add(object_id, self.positions[object_id], self.index)
             case e.ObjectActivated(object_id=object_id, auto=auto):
                 if auto:
                     self.auto_active.add(object_id)
                 else:
                     discard(self.auto_active, object_id)
-                self.pool.add(object_id)
+                self.pool.add(object_id, _position(self.positions, object_id), self.index)
                 self.active.add(object_id)
                 self.use_clock += 1
-                self.last_used[object_id] = self.use_clock
+                self.last_used.set(object_id, self.use_clock, _position(self.positions, object_id))
                 if object_id in self.excerpts:
                     del self.excerpts[object_id]
             case e.ObjectDeactivated(object_id=object_id, superseded_by=later, kept=excerpt):
@@ -604,7 +626,8 @@ class _InPlace:
             case e.ToolCallRecorded(object_id=object_id, images=images):
                 if not self._append(ToolResult(object_id, images)):
                     return False
-                self.toolcall_turn[object_id] = len(self.turns) - 1
+                turn = len(self.turns) - 1
+                self.toolcall_turn.set(object_id, turn, _position(self.positions, object_id))
             case e.AssistantMessageRecorded(message=message):
                 return self._append(message)
             case e.ContextNoteRecorded(text=text):
@@ -614,7 +637,7 @@ class _InPlace:
                 number = len(self.turns)
                 self.turns.append(Turn(number=number, messages=(UserMessage(text, images),)))
             case e.ObjectDemoted(object_id=object_id):
-                discard(self.pool, object_id)
+                self.pool.discard(object_id, _position(self.positions, object_id))
                 discard(self.active, object_id)
                 discard(self.auto_active, object_id)
             case e.ObjectPinned(object_id=object_id):
@@ -628,18 +651,19 @@ class _InPlace:
     def state(self) -> SessionState:
         """The state the events applied so far lead to."""
         self._close_turn()
+        index, positions = self.index.persistent(), self.positions.persistent()
         return attrs.evolve(
             self.base,
-            index=self.index.persistent(),
-            positions=self.positions.persistent(),
-            kinds=self.kinds.persistent(),
-            pool=self.pool.persistent(),
+            index=index,
+            positions=positions,
+            kinds=self.kinds.persistent(positions, index),
+            pool=self.pool.persistent(positions, index),
             active=self.active.persistent(),
             pinned=self.pinned.persistent(),
             auto_active=self.auto_active.persistent(),
             turns=self.turns.persistent(),
-            toolcall_turn=self.toolcall_turn.persistent(),
-            last_used=self.last_used.persistent(),
+            toolcall_turn=self.toolcall_turn.persistent(positions, index),
+            last_used=self.last_used.persistent(positions, index),
             use_clock=self.use_clock,
             superseded=self.superseded.persistent(),
             excerpts=self.excerpts.persistent(),

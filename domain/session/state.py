@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Set as AbstractSet
 from typing import Final
 
 import attrs
@@ -10,6 +11,7 @@ from pyrsistent import PMap, PSet, PVector, pmap, pset, pvector
 
 from selfctx.domain.chat import Turn
 from selfctx.domain.errors import InvalidInput, UnknownPolicy
+from selfctx.domain.session.columns import IndexedSet, IntColumn, KindColumn
 
 __all__ = [
     "INITIAL",
@@ -177,10 +179,11 @@ class SessionState:
     """Session index: every content object encountered, in first-encounter order."""
     positions: PMap[str, int] = attrs.field(factory=pmap)
     """Position of each id in ``index`` (membership test and ordering)."""
-    kinds: PMap[str, str] = attrs.field(factory=pmap)
-    """Type of each indexed object: ``file`` or ``toolcall``."""
-    pool: PSet[str] = attrs.field(factory=pset)
-    """Metadata pool."""
+    kinds: KindColumn = attrs.field(factory=KindColumn)
+    """Type of each indexed object: ``file`` or ``toolcall`` (a byte by position, decision
+    0140)."""
+    pool: IndexedSet = attrs.field(factory=IndexedSet)
+    """Metadata pool (the index but the objects outside it, decision 0140)."""
     active: PSet[str] = attrs.field(factory=pset)
     """Active set."""
     pinned: PSet[str] = attrs.field(factory=pset)
@@ -190,10 +193,11 @@ class SessionState:
     collapse them. An explicit activation removes an id from here."""
     turns: PVector[Turn] = attrs.field(factory=_turn_zero)
     """The chat, turn 0 being whatever came before the first user message."""
-    toolcall_turn: PMap[str, int] = attrs.field(factory=pmap)
-    """Turn number of each tool call."""
-    last_used: PMap[str, int] = attrs.field(factory=pmap)
-    """For each object ever activated, when it last was (a counter): "least recently used"."""
+    toolcall_turn: IntColumn = attrs.field(factory=IntColumn)
+    """Turn number of each tool call of the chat (by position, decision 0140)."""
+    last_used: IntColumn = attrs.field(factory=IntColumn)
+    """For each object ever activated, when it last was (a counter): "least recently used"
+    (by position, decision 0140)."""
     use_clock: int = 0
     """Ticks at every activation."""
     superseded: PMap[str, str] = attrs.field(factory=pmap)
@@ -222,7 +226,7 @@ class SessionState:
     def in_index(self, object_id: str) -> bool:
         return object_id in self.positions
 
-    def ordered(self, ids: PSet[str] | frozenset[str]) -> list[str]:
+    def ordered(self, ids: AbstractSet[str]) -> list[str]:
         """The ids of a set in first-encounter (session index) order."""
         if len(ids) * _SCAN_RATIO >= len(self.index) > 0:
             # a large share of the index: one pass over it in C (sorting looks each id's
@@ -240,12 +244,12 @@ _SCAN_RATIO = 8
 """:meth:`SessionState.ordered` scans the index for a set of at least this fraction of it."""
 
 
-_MEMBERS: dict[int, tuple[PSet[str], frozenset[str]]] = {}
+_MEMBERS: dict[int, tuple[AbstractSet[str], frozenset[str]]] = {}
 """The last few sets :func:`members` was asked about, by identity, with their members."""
 _MEMBERS_HELD = 8
 
 
-def _frozen(ids: PSet[str]) -> frozenset[str]:
+def _frozen(ids: AbstractSet[str]) -> frozenset[str]:
     """``frozenset(ids)``, built from the persistent map under the set: its buckets walked
     directly, in the order the set's own iteration walks them (so the same frozenset, members
     inserted in the same order), at half the cost of the set's iterator."""
@@ -256,7 +260,7 @@ def _frozen(ids: PSet[str]) -> frozenset[str]:
     return frozenset([key for bucket in buckets if bucket for key, _ in bucket])
 
 
-def members(ids: PSet[str]) -> frozenset[str]:
+def members(ids: AbstractSet[str]) -> frozenset[str]:
     """The members of one of a state's sets as a ``frozenset``, whose membership tests and set
     operations run in C (a persistent set's take several Python calls each). The same set object
     gives the same answer: the few asked for last are remembered by identity, so that the many
@@ -264,7 +268,7 @@ def members(ids: PSet[str]) -> frozenset[str]:
     held = _MEMBERS.get(id(ids))
     if held is not None and held[0] is ids:
         return held[1]
-    found = _frozen(ids)
+    found = ids.frozen() if isinstance(ids, IndexedSet) else _frozen(ids)
     if len(_MEMBERS) >= _MEMBERS_HELD:
         # the oldest goes (another thread may have changed the table meanwhile: no matter)
         with contextlib.suppress(RuntimeError, StopIteration):

@@ -573,3 +573,32 @@ def test_the_cursor_and_the_inline_tables_hold_the_chats_own_objects_not_copies(
     per_message = (held[1] - held[0]) / (2 * 160)
     assert 0 < per_message < 150, (per_message, held)
     print(f"cursor and inline tables: {per_message:.0f} bytes a message, turns 40-200")
+
+
+def test_the_states_per_object_values_are_machine_integers_not_map_entries(
+    service_on: Any,
+) -> None:
+    """Decision 0140: what the session state keeps per object beside the index and the chat
+    (each object's position, kind, turn of a tool call, last use and membership of the metadata
+    pool) is one map entry, its position's, and a few bytes of machine integers: under 250 bytes
+    an object here (about 160). Five persistent maps, an entry each per object, made it about
+    600."""
+    service = service_on(20_000)
+    _server, call, sid, prefix, digest = _opened(service)
+    held, objects = [], []
+    for _ in _appended(call, sid, prefix, digest, 37, 200, (40, 200)):
+        state = service.state(sid)
+        chat: set[int] = set()
+        _bookkeeping([state.turns, state.index], chat, strings=True)
+        maps = [state.positions, state.kinds, state.pool, state.toolcall_turn, state.last_used]
+        held.append(_bookkeeping(maps, chat, strings=True))
+        objects.append(len(state.index))
+    per_object = (held[1] - held[0]) / (objects[1] - objects[0])
+    assert objects[1] - objects[0] == 160
+    assert 0 < per_object < 250, (per_object, held)
+    state = service.state(sid)
+    calls = [i for i in state.index if state.kinds[i] == "toolcall"]
+    assert len(calls) == 200 and set(state.pool) == set(state.index)
+    assert [state.toolcall_turn[i] for i in calls] == [1] * 200  # one long turn
+    assert sorted(state.last_used.values()) == list(range(1, 201))
+    print(f"the state's maps: {per_object:.0f} bytes an object, turns 40-200")
