@@ -4,6 +4,7 @@ over the size cap left unread (decisions 0025 and 0028). Real files, no watchdog
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import threading
 import time
@@ -225,6 +226,7 @@ def test_walks_leave_no_descriptor_open(
         mounted["host_only"],
         workspace.parent / "outside_roots",
     ]
+    gc.collect()  # an earlier test's garbage (a session's private file) closes now, not mid-count
     before = len(os.listdir("/proc/self/fd"))
     for _ in range(50):
         for path in paths:
@@ -232,6 +234,7 @@ def test_walks_leave_no_descriptor_open(
             for call in (reader.canonical, lambda s: reader.read(s, 1024)):
                 with contextlib.suppress(SourceUnavailable):
                     call(source)
+    gc.collect()
     assert len(os.listdir("/proc/self/fd")) == before
 
 
