@@ -420,8 +420,10 @@ class Proxy:
                 return await self._forward(provider, "POST", url, headers, raw, "unmanaged")
         finally:
             watcher.cancel()
-            landing, turn.landing = turn.landing, None
-            if landing is not None and not released:
+            # A streamed exchange's task (released) knows the commit itself (decision 0138).
+            landing = None if released else turn.landing
+            if landing is not None:
+                turn.landing = None
                 # The answer is on its way: the session's lock is released once the commit
                 # it was built beside is known (decision 0107).
                 task = asyncio.create_task(self._land(turn, landing))

@@ -599,6 +599,21 @@ class XtdbClient:
         )
         return None if answer is None else self._tx("latest-completed-tx", answer)
 
+    def latest_submitted_tx(self, *, timeout: float) -> int | None:
+        """The id of the latest transaction in the node's tx-log (indexed or not), or None."""
+        answer = self._call(
+            "GET",
+            "/_xtdb/latest-submitted-tx",
+            "latest-submitted-tx",
+            timeout=timeout,
+            missing_ok=True,
+        )
+        if answer is None:
+            return None
+        if not (isinstance(answer, dict) and isinstance(answer.get("txId"), int)):
+            raise self._shape_error("latest-submitted-tx", answer)
+        return int(answer["txId"])
+
     def tx_log(
         self,
         after_tx_id: int | None,
