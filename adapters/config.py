@@ -230,6 +230,13 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         default=False, env="SELFCTX_PROXY_ANSWER_BEFORE_COMMIT",
     ),
     Setting(
+        "proxy.answer_once_logged", "bool",
+        "Hand an answer to the client once the transaction beside its request is in the store's "
+        "durable log, before the store has checked it (decision 0138; XTDB: indexed it). Off: "
+        "the answer waits for the check too.",
+        default=True, env="SELFCTX_PROXY_ANSWER_ONCE_LOGGED",
+    ),
+    Setting(
         "proxy.token", "str",
         "A token clients must send (x-selfctx-token, or a /t/TOKEN base URL); needed to serve "
         "beyond 127.0.0.1. At least 16 characters.",

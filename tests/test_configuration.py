@@ -201,7 +201,7 @@ def test_an_explicit_file_must_exist_and_replaces_the_users(tmp_path: Path) -> N
         (
             "[proxy]\nprot = 1\n",
             r"proxy.prot: not a setting .known in that table: "
-            r"proxy.answer_before_commit, proxy.host",
+            r"proxy.answer_before_commit, proxy.answer_once_logged, proxy.host",
         ),
         ("[proxy]\nport = '8788'\n", "proxy.port: '8788' is not an integer"),
         ("[policy]\nname = 'fast'\n", "'fast' is not one of ssot, inline, relevance"),

@@ -106,6 +106,7 @@ def proxy_app(upstream: str, workspace: str, *, workers: int = 1, store: str = "
             cwd=workspace,
             roots=(workspace,),
             answer_before_commit=setting("proxy.answer_before_commit"),
+            answer_once_logged=setting("proxy.answer_once_logged"),
         )
         return Proxy(service, config).app
     from selfctx.adapters.proxy.spawn import start_workers

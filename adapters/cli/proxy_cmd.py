@@ -127,6 +127,7 @@ def _run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_mb * 1024 * 1024,
         max_rounds=args.max_rounds,
         answer_before_commit=setting("proxy.answer_before_commit"),
+        answer_once_logged=setting("proxy.answer_once_logged"),
         token=token,
         # loopback: answer only to this machine's names (no DNS rebinding); beyond it, a token
         hosts=LOOPBACK_NAMES | {args.host.lower()} if args.host in _LOOPBACK else None,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import sys
 import threading
@@ -73,7 +74,7 @@ from selfctx.adapters.proxy.sessions import (
 )
 from selfctx.adapters.proxy.sse import Event, iter_events
 from selfctx.application.policies import policy_by_name
-from selfctx.application.ports.store import StoreError
+from selfctx.application.ports.store import LOGGED, StoreError
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import AssistantMessage, ToolCallRequest
 from selfctx.domain.errors import SelfContextError
@@ -143,6 +144,15 @@ class ProxyConfig:
     request lands, instead of after it (decision 0107). Off (the default): a client that has an
     answer knows that what its request added and the request's record are stored (decision
     0089), even if the proxy is killed the moment after."""
+    answer_once_logged: bool = True
+    """Hand an answer, whole or streamed, to the client once the transaction of the commit made
+    beside its request is in the store's durable log, before the store has decided it (XTDB:
+    indexed it); the decision is known before the proxy acts on the session again (decision
+    0138). On (the default), a client that has an answer knows that what its request added and
+    the request's record are durably logged, and stored unless another writer of the session
+    came first (then the proxy records them again on what that writer left). Off: the answer
+    waits for the decision. A store whose commits have no such moment (the memory store)
+    answers once the commit is decided either way."""
     never_larger: bool = True
     """Send the client's own request whenever the managed one would be larger (decision 0049).
     Off only in tests of the context-call rounds, whose tiny conversations never pay for the
@@ -184,8 +194,11 @@ class _Turn:
     first request goes upstream (decision 0078), until ``_open`` has waited for it."""
     landing: asyncio.Future[IngestResult] | None = None
     """That commit, when ``_open`` handed the answer on before it was known (a whole answer,
-    decision 0107): it is known before the proxy acts on the session again, and the session's
-    lock is held until then."""
+    decision 0107; a streamed one once it is logged, decision 0138): it is known before the
+    proxy acts on the session again, and the session's lock is held until then."""
+    logged: asyncio.Future[None] | None = None
+    """Resolved once that commit's transaction is in the store's durable log, before it is
+    decided (``answer_once_logged``, decision 0138); never, on a store without that moment."""
     built: tuple[AssembledContext, str | None] | None = None
     """The context of the first request sent and its note, kept for its record should the
     store refuse the transaction that carried it (decision 0107)."""
@@ -225,6 +238,16 @@ class _Unstored(Exception):
 def _resolve(future: asyncio.Future[bytes], value: bytes) -> None:
     if not future.done():
         future.set_result(value)
+
+
+def _resolve_none(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _resolve_soon(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+    """From another thread: ``future`` resolved on ``loop``."""
+    loop.call_soon_threadsafe(_resolve_none, future)
 
 
 class Proxy:
@@ -397,8 +420,10 @@ class Proxy:
                 return await self._forward(provider, "POST", url, headers, raw, "unmanaged")
         finally:
             watcher.cancel()
-            landing, turn.landing = turn.landing, None
-            if landing is not None and not released:
+            # A streamed exchange's task (released) knows the commit itself (decision 0138).
+            landing = None if released else turn.landing
+            if landing is not None:
+                turn.landing = None
                 # The answer is on its way: the session's lock is released once the commit
                 # it was built beside is known (decision 0107).
                 task = asyncio.create_task(self._land(turn, landing))
@@ -493,6 +518,9 @@ class Proxy:
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[bytes] = loop.create_future()
         turn.raw = raw
+        logged: asyncio.Future[None] | None = None
+        if self.config.answer_once_logged:
+            logged = turn.logged = loop.create_future()
 
         def hand() -> None:  # in the thread, inside the ingest's transaction
             content = self._content(turn)
@@ -502,6 +530,8 @@ class Proxy:
             # record and the commit, which would otherwise hold it up to a switch interval
             # (decision 0133); a loop that does not send within that interval is not waited for.
             turn.taken.wait(sys.getswitchinterval())
+            if logged is not None:  # the commit below says when it is logged (decision 0138)
+                LOGGED.set(functools.partial(_resolve_soon, loop, logged))
             # The request's record (decision 0055) goes in the same transaction as what it was
             # built from (decision 0089): one commit per request. Should the store refuse that
             # transaction, neither is written and ``_settled`` records the request sent.
@@ -700,9 +730,19 @@ class Proxy:
                 await recording
         if commit is None:
             return answer
-        if whole and isinstance(answer, httpx.Response) and not commit.done():
+        if isinstance(answer, httpx.Response) and not commit.done():
             turn.landing = commit
-            return answer
+            if whole:
+                return answer
+            # A streamed answer is read whole before the client gets any of it (``_pump``):
+            # once the commit is logged, the rest of it is known before the proxy acts on
+            # the session or releases it (decision 0138).
+            if turn.logged is not None:
+                either: set[asyncio.Future[Any]] = {turn.logged, commit}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                if not commit.done():
+                    return answer
+            turn.landing = None
         await asyncio.wait({commit})
         return await self._settled(turn, commit, answer)
 
@@ -719,10 +759,31 @@ class Proxy:
         settled = await self._settled(turn, landing, answer)
         return None if settled is answer else settled
 
+    async def _logged_before(
+        self, turn: _Turn, answer: httpx.Response
+    ) -> httpx.Response | Response | None:
+        """Wait until the commit a whole answer was handed on beside is in the store's log
+        (``turn.logged``, decision 0138) or known: None when the answer may go to the client
+        (the rest of the commit is then known in ``_land``), else as ``_landed_before``."""
+        landing, logged = turn.landing, turn.logged
+        if landing is not None and logged is not None:
+            either: set[asyncio.Future[Any]] = {logged, landing}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if not landing.done():
+                return None
+        return await self._landed_before(turn, answer)
+
     async def _land(self, turn: _Turn, landing: asyncio.Future[IngestResult]) -> None:
         """After a whole answer went to the client (or the exchange ended before the answer
-        was read): wait for the commit made beside its request, then release the session's lock
-        (decision 0107). A store that failed rolled the session
+        was read): ``_landed_after``, then release the session's lock (decision 0107)."""
+        try:
+            await self._landed_after(turn, landing)
+        finally:
+            turn.session.lock.release()
+
+    async def _landed_after(self, turn: _Turn, landing: asyncio.Future[IngestResult]) -> None:
+        """After an answer went to the client: wait for the commit made beside its request
+        (decisions 0107, 0138). A store that failed rolled the session
         back, and the client's next request carries the conversation again: it is recorded
         then. A transaction refused because another writer came first was made again on what
         that writer left: the request sent is recorded on its own, with a note when the request
@@ -743,8 +804,6 @@ class Proxy:
                 await self._record_sent(turn)
         except Exception:  # a bug: the exchange is over, the session goes on
             log.exception("session %s: the commit beside the answer failed", turn.session_id)
-        finally:
-            turn.session.lock.release()
 
     async def _record_sent(self, turn: _Turn) -> None:
         """Record the first request sent, whose record the store refused with its transaction
@@ -833,14 +892,18 @@ class Proxy:
                 response = loads(payload)
             except (ValueError, RecursionError):
                 response = None
-            # The answer was read while the commit beside its request landed; unless the proxy
-            # answers before the commit (and has no context call to run), it is known now.
+            # The answer was read while the commit beside its request landed. Before the proxy
+            # acts on it (context calls), the commit is known; before the client gets it, it is
+            # known too, or logged (decision 0138), unless the proxy answers before the commit.
             if turn.landing is not None and (
                 response is None
                 or not self.config.answer_before_commit
                 or self._acts(turn, response)
             ):
-                instead = await self._landed_before(turn, upstream)
+                if response is not None and not self._acts(turn, response):
+                    instead = await self._logged_before(turn, upstream)
+                else:
+                    instead = await self._landed_before(turn, upstream)
                 if isinstance(instead, Response):
                     self._log(turn, instead.status_code)
                     return instead
@@ -938,6 +1001,28 @@ class Proxy:
                     self._log(turn, 502)
                     return
                 response = turn.provider.accumulate(events)
+                if turn.landing is not None and self._acts(turn, response):
+                    # The commit beside the request was logged, not yet known (decision 0138):
+                    # it is known before the proxy acts on the session.
+                    try:
+                        instead = await self._landed_before(turn, upstream)
+                    except _Unstored:
+                        message = "what the conversation added could not be stored; ask again"
+                        queue.put_nowait(turn.provider.error_event(message))
+                        self._log(turn, 503)
+                        return
+                    if isinstance(instead, Response):
+                        detail = bytes(instead.body).decode("utf-8", "replace")[:2000]
+                        queue.put_nowait(
+                            turn.provider.error_event(
+                                redact(f"the upstream answered {instead.status_code}: {detail}")
+                            )
+                        )
+                        self._log(turn, instead.status_code)
+                        return
+                    if instead is not None:  # built again on another writer's commit: sent again
+                        upstream = instead
+                        continue
                 outcome = await self._answer(turn, response)
                 if outcome.exhausted:
                     queue.put_nowait(turn.provider.error_event(self._exhausted_message(turn)))
@@ -974,7 +1059,12 @@ class Proxy:
             queue.put_nowait(turn.provider.error_event(redact(f"the proxy failed: {exc!r}")))
         finally:
             queue.put_nowait(None)
-            turn.session.lock.release()
+            landing, turn.landing = turn.landing, None
+            try:
+                if landing is not None:  # the answer is given: its commit is known next
+                    await self._landed_after(turn, landing)
+            finally:
+                turn.session.lock.release()
 
     async def _events(self, upstream: httpx.Response) -> list[Event]:
         try:

@@ -61,10 +61,18 @@ class Connections:
         self._lock = threading.Lock()
 
     def request(
-        self, method: str, target: str, body: bytes | None, headers: dict[str, str], timeout: float
+        self,
+        method: str,
+        target: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        timeout: float,
+        first: Callable[[bytes], None] | None = None,
     ) -> tuple[int, bytes]:
         """Send one request and read its whole answer: (status, body). Raises what
-        ``http.client`` and the socket raise (:class:`XtdbClient` makes them store errors)."""
+        ``http.client`` and the socket raise (:class:`XtdbClient` makes them store errors).
+        ``first``, when given, is called with a chunked body's first line as soon as it is read
+        (decision 0138), while the rest is still to come."""
         head = _head(method, target, body, headers)
         link = self._take()
         try:
@@ -77,7 +85,7 @@ class Connections:
                 link.sock.sendall(body)
             else:
                 link.sock.sendall(head + body if body is not None else head)
-            status, data, closes = _read_answer(link.reader)
+            status, data, closes = _read_answer(link.reader, first)
         except BaseException:
             if link is not None:
                 link.close()
@@ -139,7 +147,9 @@ def _head(method: str, target: str, body: bytes | None, headers: dict[str, str])
     return (text + "\r\n\r\n").encode("latin-1")
 
 
-def _read_answer(reader: Any) -> tuple[int, bytes, bool]:
+def _read_answer(
+    reader: Any, first: Callable[[bytes], None] | None = None
+) -> tuple[int, bytes, bool]:
     """(status, body, whether the node closes the connection after it) of one answer."""
     for _ in range(_MAX_HEADERS):
         line = reader.readline(_MAX_LINE + 1)
@@ -159,7 +169,7 @@ def _read_answer(reader: Any) -> tuple[int, bytes, bool]:
     if status in (204, 304):
         return status, b"", closes
     if chunked:
-        return status, _read_chunks(reader), closes
+        return status, _read_chunks(reader, first), closes
     if length is None:  # the body ends where the connection does
         return status, reader.read(), True
     data = reader.read(length)
@@ -201,7 +211,9 @@ def _read_headers(reader: Any, old: bool) -> tuple[int | None, bool, bool]:
     raise http.client.HTTPException(f"got more than {_MAX_HEADERS} headers")
 
 
-def _read_chunks(reader: Any) -> bytes:
+def _read_chunks(reader: Any, first: Callable[[bytes], None] | None = None) -> bytes:
+    """A chunked body; ``first`` is called once with its first line (up to ``\n``) as soon as
+    the chunks read hold it."""
     parts: list[bytes] = []
     while True:
         line = reader.readline(_MAX_LINE + 1)
@@ -215,6 +227,9 @@ def _read_chunks(reader: Any) -> bytes:
         if len(chunk) < size or reader.read(2) != b"\r\n":
             raise http.client.IncompleteRead(b"".join(parts) + chunk)
         parts.append(chunk)
+        if first is not None and b"\n" in chunk:
+            call, first = first, None
+            call(b"".join(parts).split(b"\n", 1)[0])
     for _ in range(_MAX_HEADERS + 1):  # trailers, up to the blank line
         line = reader.readline(_MAX_LINE + 1)
         if line in (b"\r\n", b"\n", b""):
@@ -293,6 +308,7 @@ class XtdbClient:
         headers: dict[str, str] = _JSON,
         missing_ok: bool = False,
         retry: bool = True,
+        first: Callable[[bytes], None] | None = None,
     ) -> Any:
         where = {"url": self.url, "operation": operation}
 
@@ -307,12 +323,15 @@ class XtdbClient:
                 headers=headers,
                 missing_ok=missing_ok,
                 retry=False,
+                first=first,
             )
 
         if self.connections is not None:
-            status, body = self._send(method, path, params, content, headers, timeout, where)
+            status, body = self._send(method, path, params, content, headers, timeout, where, first)
         else:
             status, body = self._send_httpx(method, path, params, content, headers, timeout, where)
+        if first is not None and status == 200:
+            status, body = _verdict(body, where)
         return self._answer(status, body, where, again, missing_ok=missing_ok, retry=retry)
 
     def _send_httpx(
@@ -354,6 +373,7 @@ class XtdbClient:
         headers: dict[str, str],
         timeout: float,
         where: dict[str, str],
+        first: Callable[[bytes], None] | None = None,
     ) -> tuple[int, bytes]:
         """One request through :attr:`connections`, its failures made store errors as httpx's
         are."""
@@ -364,7 +384,7 @@ class XtdbClient:
         if auth is not None:
             sent["Authorization"] = auth
         try:
-            status, body = self.connections.request(method, target, content, sent, timeout)
+            status, body = self.connections.request(method, target, content, sent, timeout, first)
             log.debug("HTTP Request: %s %s%s %d", method, self.url, target, status)
             return status, body
         except TimeoutError as exc:
@@ -438,7 +458,13 @@ class XtdbClient:
         return answer
 
     def submit_tx(
-        self, body: bytes, *, timeout: float, wait: float | None = None, blob_head: int = 0
+        self,
+        body: bytes,
+        *,
+        timeout: float,
+        wait: float | None = None,
+        blob_head: int = 0,
+        logged: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """``POST /_xtdb/submit-tx`` with a JSON ``{"tx-ops": [...]}`` body; ``{txId, txTime}``.
 
@@ -448,8 +474,23 @@ class XtdbClient:
 
         A ``blob_head`` (our node only) says that the body is that many bytes of JSON followed by
         the raw UTF-8 of its long strings (``XtdbStore``'s ``_body``, decision 0015).
+
+        ``logged`` (with ``wait``, our node only, through :class:`Connections`) asks the node to
+        answer in two lines (decision 0138): ``logged({txId, txTime})`` is called, in this
+        thread, as soon as the first is read (the transaction is in the node's tx-log), and the
+        call returns the second (the answer above) once the node has indexed it.
         """
-        params = None if wait is None else {"await-timeout": max(1, int(wait * 1000))}
+        params: dict[str, Any] | None = None
+        if wait is not None:
+            params = {"await-timeout": max(1, int(wait * 1000))}
+        first = None
+        if logged is not None and params is not None and self.connections is not None:
+            params["logged"] = "true"
+            where = {"url": self.url, "operation": "submit-tx"}
+
+            def first(line: bytes) -> None:
+                logged(self._tx("submit-tx", _line(line, where)))
+
         answer = self._call(
             "POST",
             "/_xtdb/submit-tx",
@@ -458,6 +499,7 @@ class XtdbClient:
             params=params,
             content=body,
             headers={**_JSON_BODY, _BLOBS: str(blob_head)} if blob_head else _JSON_BODY,
+            first=first,
         )
         tx = self._tx("submit-tx", answer)
         committed = tx.get("txCommitted?")
@@ -557,6 +599,21 @@ class XtdbClient:
         )
         return None if answer is None else self._tx("latest-completed-tx", answer)
 
+    def latest_submitted_tx(self, *, timeout: float) -> int | None:
+        """The id of the latest transaction in the node's tx-log (indexed or not), or None."""
+        answer = self._call(
+            "GET",
+            "/_xtdb/latest-submitted-tx",
+            "latest-submitted-tx",
+            timeout=timeout,
+            missing_ok=True,
+        )
+        if answer is None:
+            return None
+        if not (isinstance(answer, dict) and isinstance(answer.get("txId"), int)):
+            raise self._shape_error("latest-submitted-tx", answer)
+        return int(answer["txId"])
+
     def tx_log(
         self,
         after_tx_id: int | None,
@@ -618,6 +675,28 @@ class XtdbClient:
         """Block until the node has indexed everything submitted to its tx-log so far."""
         params = {"timeout": max(1, int(wait * 1000))}
         self._call("GET", "/_xtdb/sync", "sync", timeout=timeout, params=params)
+
+
+def _line(line: bytes, where: dict[str, str]) -> Any:
+    try:
+        return loads(line)
+    except ValueError as exc:
+        raise StoreProtocolError(
+            f"the answer is not JSON ({exc}): {line[:200]!r}", **where
+        ) from exc
+
+
+def _verdict(body: bytes, where: dict[str, str]) -> tuple[int, bytes]:
+    """(status, body) of a two-line answer's second line (decision 0138): an error line carries
+    the status a one-line answer would have had."""
+    lines = body.split(b"\n")
+    if len(lines) != 3 or lines[2]:
+        raise StoreProtocolError(f"expected two lines: {body[:200]!r}", **where)
+    second = lines[1]
+    if second.startswith(b'{"error"'):
+        status = _line(second, where).get("status")
+        return (status if isinstance(status, int) and status >= 400 else 500), second
+    return 200, second
 
 
 def _error_message(body: bytes) -> str:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import logging
 import re
 import threading
 import time
@@ -46,6 +47,7 @@ from selfctx.adapters.xtdb import edn, secret, text
 from selfctx.adapters.xtdb.client import Connections, XtdbClient
 from selfctx.application.persistence import LOG_ENTRIES, log_entries_of
 from selfctx.application.ports.store import (
+    LOGGED,
     Change,
     ConflictError,
     Document,
@@ -62,6 +64,8 @@ from selfctx.application.ports.store import (
 from selfctx.domain.errors import InvalidInput, SelfContextError
 
 __all__ = ["XtdbStore", "open_store"]
+
+log = logging.getLogger("selfctx.xtdb")
 
 # Later than any transaction time, earlier than the dates XTDB mishandles (Long/MAX_VALUE).
 _VALID_TIME = "9999-12-31T00:00:00Z"
@@ -182,6 +186,10 @@ class XtdbStore(ObjectStore):
         self.feed_documents = False
         """The feed also answers with the documents of the files a client holds (decision
         0106; our node's status says so)."""
+        self.logged = False
+        """A commit's answer comes in two lines, the first once the transaction is in the
+        node's log (decision 0138; our node's status says so): callers' ``LOGGED`` hooks are
+        called then."""
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -439,12 +447,16 @@ class XtdbStore(ObjectStore):
         deadline = max(m.deadline for m in group)
         if len(group) == 1:
             only = group[0]
-            only.settle(functools.partial(self._commit_once, only.puts, only.expect, deadline))
+            only.settle(
+                functools.partial(
+                    self._commit_once, only.puts, only.expect, deadline, _hooks(group)
+                )
+            )
             return
         puts = [doc for m in group for doc in m.puts]
         expect = [e for m in group for e in m.expect]
         try:
-            receipt = self._commit_once(puts, expect, deadline)
+            receipt = self._commit_once(puts, expect, deadline, _hooks(group))
         except ConflictError as exc:
             again = []
             for m in group:
@@ -458,10 +470,12 @@ class XtdbStore(ObjectStore):
                 else:
                     again.append(m)
             for m in again:
-                m.settle(functools.partial(self._commit_once, m.puts, m.expect, m.deadline))
+                hooks = _hooks([m])
+                m.settle(functools.partial(self._commit_once, m.puts, m.expect, m.deadline, hooks))
         except InvalidInput:
             for m in group:
-                m.settle(functools.partial(self._commit_once, m.puts, m.expect, m.deadline))
+                hooks = _hooks([m])
+                m.settle(functools.partial(self._commit_once, m.puts, m.expect, m.deadline, hooks))
         except Exception as exc:  # the same fate for each (a store's error: unknown whether
             for m in group:  # it landed, as for a commit alone), each raising its own copy
                 m.outcome = _own(exc)
@@ -470,13 +484,32 @@ class XtdbStore(ObjectStore):
                 m.outcome = receipt
 
     def _commit_once(
-        self, puts: Sequence[Document], expect: Sequence[Expect], deadline: float
+        self,
+        puts: Sequence[Document],
+        expect: Sequence[Expect],
+        deadline: float,
+        hooks: Sequence[Callable[[], None]] = (),
     ) -> Receipt:
-        """One transaction, sent now."""
+        """One transaction, sent now; ``hooks`` are called once it is in the node's log (on a
+        node that says so, decision 0138), before it is decided."""
         body, head = self._body(puts, expect)
         left = self._left(deadline)
+
+        def logged(_tx: Mapping[str, Any]) -> None:
+            for hook in hooks:
+                try:
+                    hook()
+                except Exception:  # a caller's bug: its commit goes on
+                    log.exception("a hook for a logged transaction failed")
+
         # The server gives up a little before the HTTP timeout, so its answer still arrives.
-        tx = self.client.submit_tx(body, timeout=left, wait=max(0.001, left - 0.25), blob_head=head)
+        tx = self.client.submit_tx(
+            body,
+            timeout=left,
+            wait=max(0.001, left - 0.25),
+            blob_head=head,
+            logged=logged if hooks and self.logged else None,
+        )
         committed = tx.get("txCommitted?")
         if committed is None:  # upstream's server: await and ask, two more round trips
             return self._settle(tx, expect, deadline)
@@ -578,7 +611,7 @@ class _Member:
     """A commit waiting for its turn (:meth:`XtdbStore.commit`): its checked documents, its
     preconditions, the ids it writes and matches, and, once sent, its outcome."""
 
-    __slots__ = ("deadline", "done", "expect", "matched", "outcome", "puts", "written")
+    __slots__ = ("deadline", "done", "expect", "logged", "matched", "outcome", "puts", "written")
 
     def __init__(
         self, puts: list[dict[str, Any]], expect: tuple[Expect, ...], deadline: float
@@ -590,6 +623,9 @@ class _Member:
         self.matched = frozenset(e.object_id for e in expect)
         self.done = False
         self.outcome: Receipt | BaseException | None = None
+        self.logged = LOGGED.get()
+        """The caller's hook for the moment its transaction is in the log (decision 0138),
+        taken in the caller's thread."""
 
     @classmethod
     def of(cls, puts: Sequence[Document], expect: Sequence[Expect], deadline: float) -> _Member:
@@ -612,6 +648,11 @@ class _Member:
         if self.outcome is None:  # its sender was interrupted: the fate is unknown
             raise StoreUnavailable("the commit's transaction was not answered", operation="commit")
         return self.outcome
+
+
+def _hooks(group: Sequence[_Member]) -> list[Callable[[], None]]:
+    """The members' hooks for their transaction being in the log (decision 0138)."""
+    return [m.logged for m in group if m.logged is not None]
 
 
 def _own(exc: Exception) -> Exception:
@@ -683,6 +724,7 @@ def open_store(url: str, *, timeout: float = 10.0, key: str | None = None) -> Xt
         store.blobs = status.get("selfctxBlobs") == 1
         store.feed = status.get("selfctxVersions") == 1
         store.feed_documents = status.get("selfctxVersionDocuments") == 1
+        store.logged = status.get("selfctxLogged") == 1
         store.client.sync(wait=max(0.001, timeout - 0.25), timeout=timeout)
     except BaseException:
         http.close()

@@ -10,7 +10,8 @@ the in-memory store (``selfctx.adapters.memory``) and XTDB 1.x over HTTP
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping, Sequence
+import contextvars
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import attrs
@@ -19,6 +20,17 @@ from selfctx.domain.errors import SelfContextError
 
 Document: TypeAlias = Mapping[str, Any]
 """A stored document: a JSON object whose ``xt/id`` is a non-empty string."""
+
+LOGGED: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "selfctx_store_logged", default=None
+)
+"""Set by a caller that wants to know when the commits it makes from this context are durable
+before they are decided (decision 0138): a store whose commit has that moment (XTDB: the
+transaction is in the node's synced tx-log, a node restarted after a crash indexes it, and its
+preconditions are checked later, when it is indexed) calls it then, from whichever thread sends
+the transaction, before :meth:`ObjectStore.commit` returns or raises. It must not block or
+raise. A store without that moment (the in-memory one) never calls it: its commit is decided
+when it is durable."""
 
 
 @attrs.frozen

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.proxy.scripted import ScriptedModel, Seen, Step
 from selfctx.application.persistence import LOG_TYPE, log_entries
-from selfctx.application.ports.store import StoreUnavailable
+from selfctx.application.ports.store import LOGGED, Document, Expect, Receipt, StoreUnavailable
 from selfctx.domain.chat import AssistantMessage, UserMessage
 from tests.proxy.drive import read_stream
 from tests.proxy.support import scripted
@@ -428,3 +428,159 @@ def test_the_request_goes_upstream_before_its_thread_commits(tmp_path: Path, str
         sid = next(iter(proxy.sessions.items()))
     assert order == ["sent", "commit"] * 3
     assert _commands(store.inner, tmp_path, sid) == [f"echo {n}" for n in range(3)]
+
+
+class LoggedStore(WrappedStore):
+    """A store whose commit is durably logged before it is decided, as an XTDB node's is (the
+    transaction in its tx-log, its preconditions checked when it is indexed): each commit calls
+    the caller's ``LOGGED`` hook first, then ``on_commit`` (``WrappedStore``'s), then decides on
+    the inner store (decision 0138)."""
+
+    def commit(self, puts: Sequence[Document], expect: Sequence[Expect] = ()) -> Receipt:
+        logged = LOGGED.get()
+        if logged is not None:
+            logged()
+        return super().commit(puts, expect)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_an_answer_goes_once_its_commit_is_logged(tmp_path: Path, stream: bool) -> None:
+    """By default an answer, whole or streamed, goes to the client once the transaction beside
+    its request is in the store's log, before the store has decided it (decision 0138): the
+    third request's commit is not decided until the client has its answer. The session's next
+    request waits for that decision, and the session holds every call. With the setting off
+    (the tree before), the answer waits for the decision, which waits for the answer: the hook
+    gives up after 5 s and the first assertion fails."""
+    store = LoggedStore(MemoryStore())
+    steps = [bash(f"echo {n}") for n in range(5)]
+    answered = threading.Event()
+    seen: dict[str, float] = {}
+
+    def decide_after_the_answer() -> None:
+        seen["client_had_it"] = float(answered.wait(5.0))
+        seen["decided_at"] = time.monotonic()
+
+    with (
+        scripted(steps) as (_model, up),
+        proxy_for(up, tmp_path, store) as (proxy, base),
+    ):
+        talk = Conversation(base)
+        with httpx.Client() as client:
+            talk.send(client)
+            talk.send(client)
+            sid = next(iter(proxy.sessions.items()))
+            assert _landed(store, "output of echo 0"), "the second request's commit never landed"
+            store.on_commit = decide_after_the_answer
+            talk.send(client, stream=stream)
+            answered.set()
+            talk.send(client)
+            seen["next_answered_at"] = time.monotonic()
+        records = proxy.service.requests(sid)
+    assert seen["client_had_it"], "the answer waited for the commit to be decided"
+    assert seen["next_answered_at"] > seen["decided_at"], "the next request did not wait"
+    assert [r.n for r in records] == [1, 2, 3, 4]
+    assert _commands(store.inner, tmp_path, sid) == [f"echo {n}" for n in range(3)]
+
+
+def test_a_logged_commit_refused_for_another_writer_with_a_streamed_answer(
+    tmp_path: Path,
+) -> None:
+    """Another writer of the session came first, after the proxy's transaction was logged and
+    before it was decided (decision 0138): the streamed answer went to the client, the request
+    sent is recorded with a note that the log holds that writer's commit before it (as 0107
+    does for a whole answer), the next request sees what that writer wrote, and nothing is
+    recorded twice."""
+    inner = MemoryStore()
+    store = LoggedStore(inner)
+    other = build_service(store=inner, workspace=str(tmp_path))
+    steps = [bash(f"echo {n}") for n in range(5)]
+    note = "A note another agent left in this session."
+
+    def another_writer_first() -> None:
+        sid = next(iter(proxy.sessions.items()))
+
+        def write() -> None:
+            other.resume_session(sid)
+            other.record_user_message(sid, note)
+
+        _on_another_thread(write)
+
+    try:
+        with (
+            scripted(steps) as (model, up),
+            proxy_for(up, tmp_path, store) as (proxy, base),
+        ):
+            talk = Conversation(base)
+            with httpx.Client() as client:
+                sid, _own, bodies = _third_request_meets(
+                    talk, client, proxy, model, store, another_writer_first, stream=True
+                )
+                sent = [json.dumps(b) for b in bodies]
+                talk.send(client)
+                after = json.dumps(model.requests[-1].body)
+            assert _landed(store, "output of echo 2"), "the fourth request's commit never landed"
+            records = proxy.service.requests(sid)
+    finally:
+        other.close()
+    assert len(sent) == 1  # given as it came: not sent again
+    assert note not in sent[0] and note in after
+    assert "another writer" in str(records[2].facts.note)
+    assert [r.n for r in records] == [1, 2, 3, 4]
+    assert sum(1 for m in talk.messages if m["role"] == "tool") == 4
+    service = build_service(store=inner, workspace=str(tmp_path))
+    try:
+        service.resume_session(sid)
+        turns = service.state(sid).turns
+        notes = [m for t in turns for m in t.messages if isinstance(m, UserMessage)]
+        assert sum(1 for m in notes if m.text == note) == 1
+    finally:
+        service.close()
+
+
+def test_a_logged_commit_refused_before_a_streamed_answers_context_calls(
+    tmp_path: Path,
+) -> None:
+    """A streamed answer holding context calls: the proxy knows the logged commit's decision
+    before it acts on the session (decision 0138). Another writer came first, so the request
+    built again on what it left is sent again, and the client gets one answer, to it."""
+    inner = MemoryStore()
+    store = LoggedStore(inner)
+    other = build_service(store=inner, workspace=str(tmp_path))
+    steps = iter(
+        [bash("echo 0"), bash("echo 1"), Step("", (("context_activate", {"id": "#1"}),))]
+        + [bash(f"echo {n}") for n in range(2, 6)]
+    )  # one a request, in the order the model gets them
+    note = "A note another agent left in this session."
+
+    def script(_seen: Seen) -> Step:
+        return next(steps)
+
+    def another_writer_first() -> None:
+        sid = next(iter(proxy.sessions.items()))
+
+        def write() -> None:
+            other.resume_session(sid)
+            other.record_user_message(sid, note)
+
+        _on_another_thread(write)
+
+    try:
+        with (
+            scripted(script) as (model, up),
+            proxy_for(up, tmp_path, store) as (proxy, base),
+        ):
+            talk = Conversation(base)
+            with httpx.Client() as client:
+                sid, _own, bodies = _third_request_meets(
+                    talk, client, proxy, model, store, another_writer_first, stream=True
+                )
+                sent = [json.dumps(b) for b in bodies]
+            records = proxy.service.requests(sid)
+    finally:
+        other.close()
+    assert "context_activate" in sent[0] and note not in sent[0]
+    assert len(sent) == 2 and note in sent[1]  # built again on the other writer's commit
+    assert [m.get("tool_calls") is None for m in talk.messages if m["role"] == "assistant"] == [
+        False
+    ] * 3
+    assert [r.n for r in records] == [1, 2, 3]  # the request sent again has the third

@@ -73,6 +73,9 @@ def test_a_conversation_is_two_transactions_and_each_request_after_it_one(
                         base + "/v1/chat/completions", json=body, headers=headers, timeout=60
                     )
                     assert answer.status_code == 200, answer.text
+                    # the answer comes once the transaction is logged, before it is indexed
+                    # (decision 0138): counted once the node has indexed what it holds
+                    store.client.sync(wait=10.0, timeout=11.0)
                     return latest() - before
 
                 # the session's start, then everything the conversation holds and the

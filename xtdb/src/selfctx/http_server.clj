@@ -17,7 +17,9 @@
   - `submit-tx?await-timeout=MS` also awaits the transaction and answers whether it committed
     (`200 {\"txId\", \"txTime\", \"txCommitted?\"}`): one round trip per commit instead of three.
     A refused one adds `\"current\": [[id, doc], ...]`, the documents its `match` ops named as
-    of it (decision 0106). Without the parameter it answers as upstream does.
+    of it (decision 0106). Without the parameter it answers as upstream does. With `logged=true`
+    too, the answer is two lines, chunked: `{\"txId\", \"txTime\"}` flushed once the transaction
+    is in the tx-log, then the line above once it is indexed (decision 0138).
   - `submit-tx` with an `X-Selfctx-Blobs` header takes long string values as raw UTF-8 after a
     JSON head (see `blob-body`); `/_xtdb/status` says so with \"selfctxBlobs\": 1.
   - `tx-log` takes `limit=N` (at most N transactions); with `with-ops=true` the ops are
@@ -155,6 +157,35 @@
             (.write out bytes offset n)
             (recur (+ offset n))))))))
 
+(defn- error-body [^Throwable e]
+  {"error" (or (ex-message e) (.getName (class e)))
+   "class" (.getName (class e))})
+
+;; A handler that answered the exchange itself returns `[responded nil]`.
+(def ^:private responded ::responded)
+
+(defn- respond-logged
+  "`submit-tx?logged=true`'s answer (decision 0138): status 200, chunked; the line `logged` as
+  soon as it is known, flushed, then the line `(verdict)`, or, should working it out fail, the
+  line `{\"error\", \"class\", \"status\"}` with the status the one-chunk answer would have had."
+  [^HttpExchange ex logged verdict]
+  (doto (.getResponseHeaders ex)
+    (.set "Content-Type" "application/x-ndjson; charset=utf-8"))
+  (.sendResponseHeaders ex 200 0)
+  (with-open [out (.getResponseBody ex)]
+    (.write out (write-json logged))
+    (.write out (int 10))
+    (.flush out)
+    (let [line (try (verdict)
+                    (catch TimeoutException e
+                      (assoc (error-body e) "status" 500 "type" "exception"))
+                    (catch Throwable e
+                      (log/warn e "a logged transaction's verdict failed")
+                      (assoc (error-body e) "status" 500 "type" "exception")))]
+      (.write out (write-json line))
+      (.write out (int 10))))
+  [responded nil])
+
 (defn- bad-request [message & [data]]
   (throw (ex-info message (merge {::status 400} data))))
 
@@ -280,15 +311,22 @@
                (json-body (body-string ex)))
         ops (:tx-ops body)]
     (when-not (vector? ops) (bad-request "the body must be {\"tx-ops\": [...]}"))
-    (let [tx (xt/submit-tx node (mapv json->tx-op ops))]
-      (if-let [wait (->duration params :await-timeout)]
+    (let [tx (xt/submit-tx node (mapv json->tx-op ops))
+          wait (->duration params :await-timeout)
+          verdict (fn []
+                    (xt/await-tx node tx wait)
+                    (let [committed? (xt/tx-committed? node tx)]
+                      (cond-> (assoc (tx->json tx) "txCommitted?" committed?)
+                        (not committed?) (assoc "current" (current-of node tx ops)))))]
+      (cond
+        (nil? wait) [202 (tx->json tx)]
+        ;; Our extension (decision 0138): the answer in two chunks, one line each. The first once
+        ;; `submit-tx` returned (the transaction is in the tx-log, synced: a node restarted after
+        ;; a crash indexes it), the second once it is indexed, as the one-chunk answer below.
+        (flag? params :logged) (respond-logged ex (tx->json tx) verdict)
         ;; Our extension: submit, await and tx-committed? in one round trip. Upstream ignores the
         ;; parameter and answers 202 without "txCommitted?"; the adapter then asks separately.
-        (do (xt/await-tx node tx wait)
-            (let [committed? (xt/tx-committed? node tx)]
-              [200 (cond-> (assoc (tx->json tx) "txCommitted?" committed?)
-                     (not committed?) (assoc "current" (current-of node tx ops)))]))
-        [202 (tx->json tx)]))))
+        :else [200 (verdict)]))))
 
 (defn- await-tx [node _ params]
   (let [tx-id (or (->long params :tx-id) (bad-request "Missing tx-id"))]
@@ -314,13 +352,15 @@
 (defn- status [node _ _]
   ;; "selfctxBlobs" tells our adapter that this node reads bodies with blobs (decision 0015),
   ;; "selfctxVersions" that it answers /_xtdb/selfctx/versions (decision 0066),
-  ;; "selfctxVersionDocuments" that it takes a POST there naming the files held (decision 0106);
+  ;; "selfctxVersionDocuments" that it takes a POST there naming the files held (decision 0106),
+  ;; "selfctxLogged" that `submit-tx?await-timeout=MS&logged=true` answers in two lines (0138);
   ;; "selfctxDocumentsRead" counts the documents read back from the document store, not found in
   ;; its cache (selfctx.documents, decision 0113).
   [200 (assoc (camel-keys (xt/status node))
               "selfctxBlobs" 1
               "selfctxVersions" 1
               "selfctxVersionDocuments" 1
+              "selfctxLogged" 1
               "selfctxRequests" (.get ^AtomicLong requests)
               "selfctxDocumentsRead" (.get ^AtomicLong documents/read-back))])
 
@@ -412,10 +452,6 @@
    ["POST" "/_xtdb/query"] query
    ["GET" "/_xtdb/tx-log"] tx-log})
 
-(defn- error-body [^Throwable e]
-  {"error" (or (ex-message e) (.getName (class e)))
-   "class" (.getName (class e))})
-
 (defn- handle [node routes ^bytes expected ^HttpExchange ex]
   (.incrementAndGet ^AtomicLong requests)
   (try
@@ -442,7 +478,7 @@
                               [500 (assoc (error-body e) "type" "exception")]))
                           :else
                           [404 {"error" (str "no route " (.getRequestMethod ex) " " path)}])]
-      (respond ex status body))
+      (when-not (= status responded) (respond ex status body)))
     (catch Throwable e
       (log/warn e "request failed:" (str (.getRequestURI ex)))
       (try (respond ex 500 (assoc (error-body e) "type" "exception"))
