@@ -957,6 +957,16 @@ class Proxy:
             raise _Gone
         return task.result()
 
+    def _failed_upstream(
+        self, turn: _Turn, queue: asyncio.Queue[str | None], answer: Response
+    ) -> None:
+        """A streamed exchange ends on an upstream's refusal: the client gets it as the
+        provider's error event (credentials redacted) and the request is logged with its status."""
+        detail = bytes(answer.body).decode("utf-8", "replace")[:2000]
+        message = redact(f"the upstream answered {answer.status_code}: {detail}")
+        queue.put_nowait(turn.provider.error_event(message))
+        self._log(turn, answer.status_code)
+
     def _exhausted_message(self, turn: _Turn) -> str:
         return (
             f"the model went on calling context tools after {turn.rounds} rounds, the limit "
@@ -1012,13 +1022,7 @@ class Proxy:
                         self._log(turn, 503)
                         return
                     if isinstance(instead, Response):
-                        detail = bytes(instead.body).decode("utf-8", "replace")[:2000]
-                        queue.put_nowait(
-                            turn.provider.error_event(
-                                redact(f"the upstream answered {instead.status_code}: {detail}")
-                            )
-                        )
-                        self._log(turn, instead.status_code)
+                        self._failed_upstream(turn, queue, instead)
                         return
                     if instead is not None:  # built again on another writer's commit: sent again
                         upstream = instead
@@ -1043,13 +1047,7 @@ class Proxy:
                     return
                 nxt = await self._next_round(turn)
                 if isinstance(nxt, Response):
-                    detail = bytes(nxt.body).decode("utf-8", "replace")[:2000]
-                    queue.put_nowait(
-                        turn.provider.error_event(
-                            redact(f"the upstream answered {nxt.status_code}: {detail}")
-                        )
-                    )
-                    self._log(turn, nxt.status_code)
+                    self._failed_upstream(turn, queue, nxt)
                     return
                 upstream = nxt
         except _Gone:
