@@ -9,6 +9,7 @@ import os
 import tempfile
 from typing import Any
 
+from selfctx.adapters.privatefile import read_at, write_at
 from selfctx.domain.infrastructure import ShelfLost
 
 __all__ = ["FileShelf"]
@@ -50,12 +51,8 @@ class FileShelf:
         if self._file is None:
             # 0600, unlinked; held as long as the session (closed when it is let go)
             self._file = tempfile.TemporaryFile(prefix="selfctx-chat-")  # noqa: SIM115
-        fd, done = self._file.fileno(), 0
-        while done < len(data):  # each pass writes at least a byte, or raises
-            written = os.pwrite(fd, memoryview(data)[done:], at + done)
-            if written <= 0:
-                raise OSError("the chat's text file took no bytes")
-            done += written
+        fd = self._file.fileno()
+        write_at(fd, data, at)
         if at + len(data) < self._size:
             os.ftruncate(fd, at + len(data))
 
@@ -64,18 +61,10 @@ class FileShelf:
             raise ShelfLost(f"read of {size} bytes: the shelf holds {self._size}")
         if self._memory is not None:
             return bytes(self._memory[:size])
-        parts, at = [], 0
         try:
-            fd = self._file.fileno()
-            while at < size:  # each pass reads at least a byte, or raises
-                chunk = os.pread(fd, size - at, at)
-                if not chunk:
-                    raise OSError("the file ended early")
-                parts.append(chunk)
-                at += len(chunk)
+            return read_at(self._file.fileno(), 0, size)
         except (OSError, ValueError, AttributeError) as exc:
             raise ShelfLost(str(exc)) from exc
-        return b"".join(parts)
 
     def _close(self) -> None:
         if self._file is not None:

@@ -50,6 +50,7 @@ from selfctx.adapters.harness.render import (
     _responses_message,
     _system_prompt,
 )
+from selfctx.adapters.privatefile import read_at, write_at
 from selfctx.application.settings import RENDERING_BUDGET
 from selfctx.application.tokens import identical_prefix
 from selfctx.domain.errors import InvalidInput
@@ -169,12 +170,8 @@ class _Spill:
             # 0600, unlinked; held as long as the cache (closed when it is let go)
             self._file = tempfile.TemporaryFile(prefix="selfctx-prompt-")  # noqa: SIM115
         data = ("," + run if self.starts else run).encode("ascii")
-        fd, at, done = self._file.fileno(), self.size, 0
-        while done < len(data):  # each pass writes at least a byte, or raises
-            written = os.pwrite(fd, memoryview(data)[done:], at + done)
-            if written <= 0:
-                raise OSError("the prompt's spill file took no bytes")
-            done += written
+        at = self.size
+        write_at(self._file.fileno(), data, at)
         self.starts.append(at + (1 if self.starts else 0))
         self.size = at + len(data)
 
@@ -183,16 +180,8 @@ class _Spill:
         return self.starts[run + 1] - 1 if run + 1 < len(self.starts) else self.size
 
     def read(self, begin: int, end: int) -> str:
-        parts, at = [], begin
         try:
-            fd = self._file.fileno()
-            while at < end:  # each pass reads at least a byte, or raises
-                chunk = os.pread(fd, end - at, at)
-                if not chunk:
-                    raise OSError("the file ended early")
-                parts.append(chunk)
-                at += len(chunk)
-            return b"".join(parts).decode("ascii")
+            return read_at(self._file.fileno(), begin, end).decode("ascii")
         except (OSError, ValueError) as exc:
             raise _SpillLost(str(exc)) from exc
 
