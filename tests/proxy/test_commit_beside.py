@@ -109,6 +109,33 @@ def _on_another_thread(write: Callable[[], None]) -> None:
     assert done.wait(10)
 
 
+def _writes_first(other: Any, note: str, proxy: Callable[[], Any]) -> Callable[[], None]:
+    """A hook for the proxy's commit of a request: another writer of the proxy's session
+    (``other``, a service on the same store) records ``note`` first, on a thread of its own."""
+
+    def hook() -> None:
+        sid = next(iter(proxy().sessions.items()))
+
+        def write() -> None:
+            other.resume_session(sid)
+            other.record_user_message(sid, note)
+
+        _on_another_thread(write)
+
+    return hook
+
+
+def _notes(store: Any, workspace: Path, session_id: str) -> list[str]:
+    """The texts of the user messages the stored session holds, in order."""
+    service = build_service(store=store, workspace=str(workspace))
+    try:
+        service.resume_session(session_id)
+        turns = service.state(session_id).turns
+        return [m.text for t in turns for m in t.messages if isinstance(m, UserMessage)]
+    finally:
+        service.close()
+
+
 def _upstream_then(model: ScriptedModel, want: int, then: Callable[[], None]) -> Callable[[], None]:
     """A hook for the proxy's commit of a request: it waits until the model has that request
     (which it could not, were the commit made before the request was sent), lets the answer come
@@ -278,14 +305,7 @@ def test_a_commit_refused_for_another_writer(tmp_path: Path, stream: bool) -> No
     steps = [bash(f"echo {n}") for n in range(5)]
     note = "A note another agent left in this session."
 
-    def another_writer_first() -> None:  # beside the proxy's first commit for the request
-        sid = next(iter(proxy.sessions.items()))
-
-        def write() -> None:
-            other.resume_session(sid)
-            other.record_user_message(sid, note)
-
-        _on_another_thread(write)
+    another_writer_first = _writes_first(other, note, lambda: proxy)  # beside its first commit
 
     try:
         with (
@@ -313,14 +333,7 @@ def test_a_commit_refused_for_another_writer(tmp_path: Path, stream: bool) -> No
         assert "another writer" in str(records[2].facts.note)
         assert [r.n for r in records] == [1, 2, 3, 4]
     assert sum(1 for m in talk.messages if m["role"] == "tool") == 4
-    service = build_service(store=inner, workspace=str(tmp_path))
-    try:
-        service.resume_session(sid)
-        turns = service.state(sid).turns
-        notes = [m for t in turns for m in t.messages if isinstance(m, UserMessage)]
-        assert sum(1 for m in notes if m.text == note) == 1
-    finally:
-        service.close()
+    assert _notes(inner, tmp_path, sid).count(note) == 1  # recorded once
 
 
 def test_a_request_and_its_record_are_one_transaction(tmp_path: Path) -> None:
@@ -496,14 +509,7 @@ def test_a_logged_commit_refused_for_another_writer_with_a_streamed_answer(
     steps = [bash(f"echo {n}") for n in range(5)]
     note = "A note another agent left in this session."
 
-    def another_writer_first() -> None:
-        sid = next(iter(proxy.sessions.items()))
-
-        def write() -> None:
-            other.resume_session(sid)
-            other.record_user_message(sid, note)
-
-        _on_another_thread(write)
+    another_writer_first = _writes_first(other, note, lambda: proxy)
 
     try:
         with (
@@ -527,14 +533,7 @@ def test_a_logged_commit_refused_for_another_writer_with_a_streamed_answer(
     assert "another writer" in str(records[2].facts.note)
     assert [r.n for r in records] == [1, 2, 3, 4]
     assert sum(1 for m in talk.messages if m["role"] == "tool") == 4
-    service = build_service(store=inner, workspace=str(tmp_path))
-    try:
-        service.resume_session(sid)
-        turns = service.state(sid).turns
-        notes = [m for t in turns for m in t.messages if isinstance(m, UserMessage)]
-        assert sum(1 for m in notes if m.text == note) == 1
-    finally:
-        service.close()
+    assert _notes(inner, tmp_path, sid).count(note) == 1  # recorded once
 
 
 def test_a_logged_commit_refused_before_a_streamed_answers_context_calls(
@@ -555,14 +554,7 @@ def test_a_logged_commit_refused_before_a_streamed_answers_context_calls(
     def script(_seen: Seen) -> Step:
         return next(steps)
 
-    def another_writer_first() -> None:
-        sid = next(iter(proxy.sessions.items()))
-
-        def write() -> None:
-            other.resume_session(sid)
-            other.record_user_message(sid, note)
-
-        _on_another_thread(write)
+    another_writer_first = _writes_first(other, note, lambda: proxy)
 
     try:
         with (
