@@ -21,6 +21,7 @@ import json
 import logging
 import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from typing import Any
@@ -50,13 +51,19 @@ class Connections:
     (decision 0085). It is used by the stores :func:`selfctx.adapters.xtdb.open_store` opens; a
     client given only an ``httpx.Client`` (a test's mock transport) goes through httpx.
     Thread-safe: each request takes a connection of its own. A connection the node closed while
-    idle is noticed before it is used again (it reads as at its end), so a request is never sent
-    on it. Failures are raised as ``http.client`` raises them (``RemoteDisconnected``,
+    idle is noticed before it is used again (it reads as at its end), and one idle for longer
+    than ``idle_limit`` is closed rather than used, before the node would close it, so a request
+    is never sent on a connection the node is closing. Failures are raised as ``http.client`` raises them (``RemoteDisconnected``,
     ``IncompleteRead``, ``HTTPException``) or as the socket does."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, idle_limit: float = 20.0) -> None:
         self.host = host
         self.port = port
+        self.idle_limit = idle_limit
+        """Seconds a connection is kept idle at most. The node's HTTP server (the JDK's) closes a
+        connection idle for 30 s, checked every 10 s (its ``sun.net.httpserver.idleInterval`` and
+        ``clockTick`` defaults): a request sent on one just then would meet a close, not an
+        answer. A connection idle for less than this is never one the node is closing."""
         self._idle: list[_Link] = []
         self._lock = threading.Lock()
 
@@ -93,15 +100,17 @@ class Connections:
         if closes:
             link.close()
         else:
+            link.idle_since = time.monotonic()
             with self._lock:
                 self._idle.append(link)
         return status, data
 
     def _take(self) -> _Link | None:
+        oldest = time.monotonic() - self.idle_limit
         with self._lock:
             while self._idle:
                 link = self._idle.pop()
-                if _idle_and_open(link):
+                if link.idle_since > oldest and _idle_and_open(link):
                     return link
                 link.close()
         return None
@@ -116,9 +125,10 @@ class Connections:
 class _Link:
     """One connection to the node: its socket, and a buffered reader of its answers."""
 
-    __slots__ = ("reader", "sock")
+    __slots__ = ("idle_since", "reader", "sock")
 
     def __init__(self, host: str, port: int, timeout: float) -> None:
+        self.idle_since = 0.0  # when its last answer was read (time.monotonic)
         self.sock = socket.create_connection((host, port), timeout)
         # Small requests leave at once (no wait for the answer to an earlier write's ACK).
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

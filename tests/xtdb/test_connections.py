@@ -78,6 +78,24 @@ def test_a_connection_the_node_closed_is_replaced_not_used(node: _Node) -> None:
     assert node.connections == 3
 
 
+def test_a_connection_idle_past_the_limit_is_replaced_before_the_node_closes_it(
+    node: _Node,
+) -> None:
+    """The node's HTTP server closes a connection idle for 30 s, whenever its timer runs: a
+    request sent on one at that moment would get no answer, and the store's reads and commits
+    would fail for a connection the pool chose to keep. One kept idle longer than the pool's
+    limit is closed and a new one opened; one idle for less is reused."""
+    http = httpx.Client(base_url=f"http://127.0.0.1:{node.server_address[1]}")
+    client = XtdbClient(http, connections=Connections("127.0.0.1", node.server_address[1], 0.2))
+    client.status(timeout=5)
+    client.status(timeout=5)
+    assert node.connections == 1  # reused within the limit
+    time.sleep(0.3)
+    client.status(timeout=5)
+    assert node.connections == 2  # idle past the limit: a new one
+    assert Connections("127.0.0.1", 1).idle_limit < 30  # below the JDK server's idle interval
+
+
 def test_no_node_and_no_answer_are_store_unavailable(node: _Node) -> None:
     node.delay = 1.0
     client = _client(node.server_address[1])
