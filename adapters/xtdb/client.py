@@ -53,8 +53,9 @@ class Connections:
     Thread-safe: each request takes a connection of its own. A connection the node closed while
     idle is noticed before it is used again (it reads as at its end), and one idle for longer
     than ``idle_limit`` is closed rather than used, before the node would close it, so a request
-    is never sent on a connection the node is closing. Failures are raised as ``http.client`` raises them (``RemoteDisconnected``,
-    ``IncompleteRead``, ``HTTPException``) or as the socket does."""
+    is never sent on a connection the node is closing. Failures are raised as ``http.client``
+    raises them (``RemoteDisconnected``, ``IncompleteRead``, ``HTTPException``) or as the socket
+    does."""
 
     def __init__(self, host: str, port: int, idle_limit: float = 20.0) -> None:
         self.host = host
