@@ -21,6 +21,9 @@ unmeasured: a proxy serves for hours, and what it stands on warms up first (an X
 compiles its hot paths over its first thousands of commits: a fresh node spent 9-26 ms of CPU a
 commit where a warm one spends 3-5, decision 0101). ``--warmup 0`` measures a cold start.
 
+Both sides are served by ``proxy.serving`` on the same HTTP parser and event loop, reported as
+``stack`` (``httptools/uvloop`` when installed, decision 0147).
+
 Machines here are shared: the figures that carry are the ratios to the pass-through measured in
 the same run. ``--workers`` runs the proxy with that many worker processes (decision 0058); the
 proxy's CPU time is its front's and its workers' together, and the front's alone is reported as
@@ -486,6 +489,8 @@ def run_proxy(
     ``memory``, ``auto`` (this user's local XTDB node, started if need be; its CPU is reported as
     ``node``) or an XTDB node's ``xtdb://host:port``. ``warmup``: unmeasured requests through
     both sides first."""
+    from selfctx.adapters.proxy.serving import stack
+
     node = 0
     if store == "auto":  # resolved once: the proxy's process (and its workers) use that node
         from selfctx.adapters.xtdb import local_node
@@ -520,6 +525,7 @@ def run_proxy(
     return {
         "workers": workers,
         "store": "memory" if store == "memory" else "xtdb",
+        "stack": stack(),
         "warmup": warmed,
         "added_ms": largest["added_ms"],
         "objects": largest["objects"],

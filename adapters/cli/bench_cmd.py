@@ -522,8 +522,8 @@ def _proxy(args: argparse.Namespace) -> int:
         print(json.dumps(result))
         return 0
     print(
-        f"proxy with {result['workers']} worker process(es), {result['store']} store, after "
-        f"{result['warmup']} unmeasured requests; one client:"
+        f"proxy with {result['workers']} worker process(es), {result['store']} store, both sides "
+        f"on {result['stack']}, after {result['warmup']} unmeasured requests; one client:"
     )
     print(
         f"{'objects':>8} {'requests':>9} {'added p50 ms':>13} {'added p95 ms':>13} "

@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 
 from selfctx.adapters.bench.proxy import _JIT_THREADS, _settle, _thread_ticks, run_proxy
+from selfctx.adapters.proxy.serving import stack
 from selfctx.adapters.xtdb import local
 
 
 def test_the_benchmark_reports_latency_cpu_and_throughput() -> None:
     result = run_proxy((5,), 2, clients=2, concurrent_size=5, concurrent_requests=2, warmup=3)
     assert result["store"] == "memory" and result["warmup"] == 3
+    assert result["stack"] == stack()  # both sides served on it (decision 0147)
     (run,) = result["runs"]
     assert set(run["cpu_ms_per_request"]) == {"passthrough", "proxy", "proxy_front"}
     assert run["requests"] == 2 and "p50" in run["added_ms"]
