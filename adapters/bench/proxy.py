@@ -33,9 +33,11 @@ the benchmark runs, decision 0120), and the part of it its JIT compiler threads 
 ``node_jit``, and its RocksDB background threads' (flushes and compactions) as ``node_rocksdb``:
 a young node compiles for thousands of requests, and a compaction that lands in the measured
 requests is seconds of CPU; either moves the node's figure by more than a request costs it
-(decision 0125). So each phase, once its sessions are built (one transaction each), waits until
-the node's RocksDB threads have been idle for a second (a minute at most) before it measures,
-and reports the wait as ``settled_s`` (decision 0131).
+(decision 0125); ``node_threads`` gives the node's CPU a request by thread group (its HTTP
+request pool, its transaction processor, ...; decision 0149). So each phase, once its sessions
+are built (one transaction each), waits until the node's RocksDB threads have been idle for a
+second (a minute at most) before it measures, and reports the wait as ``settled_s`` (decision
+0131).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import statistics
 import tempfile
 import threading
@@ -315,7 +318,7 @@ def _one_client(
         "cpu_ms_per_request": {
             side: round(spent / requests * 1000, 2) for side, spent in cpu.items()
         },
-    }
+    } | ({"node_threads": parts.per_request(requests)} if node else {})
 
 
 # The CPU figures counted during another side's requests: the front's and the node's during the
@@ -338,22 +341,63 @@ def _cpu_sides(node: int) -> dict[str, float]:
 class _NodeParts:
     """The CPU of the node's threads reported apart, counted between :meth:`start` and
     :meth:`add`: inside the window of the node's own count (its snapshots taken after the
-    node's first one and before its last), so that each part is at most the whole."""
+    node's first one and before its last), so that each part is at most the whole. Besides the
+    JIT's and RocksDB's parts, every thread's CPU is summed by its group (:func:`_group`) in
+    ``groups``, in clock ticks (decision 0149)."""
 
     def __init__(self, node: int) -> None:
         self.node = node
         self.before: dict[str, dict[int, int]] = {}
+        self.threads: dict[int, tuple[str, int]] = {}
+        self.groups: dict[str, int] = {}
 
     def start(self) -> None:
         self.before = {
             "node_jit": _thread_ticks(self.node, _JIT_THREADS),
             "node_rocksdb": _thread_ticks(self.node, _ROCKSDB_THREADS),
         }
+        self.threads = _named_ticks(self.node)
 
     def add(self, cpu: dict[str, float]) -> None:
         names = {"node_jit": _JIT_THREADS, "node_rocksdb": _ROCKSDB_THREADS}
         for part, before in self.before.items():
             cpu[part] += _threads_since(before, self.node, names[part])
+        for tid, (name, ticks) in _named_ticks(self.node).items():
+            if tid in self.threads:
+                group = _group(name)
+                self.groups[group] = self.groups.get(group, 0) + ticks - self.threads[tid][1]
+
+    def per_request(self, requests: int) -> dict[str, float]:
+        """CPU ms a request by thread group, largest first (groups that used none left out)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        return {
+            group: round(ticks / tick / requests * 1000, 2)
+            for group, ticks in sorted(self.groups.items(), key=lambda item: -item[1])
+            if ticks > 0 and requests > 0
+        }
+
+
+def _named_ticks(pid: int) -> dict[int, tuple[str, int]]:
+    """Each thread of ``pid``'s name and clock ticks (user and system), by thread id."""
+    threads: dict[int, tuple[str, int]] = {}
+    if not pid:
+        return threads
+    for entry in Path(f"/proc/{pid}/task").glob("[0-9]*/stat"):
+        try:
+            text = entry.read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        threads[int(entry.parent.name)] = (name, int(fields[11]) + int(fields[12]))
+    return threads
+
+
+def _group(name: str) -> str:
+    """A thread's group: its name without a trailing number (``pool-1-thread-7`` and
+    ``pool-1-thread-12`` are the node's HTTP request pool, ``C2 CompilerThread0`` the JIT's;
+    /proc cuts names at 15 characters)."""
+    return re.sub(r"[-:# ]?[0-9]+$", "", name) or name
 
 
 def _settle(
@@ -470,6 +514,8 @@ def _concurrent(
         side: round(spent_cpu / len(times[_SIDE_OF.get(side, side)]) * 1000, 2)
         for side, spent_cpu in cpu.items()
     }
+    if node:
+        out["node_threads"] = parts.per_request(len(times["proxy"]))
     return out
 
 

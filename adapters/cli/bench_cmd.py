@@ -543,6 +543,8 @@ def _proxy(args: argparse.Namespace) -> int:
                 else ""
             )
         )
+        if run.get("node_threads"):
+            print(f"{'':>8} the node by thread, CPU ms/request: {_top(run['node_threads'])}")
     together = result["concurrent"]
     if together:
         print(
@@ -564,8 +566,14 @@ def _proxy(args: argparse.Namespace) -> int:
                 f" RocksDB's flushes and compactions {node_cpu['node_rocksdb']:.1f};"
                 f" measured after {together['settled_s']:.1f} s of the node settling)"
             )
+            print(f"  the node by thread: {_top(together.get('node_threads', {}))}")
         print(f"  added p95: {together['added_p95_ms']:.1f} ms")
     return 0
+
+
+def _top(groups: dict[str, float], count: int = 6) -> str:
+    """The largest ``count`` of the node's thread groups and their CPU ms a request."""
+    return ", ".join(f"{name} {ms:.2f}" for name, ms in list(groups.items())[:count])
 
 
 def _cache(args: argparse.Namespace) -> int:

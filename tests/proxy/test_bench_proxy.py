@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from selfctx.adapters.bench.proxy import _JIT_THREADS, _settle, _thread_ticks, run_proxy
+from selfctx.adapters.bench.proxy import (
+    _JIT_THREADS,
+    _group,
+    _settle,
+    _thread_ticks,
+    run_proxy,
+)
 from selfctx.adapters.proxy.serving import stack
 from selfctx.adapters.xtdb import local
 
@@ -73,6 +79,20 @@ def test_on_the_local_node_the_nodes_cpu_is_reported(
         assert set(cpu) == {"passthrough", "proxy", "proxy_front", "node"} | parts
         assert all(cpu[part] >= 0 for part in parts)
         assert cpu["node_jit"] + cpu["node_rocksdb"] <= cpu["node"]
+    for phase in (result["runs"][0], result["concurrent"]):
+        # the node's CPU by thread group (decision 0149): groups named without their threads'
+        # numbers, each a share of a request (a tiny run may count no tick: an empty map)
+        groups = phase["node_threads"]
+        assert all(ms > 0 and not name[-1].isdigit() for name, ms in groups.items())
+        assert list(groups.values()) == sorted(groups.values(), reverse=True)
+
+
+def test_a_threads_group_is_its_name_without_its_number() -> None:
+    assert _group("pool-1-thread-12") == _group("pool-1-thread-7") == "pool-1-thread"
+    assert _group("C2 CompilerThread0") == "C2 CompilerThread"
+    assert _group("rocksdb:high") == "rocksdb:high"
+    assert _group("xtdb-tx-processor-1") == "xtdb-tx-processor"
+    assert _group("42") == "42"
 
 
 class _Clock:
