@@ -93,6 +93,7 @@ def test_another_processs_version_is_on_the_stream_once_its_writer_is_told(
             again = store.file_versions(found.position, held)
             assert again.versions == () and again.complete
             assert _requests(store) == asked + 1  # only the count itself: no read
+            assert found.position is not None
             position = found.position
     finally:
         writer.stdin.close()
