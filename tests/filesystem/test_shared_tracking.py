@@ -319,7 +319,8 @@ def test_with_the_nodes_feed_pushed_an_assembly_reads_it_only_when_a_held_file_c
 
     store.client.versions = counted  # type: ignore[attr-defined]
     first.assemble(f"{ns}one")
-    eventually(lambda: store._stream is not None and store._stream.opened > 0, "the stream")
+    stream = store._stream  # type: ignore[attr-defined]
+    eventually(lambda: stream is not None and stream.opened > 0, "the stream")
     first.assemble(f"{ns}one")  # from a point after the stream's start from now on
     before = len(reads)
     for _ in range(3):
