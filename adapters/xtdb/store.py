@@ -45,6 +45,7 @@ import httpx
 
 from selfctx.adapters.xtdb import edn, secret, text
 from selfctx.adapters.xtdb.client import Connections, XtdbClient
+from selfctx.adapters.xtdb.stream import VersionsStream
 from selfctx.application.persistence import LOG_ENTRIES, log_entries_of
 from selfctx.application.ports.store import (
     LOGGED,
@@ -186,6 +187,11 @@ class XtdbStore(ObjectStore):
         self.feed_documents = False
         """The feed also answers with the documents of the files a client holds (decision
         0106; our node's status says so)."""
+        self.feed_stream = False
+        """The node pushes the feed to a stream each process holds (decision 0148; our node's
+        status says so): :meth:`file_versions` then asks the node only when the stream cannot
+        answer."""
+        self._stream: VersionsStream | None = None
         self.logged = False
         """A commit's answer comes in two lines, the first once the transaction is in the
         node's log (decision 0138; our node's status says so): callers' ``LOGGED`` hooks are
@@ -331,9 +337,36 @@ class XtdbStore(ObjectStore):
             for entry in entries
         ]
 
+    def versions_at_hand(
+        self, after_tx_id: int | None, held: Mapping[str, str] | None = None
+    ) -> FileVersions | None:
+        stream = self._versions_stream()
+        return None if stream is None else stream.answer(after_tx_id, held)
+
+    def _versions_stream(self) -> VersionsStream | None:
+        """This process's stream of the node's feed, opened on first use (decision 0148)."""
+        if not self.feed_stream or self.client.connections is None:
+            return None
+        stream = self._stream
+        if stream is None or not stream.usable:
+            with self._lock:
+                stream = self._stream
+                if stream is None or not stream.usable:
+                    connections = self.client.connections
+                    stream = self._stream = VersionsStream(
+                        connections.host,
+                        connections.port,
+                        lambda: self.client.http.headers.get("Authorization"),
+                        timeout=self.timeout,
+                    )
+        return stream
+
     def file_versions(
         self, after_tx_id: int | None, held: Mapping[str, str] | None = None
     ) -> FileVersions:
+        known = self.versions_at_hand(after_tx_id, held)
+        if known is not None:
+            return known
         body = None
         if held and self.feed_documents and after_tx_id is not None:
             pairs = [[text.encode_str(i), text.encode_str(h)] for i, h in held.items()]
@@ -571,8 +604,11 @@ class XtdbStore(ObjectStore):
         opened them (see :func:`open_store`)."""
         with self._lock:
             sender, self._sender = self._sender, None
+            stream, self._stream = self._stream, None
         if sender is not None:
             sender.shutdown(wait=True)
+        if stream is not None and stream.usable:
+            stream.close()
         if self._owns_http:
             self.client.http.close()
             if self.client.connections is not None:
@@ -725,6 +761,7 @@ def open_store(url: str, *, timeout: float = 10.0, key: str | None = None) -> Xt
         store.feed = status.get("selfctxVersions") == 1
         store.feed_documents = status.get("selfctxVersionDocuments") == 1
         store.logged = status.get("selfctxLogged") == 1
+        store.feed_stream = store.feed and status.get("selfctxVersionStream") == 1
         store.client.sync(wait=max(0.001, timeout - 0.25), timeout=timeout)
     except BaseException:
         http.close()

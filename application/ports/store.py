@@ -326,5 +326,13 @@ class ObjectStore(abc.ABC):
         latest = self.latest_tx()
         return FileVersions(latest.tx_id if latest else None, False, (), supported=False)
 
+    def versions_at_hand(
+        self, after_tx_id: int | None, held: Mapping[str, str] | None = None
+    ) -> FileVersions | None:
+        """:meth:`file_versions`' answer when this process can give it without asking another
+        (decision 0148: the node pushes its feed to each process), else None. The default can
+        never."""
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing
         """Release connections or other resources. The default does nothing."""

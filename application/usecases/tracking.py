@@ -340,11 +340,15 @@ class TrackSources:
         store = self._deps.runner.store
         if not store.reads_wait:
             return
+        held = session.objects.file_hashes()
+        if store.versions_at_hand(session.versions_at, held) is not None:
+            # Answered in this process (the node's feed pushed to it, decision 0148): nothing to
+            # overlap, and no thread to wake; ``learn`` asks again, as late as it can.
+            return
         with self._lock:
             if self._ahead is None:
                 self._ahead = ThreadPoolExecutor(2, thread_name_prefix="selfctx-ahead")
             position = session.versions_at
-            held = session.objects.file_hashes()
             session.versions_ahead = (
                 position,
                 held,

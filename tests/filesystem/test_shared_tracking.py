@@ -137,6 +137,10 @@ def _two_clients(
     second = make_fs_service(track=False)
     if reads_wait:
         first.store.reads_wait = True
+        # These follow the read started ahead, not the node's pushed feed that makes it needless
+        # (decision 0148): without it, as on a node that pushes none.
+        if hasattr(first.store, "feed_stream"):
+            first.store.feed_stream = False
     first.start_session(f"{ns}one")
     second.start_session(f"{ns}two")
     oid = first.index_file(f"{ns}one", str(path)).object_id
@@ -292,4 +296,41 @@ def test_a_read_ahead_asked_without_waiting_is_not_started_while_another_thread_
         holder.join(30)
     waiting.join(30)
     eventually(lambda: len(asked) == 2, "the read started once the session was free")
+    os.remove(path)
+
+
+def test_with_the_nodes_feed_pushed_an_assembly_reads_it_only_when_a_held_file_changed(
+    make_fs_service: MakeFsService, workspace: Path, ns: str
+) -> None:
+    """On a node that pushes its feed to each process (decision 0148), a read ahead and an
+    assembly ask the node nothing while no other client wrote a held file, and learn another
+    client's version as soon as its writer was told it is written."""
+    path = workspace / "other.py"
+    first, second, oid = _two_clients(make_fs_service, path, ns, "mine\n")
+    store = first.store
+    if not getattr(store, "feed_stream", False):
+        pytest.skip("a store whose node pushes no feed")
+    reads: list[Any] = []
+    versions = store.client.versions  # type: ignore[attr-defined]
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(args)
+        return versions(*args, **kwargs)
+
+    store.client.versions = counted  # type: ignore[attr-defined]
+    first.assemble(f"{ns}one")
+    stream = store._stream  # type: ignore[attr-defined]
+    eventually(lambda: stream is not None and stream.opened > 0, "the stream")
+    first.assemble(f"{ns}one")  # from a point after the stream's start from now on
+    before = len(reads)
+    for _ in range(3):
+        first.look_ahead(f"{ns}one")
+        assert _line(first, f"{ns}one", oid).endswith("char_count=5")
+    assert len(reads) == before
+    write(path, "theirs now\n")
+    second.index_file(f"{ns}two", str(path), wrote=True)
+    first.look_ahead(f"{ns}one")
+    assert _line(first, f"{ns}one", oid).endswith("char_count=11")
+    assert first.object(f"{ns}one", oid).content == "theirs now\n"
+    assert len(reads) > before  # the held file changed: the node's answer carries it
     os.remove(path)

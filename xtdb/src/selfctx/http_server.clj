@@ -27,7 +27,9 @@
   - `GET /_xtdb/selfctx/versions?after-tx-id=N` (ours): the file versions written after N, from
     the feed the node keeps (`selfctx.versions`); `/status` counts the requests answered. A
     `POST` there with `{\"held\": [[id, object_hash], ...]}` adds the documents of the held
-    files that have newer versions (decision 0106).
+    files that have newer versions (decision 0106). `GET /_xtdb/selfctx/versions/stream`: the
+    same feed pushed, one line a transaction that wrote file versions, and a commit that wrote
+    one is answered once every open stream has been written it (decision 0148).
   - Only JSON responses; the server binds to the given host (default 127.0.0.1) only.
   - Only its owner gets in (decision 0027, `selfctx.guard`): every request carries the secret
     read from `:secret-file` at start (401 otherwise); requests a web page could make get 403, a
@@ -304,7 +306,13 @@
                 (map (fn [id] [id (xt/entity db id)])))
           ops)))
 
-(defn- submit-tx [node ^HttpExchange ex params]
+(defn- writes-file?
+  "Whether one of the tx-ops puts a file version (the versions feed lists it)."
+  [ops]
+  (some #(and (vector? %) (= "put" (first %)) (map? (second %)) (= "file" (:type (second %))))
+        ops))
+
+(defn- submit-tx [feed node ^HttpExchange ex params]
   (let [blobs (.getFirst (.getRequestHeaders ex) "X-Selfctx-Blobs")
         body (if blobs
                (blob-body (.readAllBytes (.getRequestBody ex)) blobs)
@@ -316,6 +324,10 @@
           verdict (fn []
                     (xt/await-tx node tx wait)
                     (let [committed? (xt/tx-committed? node tx)]
+                      ;; Every process's stream has been written the versions it wrote before
+                      ;; its writer is told (decision 0148).
+                      (when (and committed? (writes-file? ops))
+                        (versions/await-pushed feed (::xt/tx-id tx)))
                       (cond-> (assoc (tx->json tx) "txCommitted?" committed?)
                         (not committed?) (assoc "current" (current-of node tx ops)))))]
       (cond
@@ -354,6 +366,7 @@
   ;; "selfctxVersions" that it answers /_xtdb/selfctx/versions (decision 0066),
   ;; "selfctxVersionDocuments" that it takes a POST there naming the files held (decision 0106),
   ;; "selfctxLogged" that `submit-tx?await-timeout=MS&logged=true` answers in two lines (0138);
+  ;; "selfctxVersionStream" that it serves /_xtdb/selfctx/versions/stream (decision 0148);
   ;; "selfctxDocumentsRead" counts the documents read back from the document store, not found in
   ;; its cache (selfctx.documents, decision 0113).
   [200 (assoc (camel-keys (xt/status node))
@@ -361,6 +374,7 @@
               "selfctxVersions" 1
               "selfctxVersionDocuments" 1
               "selfctxLogged" 1
+              "selfctxVersionStream" 1
               "selfctxRequests" (.get ^AtomicLong requests)
               "selfctxDocumentsRead" (.get ^AtomicLong documents/read-back))])
 
@@ -440,9 +454,39 @@
                                 with-ops? (assoc "txOps" (mapv op->json (::xt/tx-ops tx)))))))
                  (iterator-seq log))])))
 
+(def ^:private heartbeat-ms
+  "How often a stream of the versions feed is written a line when nothing happened: how soon the
+  node hears that a stream's process is gone (a write fails), and its process that the node is."
+  10000)
+
+(defn- versions-stream-route
+  "Our extension (decision 0148): the versions feed pushed, as lines of JSON, for as long as the
+  client reads: first `{\"position\": P}` (P: the last transaction the feed has seen, null when
+  none), then `{\"position\": T, \"versions\": [[T, id, object_hash], ...]}` for each later
+  transaction T that wrote file versions, and `{}` every `heartbeat-ms` when nothing did. At most
+  `most` streams at once (503 past them: the client reads every time)."
+  [feed most]
+  (fn [_ ^HttpExchange ex _]
+    (if-let [s (versions/subscribe feed most)]
+      (try
+        (doto (.getResponseHeaders ex)
+          (.set "Content-Type" "application/x-ndjson; charset=utf-8"))
+        (.sendResponseHeaders ex 200 0)
+        (let [out (.getResponseBody ex)]
+          (loop [notice {"position" (when (>= ^long (:start s) 0) (:start s))}]
+            (when notice
+              (.write out (write-json notice))
+              (.write out (int 10))
+              (.flush out)
+              (versions/written! feed s notice)
+              (recur (versions/next-notice s heartbeat-ms)))))
+        [responded nil]
+        (catch java.io.IOException _ [responded nil])
+        (finally (versions/unsubscribe feed s)))
+      [503 {"error" (str "this node serves " most " streams of the versions feed at most")}])))
+
 (def ^:private routes
-  {["POST" "/_xtdb/submit-tx"] submit-tx
-   ["GET" "/_xtdb/await-tx"] await-tx
+  {   ["GET" "/_xtdb/await-tx"] await-tx
    ["GET" "/_xtdb/tx-committed"] tx-committed
    ["GET" "/_xtdb/latest-completed-tx"] (latest-tx "latest-completed-tx" xt/latest-completed-tx)
    ["GET" "/_xtdb/latest-submitted-tx"] (latest-tx "latest-submitted-tx" xt/latest-submitted-tx)
@@ -515,10 +559,14 @@
   ;; Awaits block a thread each, so the pool is larger than the core count.
   (let [expected (guard/read-secret secret-file)
         feed (versions/->feed xtdb-node (:versions opts))
+        streams (max 1 (quot (int threads) 2))
         routes (assoc routes
+                      ["POST" "/_xtdb/submit-tx"] (fn [node ex params] (submit-tx feed node ex params))
+                      ["GET" "/_xtdb/selfctx/versions/stream"] (versions-stream-route feed streams)
                       ["GET" "/_xtdb/selfctx/versions"] (versions-route feed)
                       ["POST" "/_xtdb/selfctx/versions"] (versions-with-documents-route feed))
-        pool (Executors/newFixedThreadPool (int threads))
+        ;; A stream holds a thread for as long as its process reads it: as many more threads.
+        pool (Executors/newFixedThreadPool (int (+ threads streams)))
         server (HttpServer/create (InetSocketAddress. ^String host (int port)) 128)]
     (.createContext server "/" (reify HttpHandler
                                  (handle [_ ex] (handle xtdb-node routes expected ex))))

@@ -12,17 +12,37 @@
   The listener hears of a transaction on a thread of its own, after the node counts it as
   indexed: a client told its write is indexed may ask before the feed has it. So an answer
   waits (a bounded time) until the feed has seen every transaction the node had indexed when it
-  was asked."
+  was asked.
+
+  Each client process may also hold a stream of the feed (decision 0148): the node pushes, to
+  every open stream, the file versions each transaction wrote, and a commit that wrote a file
+  version is answered only once every open stream has been written what it wrote. A process
+  whose stream is open, and whose stream says nothing of the files a session holds, knows that
+  no other writer's version of them can be indexed and answered before its read: it skips the
+  read."
   (:require [xtdb.api :as xt]
             [xtdb.bus :as bus]
             [xtdb.db :as db]
             [xtdb.tx.event :as txe])
   (:import [java.io Closeable]
-           [java.util ArrayDeque Iterator]))
+           [java.util ArrayDeque Iterator]
+           [java.util.concurrent LinkedBlockingQueue TimeUnit]
+           [java.util.concurrent.atomic AtomicLong]))
 
-(defrecord Feed [node ^ArrayDeque entries ^long capacity state ^Closeable listener]
+(defrecord Feed [node ^ArrayDeque entries ^long capacity state ^Closeable listener streams]
   Closeable
-  (close [_] (.close listener)))
+  (close [_]
+    (.close listener)
+    (locking entries
+      (doseq [s @streams] (reset! (:open s) false))
+      (reset! streams #{})
+      (.notifyAll entries))))
+
+(def ^:private stream-backlog
+  "Notices a stream holds that its writer has not written yet: past them the stream is closed
+  (its process then reads every time, and connects again). A stream's writer writes to a socket
+  whose buffers hold megabytes, so only a process that stopped reading gets there."
+  4096)
 
 (defn- put-documents
   "The documents a transaction's events put, in their order: what the transaction's tx-ops would
@@ -36,19 +56,27 @@
       (let [docs (db/fetch-docs document-store hashes)]
         (keep #(get docs %) hashes)))))
 
-(defn- add-tx [{:keys [^ArrayDeque entries capacity state document-store]} event]
+(defn- add-tx [{:keys [^ArrayDeque entries capacity state document-store streams]} event]
   (let [tx-id (::xt/tx-id (:submitted-tx event))
-        docs (when (:committed? event) (put-documents document-store (::txe/tx-events event)))]
-    (locking entries
-      (doseq [doc docs
-              :when (and (map? doc) (= "file" (:type doc)))]
+        docs (when (:committed? event) (put-documents document-store (::txe/tx-events event)))
         ;; The document store keeps a document's id under XTDB's own key.
-        (.addLast entries [tx-id (:crux.db/id doc) (:object_hash doc)])
+        found (into [] (comp (filter #(and (map? %) (= "file" (:type %))))
+                             (map (fn [doc] [tx-id (:crux.db/id doc) (:object_hash doc)])))
+                    docs)]
+    (locking entries
+      (doseq [entry found]
+        (.addLast entries entry)
         (when (> (.size entries) ^long capacity)
           ;; What is dropped may be part of a transaction: from now on only the transactions
           ;; after it are complete.
           (let [[dropped] (.removeFirst entries)]
             (swap! state assoc :complete-after dropped))))
+      (when (seq found)
+        (doseq [s @streams
+                :when @(:open s)]
+          ;; A stream that cannot take it is closed: its process then reads every time.
+          (when-not (.offer ^LinkedBlockingQueue (:queue s) {"position" tx-id "versions" found})
+            (reset! (:open s) false))))
       (swap! state assoc :position tx-id)
       (.notifyAll entries))))
 
@@ -77,7 +105,7 @@
         ;; the feed, so only those after the node's latest one from then on are complete.
         state (atom {:complete-after Long/MAX_VALUE :position nil})
         feed (map->Feed {:node node :entries entries :capacity capacity :state state
-                         :document-store (:document-store node)})
+                         :document-store (:document-store node) :streams (atom #{})})
         ;; What `xt/listen` on `::xt/indexed-tx` hears, straight from the node's bus: the event
         ;; carries the transaction's events (decision 0108).
         listener (bus/listen (:bus node) {::xt/event-types #{:xtdb.tx/indexed-tx}}
@@ -87,6 +115,59 @@
       (swap! state (fn [{:keys [position] :as s}]
                      (assoc s :complete-after start :position (max (or position -1) start)))))
     (assoc feed :listener listener)))
+
+(defn subscribe
+  "A stream of the feed (decision 0148), or nil when `most` are open already:
+  `{:start P ...}`, P being the last transaction the feed has seen; the file versions of every
+  transaction after P are queued for it, for `next-notice`."
+  [{:keys [^ArrayDeque entries state streams]} ^long most]
+  (locking entries
+    (when (< (count @streams) most)
+      (let [start (long (or (:position @state) -1))
+            s {:start start
+               :queue (LinkedBlockingQueue. (int stream-backlog))
+               :written (AtomicLong. start)
+               :open (atom true)}]
+        (swap! streams conj s)
+        s))))
+
+(defn unsubscribe [{:keys [^ArrayDeque entries streams]} s]
+  (locking entries
+    (reset! (:open s) false)
+    (swap! streams disj s)
+    (.notifyAll entries)))
+
+(defn next-notice
+  "The stream's next notice, `{\"position\" tx-id \"versions\" [[tx-id id object_hash] ...]}`;
+  `{}` when none came within `wait-ms` (a heartbeat: a client not hearing one in a while takes
+  the stream for lost); nil once the stream is closed."
+  [s ^long wait-ms]
+  (when @(:open s)
+    (or (.poll ^LinkedBlockingQueue (:queue s) wait-ms TimeUnit/MILLISECONDS) {})))
+
+(defn written!
+  "The stream's writer wrote `notice` to its socket (flushed)."
+  [{:keys [^ArrayDeque entries]} s notice]
+  (when-let [position (get notice "position")]
+    (.set ^AtomicLong (:written s) (long position))
+    (locking entries (.notifyAll entries))))
+
+(defn await-pushed
+  "Wait until the feed has seen transaction `tx-id` and every open stream's writer has written
+  what it wrote, or `catch-up-ms` passed: a stream still behind then is closed (its process reads
+  every time from then on). Called before a commit that wrote a file version is answered, so that
+  a process told of another's commit finds its versions on its own stream (decision 0148)."
+  [{:keys [^ArrayDeque entries state streams]} ^long tx-id]
+  (let [deadline (+ (System/currentTimeMillis) ^long catch-up-ms)]
+    (locking entries
+      (catch-up entries state tx-id)
+      (loop []
+        (let [behind (filter #(and @(:open %) (< (.get ^AtomicLong (:written %)) tx-id)) @streams)
+              left (- deadline (System/currentTimeMillis))]
+          (when (seq behind)
+            (if (pos? left)
+              (do (.wait entries left) (recur))
+              (doseq [s behind] (reset! (:open s) false)))))))))
 
 (defn versions-after
   "`{\"position\" P, \"complete\" true, \"versions\" [[tx-id id object_hash] ...]}`: the file
