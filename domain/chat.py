@@ -9,10 +9,11 @@ whose version holds the output. This is what lets the chat stay small while outp
 from __future__ import annotations
 
 import json
+import threading
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from typing import Any, Final, TypeAlias
 
 import attrs
@@ -43,6 +44,7 @@ __all__ = [
     "stored_json",
     "turn_from_json",
     "turn_to_json",
+    "whole_chat_read",
     "with_turn",
 ]
 
@@ -376,12 +378,35 @@ def _unpack(packed: bytes) -> PVector[ChatMessage]:
     return messages
 
 
+_reading_whole = [0]
+"""How many :func:`whole_chat_read` blocks are running (in any thread)."""
+_reading_lock = threading.Lock()
+
+
 def _hold(packed: bytes, messages: PVector[ChatMessage]) -> None:
     _unpacked[id(packed)] = (packed, messages)
     with suppress(KeyError):  # the threads that read turns share the cache: no step may fail
         _unpacked.move_to_end(id(packed))
-        while len(_unpacked) > UNPACKED_HELD:
+        while len(_unpacked) > UNPACKED_HELD and not _reading_whole[0]:
             _unpacked.popitem(last=False)
+
+
+@contextmanager
+def whole_chat_read() -> Iterator[None]:
+    """While this block runs, every packed turn read back stays held (then the cache is cut to
+    :data:`UNPACKED_HELD` again): a resume's passes over the whole chat (the harness's cursor
+    rebuilt, the first rendering) read each closed turn back once, not once a pass, and hold
+    at most what the chat held before it was packed (decision 0144)."""
+    with _reading_lock:
+        _reading_whole[0] += 1
+    try:
+        yield
+    finally:
+        with _reading_lock:
+            _reading_whole[0] -= 1
+            with suppress(KeyError):
+                while len(_unpacked) > UNPACKED_HELD and not _reading_whole[0]:
+                    _unpacked.popitem(last=False)
 
 
 @attrs.frozen(weakref_slot=False, eq=False)
@@ -560,6 +585,8 @@ def closed_from_stored(data: Mapping[str, Any]) -> Turn:
     if type(messages) is list and all(_as_written(m) for m in messages):
         text = json.dumps(messages, ensure_ascii=False, separators=(",", ":"))
         packed = zlib.compress(text.encode("utf-8", "surrogatepass"), 6)
+        if _reading_whole[0]:  # a resume's passes read it next: its messages made once, held
+            _hold(packed, pvector([message_from_json(m) for m in messages]))
         return Turn(number=data["number"], messages=packed)
     return closed(turn_from_json(data))
 
