@@ -9,7 +9,11 @@ whose version holds the output. This is what lets the chat stay small while outp
 from __future__ import annotations
 
 import json
+import threading
+import zlib
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from typing import Any, Final, TypeAlias
 
 import attrs
@@ -27,13 +31,21 @@ __all__ = [
     "ToolResult",
     "Turn",
     "UserMessage",
+    "close_turns",
+    "closed",
+    "closed_from_stored",
     "freeze_json",
+    "held_messages",
     "json_from_stored",
     "message_from_json",
     "message_to_json",
+    "packed_stored",
+    "packed_turns",
     "stored_json",
     "turn_from_json",
     "turn_to_json",
+    "whole_chat_read",
+    "with_turn",
 ]
 
 
@@ -316,24 +328,143 @@ class ContextNote:
 ChatMessage: TypeAlias = UserMessage | AssistantMessage | ToolResult | ContextNote
 
 
-def _messages(items: Iterable[ChatMessage]) -> PVector[ChatMessage]:
+OPEN_TURNS: Final = 4
+"""The last this many turns of a chat hold their messages as objects; every turn before them is
+packed (:func:`closed`): one compressed text of its messages' stored forms, read back on demand
+(docs/decisions/0142-the-chats-closed-turns-packed.md)."""
+
+UNPACKED_HELD: Final = 16
+"""The most packed turns whose messages are held read back at once (for the whole process):
+the ones read last."""
+
+_unpacked: OrderedDict[int, tuple[bytes, PVector[ChatMessage]]] = OrderedDict()
+"""A packed turn's messages as last read back, by the identity of its packed text (the entry
+holds the text, so the identity is not reused while it is there), the most recently read last;
+at most :data:`UNPACKED_HELD`. A turn packed leaves its messages here, so that the passes that
+read the last turns read the same objects for a while (the memos keyed by a message's
+identity)."""
+
+
+def _messages(items: Iterable[ChatMessage] | bytes) -> PVector[ChatMessage] | bytes:
+    if isinstance(items, bytes):
+        return items
     return pvector(items)
 
 
-@attrs.frozen(weakref_slot=False)
+def _packed_text(messages: Iterable[ChatMessage]) -> bytes:
+    text = json.dumps(
+        [message_to_json(m) for m in messages], ensure_ascii=False, separators=(",", ":")
+    )
+    return zlib.compress(text.encode("utf-8", "surrogatepass"), 6)
+
+
+def packed_stored(packed: bytes) -> list[dict[str, Any]]:
+    """The stored forms (:func:`message_to_json`) of a packed turn's messages, in order."""
+    data: list[dict[str, Any]] = json.loads(
+        zlib.decompress(packed).decode("utf-8", "surrogatepass")
+    )
+    return data
+
+
+def _unpack(packed: bytes) -> PVector[ChatMessage]:
+    key = id(packed)
+    hit = _unpacked.get(key)
+    if hit is not None and hit[0] is packed:
+        with suppress(KeyError):  # another thread's read may have let it go meanwhile
+            _unpacked.move_to_end(key)
+        return hit[1]
+    messages: PVector[ChatMessage] = pvector([message_from_json(d) for d in packed_stored(packed)])
+    _hold(packed, messages)
+    return messages
+
+
+_reading_whole = [0]
+"""How many :func:`whole_chat_read` blocks are running (in any thread)."""
+_reading_lock = threading.Lock()
+
+
+def _hold(packed: bytes, messages: PVector[ChatMessage]) -> None:
+    _unpacked[id(packed)] = (packed, messages)
+    with suppress(KeyError):  # the threads that read turns share the cache: no step may fail
+        _unpacked.move_to_end(id(packed))
+        while len(_unpacked) > UNPACKED_HELD and not _reading_whole[0]:
+            _unpacked.popitem(last=False)
+
+
+@contextmanager
+def whole_chat_read() -> Iterator[None]:
+    """While this block runs, every packed turn read back stays held (then the cache is cut to
+    :data:`UNPACKED_HELD` again): a resume's passes over the whole chat (the harness's cursor
+    rebuilt, the first rendering) read each closed turn back once, not once a pass, and hold
+    at most what the chat held before it was packed (decision 0144)."""
+    with _reading_lock:
+        _reading_whole[0] += 1
+    try:
+        yield
+    finally:
+        with _reading_lock:
+            _reading_whole[0] -= 1
+            with suppress(KeyError):
+                while len(_unpacked) > UNPACKED_HELD and not _reading_whole[0]:
+                    _unpacked.popitem(last=False)
+
+
+@attrs.frozen(weakref_slot=False, eq=False)
 class Turn:
-    """One turn: a user message (absent in turn 0) and everything up to the next one."""
+    """One turn: a user message (absent in turn 0) and everything up to the next one. A closed
+    turn (all but a chat's last :data:`OPEN_TURNS`) holds its messages packed (:func:`closed`);
+    ``messages`` reads them back, the same messages (equal, written byte for byte the same)."""
 
     number: int
     """0 for the preamble before the first user message, then 1, 2, ..."""
-    messages: PVector[ChatMessage] = attrs.field(converter=_messages, factory=pvector)
-    """The turn's messages in order."""
+    _messages: PVector[ChatMessage] | bytes = attrs.field(
+        converter=_messages, factory=pvector, alias="messages"
+    )
+    """The turn's messages in order, or their packed text."""
+
+    @property
+    def messages(self) -> PVector[ChatMessage]:
+        """The turn's messages in order."""
+        held = self._messages
+        if type(held) is bytes:
+            return _unpack(held)
+        return held  # type: ignore[return-value]
+
+    @property
+    def packed(self) -> bytes | None:
+        """The packed text of a closed turn's messages; None for an open one."""
+        held = self._messages
+        return held if type(held) is bytes else None
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Turn):
+            return NotImplemented
+        if self.number != other.number:
+            return False
+        mine, theirs = self._messages, other._messages
+        if mine is theirs or (type(mine) is bytes and type(theirs) is bytes and mine == theirs):
+            return True
+        return self.messages == other.messages
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return hash((self.number, self.messages))
 
     def append(self, message: ChatMessage) -> Turn:
         return attrs.evolve(self, messages=self.messages.append(message))
 
     @property
     def toolcall_ids(self) -> tuple[str, ...]:
+        held = self._messages
+        if type(held) is bytes:  # read from the stored forms: no message objects made
+            return tuple(
+                interned(d["toolcall_ref"]) for d in packed_stored(held) if d["role"] == "tool"
+            )
         return tuple(m.toolcall_id for m in self.messages if isinstance(m, ToolResult))
 
     def last_toolcall_ids(self, count: int) -> tuple[str, ...]:
@@ -345,6 +476,142 @@ class Turn:
                 if len(found) == count:
                     break
         return tuple(reversed(found))
+
+
+def closed(turn: Turn) -> Turn:
+    """``turn`` with its messages packed: their stored forms as one compressed text (equal to
+    ``turn``, its messages read back on demand). A packed turn is returned as it is."""
+    held = turn._messages
+    if type(held) is bytes:
+        return turn
+    packed = _packed_text(held)  # type: ignore[arg-type]
+    _hold(packed, held)  # type: ignore[arg-type]
+    return Turn(number=turn.number, messages=packed)
+
+
+def close_turns(turns: Any) -> None:
+    """Pack the turns before the last :data:`OPEN_TURNS` of ``turns`` (a list or a persistent
+    vector's evolver, after a turn was appended to it) back to the last one packed: the turn
+    that has just left them, and any a restored chat brought."""
+    last = len(turns) - 1 - OPEN_TURNS
+    while last >= 0 and turns[last].packed is None:
+        turns[last] = closed(turns[last])
+        last -= 1
+
+
+def _stored_object(value: Any) -> bool:
+    """Whether ``value`` (a call's arguments, a block) is what :func:`stored_json` writes for
+    the object :func:`json_from_stored` reads from it."""
+    if type(value) is dict:
+        return not _holds_large_object(value)
+    if type(value) is not str:
+        return False
+    try:
+        plain = json.loads(value)
+    except ValueError:
+        return False
+    return (
+        type(plain) is dict
+        and _holds_large_object(plain)
+        and json.dumps(plain, ensure_ascii=False, separators=(",", ":")) == value
+    )
+
+
+def _stored_blocks_as_written(data: Mapping[str, Any], key: str) -> bool:
+    items = data[key]
+    return type(items) is list and bool(items) and all(_stored_object(i) for i in items)
+
+
+_USER_KEYS: Final = (["role", "text"], ["role", "text", "images"])
+_ASSISTANT_KEYS: Final = (
+    ["role", "text", "tool_calls"],
+    ["role", "text", "tool_calls", "reasoning"],
+)
+_CALL_KEYS: Final = (["id", "name", "arguments"], ["id", "name", "arguments", "provider_id"])
+_TOOL_KEYS: Final = (["role", "toolcall_ref"], ["role", "toolcall_ref", "images"])
+
+
+def _as_written(data: Any) -> bool:
+    """Whether ``data``, a message's stored form read back, is exactly what
+    :func:`message_to_json` writes for the message :func:`message_from_json` reads from it
+    (keys, their order and the values' forms), so that a turn packed from it writes it back
+    byte for byte as one packed from its messages would (decision 0144)."""
+    if type(data) is not dict:
+        return False
+    keys = list(data)
+    role = data.get("role")
+    if role == "tool":
+        return (
+            keys in _TOOL_KEYS
+            and type(data["toolcall_ref"]) is str
+            and (len(keys) == 2 or _stored_blocks_as_written(data, "images"))
+        )
+    if role == "user" or role == "note":
+        return (
+            (keys == _USER_KEYS[0] or (role == "user" and keys == _USER_KEYS[1]))
+            and type(data["text"]) is str
+            and (len(keys) == 2 or _stored_blocks_as_written(data, "images"))
+        )
+    if role == "assistant":
+        calls = data["tool_calls"] if keys in _ASSISTANT_KEYS else None
+        return (
+            type(calls) is list
+            and type(data["text"]) is str
+            and (len(keys) == 3 or _stored_blocks_as_written(data, "reasoning"))
+            and all(_call_as_written(c) for c in calls)
+        )
+    return False
+
+
+def _call_as_written(call: Any) -> bool:
+    if type(call) is not dict:
+        return False
+    keys = list(call)
+    return (
+        keys in _CALL_KEYS
+        and type(call["id"]) is str
+        and type(call["name"]) is str
+        and (len(keys) == 3 or type(call["provider_id"]) is str)
+        and _stored_object(call["arguments"])
+    )
+
+
+def closed_from_stored(data: Mapping[str, Any]) -> Turn:
+    """The closed turn of ``data``, a turn's stored form (:func:`turn_to_json`), packed
+    straight from it when every message is stored as :func:`message_to_json` writes it (no
+    message object made); otherwise read as :func:`turn_from_json` reads it, then packed. Either
+    way equal to ``closed(turn_from_json(data))``, its packed text the same bytes."""
+    messages = data["messages"]
+    if type(messages) is list and all(_as_written(m) for m in messages):
+        text = json.dumps(messages, ensure_ascii=False, separators=(",", ":"))
+        packed = zlib.compress(text.encode("utf-8", "surrogatepass"), 6)
+        if _reading_whole[0]:  # a resume's passes read it next: its messages made once, held
+            _hold(packed, pvector([message_from_json(m) for m in messages]))
+        return Turn(number=data["number"], messages=packed)
+    return closed(turn_from_json(data))
+
+
+def held_messages(packed: bytes) -> PVector[ChatMessage] | None:
+    """A packed turn's messages if they are held read back (none read back for it)."""
+    hit = _unpacked.get(id(packed))
+    return hit[1] if hit is not None and hit[0] is packed else None
+
+
+def packed_turns(turns: Iterable[Turn]) -> PVector[Turn]:
+    """``turns`` (a whole chat, read back from its stored form) with every turn before the last
+    :data:`OPEN_TURNS` packed."""
+    listed = list(turns)
+    last = len(listed) - OPEN_TURNS
+    return pvector([closed(t) if n < last else t for n, t in enumerate(listed)])
+
+
+def with_turn(turns: PVector[Turn], turn: Turn) -> PVector[Turn]:
+    """``turns`` with ``turn`` appended, the turn that leaves the last :data:`OPEN_TURNS`
+    packed."""
+    out = turns.evolver()
+    out.append(turn)
+    close_turns(out)
+    return out.persistent()
 
 
 def _call_to_json(call: ToolCallRequest) -> dict[str, Any]:
@@ -408,6 +675,9 @@ def message_from_json(data: Mapping[str, Any]) -> ChatMessage:
 
 def turn_to_json(turn: Turn) -> dict[str, Any]:
     """The stored form of a turn: ``{"number", "messages": [...]}``."""
+    packed = turn.packed
+    if packed is not None:
+        return {"number": turn.number, "messages": packed_stored(packed)}
     return {"number": turn.number, "messages": [message_to_json(m) for m in turn.messages]}
 
 

@@ -19,7 +19,16 @@ from pyrsistent import pmap, pset, pvector
 from pyrsistent.typing import PSet, PVector
 
 from selfctx.domain import hashing
-from selfctx.domain.chat import Turn, message_to_json, turn_from_json
+from selfctx.domain.chat import (
+    OPEN_TURNS,
+    Turn,
+    closed,
+    closed_from_stored,
+    message_to_json,
+    packed_stored,
+    turn_from_json,
+)
+from selfctx.domain.identifiers import interned
 from selfctx.domain.session.columns import IndexedSet, IntColumn, KindColumn
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig, SessionState
 
@@ -119,7 +128,10 @@ class WrittenChat:
         whole, count = 0, min(len(old), len(turns))
         while whole < count:
             a, b = old[whole], turns[whole]
-            if a is not b:
+            if a is not b and b.packed is not None:  # closed since: the same text if packed
+                if a.number != b.number or closed(a).packed != b.packed:  # from the same
+                    break
+            elif a is not b:
                 if a.number != b.number or len(a.messages) > len(b.messages):
                     break
                 if not all(x is y for x, y in zip(a.messages, b.messages, strict=False)):
@@ -207,12 +219,21 @@ class ChatObject:
         the hash, the rest read back from its shelf (decision 0143)."""
         turns: list[dict[str, Any]] = []
         data: list[list[dict[str, Any]]] = []
+        refs_of: list[str] = []
         for turn in state.turns:  # turn_to_json, each message's form written once
-            messages = [message_to_json(message) for message in turn.messages]
+            packed = turn.packed
+            if packed is None:
+                messages = [message_to_json(message) for message in turn.messages]
+                refs_of.extend(turn.toolcall_ids)
+            else:  # a closed turn: its stored forms as packed (decision 0144)
+                messages = packed_stored(packed)
+                refs_of.extend(
+                    [interned(d["toolcall_ref"]) for d in messages if d["role"] == "tool"]
+                )
             data.append(messages)
             turns.append({"number": turn.number, "messages": messages})
         held, new = _written_texts(state.turns, data, written)
-        refs = tuple(ref for t in state.turns for ref in t.toolcall_ids)
+        refs = tuple(refs_of)
         session_ref = session_id_for(state.session_id)
         # metadata_hash of {"turns", "session_ref", "turn_count", "toolcall_refs"}: "turns"
         # is the last key in their order, so the text is this head, then the turns'
@@ -347,11 +368,16 @@ def _set(items: Sequence[str]) -> PSet[str]:
 
 def state_from_snapshot(session: SessionObject, chat: ChatObject) -> SessionState:
     """Rebuild the state a snapshot pair describes (the inverse of the two ``of`` methods)."""
-    turns = chat.parsed_turns()
+    # every turn but the last few closed, packed straight from its stored form (decision 0144)
+    last = len(chat.turns) - OPEN_TURNS
+    turns = [
+        closed_from_stored(t) if n < last else turn_from_json(t) for n, t in enumerate(chat.turns)
+    ]
     toolcall_turn: dict[str, int] = {}
-    for turn in turns:
-        for ref in turn.toolcall_ids:
-            toolcall_turn[ref] = turn.number
+    for stored, turn in zip(chat.turns, turns, strict=True):
+        for message in stored["messages"]:
+            if message["role"] == "tool":
+                toolcall_turn[message["toolcall_ref"]] = turn.number
     index = pvector(session.session_index)
     positions = pmap({object_id: n for n, object_id in enumerate(index)})
     toolcalls = set(toolcall_turn) | set(session.detached)

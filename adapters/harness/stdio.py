@@ -57,6 +57,7 @@ from selfctx.application.usecases.checkpoints import (
     CheckpointInfo,
     RollbackReport,
 )
+from selfctx.domain.chat import whole_chat_read
 from selfctx.domain.errors import InvalidInput, InvalidPath, SelfContextError
 
 __all__ = [
@@ -237,7 +238,7 @@ def _session_open(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     # A resume builds a whole session that lives on: full collections meanwhile walk all of it
     # and free nothing (decision 0104, as an assembly's in decision 0098).
     kinds = _KindCounts()
-    with COLLECTOR:
+    with COLLECTOR, whole_chat_read():  # each closed turn read back once (decision 0144)
         harness = HarnessSession(
             server.service,
             session_id,

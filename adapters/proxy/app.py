@@ -76,7 +76,7 @@ from selfctx.adapters.proxy.sse import Event, iter_events
 from selfctx.application.policies import policy_by_name
 from selfctx.application.ports.store import LOGGED, StoreError
 from selfctx.application.service import ContextService
-from selfctx.domain.chat import AssistantMessage, ToolCallRequest
+from selfctx.domain.chat import AssistantMessage, ToolCallRequest, whole_chat_read
 from selfctx.domain.errors import SelfContextError
 from selfctx.domain.rendering import AssembledContext
 from selfctx.domain.session.state import SessionState
@@ -470,6 +470,10 @@ class Proxy:
         policy = policy_by_name(self.config.policy, **self.config.policy_options)
 
         def open_session() -> HarnessSession | None:
+            with whole_chat_read():  # a resume reads each closed turn back once (decision 0144)
+                return opened()
+
+        def opened() -> HarnessSession | None:
             harness = HarnessSession(
                 self.service,
                 session_id,

@@ -16,7 +16,15 @@ from typing import Any, Final
 import attrs
 from pyrsistent import pvector
 
-from selfctx.domain.chat import ChatMessage, ContextNote, ToolResult, Turn, UserMessage
+from selfctx.domain.chat import (
+    ChatMessage,
+    ContextNote,
+    ToolResult,
+    Turn,
+    UserMessage,
+    close_turns,
+    with_turn,
+)
 from selfctx.domain.errors import (
     DuplicateCheckpoint,
     DuplicateObject,
@@ -405,7 +413,7 @@ def evolve(state: SessionState, event: e.Event) -> SessionState:
             )
         case e.UserMessageRecorded(text=text, images=images):
             turn = Turn(number=len(state.turns), messages=(UserMessage(text, images),))
-            return attrs.evolve(state, turns=state.turns.append(turn))
+            return attrs.evolve(state, turns=with_turn(state.turns, turn))
         case e.AssistantMessageRecorded(message=message):
             return _append_to_current_turn(state, message)
         case e.ToolCallRecorded(object_id=object_id, images=images):
@@ -636,6 +644,7 @@ class _InPlace:
                 self._close_turn()
                 number = len(self.turns)
                 self.turns.append(Turn(number=number, messages=(UserMessage(text, images),)))
+                close_turns(self.turns)
             case e.ObjectDemoted(object_id=object_id):
                 self.pool.discard(object_id, _position(self.positions, object_id))
                 discard(self.active, object_id)

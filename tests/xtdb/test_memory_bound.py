@@ -602,3 +602,43 @@ def test_the_states_per_object_values_are_machine_integers_not_map_entries(
     assert [state.toolcall_turn[i] for i in calls] == [1] * 200  # one long turn
     assert sorted(state.last_used.values()) == list(range(1, 201))
     print(f"the state's maps: {per_object:.0f} bytes an object, turns 40-200")
+
+
+def test_the_chats_closed_turns_are_packed_a_few_bytes_a_message(service_on: Any) -> None:
+    """Decisions 0142 and 0144: every turn of the chat before its last few holds its messages as
+    one compressed text of their stored forms, read back on demand through a bounded cache of
+    the turns read last: what the chat holds of a message, its strings included (ids apart: the
+    session's index holds them), is a few tens of bytes. Each message as its records, its
+    calls, their arguments and its texts (main before 0144) was about 250 bytes a message
+    here."""
+    from selfctx.domain import chat
+
+    service = service_on(20_000)
+    _server, call, sid, prefix, digest = _opened(service)
+    rng = random.Random(37)
+    held, counted = [], []
+    for n in range(480):
+        new = [{"role": "user", "content": f"step {n}: go on"}] if n % 10 == 9 else []
+        new = _turn(new, prefix, n, _output(rng, n, 300))
+        digest = call("ingest", session_id=sid, messages=new, extends=digest)["digest"]
+        call("assemble", session_id=sid)
+        if n + 1 in (240, 480):
+            gc.collect()
+            state = service.state(sid)
+            ids: set[int] = {id(i) for i in state.index}
+            roots = [state.turns, getattr(chat, "_unpacked", None)]
+            held.append(_bookkeeping(roots, ids, strings=True))
+            counted.append(sum(len(t.messages) for t in state.turns))
+    per_message = (held[1] - held[0]) / (counted[1] - counted[0])
+    assert 0 < per_message < 100, (per_message, held, counted)
+    state = service.state(sid)
+    assert len(state.turns) == 50  # turn 0, the first user message, 48 more
+    messages = [m for turn in state.turns for m in turn.messages]  # read back, every one
+    calls = [c for m in messages for c in getattr(m, "tool_calls", ())]
+    assert [dict(c.arguments) for c in calls] == [
+        {"command": f"pytest -k case{n}"} for n in range(480)
+    ]
+    assert [m.text for m in messages if type(m).__name__ == "UserMessage"][1:] == [
+        f"step {n}: go on" for n in range(9, 480, 10)
+    ]
+    print(f"the chat: {per_message:.0f} bytes a message, strings included, calls 240-480")
