@@ -808,29 +808,19 @@ class SessionRunner:
         are read, while the tool calls may still be (a resume reads their sources then)."""
         position = self.feed_position()  # before reading anything: nothing written since is lost
         snap_id, chat_id = session_id_for(session_id), chat_id_for(session_id)
+        # One read, one basis: the chat is written with every snapshot, so this is its chat.
+        docs = self.store.get_many([snap_id, chat_id])
+        session_doc, chat_doc = docs.get(snap_id), docs.get(chat_id)
+        if session_doc is None:
+            raise SessionNotFound(session_id)
+        snapshot = from_document(session_doc)
+        if not isinstance(snapshot, SessionObject):
+            raise StoreError(f"session {session_id!r} has a damaged snapshot")
+        chat = from_document(chat_doc) if chat_doc is not None else None
+        if chat_doc is None or not isinstance(chat, ChatObject):
+            raise StoreError(f"session {session_id!r} has a damaged snapshot")
         with _Ahead(self.store.reads_wait) as ahead:
-            # The snapshot's position alone first (one field), so that the log after it is read
-            # while the snapshot and its chat are, not after them (decision 0146). It is taken
-            # only if the snapshot read is the one at that position; another writer's snapshot
-            # in between has its log read after it, as before.
-            at = self.store.get_many_fields([snap_id], ("seq",)).get(snap_id, {}).get("seq")
-            known_at = isinstance(at, int) and not isinstance(at, bool)
-            tail_at = ahead(self.store.session_log, session_id, at) if known_at else None
-            # One read, one basis: the chat is written with every snapshot, so this is its chat.
-            docs = self.store.get_many([snap_id, chat_id])
-            session_doc, chat_doc = docs.get(snap_id), docs.get(chat_id)
-            if session_doc is None:
-                raise SessionNotFound(session_id)
-            snapshot = from_document(session_doc)
-            if not isinstance(snapshot, SessionObject):
-                raise StoreError(f"session {session_id!r} has a damaged snapshot")
-            chat = from_document(chat_doc) if chat_doc is not None else None
-            if chat_doc is None or not isinstance(chat, ChatObject):
-                raise StoreError(f"session {session_id!r} has a damaged snapshot")
-            if tail_at is not None and at == snapshot.seq:
-                read_tail = tail_at
-            else:
-                read_tail = ahead(self.store.session_log, session_id, snapshot.seq)
+            read_tail = ahead(self.store.session_log, session_id, snapshot.seq)
             # the snapshot's tool calls are its chat's and the detached ones: its state's kinds
             toolcalls = {*chat.toolcall_refs, *snapshot.detached}
             index = snapshot.session_index

@@ -1,6 +1,5 @@
-"""What a resume reads, and when (decision 0104): the snapshot once, with its chat; the log after
-it while the snapshot is being read (decision 0146); the files' sources while the store still
-sends the tool calls. On real files, over the store
+"""What a resume reads, and when (decision 0104): the snapshot once, with its chat; the files'
+sources while the store still sends the tool calls. On real files, over the store
 ``store_factory`` chooses, wrapped so that its reads wait on another thread as a database's do."""
 
 from __future__ import annotations
@@ -217,89 +216,3 @@ def test_a_resume_reads_the_tool_calls_from_their_packs_and_the_rest_one_by_one(
     packed.open_session(sid)
     for call in calls:
         assert service.object(sid, call) == packed.object(sid, call)
-
-
-class _TailStore(_WaitingStore):
-    """Records the positions the log is read after; the read of the snapshot and its chat waits
-    (at most ``WAIT``) for the log's read to begin, and says whether it began meanwhile.
-    ``stale``: the snapshot's position is said to be this much earlier than stored (as if
-    another writer's snapshot came between that read and the snapshot's)."""
-
-    def __init__(self, inner: ObjectStore, snapshot: str, *, stale: int = 0) -> None:
-        super().__init__(inner)
-        self.snapshot, self.stale = snapshot, stale
-        self.log_after: list[int] = []
-        self.tail_started = threading.Event()
-        self.tail_during_snapshot: bool | None = None
-
-    def session_log(self, session_id: str, after_seq: int = 0) -> list[Document]:
-        self.log_after.append(after_seq)
-        self.tail_started.set()
-        return super().session_log(session_id, after_seq)
-
-    def get_many(self, object_ids: Iterable[str]) -> dict[str, Document]:
-        ids = list(object_ids)
-        if self.snapshot in ids and self.tail_during_snapshot is None:
-            self.tail_during_snapshot = self.tail_started.wait(WAIT)
-        return super().get_many(ids)
-
-    def get_many_fields(
-        self, object_ids: Iterable[str], fields: Sequence[str]
-    ) -> dict[str, Document]:
-        found = super().get_many_fields(object_ids, fields)
-        if self.stale and self.snapshot in found and "seq" in found[self.snapshot]:
-            found[self.snapshot] = {
-                **found[self.snapshot],
-                "seq": found[self.snapshot]["seq"] - self.stale,
-            }
-        return found
-
-
-def _with_tail(make_fs_service: MakeFsService, workspace: Path, sid: str) -> ObjectStore:
-    """A stored session whose log goes on after its last snapshot."""
-    _, store = _session(make_fs_service, workspace, sid)
-    snapshot = store.get(f"session:{sid}")
-    assert snapshot is not None
-    if not store.session_log(sid, int(snapshot["seq"])):
-        service = make_fs_service(track=False, store=store)
-        service.open_session(sid)
-        _record_calls(service, sid, 0, 1)
-        service.close()
-        snapshot = store.get(f"session:{sid}")
-        assert snapshot is not None
-    assert store.session_log(sid, int(snapshot["seq"]))  # a tail to fold
-    return store
-
-
-def test_a_resume_reads_the_log_after_the_snapshot_while_the_snapshot_is_read(
-    make_fs_service: MakeFsService, workspace: Path, sid: str
-) -> None:
-    """Decision 0146: the snapshot's position is read first, alone, and the log after it is
-    read beside the snapshot and its chat; the session is the one resumed without it."""
-    store = _with_tail(make_fs_service, workspace, sid)
-    seq = int(store.get(f"session:{sid}")["seq"])  # type: ignore[index]
-    tail = _TailStore(store, f"session:{sid}")
-    resumed = make_fs_service(track=False, store=tail)
-    resumed.open_session(sid)
-    assert tail.tail_during_snapshot is True
-    assert tail.log_after == [seq]  # read once, after the snapshot's position
-    plain = make_fs_service(track=False, store=store)
-    plain.open_session(sid)
-    assert resumed.state(sid) == plain.state(sid)
-
-
-def test_a_resume_whose_snapshot_moved_meanwhile_reads_the_log_after_the_one_it_read(
-    make_fs_service: MakeFsService, workspace: Path, sid: str
-) -> None:
-    """The position read first is not the snapshot's read after it (another writer's snapshot
-    between them): the log read from that position is not taken; the log after the snapshot
-    read is, and the session is the one resumed without either."""
-    store = _with_tail(make_fs_service, workspace, sid)
-    seq = int(store.get(f"session:{sid}")["seq"])  # type: ignore[index]
-    tail = _TailStore(store, f"session:{sid}", stale=1)
-    resumed = make_fs_service(track=False, store=tail)
-    resumed.open_session(sid)
-    assert tail.log_after == [seq - 1, seq]
-    plain = make_fs_service(track=False, store=store)
-    plain.open_session(sid)
-    assert resumed.state(sid) == plain.state(sid)
