@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from selfctx.application.ports.files import FileReader, SourceUnavailable
+from selfctx.application.ports.files import FileReader, FileSnapshot, SourceUnavailable
 from selfctx.application.runner import SessionRunner
 from selfctx.application.settings import Settings
 from selfctx.domain.errors import InvalidContent
@@ -12,7 +12,7 @@ from selfctx.domain.hashing import file_hash, text_bytes
 from selfctx.domain.mounts import MountTable
 from selfctx.domain.objects import FileObject, Source
 
-__all__ = ["Deps", "observe_source", "observe_text"]
+__all__ = ["Deps", "observe_source", "observe_text", "version_of"]
 
 
 @attrs.frozen
@@ -60,7 +60,13 @@ def observe_text(
 def observe_source(deps: Deps, source: Source) -> FileObject:
     """Read ``source`` through the file reader and build the version it shows: text, or
     metadata only (binary, too large). Raises the reader's SourceUnavailable errors."""
-    snap = deps.files.read(source, deps.settings.max_file_bytes)
+    return version_of(source, deps.files.read(source, deps.settings.max_file_bytes))
+
+
+def version_of(source: Source, snap: FileSnapshot) -> FileObject:
+    """The version of ``source`` that one read of it (``snap``) shows: text, or metadata only
+    (binary, too large). Its ``file_hash`` is the read's; a caller that only compares hashes
+    need not build it (a resume's reconciliation, decision 0146)."""
     if snap.data is None:
         return FileObject.build(
             source, content=None, file_hash=snap.file_hash, content_status="too_large"

@@ -15,9 +15,9 @@ from selfctx.application.persistence import (
     log_entry_tx,
     read_log_entries,
 )
-from selfctx.application.ports.files import SourceMissing, SourceUnavailable
+from selfctx.application.ports.files import FileSnapshot, SourceMissing, SourceUnavailable
 from selfctx.application.runner import OpenSession, Reads, _Ahead
-from selfctx.application.usecases.base import Deps, observe_source
+from selfctx.application.usecases.base import Deps, version_of
 from selfctx.application.usecases.collapse_seen import answered_earlier, sent_earlier
 from selfctx.domain.documents import from_document
 from selfctx.domain.errors import InvalidInput, SessionExists, SessionNotFound
@@ -117,14 +117,17 @@ class ResumeSession:
         validate_session_id(session_id)
         # The files' sources are read while the store still sends the tool calls (decision
         # 0104); the first reconciliation takes what was read then, a retry reads them again.
-        read_early: dict[str, tuple[Source, FileObject | SourceUnavailable]] = {}
+        # A read is kept as read: the version it shows is built only for a file whose hash
+        # differs from the stored one (decision 0146).
+        read_early: dict[str, tuple[Source, FileSnapshot | SourceUnavailable]] = {}
+        files_reader, limit = self._deps.files, self._deps.settings.max_file_bytes
 
         def observe(files: Sequence[FileObject]) -> None:
             for obj in files:
                 if obj.is_stub:
                     continue
                 try:
-                    read_early[obj.id] = (obj.source, observe_source(self._deps, obj.source))
+                    read_early[obj.id] = (obj.source, files_reader.read(obj.source, limit))
                 except SourceUnavailable as exc:
                     read_early[obj.id] = (obj.source, exc)
 
@@ -132,10 +135,10 @@ class ResumeSession:
         report: dict[str, list[str]] = {"updated": [], "deleted": [], "orphaned": []}
         unchanged = 0
 
-        def source_of(obj: FileObject) -> FileObject:
+        def source_of(obj: FileObject) -> FileSnapshot:
             early = read_early.pop(obj.id, None)
             if early is None or early[0] != obj.source:
-                return observe_source(self._deps, obj.source)
+                return files_reader.read(obj.source, limit)
             if isinstance(early[1], SourceUnavailable):
                 raise early[1]
             return early[1]
@@ -154,7 +157,7 @@ class ResumeSession:
             for obj in files:
                 latest = stored[obj.id] or obj
                 try:
-                    observed = source_of(obj)
+                    read = source_of(obj)
                 except SourceMissing:
                     if not latest.is_deleted:
                         reconciled.append(c.RecordDeletion(latest, "resume"))
@@ -165,10 +168,10 @@ class ResumeSession:
                 except SourceUnavailable:
                     report["orphaned"].append(obj.id)
                     continue
-                if latest.file_hash == observed.file_hash and not latest.is_stub:
+                if latest.file_hash == read.file_hash and not latest.is_stub:
                     unchanged += 1
                     continue
-                reconciled.append(c.IndexFile(observed, latest, "resume"))
+                reconciled.append(c.IndexFile(version_of(obj.source, read), latest, "resume"))
                 report["updated"].append(obj.id)
             return c.Resume(tuple(reconciled))
 

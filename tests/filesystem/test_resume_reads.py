@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 
 import selfctx.application.runner as runner
-import selfctx.application.usecases.sessions as sessions
+from selfctx.adapters.filesystem.reader import LocalFileReader
 from selfctx.application.persistence import unpack_toolcalls
+from selfctx.application.ports.files import FileSnapshot
 from selfctx.application.ports.store import Document, ObjectStore
 from selfctx.application.service import ContextService
-from selfctx.application.usecases import base
-from selfctx.application.usecases.base import Deps
-from selfctx.domain.objects import FileObject, FilesystemSource
+from selfctx.domain.objects import Source
 from tests.filesystem.conftest import MakeFsService
 from tests.filesystem.helpers import write
 from tests.support import WrappedStore
@@ -109,16 +108,16 @@ def test_a_resume_reads_the_files_sources_while_the_tool_calls_are_being_read(
     write(workspace / "a.py", "# a.py, edited while nobody watched\n")
     waiting = _WaitingStore(store)
     observed: list[str] = []
-    observe = base.observe_source
+    read = LocalFileReader.read
 
-    def observing(deps: Deps, source: FilesystemSource) -> FileObject:
-        found = observe(deps, source)
+    def observing(reader: LocalFileReader, source: Source, max_bytes: int) -> FileSnapshot:
+        found = read(reader, source, max_bytes)
         observed.append(source.path)
         if len(observed) == 2:  # both files read: the tool calls may come now
             waiting.release.set()
         return found
 
-    monkeypatch.setattr(sessions, "observe_source", observing)
+    monkeypatch.setattr(LocalFileReader, "read", observing)
     waiting.hold = True
     report = make_fs_service(track=False, store=waiting).open_session(sid)
     assert report is not None and waiting.released is True
