@@ -331,7 +331,7 @@ ChatMessage: TypeAlias = UserMessage | AssistantMessage | ToolResult | ContextNo
 OPEN_TURNS: Final = 4
 """The last this many turns of a chat hold their messages as objects; every turn before them is
 packed (:func:`closed`): one compressed text of its messages' stored forms, read back on demand
-(docs/decisions/0142-the-chats-closed-turns-packed.md)."""
+(docs/decisions/0144-the-chats-closed-turns-packed-from-their-stored-form.md)."""
 
 UNPACKED_HELD: Final = 16
 """The most packed turns whose messages are held read back at once (for the whole process):
