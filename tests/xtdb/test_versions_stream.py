@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import closing
+from pathlib import Path
 
 import pytest
 
@@ -34,9 +35,19 @@ def ns() -> str:
     return f"vs{uuid.uuid4().hex[:10]}-"
 
 
+@pytest.fixture(scope="module")
+def stream_node(xtdb_jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[XtdbNode]:
+    """A node of this module's own: the suite's shared node serves at most 16 streams, and the
+    stores other tests leave open (or closed less than a heartbeat ago) can hold all of them,
+    so a new one is refused there and its process reads every time (decision 0148)."""
+    node = XtdbNode("rocksdb", tmp_path_factory.mktemp("xtdb-streams") / "data")
+    with node:
+        yield node
+
+
 @pytest.fixture
-def store(xtdb_node: XtdbNode) -> Iterator[XtdbStore]:
-    with closing(open_store(xtdb_node.url, timeout=30.0)) as store:
+def store(stream_node: XtdbNode) -> Iterator[XtdbStore]:
+    with closing(open_store(stream_node.url, timeout=30.0)) as store:
         yield store
 
 
@@ -62,7 +73,7 @@ def _open_stream(store: XtdbStore) -> VersionsStream:
 
 
 def test_another_processs_version_is_on_the_stream_once_its_writer_is_told(
-    xtdb_node: XtdbNode, store: XtdbStore, ns: str
+    stream_node: XtdbNode, store: XtdbStore, ns: str
 ) -> None:
     """Another OS process commits a file version; as soon as its commit returned, this process's
     question is answered from its stream and lists it, and the next question, nothing having
@@ -72,7 +83,7 @@ def test_another_processs_version_is_on_the_stream_once_its_writer_is_told(
     start = store.file_versions(None).position
     position = -1 if start is None else start
     writer = subprocess.Popen(
-        [sys.executable, "-c", _WRITER, xtdb_node.url],
+        [sys.executable, "-c", _WRITER, stream_node.url],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -140,10 +151,10 @@ def test_a_lost_stream_falls_back_to_reading_and_opens_again(store: XtdbStore, n
     assert later.versions == () and stream.answered == answered + 1
 
 
-def test_a_stream_at_its_end_is_noticed_at_the_next_question(xtdb_node: XtdbNode) -> None:
+def test_a_stream_at_its_end_is_noticed_at_the_next_question(stream_node: XtdbNode) -> None:
     """A stream whose connection reads as at its end (what the node closing it, or going away,
     looks like from here) answers nothing from the next question on: the node is asked."""
-    with closing(open_store(xtdb_node.url, timeout=30.0)) as store:
+    with closing(open_store(stream_node.url, timeout=30.0)) as store:
         stream = _open_stream(store)
         position = store.file_versions(None).position
         assert stream.answer(position, None) is not None
