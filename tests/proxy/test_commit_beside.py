@@ -84,16 +84,21 @@ def _landed(store: WrappedStore, text: str, seconds: float = 10.0) -> bool:
     return True
 
 
-def _commands(store: Any, workspace: Path, session_id: str) -> list[str]:
-    """The commands of the calls the stored session holds, in order."""
+def _stored_messages(store: Any, workspace: Path, session_id: str) -> list[Any]:
+    """The messages of the stored session, in order, as a service resuming it reads them."""
     service = build_service(store=store, workspace=str(workspace))
     try:
         service.resume_session(session_id)
-        turns = service.state(session_id).turns
-        messages = [m for t in turns for m in t.messages if isinstance(m, AssistantMessage)]
-        return [str(c.arguments.get("command")) for m in messages for c in m.tool_calls]
+        return [m for t in service.state(session_id).turns for m in t.messages]
     finally:
         service.close()
+
+
+def _commands(store: Any, workspace: Path, session_id: str) -> list[str]:
+    """The commands of the calls the stored session holds, in order."""
+    messages = _stored_messages(store, workspace, session_id)
+    calls = [c for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls]
+    return [str(c.arguments.get("command")) for c in calls]
 
 
 def _on_another_thread(write: Callable[[], None]) -> None:
@@ -127,13 +132,8 @@ def _writes_first(other: Any, note: str, proxy: Callable[[], Any]) -> Callable[[
 
 def _notes(store: Any, workspace: Path, session_id: str) -> list[str]:
     """The texts of the user messages the stored session holds, in order."""
-    service = build_service(store=store, workspace=str(workspace))
-    try:
-        service.resume_session(session_id)
-        turns = service.state(session_id).turns
-        return [m.text for t in turns for m in t.messages if isinstance(m, UserMessage)]
-    finally:
-        service.close()
+    messages = _stored_messages(store, workspace, session_id)
+    return [m.text for m in messages if isinstance(m, UserMessage)]
 
 
 def _upstream_then(model: ScriptedModel, want: int, then: Callable[[], None]) -> Callable[[], None]:
