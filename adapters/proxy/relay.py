@@ -1,5 +1,4 @@
-"""The front of ``selfctx proxy --workers N`` as a byte relay on asyncio's streams (on uvloop's
-event loop where it is installed, as the workers are: decision 0155).
+"""The front of ``selfctx proxy --workers N`` as a byte relay on asyncio's streams.
 
 The front reads each request's head (HTTP/1.1, bounded), refuses what the one-process proxy
 refuses (``guard.refusal`` and ``guard.authenticated``: a foreign ``Host``, browser-shaped
@@ -373,11 +372,8 @@ class Relay:
         """Serve in the foreground until SIGINT or SIGTERM. The signals are taken before
         ``ready`` is called (the banner) and before the event loop starts, so one that arrives
         after the banner ends the front, whatever the disposition it inherited (a background
-        job's SIGINT is ignored until then). The loop is uvloop's where it is installed, as the
-        workers' (``serving.new_loop``, decision 0155)."""
-        from selfctx.adapters.proxy.serving import new_loop
-
-        loop = new_loop()
+        job's SIGINT is ignored until then)."""
+        loop = asyncio.new_event_loop()
         stop = asyncio.Event()
 
         def on_signal(signum: int, frame: object) -> None:
@@ -762,10 +758,10 @@ def relay_in_thread(relay: Relay, host: str = "127.0.0.1") -> Iterator[str]:
     """Serve ``relay`` on a background thread; yields its base URL, stops it on exit."""
     import threading
 
-    from selfctx.adapters.proxy.serving import bind, new_loop
+    from selfctx.adapters.proxy.serving import bind
 
     sock = bind(host, 0)
-    loop = new_loop()
+    loop = asyncio.new_event_loop()
     stop = asyncio.Event()
     started = threading.Event()
 

@@ -4,7 +4,6 @@ that port 0 gives a free port whose number is known at once."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import gc
 import importlib.util
@@ -16,7 +15,7 @@ from collections.abc import Iterator
 import uvicorn
 from starlette.types import ASGIApp
 
-__all__ = ["bind", "new_loop", "serve", "serve_in_thread", "stack", "tune_collector"]
+__all__ = ["bind", "serve", "serve_in_thread", "stack", "tune_collector"]
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -51,18 +50,6 @@ def stack() -> str:
     parser = "httptools" if importlib.util.find_spec("httptools") else "h11"
     loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
     return f"{parser}/{loop}"
-
-
-def new_loop() -> asyncio.AbstractEventLoop:
-    """A new event loop of the kind uvicorn's ``auto`` serves on: uvloop's when installed, else
-    asyncio's. For the servers not served by uvicorn (the front of the worker processes,
-    ``relay.Relay``), so that every server of the proxy stands on the same loop (decision 0155)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
 
 
 def _server(app: ASGIApp, log_level: str) -> uvicorn.Server:

@@ -10,19 +10,14 @@ import asyncio
 import contextlib
 import itertools
 import json
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import attrs
 import httpx
-import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -359,71 +354,3 @@ def test_the_inspectors_hook_answers_fetches_and_fails_safely() -> None:
         failed = client.get(base + "/_selfctx/ui/boom")
         assert failed.status_code == 500 and "a bug" not in failed.text
         assert client.get(base + "/_selfctx/ui/page").status_code == 200
-
-
-def _loop_hook() -> Any:
-    """An inspector hook that answers with the name of the loop it runs on (the front's)."""
-
-    @attrs.frozen
-    class Answer:
-        status: int
-        headers: tuple[tuple[bytes, bytes], ...]
-        body: bytes
-
-    async def hook(*_args: Any) -> Answer:
-        loop = type(asyncio.get_running_loop())
-        return Answer(200, (), f"{loop.__module__}.{loop.__qualname__}".encode())
-
-    return hook
-
-
-@pytest.mark.skipif(sys.platform == "win32", reason="uvloop has no Windows build")
-def test_the_front_serves_on_uvloop_as_its_workers_do() -> None:
-    """Decision 0155: the front's relay on uvloop's event loop, in a thread and in the
-    foreground (``Relay.run``, as ``selfctx proxy --workers N`` serves it), and it still relays
-    and refuses as before."""
-
-    async def ok(request: Request) -> Response:
-        return JSONResponse({"ok": 1})
-
-    worker_app = Starlette(routes=[Route("/{path:path}", ok, methods=["GET", "POST"])])
-    with (
-        serve_in_thread(worker_app) as worker,
-        relay_in_thread(Relay([worker], SECRET, ui=_loop_hook())) as base,
-        httpx.Client() as client,
-    ):
-        assert client.get(base + "/_selfctx/ui/loop").content == b"uvloop.Loop"
-        assert client.post(base + "/v1/x", json={}).json() == {"ok": 1}
-        foreign = client.get(base + "/v1/x", headers={"host": "example.com"})
-        assert foreign.status_code == 403
-
-    script = (
-        "import sys\n"
-        "from selfctx.adapters.proxy.relay import Relay\n"
-        "from selfctx.adapters.proxy.serving import bind\n"
-        "from tests.proxy.test_relay import _loop_hook, SECRET\n"
-        "sock = bind('127.0.0.1', 0)\n"
-        "relay = Relay([sys.argv[1]], SECRET, ui=_loop_hook())\n"
-        "relay.run(sock, ready=lambda: print(sock.getsockname()[1], flush=True))\n"
-    )
-    root = Path(__file__).resolve().parents[2]
-    with serve_in_thread(worker_app) as worker:
-        front = subprocess.Popen(
-            [sys.executable, "-c", script, worker],
-            cwd=root,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert front.stdout is not None
-            port = int(front.stdout.readline())
-            with httpx.Client() as client:
-                base = f"http://127.0.0.1:{port}"
-                assert client.get(base + "/_selfctx/ui/loop").content == b"uvloop.Loop"
-                assert client.post(base + "/v1/x", json={}).json() == {"ok": 1}
-            front.send_signal(signal.SIGTERM)
-            assert front.wait(timeout=30) == 0
-        finally:
-            if front.poll() is None:
-                front.kill()
-                front.wait()
