@@ -12,6 +12,7 @@ leave, but committed together, as one transaction, when the batch ends (decision
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import threading
@@ -853,14 +854,16 @@ class SessionRunner:
             toolcalls = {*chat.toolcall_refs, *snapshot.detached}
             index = snapshot.session_index
             calls = [i for i in index if i in toolcalls]
-            # the files without their content: the few the session shows are read whole when
-            # first shown, as a file whose content was let go is (decision 0153)
+            # the files the snapshot does not show in full without their content: one shown
+            # again later is read whole then, as a file whose content was let go is (decision
+            # 0153)
+            shown = set(snapshot.active_set)
             read_index = self._read_objects(
                 ahead,
                 calls,
                 [i for i in index if i not in toolcalls],
                 (session_id, 0, len(calls), False),
-                files_whole=False,
+                by_fields=[i for i in index if i not in toolcalls and i not in shown],
             )
             read_prompt = ahead(self._system_prompt, snapshot.system_prompt_ref)
             state = state_from_snapshot(snapshot, chat)
@@ -942,12 +945,13 @@ class SessionRunner:
         others: list[str],
         packed: tuple[str, int, int, bool] | None = None,
         *,
-        files_whole: bool = True,
+        by_fields: Sequence[str] = (),
     ) -> _Read:
-        """Start reading these objects of the session's index: ``others`` (files...) whole, or
-        without ``files_whole`` by a file's fields (one that is not a file is read whole after
-        them); ``calls``, tool calls, without their content (the session shows few of them in
-        full, and reads those again when it does: ``ObjectCache``). ``packed``: (session, position,
+        """Start reading these objects of the session's index: ``others`` (files...) whole but
+        those of ``by_fields``, read by a file's fields (one that is not a file is read whole
+        after them); ``calls``, tool calls, without their content (the session shows few of
+        them in full, and reads those again when it does: ``ObjectCache``). ``packed``:
+        (session, position,
         n, last): the first n of ``calls`` are the session's tool calls from that position on,
         in the index's order (``last``: up to the session's last one); those of every block
         they touch are read from the blocks' packs (decision 0123), and one by one where a pack
@@ -967,11 +971,15 @@ class SessionRunner:
         if packs:
             reads.append(ahead(self._packed_calls, packed[0] if packed else "", packs, covered))
         reads.append(ahead(self.store.get_many_fields, single, _TOOLCALL_METADATA))
-        if files_whole:
-            read_others = ahead(self.store.get_many, others)
-        else:
-            read_others = ahead(self.store.get_many_fields, others, _FILE_METADATA)
-        return _Read(self.store, calls, reads, read_others)
+        if not by_fields:
+            return _Read(self.store, calls, reads, ahead(self.store.get_many, others))
+        hollow = set(by_fields)
+        read_whole = ahead(self.store.get_many, [i for i in others if i not in hollow])
+        read_fields = ahead(
+            self.store.get_many_fields, [i for i in others if i in hollow], _FILE_METADATA
+        )
+        both = functools.cache(lambda: {**read_whole(), **read_fields()})
+        return _Read(self.store, calls, reads, both)
 
     def _packed_calls(
         self, session_id: str, packs: list[str], calls: list[str]
