@@ -12,6 +12,7 @@ leave, but committed together, as one transaction, when the batch ends (decision
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import threading
@@ -56,7 +57,13 @@ from selfctx.application.ports.store import (
 from selfctx.application.requests import MAX_PENDING, Mark, entry_marks
 from selfctx.application.tokens import TokenCounts
 from selfctx.domain.chat import AssistantMessage
-from selfctx.domain.documents import from_document, to_document, toolcall_without_content
+from selfctx.domain.documents import (
+    StoredObject,
+    file_without_content,
+    from_document,
+    to_document,
+    toolcall_without_content,
+)
 from selfctx.domain.errors import InvalidInput, SessionNotFound
 from selfctx.domain.infrastructure import (
     ChatObject,
@@ -127,6 +134,12 @@ _TOOLCALL_METADATA: Final = (
     "file_views", "content_hash", "metadata_hash", "object_hash", "content_length",
 )  # fmt: skip
 """Every field of a tool call's document but its content."""
+_FILE_METADATA: Final = (
+    "type", "source", "identity_hash", "content_hash", "metadata_hash", "object_hash",
+    "file_type", "char_count", "file_hash", "content_status", "reported_by",
+)  # fmt: skip
+"""Every field of a file's document but its content: what a resume reads of the files of the
+snapshot's index (decision 0153)."""
 RECENT_OUTPUTS: Final = 8
 """The outputs of at least this many last assistant messages are read whole by the policy."""
 """Events after which the chat differs other than at its end: renderings start again."""
@@ -734,10 +747,26 @@ class _Read:
             found.update(read())
         # a tool call written before its metadata was kept apart is read whole
         whole = [i for i in self._calls if i in found and "content_length" not in found[i]]
-        found.update(self.others())
+        others = self.others()
+        found.update(others)
+        # read by the fields of a file (decision 0153): one that is not a file is read whole
+        whole += [i for i, doc in others.items() if _unread_content(doc) and doc["type"] != "file"]
         if whole:
             found.update(self._store.get_many(whole))
         return found
+
+
+def _object_of(doc: Document) -> StoredObject:
+    """The object a document of the index read holds (a file read without its content: that
+    file, its content None)."""
+    if _unread_content(doc) and doc.get("type") == "file":
+        return file_without_content(doc)
+    return from_document(doc)
+
+
+def _unread_content(doc: Document) -> bool:
+    """Whether ``doc`` was read without its content (by the fields of a tool call or a file)."""
+    return "content" not in doc
 
 
 class SessionRunner:
@@ -825,11 +854,16 @@ class SessionRunner:
             toolcalls = {*chat.toolcall_refs, *snapshot.detached}
             index = snapshot.session_index
             calls = [i for i in index if i in toolcalls]
+            # the files the snapshot does not show in full without their content: one shown
+            # again later is read whole then, as a file whose content was let go is (decision
+            # 0153)
+            shown = set(snapshot.active_set)
             read_index = self._read_objects(
                 ahead,
                 calls,
                 [i for i in index if i not in toolcalls],
                 (session_id, 0, len(calls), False),
+                by_fields=[i for i in index if i not in toolcalls and i not in shown],
             )
             read_prompt = ahead(self._system_prompt, snapshot.system_prompt_ref)
             state = state_from_snapshot(snapshot, chat)
@@ -880,7 +914,7 @@ class SessionRunner:
             read_again = self._read_objects(ahead, *self._by_kind(state, again)) if again else None
             parsed: dict[str, tuple[Document, Any]] = {}
             if on_files is not None:
-                parsed = {i: (doc, from_document(doc)) for i, doc in read_index.others().items()}
+                parsed = {i: (doc, _object_of(doc)) for i, doc in read_index.others().items()}
                 on_files([obj for _, obj in parsed.values() if isinstance(obj, FileObject)])
             found = read_index()
             if read_early is not None:
@@ -910,10 +944,14 @@ class SessionRunner:
         calls: list[str],
         others: list[str],
         packed: tuple[str, int, int, bool] | None = None,
+        *,
+        by_fields: Sequence[str] = (),
     ) -> _Read:
-        """Start reading these objects of the session's index: ``others`` (files...) whole;
-        ``calls``, tool calls, without their content (the session shows few of them in full,
-        and reads those again when it does: ``ObjectCache``). ``packed``: (session, position,
+        """Start reading these objects of the session's index: ``others`` (files...) whole but
+        those of ``by_fields``, read by a file's fields (one that is not a file is read whole
+        after them); ``calls``, tool calls, without their content (the session shows few of
+        them in full, and reads those again when it does: ``ObjectCache``). ``packed``:
+        (session, position,
         n, last): the first n of ``calls`` are the session's tool calls from that position on,
         in the index's order (``last``: up to the session's last one); those of every block
         they touch are read from the blocks' packs (decision 0123), and one by one where a pack
@@ -933,7 +971,15 @@ class SessionRunner:
         if packs:
             reads.append(ahead(self._packed_calls, packed[0] if packed else "", packs, covered))
         reads.append(ahead(self.store.get_many_fields, single, _TOOLCALL_METADATA))
-        return _Read(self.store, calls, reads, ahead(self.store.get_many, others))
+        if not by_fields:
+            return _Read(self.store, calls, reads, ahead(self.store.get_many, others))
+        hollow = set(by_fields)
+        read_whole = ahead(self.store.get_many, [i for i in others if i not in hollow])
+        read_fields = ahead(
+            self.store.get_many_fields, [i for i in others if i in hollow], _FILE_METADATA
+        )
+        both = functools.cache(lambda: {**read_whole(), **read_fields()})
+        return _Read(self.store, calls, reads, both)
 
     def _packed_calls(
         self, session_id: str, packs: list[str], calls: list[str]
@@ -963,6 +1009,15 @@ class SessionRunner:
             raise StoreError(f"objects in the session index are missing: {missing[:5]}")
         for object_id in state.index:
             doc = found[object_id]
+            if _unread_content(doc) and doc["type"] == "file":  # read by a file's fields
+                was = parsed.get(object_id) if parsed else None
+                file = was[1] if was is not None and was[0] is doc else file_without_content(doc)
+                assert isinstance(file, FileObject)
+                if file.content_hash is None:  # no content at all: nothing to read again
+                    session.objects[object_id] = file
+                else:
+                    session.objects.hold_hollow(file)
+                continue
             if "content_length" not in doc or "content" in doc:  # a whole document
                 was = parsed.get(object_id) if parsed else None
                 obj = was[1] if was is not None and was[0] is doc else from_document(doc)

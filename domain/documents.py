@@ -26,7 +26,13 @@ from selfctx.domain.objects import (
 )
 from selfctx.domain.session.state import CollapseWindow, PolicyConfig
 
-__all__ = ["StoredObject", "from_document", "to_document", "toolcall_without_content"]
+__all__ = [
+    "StoredObject",
+    "file_without_content",
+    "from_document",
+    "to_document",
+    "toolcall_without_content",
+]
 
 StoredObject: TypeAlias = (
     FileObject | ToolcallObject | SystemPromptObject | ChatObject | SessionObject | SummaryObject
@@ -155,6 +161,33 @@ def toolcall_without_content(doc: Mapping[str, Any]) -> ToolcallObject:
         raise InvalidInput("document", doc.get("xt/id"), f"not a valid object: {exc!r}") from exc
 
 
+def file_without_content(doc: Mapping[str, Any]) -> FileObject:
+    """The file a document read without its content holds: what :func:`from_document` gives
+    with ``content`` None (its hashes, source and ``char_count`` as stored). Raises
+    :class:`InvalidInput` as :func:`from_document` does, and for a document of another type."""
+    try:
+        if doc["type"] != "file":
+            raise InvalidInput("document", doc.get("xt/id"), "is not a file")
+        return _file(doc, None)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, InvalidInput):
+            raise
+        raise InvalidInput("document", doc.get("xt/id"), f"not a valid object: {exc!r}") from exc
+
+
+def _file(doc: Mapping[str, Any], content: str | None) -> FileObject:
+    return FileObject(
+        source=source_from_json(doc["source"]),
+        content=content,
+        file_type=doc["file_type"],
+        char_count=doc["char_count"],
+        file_hash=doc["file_hash"],
+        content_status=doc.get("content_status"),
+        reported_by=doc.get("reported_by"),
+        **_identity(doc),
+    )
+
+
 def _identity(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The fields every object's document has: its id and its four hashes."""
     return {
@@ -186,16 +219,7 @@ def _from_document(doc: Mapping[str, Any]) -> StoredObject:
     kind = doc["type"]
     common = _identity(doc)
     if kind == "file":
-        return FileObject(
-            source=source_from_json(doc["source"]),
-            content=doc["content"],
-            file_type=doc["file_type"],
-            char_count=doc["char_count"],
-            file_hash=doc["file_hash"],
-            content_status=doc.get("content_status"),
-            reported_by=doc.get("reported_by"),
-            **common,
-        )
+        return _file(doc, doc["content"])
     if kind == "toolcall":
         return _toolcall(doc, doc["content"], common)
     if kind == "system_prompt":

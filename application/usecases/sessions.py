@@ -143,8 +143,11 @@ class ResumeSession:
                 raise early[1]
             return early[1]
 
+        attempts = 0
+
         def build(reads: Reads, state: SessionState) -> c.Command:
-            nonlocal unchanged
+            nonlocal unchanged, attempts
+            attempts += 1
             report.update(updated=[], deleted=[], orphaned=[])
             unchanged = 0
             files = [
@@ -152,12 +155,26 @@ class ResumeSession:
                 for obj in (session.objects.meta(i, read=False) for i in state.index)
                 if isinstance(obj, FileObject) and not obj.is_stub
             ]
-            stored = reads.stored_files(files)
+            found: dict[str, FileSnapshot | SourceUnavailable] = {}
+            for obj in files:
+                try:
+                    found[obj.id] = source_of(obj)
+                except SourceUnavailable as exc:  # SourceMissing among them
+                    found[obj.id] = exc
+            # The files were read without their content (decision 0153): each is compared with
+            # the version held, the latest stored when the session was read; the stored
+            # version is read again only for one whose source differs from it, and for every
+            # file when a commit was refused (something was written meanwhile).
+            stored = reads.stored_files(
+                obj for obj in files if attempts > 1 or _differs(obj, found[obj.id])
+            )
             reconciled: list[c.IndexFile | c.RecordDeletion] = []
             for obj in files:
-                latest = stored[obj.id] or obj
+                latest = stored.get(obj.id) or obj
                 try:
-                    read = source_of(obj)
+                    read = found[obj.id]
+                    if isinstance(read, SourceUnavailable):
+                        raise read
                 except SourceMissing:
                     if not latest.is_deleted:
                         reconciled.append(c.RecordDeletion(latest, "resume"))
@@ -188,6 +205,16 @@ class ResumeSession:
             orphaned=tuple(report["orphaned"]),
             unchanged=unchanged,
         )
+
+
+def _differs(held: FileObject, read: FileSnapshot | SourceUnavailable) -> bool:
+    """Whether reconciling ``held`` with what its source showed may write a version: a file
+    read whose hash is not the held one's, a missing source of a file not deleted."""
+    if isinstance(read, SourceMissing):
+        return not held.is_deleted
+    if isinstance(read, SourceUnavailable):
+        return False  # orphaned: nothing is written
+    return held.file_hash != read.file_hash or held.is_stub
 
 
 @attrs.frozen

@@ -216,3 +216,41 @@ def test_a_resume_reads_the_tool_calls_from_their_packs_and_the_rest_one_by_one(
     packed.open_session(sid)
     for call in calls:
         assert service.object(sid, call) == packed.object(sid, call)
+
+
+def test_a_resume_reads_the_files_it_does_not_show_without_their_content(
+    make_fs_service: MakeFsService, workspace: Path, sid: str
+) -> None:
+    """Decision 0153: the files of the snapshot's index that it does not show in full are read
+    without their content; one whose source changed has its stored version read whole (the
+    new version written against it); every file's content is there when asked for."""
+    first = make_fs_service(track=False)
+    first.start_session(sid)
+    ids = {}
+    for name in ("a.py", "b.py", "c.py"):
+        write(workspace / name, f"# {name}\n")
+        ids[name] = first.index_file(sid, str(workspace / name)).object_id
+    for name in ("b.py", "c.py"):
+        first.deactivate(sid, ids[name])
+    seq = first.log_position(sid)
+    store = first.store
+    for n in range(500):  # until a snapshot is written after them (bounded)
+        snapshot = store.get(f"session:{sid}")
+        if snapshot is not None and int(snapshot["seq"]) > seq:
+            break
+        first.record_tool_call(sid, f"{sid}-c{n}", tool="bash", args={"cmd": "ls"}, output="x")
+    else:
+        pytest.fail("no snapshot was written after the files were deactivated")
+    first.close()
+    write(workspace / "c.py", "# c.py, edited while nobody watched\n")
+
+    waiting = _WaitingStore(store)
+    service = make_fs_service(track=False, store=waiting)
+    report = service.open_session(sid)
+    assert report is not None
+    assert report.updated == (ids["c.py"],) and report.unchanged == 2
+    assert ids["a.py"] in waiting.read  # shown: read whole
+    assert ids["b.py"] not in waiting.read  # neither shown nor changed: its content never read
+    assert ids["c.py"] in waiting.read  # changed: its stored version read to write the new one
+    assert service.object(sid, ids["b.py"]).content == "# b.py\n"
+    assert service.object(sid, ids["c.py"]).content == "# c.py, edited while nobody watched\n"
