@@ -37,9 +37,8 @@ def ns() -> str:
 
 @pytest.fixture(scope="module")
 def stream_node(xtdb_jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[XtdbNode]:
-    """A node of this module's own: the suite's shared node serves at most 16 streams, and the
-    stores other tests leave open (or closed less than a heartbeat ago) can hold all of them,
-    so a new one is refused there and its process reads every time (decision 0148)."""
+    """A node of this module's own: its tests count the node's requests and fill its streams'
+    slots, which the suite's shared node must not see (decisions 0148, 0154)."""
     node = XtdbNode("rocksdb", tmp_path_factory.mktemp("xtdb-streams") / "data")
     with node:
         yield node

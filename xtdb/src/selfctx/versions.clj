@@ -27,7 +27,7 @@
             [xtdb.bus :as bus]
             [xtdb.db :as db]
             [xtdb.tx.event :as txe])
-  (:import [java.io Closeable IOException OutputStream]
+  (:import [java.io Closeable OutputStream]
            [java.util ArrayDeque ArrayList Iterator]
            [java.util.concurrent LinkedBlockingQueue TimeUnit]
            [java.util.concurrent.atomic AtomicLong AtomicReference]))
@@ -136,7 +136,8 @@
            (.write out bytes)
            (.flush out))
          true
-         (catch IOException _
+         ;; An IOException, nearly always (the process is gone, or the exchange was closed).
+         (catch Exception _
            ;; An interrupted write (`await-pushed` gave up on it) leaves the flag set.
            (Thread/interrupted)
            (reset! (:open s) false)
@@ -186,8 +187,9 @@
             (case kind
               :join (let [^AtomicLong written (:written a)
                           start (.get written)]
-                      (when (write-line! current a (line {"position" (when (>= start 0) start)}))
-                        (.add active a)))
+                      (if (write-line! current a (line {"position" (when (>= start 0) start)}))
+                        (.add active a)
+                        (end-stream! feed a)))
               :notice (let [tx-id (long a)
                             bytes (line b)]
                         (doseq [s (vec active)
@@ -196,7 +198,8 @@
                           (when (write-line! current s bytes)
                             (.set written tx-id)))
                         (advance-pushed! feed tx-id))
-              :probe (do (each! line-end) (each! line-end) (deliver a true))
+              ;; The slots of the streams that failed are free before the probe is answered.
+              :probe (do (each! line-end) (each! line-end) (sweep!) (deliver a true))
               nil)
             (catch Throwable e
               (log/warn e "the versions feed's writer failed on" kind)))
@@ -206,8 +209,7 @@
                 (each! line-end)
                 (sweep!)
                 (recur (+ (System/currentTimeMillis) ^long heartbeat-ms)))
-            (recur next-beat))))
-      )
+            (recur next-beat)))))
     (doseq [s (vec active)] (end-stream! feed s))))
 
 (defn ->feed
