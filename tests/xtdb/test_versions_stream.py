@@ -222,7 +222,7 @@ def test_past_the_cap_a_stream_is_refused_and_a_gone_ones_slot_is_given_at_once(
     heartbeat (decision 0154)."""
     socks: list[socket.socket] = []
     try:
-        refused = None
+        refused: bytes | None = None
         for _ in range(2000):
             sock, answer = _raw_stream(stream_node)
             if not _served(answer):
