@@ -37,9 +37,8 @@ def ns() -> str:
 
 @pytest.fixture(scope="module")
 def stream_node(xtdb_jars: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[XtdbNode]:
-    """A node of this module's own: the suite's shared node serves at most 16 streams, and the
-    stores other tests leave open (or closed less than a heartbeat ago) can hold all of them,
-    so a new one is refused there and its process reads every time (decision 0148)."""
+    """A node of this module's own: its tests count the node's requests and fill its streams'
+    slots, which the suite's shared node must not see (decisions 0148, 0154)."""
     node = XtdbNode("rocksdb", tmp_path_factory.mktemp("xtdb-streams") / "data")
     with node:
         yield node
@@ -162,3 +161,81 @@ def test_a_stream_at_its_end_is_noticed_at_the_next_question(stream_node: XtdbNo
         assert sock is not None
         sock.shutdown(socket.SHUT_RD)
         assert stream.answer(position, None) is None
+
+
+def _raw_stream(node: XtdbNode) -> tuple[socket.socket, bytes]:
+    """A stream asked for as a client's would be, and the node's answer up to its first line (or
+    all of it, when the node ends it)."""
+    sock = socket.create_connection(("127.0.0.1", node.port), 30.0)
+    head = f"GET /_xtdb/selfctx/versions/stream HTTP/1.0\r\nHost: 127.0.0.1:{node.port}\r\n"
+    auth = node.headers["Authorization"]
+    sock.sendall(f"{head}Authorization: {auth}\r\n\r\n".encode("latin-1"))
+    data = b""
+    while b"\r\n\r\n" not in data or b"\n" not in data.split(b"\r\n\r\n", 1)[1]:
+        more = sock.recv(65536)
+        if not more:
+            break
+        data += more
+    return sock, data
+
+
+def _served(answer: bytes) -> bool:
+    return answer.split(b"\r\n", 1)[0].split()[1:2] == [b"200"]
+
+
+def _line_with(sock: socket.socket, wanted: bytes) -> bool:
+    """Whether the stream brings a line holding ``wanted`` (within 30 s)."""
+    sock.settimeout(30.0)
+    data = b""
+    while wanted not in data:
+        more = sock.recv(65536)
+        if not more:
+            return False
+        data += more
+    return True
+
+
+def test_more_streams_than_request_threads_are_served_and_each_sees_a_commit(
+    stream_node: XtdbNode, store: XtdbStore, ns: str
+) -> None:
+    """40 processes' streams at once, more than the node's 32 request threads (decision 0154: a
+    stream holds a connection, not a thread), and a file version committed reaches every one."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(40):
+            sock, answer = _raw_stream(stream_node)
+            socks.append(sock)
+            assert _served(answer), answer[:200]
+        store.commit([{"xt/id": f"{ns}f", "type": "file", "object_hash": "h40"}])
+        assert all(_line_with(sock, f'"{ns}f"'.encode()) for sock in socks)
+        assert store.client.status(timeout=30.0)["selfctxRequests"] > 0  # still answering
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_past_the_cap_a_stream_is_refused_and_a_gone_ones_slot_is_given_at_once(
+    stream_node: XtdbNode,
+) -> None:
+    """Streams are served up to a cap (bounded resources), then refused with 503; once one of
+    their processes is gone, the next stream asked for gets its slot at once, not at the next
+    heartbeat (decision 0154)."""
+    socks: list[socket.socket] = []
+    try:
+        refused: bytes | None = None
+        for _ in range(2000):
+            sock, answer = _raw_stream(stream_node)
+            if not _served(answer):
+                sock.close()
+                refused = answer
+                break
+            socks.append(sock)
+        assert refused is not None and refused.split()[1] == b"503", "no cap"
+        assert len(socks) > 32
+        socks.pop(0).close()
+        sock, answer = _raw_stream(stream_node)
+        socks.append(sock)
+        assert _served(answer), answer[:200]
+    finally:
+        for sock in socks:
+            sock.close()

@@ -454,36 +454,34 @@
                                 with-ops? (assoc "txOps" (mapv op->json (::xt/tx-ops tx)))))))
                  (iterator-seq log))])))
 
-(def ^:private heartbeat-ms
-  "How often a stream of the versions feed is written a line when nothing happened: how soon the
-  node hears that a stream's process is gone (a write fails), and its process that the node is."
-  10000)
-
 (defn- versions-stream-route
   "Our extension (decision 0148): the versions feed pushed, as lines of JSON, for as long as the
   client reads: first `{\"position\": P}` (P: the last transaction the feed has seen, null when
   none), then `{\"position\": T, \"versions\": [[T, id, object_hash], ...]}` for each later
-  transaction T that wrote file versions, and `{}` every `heartbeat-ms` when nothing did. At most
-  `most` streams at once (503 past them: the client reads every time)."
+  transaction T that wrote file versions, and `{}` every 10 s when nothing did. The lines are
+  written by the feed's writer thread, not this request's (decision 0154): the exchange stays open
+  once the handler returns, and is ended by the writer. At most `most` streams at once: past them
+  the streams of processes that are gone are looked for (`versions/probe`), then `503` (the
+  client reads every time)."
   [feed most]
-  (fn [_ ^HttpExchange ex _]
-    (if-let [s (versions/subscribe feed most)]
-      (try
-        (doto (.getResponseHeaders ex)
-          (.set "Content-Type" "application/x-ndjson; charset=utf-8"))
-        (.sendResponseHeaders ex 200 0)
-        (let [out (.getResponseBody ex)]
-          (loop [notice {"position" (when (>= ^long (:start s) 0) (:start s))}]
-            (when notice
-              (.write out (write-json notice))
-              (.write out (int 10))
-              (.flush out)
-              (versions/written! feed s notice)
-              (recur (versions/next-notice s heartbeat-ms)))))
-        [responded nil]
-        (catch java.io.IOException _ [responded nil])
-        (finally (versions/unsubscribe feed s)))
-      [503 {"error" (str "this node serves " most " streams of the versions feed at most")}])))
+  (fn [^HttpExchange ex]
+    (let [out (.getResponseBody ex)
+          close (fn [] (.close ex))
+          s (or (versions/subscribe feed most out close)
+                (do (versions/probe feed)
+                    (versions/subscribe feed most out close)))]
+      (if s
+        (try
+          (doto (.getResponseHeaders ex)
+            (.set "Content-Type" "application/x-ndjson; charset=utf-8"))
+          (.sendResponseHeaders ex 200 0)
+          (versions/hand-over feed s)
+          (catch java.io.IOException _
+            (versions/unsubscribe feed s)
+            (.close ex)))
+        (try
+          (respond ex 503 {"error" (str "this node serves " most " streams of the versions feed at most")})
+          (finally (.close ex)))))))
 
 (def ^:private routes
   {   ["GET" "/_xtdb/await-tx"] await-tx
@@ -530,6 +528,24 @@
     (finally
       (.close ex))))
 
+(def ^:private stream-path "/_xtdb/selfctx/versions/stream")
+
+(defn- stream-handler
+  "The handler of the stream's path: the stream, its exchange left open, when the request is
+  `GET` of exactly that path and `guard/refusal` lets it in; anything else is `handle`d."
+  [node routes ^bytes expected stream]
+  (reify HttpHandler
+    (handle [_ ex]
+      (let [path (.getPath (.getRequestURI ex))]
+        (if (and (= "GET" (.getRequestMethod ex)) (= stream-path path)
+                 (nil? (guard/refusal ex expected path)))
+          (do (.incrementAndGet ^AtomicLong requests)
+              (try (stream ex)
+                   (catch Throwable e
+                     (log/warn e "the versions stream failed")
+                     (.close ex))))
+          (handle node routes expected ex))))))
+
 ;; ---- the module ----------------------------------------------------------------------------
 
 (defrecord SelfctxHttpServer [^HttpServer server ^ExecutorService pool ^Closeable feed]
@@ -546,6 +562,9 @@
    ::sys/args {:port {:spec ::sys/nat-int :doc "Port to listen on" :default 3000}
                :host {:spec ::sys/string :doc "Address to bind" :default "127.0.0.1"}
                :threads {:spec ::sys/pos-int :doc "Request threads" :default 32}
+               :streams {:spec ::sys/pos-int
+                         :doc "Streams of the versions feed served at once (decision 0154)"
+                         :default 256}
                :versions {:spec ::sys/pos-int
                           :doc "File versions the versions feed keeps (decision 0066)"
                           :default 100000}
@@ -558,18 +577,19 @@
     (System/setProperty "sun.net.httpserver.nodelay" "true"))
   ;; Awaits block a thread each, so the pool is larger than the core count.
   (let [expected (guard/read-secret secret-file)
-        feed (versions/->feed xtdb-node (:versions opts))
-        streams (max 1 (quot (int threads) 2))
+        feed (versions/->feed xtdb-node (:versions opts) write-json)
         routes (assoc routes
                       ["POST" "/_xtdb/submit-tx"] (fn [node ex params] (submit-tx feed node ex params))
-                      ["GET" "/_xtdb/selfctx/versions/stream"] (versions-stream-route feed streams)
                       ["GET" "/_xtdb/selfctx/versions"] (versions-route feed)
                       ["POST" "/_xtdb/selfctx/versions"] (versions-with-documents-route feed))
-        ;; A stream holds a thread for as long as its process reads it: as many more threads.
-        pool (Executors/newFixedThreadPool (int (+ threads streams)))
+        ;; A stream holds a connection, not a thread (decision 0154).
+        pool (Executors/newFixedThreadPool (int threads))
         server (HttpServer/create (InetSocketAddress. ^String host (int port)) 128)]
     (.createContext server "/" (reify HttpHandler
                                  (handle [_ ex] (handle xtdb-node routes expected ex))))
+    (.createContext server ^String stream-path
+                    (stream-handler xtdb-node routes expected
+                                    (versions-stream-route feed (:streams opts))))
     (.setExecutor server pool)
     (.start server)
     (log/info "HTTP server started on port: " (.getPort (.getAddress server)) "host:" host)
