@@ -127,8 +127,17 @@ class ContextCounter:
         :meth:`sent` last, or changed since."""
         self._primed = False
         """The messages held were counted by :meth:`prime`, not for a request."""
+        self._last: tuple[AssembledContext, int] | None = None
+        """The context counted last and its count: the very same context is not counted
+        again (an assembly counts the context it returns, and the request built from it asks
+        for its size again; decision 0150)."""
 
     def __call__(self, context: AssembledContext) -> int:
+        last = self._last
+        if last is not None and last[0] is context:
+            # counted as it is now (a frozen value): only what a count always leaves is set
+            self._primed = False
+            return last[1]
         count = self._count
         total = count(context.system_prompt)
         if context.metadata:
@@ -147,7 +156,9 @@ class ContextCounter:
             counts.append(n)
             self._chat_total += n
         total += self._chat_total
-        return total + sum(count(block.text) for block in context.active)
+        total += sum(count(block.text) for block in context.active)
+        self._last = (context, total)
+        return total
 
     def prime(self, context: AssembledContext) -> None:
         """Count ``context`` ahead of the first request (a resumed session's, decision 0110):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,7 +18,12 @@ from selfctx.adapters.harness.trajectories import load
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.tokenizer import EstimateTokenizer
 from selfctx.application.policies import policy_by_name
-from selfctx.application.tokens import ContextCounter, context_tokens, identical_prefix
+from selfctx.application.tokens import (
+    ContextCounter,
+    context_texts,
+    context_tokens,
+    identical_prefix,
+)
 from selfctx.domain.rendering import AssembledContext, RenderedMessage
 
 
@@ -118,3 +124,28 @@ def test_a_primed_count_leaves_what_was_sent_as_a_fresh_count_finds_it() -> None
     unprimed = ContextCounter(tokenizer.count, sent=6)
     unprimed(prepared)  # counted as a request's, not primed: the change is after what it sent
     assert set(unprimed.tails(request)) == {"call0", "call1"}
+
+
+def test_the_context_counted_last_is_not_counted_again_and_another_is() -> None:
+    """An assembly counts the context it returns, and the proxy asks for the size of that very
+    context again when it builds the request (decision 0150): the second ask reads no text; a
+    context that differs in any way, even one made from it, is counted."""
+    texts: list[str] = []
+
+    def count(text: str) -> int:
+        texts.append(text)
+        return len(text.split())
+
+    chat = tuple(RenderedMessage("tool", f"output {n} " * 3, toolcall_id=f"c{n}") for n in range(4))
+    context = AssembledContext("system prompt", ("a metadata line",), chat, ())
+    counter = ContextCounter(count)
+    total = counter(context)
+    read = len(texts)
+    assert counter(context) == total == context_tokens(context, count)
+    assert len(texts) == read + len(list(context_texts(context)))  # only context_tokens' reads
+    changed = attrs.evolve(context, system_prompt="another system prompt")
+    before = len(texts)
+    assert counter(changed) == context_tokens(changed, count)
+    assert texts[before] == "another system prompt"
+    assert counter(changed) == context_tokens(changed, count)
+    assert counter(context) == total  # the first again: counted again, the same total
