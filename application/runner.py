@@ -232,8 +232,9 @@ class OpenSession:
     relevance_memo: RelevanceMemo = attrs.field(factory=RelevanceMemo)
     """What the relevance policy learnt about the outputs between turns (decision 0021)."""
     collapses: dict[str, Any] = attrs.field(factory=dict)
-    """Why assembly collapsed each output it collapsed, in this process (``CollapseRecord`` of
-    ``selfctx.application.usecases.collapse_order``): a diagnosis, never stored."""
+    """Why assembly collapsed each output it collapsed last, in this process (``CollapseRecord``
+    of ``selfctx.application.usecases.collapse_order``): a diagnosis, never stored; the latest
+    ``collapse_order.COLLAPSE_RECORDS`` of them (decision 0152)."""
     argument_tokens: dict[str, tuple[str, int]] = attrs.field(factory=dict)
     """Tokens of active tool calls' arguments as JSON, by object id, with the version's hash
     (what a batch weighs at every request)."""

@@ -539,8 +539,10 @@ class ContextService:
         return self._open(session_id).state
 
     def why_collapsed(self, session_id: str, object_id: str) -> CollapseRecord | None:
-        """Why assembly collapsed an output, when this process did (None: it did not, or the
-        agent did): the rule, the output's tier and whether it showed the working set then."""
+        """Why assembly collapsed an output, when this process did among its latest
+        ``COLLAPSE_RECORDS`` collapses (None: it did not, the agent did, or the record was let
+        go: decision 0152): the rule, the output's tier and whether it showed the working set
+        then."""
         session = self._open(session_id)
         return session.collapses.get(self._resolve(session, object_id))
 

@@ -148,7 +148,7 @@ def _describe(
         return out
     record = service.why_collapsed(sid, object_id)
     if record is None:
-        out["cause"] = "collapsed by the agent or before this process"
+        out["cause"] = "collapsed by the agent, before this process or long before"
         return out
     out["cause"] = record.rule
     out["tier"] = record.tier

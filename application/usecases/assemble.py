@@ -34,6 +34,7 @@ from selfctx.application.usecases.collapse_order import (
     CollapsePlan,
     CollapseRecord,
     plan_collapse,
+    remember_collapse,
 )
 from selfctx.application.usecases.collapse_seen import SUPERSEDED_NEAR_END, seen_toolcalls
 from selfctx.application.usecases.compaction import CompactChat
@@ -432,9 +433,10 @@ def _record(
     """Remember why each of ``chosen`` is collapsed (``selfctx bench context --losses``), and
     give the reasons its event keeps (the inspector shows them)."""
     for object_id in chosen:
-        session.collapses[object_id] = CollapseRecord(
+        record = CollapseRecord(
             rule, plan.tier_name(object_id), object_id in plan.working, session.seq
         )
+        remember_collapse(session.collapses, object_id, record)
     return tuple((i, _reason(rule, plan, i)) for i in chosen)
 
 

@@ -24,7 +24,15 @@ from selfctx.domain.relevance import (
 )
 from selfctx.domain.session.state import SessionState
 
-__all__ = ["NO_PLAN", "OVER_KEEP", "CollapsePlan", "CollapseRecord", "plan_collapse"]
+__all__ = [
+    "COLLAPSE_RECORDS",
+    "NO_PLAN",
+    "OVER_KEEP",
+    "CollapsePlan",
+    "CollapseRecord",
+    "plan_collapse",
+    "remember_collapse",
+]
 
 OVER_KEEP = (UNUSED + KEEP) / 2
 """Tier of a working-set output beyond ``keep_tokens``: after the unused ones."""
@@ -157,3 +165,19 @@ class CollapseRecord:
     """Whether it showed a file of the working set then."""
     seq: int
     """The session's log position right before the collapse."""
+
+
+COLLAPSE_RECORDS = 4_096
+"""How many :class:`CollapseRecord` an open session keeps, the latest: a diagnosis whose
+memory is bounded by this, not by the session's length (decision 0152)."""
+
+
+def remember_collapse(
+    records: dict[str, CollapseRecord], object_id: str, record: CollapseRecord
+) -> None:
+    """Keep ``record`` as the latest of ``records``, letting the oldest go beyond
+    :data:`COLLAPSE_RECORDS` (a dict keeps its keys in the order they were set)."""
+    records.pop(object_id, None)
+    records[object_id] = record
+    while len(records) > COLLAPSE_RECORDS:
+        del records[next(iter(records))]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 
 from selfctx.adapters.bootstrap import build_service
 from selfctx.adapters.harness import HarnessSession
@@ -674,3 +675,33 @@ def test_an_excerpt_keeps_no_name_the_agent_had_before_the_output() -> None:
         ]
     )
     assert "collapsed" in shown(h)["c1"] and "\n" not in shown(h)["c1"]
+
+
+def test_a_long_sessions_collapse_records_are_its_latest_within_a_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Decision 0152: why each output was collapsed (the losses report's diagnosis, never
+    stored) is kept for the latest ``COLLAPSE_RECORDS`` collapses, not for every output of the
+    session: a session collapsing more keeps that many, the latest, and the older ones come
+    back whole as ever. Main kept a record per collapsed output, for good."""
+    from selfctx.application.usecases import collapse_order
+
+    monkeypatch.setattr(collapse_order, "COLLAPSE_RECORDS", 6, raising=False)
+    h = session()
+    messages: list[dict[str, Any]] = [o_user("fix the bug")]
+    for n in range(1, 21):  # each pip output answered by the next call: collapsed, unused
+        messages += [
+            o_assistant(f"Installing part {n}.", bash(f"c{n}", f"pip install part{n}")),
+            o_tool(f"c{n}", mini(NOISE + f"part {n}\n")),
+        ]
+        h.ingest(messages)
+        h.request()
+    records = h.service._open("s1").collapses
+    collapsed = [f"c{n}" for n in range(1, 21) if tc(f"c{n}") not in h.service.state("s1").active]
+    assert len(collapsed) >= 15
+    assert len(records) == 6
+    assert list(records) == [tc(i) for i in collapsed[-6:]]  # the latest, oldest first
+    assert h.service.why_collapsed("s1", tc(collapsed[-1])) is not None
+    assert h.service.why_collapsed("s1", tc(collapsed[0])) is None  # let go
+    answer = h.handle("activate", {"id": collapsed[0]})
+    assert answer.ok and answer.message.split("\n", 1)[1] == mini(NOISE + "part 1\n")
