@@ -153,22 +153,27 @@
     s
     (URLDecoder/decode s StandardCharsets/UTF_8)))
 
+(defn- parse-query
+  "A raw query string (`a=1&bB=%32`) as `{:a \"1\", :b-b \"2\"}`: pairs split at `&`, empty
+  ones skipped, names and values URL-decoded, the last of a repeated name kept."
+  [^String raw]
+  (if (or (nil? raw) (zero? (.length raw)))
+    {}
+    (loop [start 0, params (transient {})]
+      (let [end (let [i (.indexOf raw "&" (int start))] (if (neg? i) (.length raw) i))
+            params (if (< start end)
+                     (let [pair (.substring raw (int start) (int end))
+                           eq (.indexOf pair "=")
+                           k (if (neg? eq) pair (.substring pair 0 eq))
+                           v (if (neg? eq) "" (.substring pair (inc eq)))]
+                       (assoc! params (param-name (url-decode k)) (url-decode v)))
+                     params)]
+      (if (< end (.length raw))
+        (recur (inc end) params)
+        (persistent! params))))))
+
 (defn- query-params [^HttpExchange ex]
-  (let [^String raw (.getRawQuery (.getRequestURI ex))]
-    (if (or (nil? raw) (zero? (.length raw)))
-      {}
-      (loop [start 0, params (transient {})]
-        (let [end (let [i (.indexOf raw "&" (int start))] (if (neg? i) (.length raw) i))
-              params (if (< start end)
-                       (let [pair (.substring raw (int start) (int end))
-                             eq (.indexOf pair "=")
-                             k (if (neg? eq) pair (.substring pair 0 eq))
-                             v (if (neg? eq) "" (.substring pair (inc eq)))]
-                         (assoc! params (param-name (url-decode k)) (url-decode v)))
-                       params)]
-          (if (< end (.length raw))
-            (recur (inc end) params)
-            (persistent! params)))))))
+  (parse-query (.getRawQuery (.getRequestURI ex))))
 
 (defn- body-string ^String [^HttpExchange ex]
   (String. (.readAllBytes (.getRequestBody ex)) StandardCharsets/UTF_8))
