@@ -38,13 +38,24 @@
   [^bytes expected ^String given]
   (and given (MessageDigest/isEqual expected (.getBytes given StandardCharsets/UTF_8))))
 
+(defn- media-type
+  "The part of a Content-Type before its first `;` (nil when it is all `;`), as
+  `(first (str/split value #\";\"))` gives, without a regular expression for a value that has
+  no parameters."
+  [^String value]
+  (if (neg? (.indexOf value ";"))
+    value
+    (first (str/split value #";"))))
+
 (defn refusal
   "Why a request is refused before any route sees it, as [status message], or nil. Never names
   the secret, or what was sent in its place."
   [^HttpExchange ex ^bytes expected path]
   (let [site (header ex "Sec-Fetch-Site")
-        media (some-> (header ex "Content-Type") (str/split #";") first str/trim str/lower-case)
-        wanted (get body-types path)]
+        wanted (get body-types path)
+        ;; Only a POST to a route that reads a body looks at its type (decision 0151).
+        media (when (and wanted (= "POST" (.getRequestMethod ex)))
+                (some-> (header ex "Content-Type") media-type str/trim str/lower-case))]
     (cond
       (header ex "Origin")
       [403 "requests from web pages are refused (the request has an Origin header)"]
