@@ -948,16 +948,14 @@ class SessionRunner:
         *,
         by_fields: Sequence[str] = (),
     ) -> _Read:
-        """Start reading these objects of the session's index: ``others`` (files...) whole but
-        those of ``by_fields``, read by a file's fields (one that is not a file is read whole
-        after them); ``calls``, tool calls, without their content (the session shows few of
-        them in full, and reads those again when it does: ``ObjectCache``). ``packed``:
-        (session, position,
-        n, last): the first n of ``calls`` are the session's tool calls from that position on,
-        in the index's order (``last``: up to the session's last one); those of every block
-        they touch are read from the blocks' packs (decision 0123), and one by one where a pack
-        is missing or does not hold them, as are those after the last full block of a session
-        (no pack holds them yet)."""
+        """Start reading these objects of the session's index: ``others`` (files...) whole but those
+        of ``by_fields``, read by a file's fields (one that is not a file is read whole after them);
+        ``calls``, tool calls, without their content (the session shows few of them in full, and
+        reads those again when it does: ``ObjectCache``). ``packed``: (session, position, n, last):
+        the first n of ``calls`` are the session's tool calls from that position on, in the index's
+        order (``last``: up to the session's last one); those of every block they touch are read
+        from the blocks' packs (decision 0123), and one by one where a pack is missing or does not
+        hold them, as are those after the last full block of a session (no pack holds them yet)."""
         single, covered, packs = calls, [], []
         if packed is not None:
             session_id, first, n, last = packed

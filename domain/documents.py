@@ -8,8 +8,8 @@ of ``metadata_hash``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import Any, TypeAlias, TypeVar
 
 import attrs
 
@@ -148,27 +148,33 @@ def toolcall_without_content(doc: Mapping[str, Any]) -> ToolcallObject:
     other field but the content: what :func:`from_document` gives with ``content`` None, and
     ``content_length`` as stored when the call has an output). Raises :class:`InvalidInput`
     as :func:`from_document` does, and for a document of another type."""
-    try:
-        if doc["type"] != "toolcall":
-            raise InvalidInput("document", doc.get("xt/id"), "is not a tool call")
+
+    def build() -> ToolcallObject:
         common = _identity(doc)
         if doc["content_hash"] is not None:
             common["content_length"] = int(doc["content_length"])
         return _toolcall(doc, None, common)
-    except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, InvalidInput):
-            raise
-        raise InvalidInput("document", doc.get("xt/id"), f"not a valid object: {exc!r}") from exc
+
+    return _without_content(doc, "toolcall", "a tool call", build)
 
 
 def file_without_content(doc: Mapping[str, Any]) -> FileObject:
     """The file a document read without its content holds: what :func:`from_document` gives
     with ``content`` None (its hashes, source and ``char_count`` as stored). Raises
     :class:`InvalidInput` as :func:`from_document` does, and for a document of another type."""
+    return _without_content(doc, "file", "a file", lambda: _file(doc, None))
+
+
+_T = TypeVar("_T")
+
+
+def _without_content(doc: Mapping[str, Any], kind: str, name: str, build: Callable[[], _T]) -> _T:
+    """``build()`` for a document of type ``kind`` read without its content; a document of
+    another type or a malformed one is :class:`InvalidInput`."""
     try:
-        if doc["type"] != "file":
-            raise InvalidInput("document", doc.get("xt/id"), "is not a file")
-        return _file(doc, None)
+        if doc["type"] != kind:
+            raise InvalidInput("document", doc.get("xt/id"), f"is not {name}")
+        return build()
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, InvalidInput):
             raise

@@ -214,7 +214,7 @@ def _differs(held: FileObject, read: FileSnapshot | SourceUnavailable) -> bool:
         return not held.is_deleted
     if isinstance(read, SourceUnavailable):
         return False  # orphaned: nothing is written
-    return held.file_hash != read.file_hash or held.is_stub
+    return held.file_hash != read.file_hash  # stubs are not reconciled
 
 
 @attrs.frozen
