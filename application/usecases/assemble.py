@@ -181,14 +181,14 @@ class AssembleContext:
         if policy.compaction_trigger_tokens is not None and self._compact is not None:
             self._compact(session, self._counter(session))
         session.plan = None
-        context = self.render(session)
         if _unbudgeted(policy):
-            return context
+            return self.render(session)
         count = self._counter(session)
-        before, collapsed = session.state, False
-        if policy.seen_calls is not None and self._collapse_seen(session, count):
-            context = self.render(session)
-            collapsed = True
+        before = session.state
+        # The seen collapse decides from the state and the working objects, not from a
+        # rendering: the context is rendered once, after it (decision 0156).
+        collapsed = policy.seen_calls is not None and self._collapse_seen(session, count)
+        context = self.render(session)
         total = self.tokens(session, context)
         trigger = policy.trigger_tokens
         if trigger is not None and total > trigger:
