@@ -168,6 +168,21 @@ class _View:
         self._last = _CHAIN_ROOT
         """The digest of the whole view."""
 
+    @classmethod
+    def of(cls, fingerprints: Sequence[str]) -> _View:
+        """The view of these fingerprints (hex), chained from their text as it is (what
+        :meth:`replace` from position 0 gives, without turning each to bytes and back)."""
+        view = cls()
+        view._fingerprints = bytearray.fromhex("".join(fingerprints))
+        digest, checkpoints = _CHAIN_ROOT, view._checkpoints
+        blake2b = hashlib.blake2b
+        for i, fp in enumerate(fingerprints, 1):
+            digest = blake2b(digest + fp.encode("ascii"), digest_size=_LINK).digest()
+            if i % _CHECKPOINT == 0:
+                checkpoints += digest
+        view._last = digest
+        return view
+
     def __len__(self) -> int:
         return len(self._fingerprints) // _LINK
 
@@ -305,39 +320,44 @@ class Cursor:
 
     def restore(self, turns: Iterable[Turn]) -> None:
         """Rebuild everything from the stored chat (after a resume: nothing is re-recorded when
-        the harness sends the same list again, and its digest is the one the harness holds)."""
+        the harness sends the same list again, and its digest is the one the harness holds).
+
+        Every message recorded is in the view, so nothing is counted beyond it; the view's
+        fingerprints are chained as they are made, each hex text hashed once (decision 0158)."""
         view: list[str] = []
         entries: list[Entry] = []
-        self.recorded_fingerprints, self.recorded_calls = bytearray(), []
+        recorded: list[str] = []
+        recorded_calls: list[Entry] = []
+        ids = self.ids
+        answered = ids.answered
         for turn in turns:
             for message in turn.messages:
-                calls: tuple[ToolCallRequest, ...] = ()
-                held: tuple[str, ...] = ()
-                named: tuple[str, ...] = ()
-                seen: Unique = None
-                if isinstance(message, UserMessage):
-                    fp = message_fingerprint("user", message.text)
+                if isinstance(message, ToolResult):
+                    # its entry is the call it answers, whose harness id its fingerprint is of
+                    call_id = message.toolcall_id
+                    view.append(tool_fingerprint(ids.provider_id(call_id)))
+                    entries.append(call_id)
+                    answered.add(call_id)
                 elif isinstance(message, AssistantMessage):
                     calls = message.tool_calls
-                    self.ids.add_all(calls)
+                    ids.add_all(calls)
                     fp = self._assistant_fingerprint(message.text, calls)
                     held = tuple(c.id for c in calls)
-                    named = tuple(self.ids.provider_id(c.id) for c in calls)
-                    seen = named
-                elif isinstance(message, ToolResult):
-                    provider = self.ids.provider_id(message.toolcall_id)
-                    fp = tool_fingerprint(provider)
-                    held = (message.toolcall_id,)
-                    seen = provider
-                    self.ids.answered.add(message.toolcall_id)
-                else:
-                    continue  # the context manager's own notes are not the harness's messages
-                view.append(fp)
-                entries.append(_entry(self.ids, held, named, seen, calls))
-                self._count(fp, calls)
-        self.view = _View()
-        self.view.replace(0, view)
+                    named = tuple(ids.provider_id(c.id) for c in calls)
+                    view.append(fp)
+                    entries.append(_entry(ids, held, named, named, calls))
+                    if calls:
+                        recorded.append(fp)
+                        recorded_calls.append(calls[0] if len(calls) == 1 else calls)
+                elif isinstance(message, UserMessage):
+                    view.append(message_fingerprint("user", message.text))
+                    entries.append(None)
+        # the context manager's own notes are not the harness's messages
+        self.view = _View.of(view)
         self._beyond = collections.Counter()  # each message both recorded and in the view
+        self.recorded_fingerprints = bytearray.fromhex("".join(recorded))
+        self.recorded_calls = recorded_calls
+        self.total += len(view)
         self.view_entries = entries
         self._answered, self._answered_at = {}, 0
 

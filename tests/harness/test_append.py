@@ -307,3 +307,34 @@ def test_messages_a_compaction_dropped_are_known_when_they_come_back() -> None:
     # the summary a second time, as a new message: recorded
     twice = h.ingest([*sent, *([o_user("Summary: the bug is fixed in a.py.")] * 2)])
     assert (twice.consumed, twice.total) == (1, first.total + 2)
+
+
+def test_a_cursor_rebuilt_from_the_stored_chat_holds_what_the_recording_one_held() -> None:
+    """Decision 0158: a resume rebuilds the cursor in one pass (nothing counted beyond the view,
+    each fingerprint chained from its text once); it holds what the cursor that recorded the
+    list held: the same fingerprints, the digest of every prefix, the recorded calls in order,
+    the same total, nothing beyond the view. The list reuses the harness's call ids, has
+    assistant messages with two calls and with none, and several user messages."""
+    store = MemoryStore()
+    h = _reopen(store)
+    sent: list[dict[str, Any]] = [o_system("You fix bugs."), o_user("Fix the bug.")]
+    for i in range(70):
+        calls = [bash(f"c{i % 3}", f"ls {i}")]
+        if i % 5 == 0:
+            calls.append(bash(f"d{i}", "cat a.py"))
+        sent.append(o_assistant(f"step {i}" if i % 2 else "", *calls))
+        sent += [o_tool(c["id"], mini(f"out {i}\n")) for c in calls]
+        if i % 7 == 6:
+            sent += [o_assistant("thinking it over"), o_user(f"continue {i}")]
+    h.ingest(sent)
+    cursor = h.ingestor.cursor
+    resumed = _reopen(store).ingestor.cursor
+    n = len(cursor.view)
+    assert n > 2 * 64
+    assert resumed.view.fingerprints(0) == cursor.view.fingerprints(0)
+    assert [resumed.digest(k) for k in range(n + 1)] == [cursor.digest(k) for k in range(n + 1)]
+    assert resumed.recorded_fingerprints == cursor.recorded_fingerprints
+    assert resumed.recorded_calls == cursor.recorded_calls
+    assert resumed.total == cursor.total == n
+    assert not resumed._beyond and not cursor._beyond
+    assert _reopen(store).ingest(sent).consumed == 0
