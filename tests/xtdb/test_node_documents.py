@@ -110,10 +110,11 @@ def test_a_document_the_store_holds_already_is_not_written_again(rocksdb_node: X
         store.commit([{"xt/id": f"{ns}warm", "type": "x"}])
         previous: dict[str, Any] | None = None
         for n in range(12):
-            entry = {"xt/id": f"{ns}log-{n}", "type": "session_log", "seq": n, "text": "x" * 400}
-            call = {"xt/id": f"{ns}call-{n}", "type": "toolcall", "output": f"out {n}\n" * 40}
+            entry_id, call_id = f"{ns}log-{n}", f"{ns}call-{n}"
+            entry = {"xt/id": entry_id, "type": "session_log", "seq": n, "text": "x" * 400}
+            call = {"xt/id": call_id, "type": "toolcall", "output": f"out {n}\n" * 40}
             record = {"xt/id": record_id, "type": "request_log", "count": n, "lines": [[n, "l"]]}
-            expect = [Expect(entry["xt/id"], None), Expect(call["xt/id"], None)]
+            expect = [Expect(entry_id, None), Expect(call_id, None)]
             expect.append(Expect(record_id, previous))
             before = written_count(store)
             store.commit([entry, call, record], expect)
