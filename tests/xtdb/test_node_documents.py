@@ -90,3 +90,63 @@ def test_the_documents_a_commit_writes_are_indexed_without_reading_them_back(
         assert read_back(store) - before >= len(written)
     finally:
         store.close()
+
+
+def written_count(store: Any) -> int:
+    """Documents the node has written to its document store so far."""
+    value = store.client.status(timeout=10.0)["selfctxDocumentsWritten"]
+    assert isinstance(value, int)
+    return value
+
+
+def test_a_document_the_store_holds_already_is_not_written_again(rocksdb_node: XtdbNode) -> None:
+    """Decision 0160: a request's commit matches its record's previous version, which XTDB hands
+    the document store with the transaction's puts; the node writes only what it does not hold
+    yet, and every read, the match and the history stay what they were."""
+    ns = f"w{uuid.uuid4().hex[:8]}-"
+    store = open_store(rocksdb_node.url, timeout=30.0)
+    record_id = f"{ns}requests"
+    try:
+        store.commit([{"xt/id": f"{ns}warm", "type": "x"}])
+        previous: dict[str, Any] | None = None
+        for n in range(12):
+            entry_id, call_id = f"{ns}log-{n}", f"{ns}call-{n}"
+            entry = {"xt/id": entry_id, "type": "session_log", "seq": n, "text": "x" * 400}
+            call = {"xt/id": call_id, "type": "toolcall", "output": f"out {n}\n" * 40}
+            record = {"xt/id": record_id, "type": "request_log", "count": n, "lines": [[n, "l"]]}
+            expect = [Expect(entry_id, None), Expect(call_id, None)]
+            expect.append(Expect(record_id, previous))
+            before = written_count(store)
+            store.commit([entry, call, record], expect)
+            # three new documents; the matched previous version is held already (main wrote it
+            # again: four)
+            assert written_count(store) - before == 3
+            previous = record
+        # A put of content the store holds (the same tool call again) writes nothing.
+        same = {"xt/id": f"{ns}call-3", "type": "toolcall", "output": "out 3\n" * 40}
+        before = written_count(store)
+        store.commit([same])
+        assert written_count(store) == before
+        assert store.get(same["xt/id"]) == same
+        assert store.get(record_id) == previous
+        # A stale match is refused as before.
+        stale = {"xt/id": record_id, "type": "request_log", "count": 3, "lines": [[3, "l"]]}
+        with pytest.raises(ConflictError):
+            store.commit([{"xt/id": record_id, "type": "request_log"}], [Expect(record_id, stale)])
+    finally:
+        store.close()
+
+    # After a restart the cache is empty: the matched version is written again (what XTDB does),
+    # the match passes, and the documents read back are the ones committed.
+    rocksdb_node.stop(timeout=20)
+    rocksdb_node.start()
+    store = open_store(rocksdb_node.url, timeout=30.0)
+    try:
+        nxt = {"xt/id": record_id, "type": "request_log", "count": 12, "lines": []}
+        before = written_count(store)
+        store.commit([nxt], [Expect(record_id, previous)])
+        assert written_count(store) - before == 2
+        assert store.get(record_id) == nxt
+        assert store.get(f"{ns}call-3") == same
+    finally:
+        store.close()

@@ -31,6 +31,13 @@
   of them: what `/_xtdb/status` reports as \"selfctxDocumentsRead\" (one node per JVM)."
   (AtomicLong.))
 
+(def ^AtomicLong written
+  "Documents this JVM's document stores wrote to their key-value store: what `/_xtdb/status`
+  reports as \"selfctxDocumentsWritten\" (one node per JVM). A document the cache holds already
+  is not written again, so a transaction's `match` of the version the previous one put, and a
+  put of content stored before, write nothing (decision 0160)."
+  (AtomicLong.))
+
 (defrecord CountedDocumentStore [inner]
   db/DocumentStore
   (fetch-docs [_ ids]
@@ -38,6 +45,7 @@
       (.addAndGet read-back (count ids))
       (db/fetch-docs inner ids)))
   (submit-docs [_ id-and-docs]
+    (.addAndGet written (count id-and-docs))
     (db/submit-docs inner id-and-docs))
 
   Closeable
@@ -51,19 +59,32 @@
   (let [v (.valAt cache k ::absent)]
     (not (or (identical? v ::absent) (identical? v doc) (= v doc)))))
 
+(defn- cached-as?
+  "Whether the cache holds `doc` itself under `k`: then the store holds it too (the cache keeps
+  only what was written or read back, and an evicted document's tombstone differs from it), and
+  writing it again would write the same bytes under the same key (decision 0160)."
+  [^ICache cache k doc]
+  (let [v (.valAt cache k ::absent)]
+    (and (not (identical? v ::absent)) (or (identical? v doc) (= v doc)))))
+
 (defrecord KeptDocumentStore [cache cached inner]
   db/DocumentStore
   (fetch-docs [_ ids]
     (db/fetch-docs cached ids))
 
   (submit-docs [_ id-and-docs]
-    (let [entries (mapv (fn [[id doc]] [(c/->id-buffer id) id doc]) id-and-docs)]
+    (let [entries (into []
+                        (keep (fn [[id doc]]
+                                (let [k (c/->id-buffer id)]
+                                  (when-not (cached-as? cache k doc) [k id doc]))))
+                        id-and-docs)]
       ;; Nothing of another version stays cached should the write fail (XTDB's order). A
       ;; document cached as it is written stays: a fetch meanwhile finds it.
       (doseq [[k _ doc] entries
               :when (cached-otherwise? cache k doc)]
         (cache/evict cache k))
-      (db/submit-docs inner (mapv (fn [[_ id doc]] (MapEntry/create id doc)) entries))
+      (when (seq entries)
+        (db/submit-docs inner (mapv (fn [[_ id doc]] (MapEntry/create id doc)) entries)))
       ;; Written: a fetch from now on reads these. One that ran between the eviction above and
       ;; the write may have cached what it read before, so that goes first.
       (doseq [[k _ doc] entries]

@@ -412,7 +412,8 @@
   ;; "selfctxLogged" that `submit-tx?await-timeout=MS&logged=true` answers in two lines (0138);
   ;; "selfctxVersionStream" that it serves /_xtdb/selfctx/versions/stream (decision 0148);
   ;; "selfctxDocumentsRead" counts the documents read back from the document store, not found in
-  ;; its cache (selfctx.documents, decision 0113).
+  ;; its cache (selfctx.documents, decision 0113), "selfctxDocumentsWritten" those written to it:
+  ;; none that its cache held already (decision 0160).
   [200 (assoc (camel-keys (xt/status node))
               "selfctxBlobs" 1
               "selfctxVersions" 1
@@ -420,7 +421,8 @@
               "selfctxLogged" 1
               "selfctxVersionStream" 1
               "selfctxRequests" (.get ^AtomicLong requests)
-              "selfctxDocumentsRead" (.get ^AtomicLong documents/read-back))])
+              "selfctxDocumentsRead" (.get ^AtomicLong documents/read-back)
+              "selfctxDocumentsWritten" (.get ^AtomicLong documents/written))])
 
 (defn- versions-route
   "Our extension (decision 0066): the file versions written after `after-tx-id`, from the feed
