@@ -8,6 +8,7 @@ every layout, so comparisons and budgets are unaffected by it.
 
 from __future__ import annotations
 
+import array
 import collections
 import itertools
 import json
@@ -33,34 +34,47 @@ class TokenCounts:
     last up to ``budget`` characters of text and ``entries`` texts, so that what a long session
     once showed (outputs collapsed since) does not stay in memory for good. A text is known by
     its length and Python's hash of it (64 bits, cached in the string; never stored), not kept:
-    the counts cost the same memory whether the texts were short or long (decision 0086)."""
+    the counts cost the same memory whether the texts were short or long (decision 0086). The
+    two are one integer, the hash above the length's 64 bits (:func:`_text_key`): an entry
+    holds that integer and the count, not a tuple of two integers (decision 0157)."""
 
     def __init__(self, budget: int = TEXT_BUDGET, entries: int = TEXT_ENTRIES) -> None:
         self.budget = budget
         self.entries = entries
-        self._counts: collections.OrderedDict[tuple[int, int], int] = collections.OrderedDict()
+        self._counts: collections.OrderedDict[int, int] = collections.OrderedDict()
         self.chars = 0
 
     def get(self, text: str) -> int | None:
-        key = (hash(text), len(text))
+        key = _text_key(text)
         n = self._counts.get(key)
         if n is not None:
             self._counts.move_to_end(key)
         return n
 
     def __setitem__(self, text: str, n: int) -> None:
-        key = (hash(text), len(text))
+        key = _text_key(text)
         if key not in self._counts:
             self.chars += len(text)
         self._counts[key] = n
         while (self.chars > self.budget or len(self._counts) > self.entries) and len(
             self._counts
         ) > 1:
-            (_, size), _ = self._counts.popitem(last=False)
-            self.chars -= size
+            key, _ = self._counts.popitem(last=False)
+            self.chars -= key & _LENGTH
 
     def __len__(self) -> int:
         return len(self._counts)
+
+
+_LENGTH = (1 << 64) - 1
+"""The bits of :func:`_text_key` that hold the text's length."""
+
+
+def _text_key(text: str) -> int:
+    """``text`` known by its hash and its length as one integer: the hash shifted above 64 bits
+    of length (a length is below ``2**63``), so two texts share a key exactly when they share
+    both, as a tuple of the two would."""
+    return (hash(text) << 64) | len(text)
 
 
 _JSON = json.JSONEncoder(ensure_ascii=False)
@@ -120,7 +134,9 @@ class ContextCounter:
         session's, whose requests another process made)."""
         self._count = count
         self._messages: list[RenderedMessage] = []
-        self._counts: list[int] = []
+        self._counts = array.array("q")
+        """The token count of each message held: machine integers, 8 bytes a message (a list
+        held an integer object of each count above 256 besides its slot; decision 0157)."""
         self._chat_total = 0
         self._fresh_from = sent
         """Where the messages not yet sent begin: those after the context given to

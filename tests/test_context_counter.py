@@ -149,3 +149,52 @@ def test_the_context_counted_last_is_not_counted_again_and_another_is() -> None:
     assert texts[before] == "another system prompt"
     assert counter(changed) == context_tokens(changed, count)
     assert counter(context) == total  # the first again: counted again, the same total
+
+
+def test_the_token_bookkeeping_of_a_long_session_is_a_few_machine_words_a_message() -> None:
+    """What a session keeps to count its prompts, beside the messages themselves (decision
+    0157): the counter a count of each message, the remembered counts a key and a count of each
+    text. Counts above 256 and a (hash, length) pair are objects of their own in Python: held
+    as machine integers and one integer key, an entry costs about a third less (the counter 16
+    bytes a message, not 48; the remembered counts about 165 bytes a text, not 210)."""
+    import gc
+    import tracemalloc
+
+    from selfctx.application.tokens import TokenCounts
+
+    n = 4_000
+    chat = tuple(
+        RenderedMessage("tool", f"output {k} ", toolcall_id=f"c{k}") for k in range(n)
+    )  # fmt: skip
+    texts = [f"a text the prompt held, number {k}" for k in range(n)]
+    for text in texts:
+        hash(text)  # a string caches its hash: computed before the tracing
+
+    def grown(fill: Any) -> float:
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            kept = fill()
+            gc.collect()
+            after = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert kept is not None
+        return (after - before) / n
+
+    def counted() -> ContextCounter:
+        counter = ContextCounter(lambda text: 1_000 + len(text))  # counts of long outputs
+        counter(AssembledContext("s", (), chat, ()))
+        return counter
+
+    def remembered() -> TokenCounts:
+        counts = TokenCounts(budget=10**9, entries=2 * n)
+        for k, text in enumerate(texts):
+            counts[text] = 1_000 + k
+        return counts
+
+    per_message, per_text = grown(counted), grown(remembered)
+    # the counter's list of messages (8 bytes a slot) and its counts
+    assert 0 < per_message < 24, per_message
+    assert 0 < per_text < 180, per_text
