@@ -61,6 +61,34 @@ def profile_max_examples() -> int:
 
 pytest_plugins = ("tests.xtdb.fixtures",)
 
+# -- Parallel runs (pytest-xdist, ``--dist loadgroup``; decision 0159) ----------------------------
+# A worker runs whole modules, so that a module's fixtures (a node, a browser, a proxy) start once;
+# tests that share an expensive session fixture run on one worker, so that it is built once.
+_SHARED_SESSION_FIXTURES = {
+    "dists": "dists",  # python -m build of a fresh checkout
+    "fresh_checkout": "dists",
+    "clients_node": "clients",  # the real clients' node; the clients also must not race for CPU
+}
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a worker a core, at most 4. Every worker starts its own XTDB node (a JVM of
+    up to 1 GB heap) when a test asks for one, and 2 workers is what was measured (2 cores)."""
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give every test an ``xdist_group`` (its module, or the group of a shared session fixture
+    it uses) unless it names one itself; without xdist the marker does nothing."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        names = getattr(item, "fixturenames", ())
+        shared = sorted({g for f, g in _SHARED_SESSION_FIXTURES.items() if f in names})
+        group = shared[0] if shared else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 # The nodes tests start keep their secrets' key files here, not in the user's state directory;
 # the processes tests start inherit it (decision 0027).
 os.environ.setdefault("SELFCTX_XTDB_KEYS", tempfile.mkdtemp(prefix="selfctx-test-keys-"))
