@@ -61,13 +61,19 @@ def profile_max_examples() -> int:
 
 pytest_plugins = ("tests.xtdb.fixtures",)
 
-# -- Parallel runs (pytest-xdist, ``--dist loadgroup``; decision 0159) ----------------------------
-# A worker runs whole modules, so that a module's fixtures (a node, a browser, a proxy) start once;
-# tests that share an expensive session fixture run on one worker, so that it is built once.
-_SHARED_SESSION_FIXTURES = {
-    "dists": "dists",  # python -m build of a fresh checkout
-    "fresh_checkout": "dists",
-    "clients_node": "clients",  # the real clients' node; the clients also must not race for CPU
+# -- Parallel runs (pytest-xdist; decision 0159) -------------------------------------------------
+# A worker runs whole modules (``--dist loadfile``), so that a module's fixtures (a node, a browser,
+# a proxy) start once; the modules below share an expensive session fixture, so they run on one
+# worker, where it is built once. (``--dist loadgroup`` with ``xdist_group`` marks would say this in
+# the modules, but pytest-xdist 3.8 does not group on pytest 9.2: its worker renames the node ids.)
+_MODULE_GROUPS = {
+    # `dists` / `fresh_checkout`: python -m build of a fresh checkout
+    "tests/test_install.py": "dists",
+    "tests/test_packaging.py": "dists",
+    "tests/test_doc_commands.py": "dists",
+    # `clients_node`: the real clients' node; the clients must not race each other for CPU either
+    "tests/proxy/test_matrix.py": "clients",
+    "tests/proxy/test_pi.py": "clients",
 }
 
 
@@ -77,16 +83,19 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(os.cpu_count() or 1, 4))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Give every test an ``xdist_group`` (its module, or the group of a shared session fixture
-    it uses) unless it names one itself; without xdist the marker does nothing."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        names = getattr(item, "fixturenames", ())
-        shared = sorted({g for f, g in _SHARED_SESSION_FIXTURES.items() if f in names})
-        group = shared[0] if shared else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+@pytest.hookimpl(tryfirst=True)  # before xdist's own scheduler is made
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with the modules of :data:`_MODULE_GROUPS` sent together."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleGroups(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return _MODULE_GROUPS.get(module, module)
+
+    return ModuleGroups(config, log)
 
 
 # The nodes tests start keep their secrets' key files here, not in the user's state directory;
