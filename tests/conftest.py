@@ -90,9 +90,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    class ModuleGroups(LoadFileScheduling):
+    class ModuleGroups(LoadFileScheduling):  # type: ignore[misc]  # xdist is untyped to mypy here
         def _split_scope(self, nodeid: str) -> str:
-            module = super()._split_scope(nodeid)
+            module: str = super()._split_scope(nodeid)
             return _MODULE_GROUPS.get(module, module)
 
     return ModuleGroups(config, log)
