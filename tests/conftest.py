@@ -61,6 +61,43 @@ def profile_max_examples() -> int:
 
 pytest_plugins = ("tests.xtdb.fixtures",)
 
+# -- Parallel runs (pytest-xdist; decision 0159) -------------------------------------------------
+# A worker runs whole modules (``--dist loadfile``), so that a module's fixtures (a node, a browser,
+# a proxy) start once; the modules below share an expensive session fixture, so they run on one
+# worker, where it is built once. (``--dist loadgroup`` with ``xdist_group`` marks would say this in
+# the modules, but pytest-xdist 3.8 does not group on pytest 9.2: its worker renames the node ids.)
+_MODULE_GROUPS = {
+    # `dists` / `fresh_checkout`: python -m build of a fresh checkout
+    "tests/test_install.py": "dists",
+    "tests/test_packaging.py": "dists",
+    "tests/test_doc_commands.py": "dists",
+    # `clients_node`: the real clients' node; the clients must not race each other for CPU either
+    "tests/proxy/test_matrix.py": "clients",
+    "tests/proxy/test_pi.py": "clients",
+}
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: a worker a core, at most 4. Every worker starts its own XTDB node (a JVM of
+    up to 1 GB heap) when a test asks for one, and 2 workers is what was measured (2 cores)."""
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own scheduler is made
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with the modules of :data:`_MODULE_GROUPS` sent together."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleGroups(LoadFileScheduling):  # type: ignore[misc]  # xdist is untyped to mypy here
+        def _split_scope(self, nodeid: str) -> str:
+            module: str = super()._split_scope(nodeid)
+            return _MODULE_GROUPS.get(module, module)
+
+    return ModuleGroups(config, log)
+
+
 # The nodes tests start keep their secrets' key files here, not in the user's state directory;
 # the processes tests start inherit it (decision 0027).
 os.environ.setdefault("SELFCTX_XTDB_KEYS", tempfile.mkdtemp(prefix="selfctx-test-keys-"))
