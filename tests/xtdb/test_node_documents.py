@@ -23,6 +23,13 @@ def read_back(store: Any) -> int:
     return value
 
 
+def reopened(node: XtdbNode) -> Any:
+    """A store on ``node`` restarted: its caches empty, everything read from its disk."""
+    node.stop(timeout=20)
+    node.start()
+    return open_store(node.url, timeout=30.0)
+
+
 def turn(
     ns: str, n: int, previous: dict[str, Any] | None
 ) -> tuple[list[dict[str, Any]], list[Expect]]:
@@ -80,9 +87,7 @@ def test_the_documents_a_commit_writes_are_indexed_without_reading_them_back(
 
     # After a restart the cache is empty: the same documents come from the store, unchanged, and
     # the count shows they were read there (it counts what it says it counts).
-    rocksdb_node.stop(timeout=20)
-    rocksdb_node.start()
-    store = open_store(rocksdb_node.url, timeout=30.0)
+    store = reopened(rocksdb_node)
     try:
         before = read_back(store)
         got = store.get_many(written)
@@ -138,9 +143,7 @@ def test_a_document_the_store_holds_already_is_not_written_again(rocksdb_node: X
 
     # After a restart the cache is empty: the matched version is written again (what XTDB does),
     # the match passes, and the documents read back are the ones committed.
-    rocksdb_node.stop(timeout=20)
-    rocksdb_node.start()
-    store = open_store(rocksdb_node.url, timeout=30.0)
+    store = reopened(rocksdb_node)
     try:
         nxt = {"xt/id": record_id, "type": "request_log", "count": 12, "lines": []}
         before = written_count(store)
