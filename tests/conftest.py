@@ -78,9 +78,11 @@ _MODULE_GROUPS = {
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: a worker a core, at most 4. Every worker starts its own XTDB node (a JVM of
-    up to 1 GB heap) when a test asks for one, and 2 workers is what was measured (2 cores)."""
-    return max(1, min(os.cpu_count() or 1, 4))
+    """``-n auto``: a worker a core this process may run on (a container's CPU set, not the
+    host's count), at most 4. Every worker starts its own XTDB node (a JVM of up to 1 GB heap)
+    when a test asks for one, and 2 workers is what was measured (2 cores)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, 4))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own scheduler is made
