@@ -8,7 +8,7 @@ from selfctx.adapters.harness import HarnessSession
 from selfctx.application.usecases.assemble import AssembleContext
 from selfctx.domain.rendering import AssembledContext
 from tests.harness.conftest import bash, mini, o_assistant, o_tool, o_user
-from tests.harness.test_relevance_policy import A_PY, NOISE, session, shown
+from tests.harness.test_relevance_policy import A_PY, NOISE, read_then_install, session, shown
 
 
 def _renders(h: HarnessSession) -> tuple[int, AssembledContext]:
@@ -32,13 +32,7 @@ def _renders(h: HarnessSession) -> tuple[int, AssembledContext]:
 
 def test_an_assembly_whose_seen_collapse_collapses_renders_once() -> None:
     h = session()
-    messages: list[dict[str, Any]] = [
-        o_user("fix the bug"),
-        o_assistant("Reading the module.", bash("c1", "cat a.py")),
-        o_tool("c1", mini(A_PY)),
-        o_assistant("Installing what a.py needs.", bash("c2", "pip install -r reqs.txt")),
-        o_tool("c2", mini(NOISE)),
-    ]
+    messages = read_then_install()
     h.ingest(messages)
     h.service.assemble("s1")
     messages += [

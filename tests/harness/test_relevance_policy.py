@@ -65,15 +65,20 @@ def notes(h: HarnessSession) -> list[str]:
     ]
 
 
-def test_the_working_set_stays_and_an_unused_output_goes_once_answered() -> None:
-    h = session()
-    messages: list[dict[str, Any]] = [
+def read_then_install() -> list[dict[str, Any]]:
+    """The task, the module read (the working set) and an install's noise (not used again)."""
+    return [
         o_user("fix the bug"),
         o_assistant("Reading the module.", bash("c1", "cat a.py")),
         o_tool("c1", mini(A_PY)),
         o_assistant("Installing what a.py needs.", bash("c2", "pip install -r reqs.txt")),
         o_tool("c2", mini(NOISE)),
     ]
+
+
+def test_the_working_set_stays_and_an_unused_output_goes_once_answered() -> None:
+    h = session()
+    messages = read_then_install()
     h.ingest(messages)
     # nothing answered the pip output yet: the model has not seen it, it stays
     assert NOISE in shown(h)["c2"]
