@@ -5,6 +5,7 @@ file versions, checkpoints and search hits."""
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -190,10 +191,31 @@ class Front:
     def url(self) -> str:
         return self.ui.url(self.base)
 
+    shared: bool = False
+    before: frozenset[str] = frozenset()
+    """The sessions the store held before the agents started (a node other tests wrote to)."""
+    made: int = 0
+
     def steps(self, agent: int, count: int) -> None:
+        """``count`` model calls of agent ``agent``, and a bounded wait for their records: a
+        request's record is written while it goes upstream, so it can land just after the
+        client has its answer (decision 0055)."""
         with httpx.Client(timeout=60) as client:
             for _ in range(count):
                 self.agents[agent].step(client)
+        self.made += count
+        deadline = time.monotonic() + 30
+        while self.recorded() < self.made and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def recorded(self) -> int:
+        """Requests recorded in the agents' sessions, over every store."""
+        return sum(
+            len(service.request_records(sid))
+            for service in (self.services[:1] if self.shared else self.services)
+            for sid in service.sessions()
+            if sid.startswith("anthropic.") and sid not in self.before
+        )
 
     def held(self, worker: int) -> str:
         """The one session worker ``worker``'s store holds of its own agent."""
@@ -234,7 +256,8 @@ def front_of(stores: Sequence[ObjectStore], workspace: Path, shared: bool) -> It
             )
             for n in range(2)
         ]
-        front = Front(base, ui, services, workers, agents)
+        before = frozenset(s for service in services for s in service.sessions())
+        front = Front(base, ui, services, workers, agents, shared=shared, before=before)
         front.steps(0, 3)
         front.steps(1, 2)
         yield front
