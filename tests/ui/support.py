@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,8 @@ class Workbench:
     """The sessions the store held before this bench's agent started (a shared XTDB node holds
     other tests' sessions too)."""
     own: str | None = None
+    made: int = 0
+    """Model calls of the agent so far (one request record each)."""
 
     @property
     def ui(self) -> str:
@@ -75,6 +77,8 @@ class Workbench:
                 self.agent.step(client)
                 if self.own is None:
                     self.own = new_session(self.service, self.before)
+        self.made += count
+        wait_for_records(lambda: len(self.service.request_records(self.session_id)), self.made)
 
     @property
     def session_id(self) -> str:
@@ -94,6 +98,15 @@ class Workbench:
         with httpx.Client() as client:
             for _ in range(steps):
                 other.step(client)
+
+
+def wait_for_records(recorded: Callable[[], int], made: int) -> None:
+    """Wait, at most 30 s, until ``recorded()`` counts ``made`` records: a request's record is
+    written while the request goes upstream (decision 0055), so it can land just after the
+    client has its answer. The test's own assertion then says what is missing."""
+    deadline = time.monotonic() + 30
+    while recorded() < made and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def new_session(service: ContextService, before: frozenset[str]) -> str:
@@ -197,16 +210,12 @@ class Front:
     made: int = 0
 
     def steps(self, agent: int, count: int) -> None:
-        """``count`` model calls of agent ``agent``, and a bounded wait for their records: a
-        request's record is written while it goes upstream, so it can land just after the
-        client has its answer (decision 0055)."""
+        """``count`` model calls of agent ``agent``, and a bounded wait for their records."""
         with httpx.Client(timeout=60) as client:
             for _ in range(count):
                 self.agents[agent].step(client)
         self.made += count
-        deadline = time.monotonic() + 30
-        while self.recorded() < self.made and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for_records(self.recorded, self.made)
 
     def recorded(self) -> int:
         """Requests recorded in the agents' sessions, over every store."""
