@@ -222,7 +222,7 @@ class ContextService:
             self.tracker.close()
         self._tracking.close()
         if self._search is not None:
-            self._search.index.close()
+            self._search.close()
 
     def rehash(self, session_id: str) -> RefreshReport:
         """Re-read every file the session has read and write new versions for what changed

@@ -6,6 +6,7 @@ service as a harness would, then searches, so the projection is exercised end to
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from selfctx.adapters.memory import MemoryStore
 from selfctx.adapters.search import SqliteSearchIndex
 from selfctx.application.ports.search import SearchQuery
+from selfctx.application.ports.store import Change, ObjectStore
 from selfctx.application.service import ContextService
 from selfctx.application.usecases.search import SearchHistory
 from selfctx.domain.chat import ToolCallRequest
@@ -194,6 +196,57 @@ def test_an_index_on_disk_catches_up_and_is_rebuilt_for_another_store(
     assert SearchHistory(other, elsewhere)(SearchQuery("quokka")) == []
     assert elsewhere.count() == 0
     elsewhere.close()
+
+
+def test_closing_stops_a_catch_up_running_on_another_thread_after_its_page(
+    tmp_path: Path, make_service: MakeService
+) -> None:
+    """The inspector catches the index up on a thread of its own; a proxy stopping meanwhile
+    closes the index: the catch-up ends after the page it holds, without touching the closed
+    database (and without an error logged as a failure)."""
+    service = make_service()
+    _session(service)
+    for n in range(6):
+        service.record_user_message("s1", f"words of turn {n}: quokka")
+    store = _PausingStore(service.store)
+    index = SqliteSearchIndex(str(tmp_path / "search.sqlite"))
+    history = SearchHistory(store, index, page=1)
+    outcome: list[object] = []
+    worker = threading.Thread(target=lambda: outcome.append(_caught(history)))
+    worker.start()
+    assert store.reading.wait(30)  # the catch-up is inside its first page
+    closer = threading.Thread(target=history.close)
+    closer.start()
+    closer.join(0.2)
+    assert closer.is_alive()  # the close waits for the page being taken in
+    store.go.set()
+    worker.join(30)
+    closer.join(30)
+    assert not worker.is_alive() and not closer.is_alive()
+    assert outcome == [1]  # the page it held, and no more
+    assert history.catch_up() == 0
+
+
+class _PausingStore(WrappedStore):
+    """Holds the first ``changes`` read until ``go`` is set."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        super().__init__(inner)
+        self.reading = threading.Event()
+        self.go = threading.Event()
+
+    def changes(self, after_tx_id: int | None = None, limit: int = 500) -> list[Change]:
+        if not self.reading.is_set():
+            self.reading.set()
+            self.go.wait(30)
+        return super().changes(after_tx_id, limit)
+
+
+def _caught(history: SearchHistory) -> object:
+    try:
+        return history.catch_up()
+    except Exception as exc:  # what the old close left: a closed database mid-catch-up
+        return exc
 
 
 @pytest.mark.parametrize(

@@ -229,15 +229,26 @@ class SearchHistory:
         self._page = page
         self._lock = threading.Lock()
         self._checked = False
+        self._closed = False
+
+    def close(self) -> None:
+        """Close the index once the page being taken in (if any) is in: a catch-up running on
+        another thread (the inspector's, ahead of its first search) stops there."""
+        self._closed = True
+        with self._lock:
+            self.index.close()
 
     def catch_up(self) -> int:
-        """Take in every transaction the index has not seen; returns how many."""
+        """Take in every transaction the index has not seen; returns how many (none once
+        closed)."""
         with self._lock:
+            if self._closed:
+                return 0
             if not self._checked:
                 self._check_position()
                 self._checked = True
             taken = 0
-            while True:
+            while not self._closed:
                 position = self.index.position()
                 after = None if position is None else position.tx_id
                 changes = self._store.changes(after, self._page)
@@ -246,6 +257,7 @@ class SearchHistory:
                     return taken
                 if self.index.apply(batch):
                     taken += len(changes)
+            return taken
 
     def _check_position(self) -> None:
         """An index kept on disk may have been built from another store (a node reset, another
