@@ -38,7 +38,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from http import HTTPStatus
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
 import attrs
@@ -224,8 +224,7 @@ class _Conn(asyncio.BufferedProtocol):
     # -- the protocol's side ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # (uvloop's is not a subclass)
         self.lends = type(asyncio.get_running_loop()).__module__.startswith("asyncio.")
         if self.started is not None:
             self.started(self)
