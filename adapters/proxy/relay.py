@@ -1,4 +1,4 @@
-"""The front of ``selfctx proxy --workers N`` as a byte relay on asyncio's streams.
+"""The front of ``selfctx proxy --workers N``: a byte relay on a protocol of its own.
 
 The front reads each request's head (HTTP/1.1, bounded), refuses what the one-process proxy
 refuses (``guard.refusal`` and ``guard.authenticated``: a foreign ``Host``, browser-shaped
@@ -14,6 +14,9 @@ the client leaving.
 
 It replaces a Starlette and httpx pass-through that cost 6-7 ms of CPU per 700 KB request:
 this one costs what copying the bytes costs (decisions 0074 and 0088 have the measurements).
+Each connection is a ``_Conn`` (``asyncio.BufferedProtocol``): the kernel reads into the
+connection's own buffer and the pieces the front passes on are written from it as views, where
+asyncio's streams copied each piece into a reader's buffer and out of it again (decision 0162).
 
 The inspector (``/_selfctx/ui``) is served through the front when it is given one (``ui``, the
 inspector's front half, ``selfctx.adapters.ui.front``): the front asks it what to do with each
