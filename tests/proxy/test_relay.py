@@ -439,3 +439,48 @@ def test_a_slow_reader_holds_the_worker_back_and_the_front_stays_bounded() -> No
     assert settled >= 5, "the worker was never held back"
     assert held_back < total // 2, held_back
     assert received >= total
+
+
+def test_a_connections_buffer_pauses_reading_while_full_and_lends_its_pieces() -> None:
+    """The front's connection (decision 0162): the kernel writes into the connection's own
+    buffer, reading pauses while it is full and resumes once taken from, a piece leaves as a
+    view of it on asyncio's loop, and what is held moves to the buffer's front when its end is
+    reached."""
+    from selfctx.adapters.proxy.relay import _Conn
+
+    class Transport:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+            self.written: list[object] = []
+
+        def pause_reading(self) -> None:
+            self.calls.append("pause")
+
+        def resume_reading(self) -> None:
+            self.calls.append("resume")
+
+        def write(self, data: object) -> None:
+            self.written.append(data)
+
+    async def scenario() -> None:
+        conn = _Conn(size=16)
+        transport = Transport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        into = conn.get_buffer(-1)
+        into[:16] = b"GET / HTTP/1.1\r\n"
+        conn.buffer_updated(16)
+        assert transport.calls == ["pause"]  # full: no more until it is taken from
+        assert await conn.until(b"\r\n", 64) == b"GET / HTTP/1.1\r\n"
+        assert transport.calls == ["pause", "resume"]
+        into = conn.get_buffer(-1)
+        into[:16] = b"0123456789abcdef"
+        conn.buffer_updated(16)
+        out = _Conn()
+        out.connection_made(transport)  # type: ignore[arg-type]
+        await conn.copy(10, out)
+        assert isinstance(transport.written[-1], memoryview)  # lent, not copied
+        assert bytes(transport.written[-1]) == b"0123456789"
+        assert len(conn.get_buffer(-1)) == 10  # "abcdef" moved to the front
+        assert conn.take(6) == b"abcdef"
+
+    asyncio.run(scenario())
