@@ -659,8 +659,11 @@ class Relay:
         try:
             try:
                 out_conn = upstream.conn
-                if body is not None:
-                    out_conn.write(out + body)
+                if body is not None and len(body) <= _READ // 4:
+                    out_conn.write(out + body)  # a small body read whole: one write
+                elif body is not None:
+                    out_conn.write(out)
+                    out_conn.write(body)
                 elif length and incoming.held >= length and length <= _READ // 4:
                     out_conn.write(out + incoming.take(length))  # a small body: one write
                 else:
