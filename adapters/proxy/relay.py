@@ -1,4 +1,4 @@
-"""The front of ``selfctx proxy --workers N`` as a byte relay on asyncio's streams.
+"""The front of ``selfctx proxy --workers N``: a byte relay on a protocol of its own.
 
 The front reads each request's head (HTTP/1.1, bounded), refuses what the one-process proxy
 refuses (``guard.refusal`` and ``guard.authenticated``: a foreign ``Host``, browser-shaped
@@ -14,6 +14,9 @@ the client leaving.
 
 It replaces a Starlette and httpx pass-through that cost 6-7 ms of CPU per 700 KB request:
 this one costs what copying the bytes costs (decisions 0074 and 0088 have the measurements).
+Each connection is a ``_Conn`` (``asyncio.BufferedProtocol``): the kernel reads into the
+connection's own buffer and the pieces the front passes on are written from it as views, where
+asyncio's streams copied each piece into a reader's buffer and out of it again (decision 0162).
 
 The inspector (``/_selfctx/ui``) is served through the front when it is given one (``ui``, the
 inspector's front half, ``selfctx.adapters.ui.front``): the front asks it what to do with each
@@ -38,7 +41,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from http import HTTPStatus
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 from urllib.parse import unquote, urlsplit
 
 import attrs
@@ -193,91 +196,217 @@ def _parse_head(head: bytes, request: bool) -> _Head:
     return _Head(method, target, version, fields, headers)
 
 
-class _Incoming:
-    """A connection's reading side, with its own buffer: what a watcher read while an answer
-    was sent (a pipelined request) is kept for the next head."""
+class _Conn(asyncio.BufferedProtocol):
+    """One connection, a client's or a worker's, as a protocol of the front's own: the kernel
+    reads into a buffer the connection owns (``get_buffer``/``buffer_updated``), heads and
+    chunk-size lines are found in it, and the bytes the front passes on leave it as views of it,
+    one ``transport.write`` a piece (decision 0162). Reading pauses while the buffer is full and
+    resumes as it is taken from; writing waits (``drain``) while the transport's buffer is over
+    its high-water mark: a slow peer on either side holds the other back, the memory stays
+    bounded."""
 
-    def __init__(self, reader: asyncio.StreamReader) -> None:
-        self.reader = reader
-        self.buffer = bytearray()
+    def __init__(self, started: Callable[[_Conn], None] | None = None, size: int = _READ) -> None:
+        self.started = started
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray(size)
+        self.view = memoryview(self.buffer)
+        self.start = 0
+        self.end = 0
         self.eof = False
+        self.lost = False
+        self.on_end: Callable[[], object] | None = None
+        """Called once when the peer ends the connection (the exchange in flight is cancelled)."""
+        self.lends = True
+        """Whether a view of the buffer may be written: the transport sends it or copies what
+        it keeps (asyncio's transports); otherwise each piece is copied first."""
+        self._paused = False
+        self._blocked = False
+        self._readable: asyncio.Future[None] | None = None
+        self._writable: asyncio.Future[None] | None = None
+
+    # -- the protocol's side ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # (uvloop's is not a subclass)
+        self.lends = type(asyncio.get_running_loop()).__module__.startswith("asyncio.")
+        if self.started is not None:
+            self.started(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.start == self.end:
+            self.start = self.end = 0
+        elif self.end == len(self.buffer):  # what is held moves to the front
+            held = bytes(self.view[self.start : self.end])
+            self.buffer[: len(held)] = held
+            self.start, self.end = 0, len(held)
+        return self.view[self.end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.end += nbytes
+        if self.end == len(self.buffer) and self.start == 0 and not self._paused:
+            self._paused = True
+            self._transport().pause_reading()
+        self._wake_reader()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        self._wake_reader()
+        self._ended()
+        return True  # the sending side stays open: the answer may still be written
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof = self.lost = True
+        self._wake_reader()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._ended()
+
+    def pause_writing(self) -> None:
+        self._blocked = True
+
+    def resume_writing(self) -> None:
+        self._blocked = False
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def _wake_reader(self) -> None:
+        if self._readable is not None and not self._readable.done():
+            self._readable.set_result(None)
+
+    def _ended(self) -> None:
+        on_end, self.on_end = self.on_end, None
+        if on_end is not None:
+            on_end()
+
+    def _transport(self) -> asyncio.Transport:
+        assert self.transport is not None
+        return self.transport
+
+    # -- the front's side -------------------------------------------------------------------
+
+    @property
+    def held(self) -> int:
+        return self.end - self.start
+
+    def write(self, data: bytes | memoryview) -> None:
+        self._transport().write(data)
+
+    async def drain(self) -> None:
+        """Wait while the transport holds more than its high-water mark."""
+        if self._blocked and not self.lost:
+            self._writable = asyncio.get_running_loop().create_future()
+            try:
+                await self._writable
+            finally:
+                self._writable = None
+        if self.lost:
+            raise ConnectionResetError("the connection is lost")
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
 
     async def fill(self) -> bool:
-        data = await self.reader.read(_READ)
-        if not data:
-            self.eof = True
+        """Wait for more bytes; False at the connection's end."""
+        if self.eof:
             return False
-        self.buffer += data
-        return True
+        held = self.held
+        self._resume()
+        self._readable = asyncio.get_running_loop().create_future()
+        try:
+            await self._readable
+        finally:
+            self._readable = None
+        return self.held > held or not self.eof
 
-    async def head(self) -> bytes | None:
-        """The next head, or None at the connection's end before one starts."""
-        searched = 0
-        while True:
-            end = self.buffer.find(b"\r\n\r\n", max(0, searched - 3))
-            if end + 4 > MAX_HEAD:
-                raise _Refused(431, f"the request's head is over {MAX_HEAD} bytes")
-            if end >= 0:
-                head = bytes(self.buffer[: end + 4])
-                del self.buffer[: end + 4]
-                return head
-            searched = len(self.buffer)
-            if searched > MAX_HEAD:
-                raise _Refused(431, f"the request's head is over {MAX_HEAD} bytes")
-            if not await self.fill():
-                if self.buffer.strip():
-                    raise _Gone()
-                return None
+    def _resume(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._transport().resume_reading()
 
-    async def line(self) -> bytes:
-        while True:
-            end = self.buffer.find(b"\r\n")
-            if end >= 0:
-                line = bytes(self.buffer[: end + 2])
-                del self.buffer[: end + 2]
-                return line
-            if len(self.buffer) > MAX_LINE:
-                raise ValueError("a chunk-size line over 1 KiB")
-            if not await self.fill():
-                raise _Gone()
-
-    async def exactly(self, count: int) -> bytes:
-        while len(self.buffer) < count:
-            if not await self.fill():
-                raise _Gone()
-        data = bytes(self.buffer[:count])
-        del self.buffer[:count]
+    def take(self, count: int) -> bytes:
+        data = bytes(self.view[self.start : self.start + count])
+        self.start += count
+        self._resume()
         return data
 
-    async def copy(self, count: int, writer: asyncio.StreamWriter) -> None:
-        """Pass ``count`` bytes on to ``writer`` as they come: what the buffer holds first, then
-        each piece as read, handed on as it is (not through the buffer, which would copy it
-        twice more: most of a large body arrives after its head)."""
-        if self.buffer:
-            piece = bytes(self.buffer[:count])
-            del self.buffer[: len(piece)]
-            count -= len(piece)
-            writer.write(piece)
-            await writer.drain()
-        while count:
-            data = await self.reader.read(min(count, _READ))
-            if not data:
-                self.eof = True
-                raise _Gone()
-            count -= len(data)
-            writer.write(data)
-            await writer.drain()
+    def piece(self, count: int) -> bytes | memoryview:
+        """The next ``count`` held bytes to write on, taken: a view where the transport allows."""
+        at = self.start
+        self.start += count
+        self._resume()
+        if self.lends:
+            return self.view[at : at + count]
+        return bytes(self.view[at : at + count])
 
-    async def watch(self, task: asyncio.Task[object]) -> None:
-        """Cancel ``task`` (the exchange in flight) when the connection ends; stop reading
-        once a head's worth of pipelined bytes is waiting."""
-        while len(self.buffer) <= MAX_HEAD:
+    def drop(self) -> None:
+        self.start = self.end = 0
+        self._resume()
+
+    async def until(self, separator: bytes, limit: int) -> bytes | None:
+        """The bytes up to and with ``separator``, taken; None at the connection's end before
+        it; ValueError past ``limit`` bytes."""
+        searched = 0
+        while True:
+            at = self.buffer.find(separator, self.start + max(0, searched - 3), self.end)
+            if at >= 0:
+                if at + len(separator) - self.start > limit:
+                    raise ValueError("over the bound")
+                return self.take(at + len(separator) - self.start)
+            searched = self.held
+            if searched > limit:
+                raise ValueError("over the bound")
             if not await self.fill():
-                task.cancel()
-                return
+                return None
+
+    async def head(self) -> bytes | None:
+        """The next request's head, or None at the connection's end before one starts."""
+        try:
+            head = await self.until(b"\r\n\r\n", MAX_HEAD)
+        except ValueError:
+            raise _Refused(431, f"the request's head is over {MAX_HEAD} bytes") from None
+        if head is None and bytes(self.view[self.start : self.end]).strip():
+            raise _Gone()
+        return head
+
+    async def line(self) -> bytes:
+        try:
+            line = await self.until(b"\r\n", MAX_LINE)
+        except ValueError:
+            raise ValueError("a chunk-size line over 1 KiB") from None
+        if line is None:
+            raise _Gone()
+        return line
+
+    async def exactly(self, count: int) -> bytes:
+        if self.held >= count:
+            return self.take(count)
+        data = bytearray()
+        while len(data) < count:
+            if not self.held and not await self.fill():
+                raise _Gone()
+            data += self.piece(min(count - len(data), self.held))
+        return bytes(data)
+
+    async def copy(self, count: int, out: _Conn) -> None:
+        """Pass ``count`` bytes on to ``out`` as they come, each piece as a view of the buffer
+        (most of a large body arrives after its head)."""
+        while count:
+            if not self.held and not await self.fill():
+                raise _Gone()
+            size = min(count, self.held)
+            out.write(self.piece(size))
+            count -= size
+            await out.drain()
+
+    async def pump(self, out: _Conn) -> None:
+        """Pass everything on to ``out`` until the connection ends."""
+        while self.held or await self.fill():
+            out.write(self.piece(self.held))
+            await out.drain()
 
 
-async def _chunked_body(incoming: _Incoming, limit: int) -> bytes:
+async def _chunked_body(incoming: _Conn, limit: int) -> bytes:
     """A chunked request body, whole (at most ``limit`` bytes; trailers dropped)."""
     body = bytearray()
     while True:
@@ -309,12 +438,11 @@ def _response(status: int, path: str, message: str, *, close: bool = True) -> by
 
 @attrs.define
 class _Upstream:
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
+    conn: _Conn
     idle_since: float = 0.0
 
     def close(self) -> None:
-        self.writer.close()
+        self.conn.close()
 
 
 class Relay:
@@ -352,9 +480,9 @@ class Relay:
     async def serve(self, sock: socket.socket, stop: asyncio.Event | None = None) -> None:
         """Serve on ``sock`` until ``stop`` is set (or SIGINT/SIGTERM, in the main thread)."""
         stop = stop or asyncio.Event()
-        server = await asyncio.start_server(self._connection, sock=sock, limit=_READ)
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: _Conn(self._accepted), sock=sock)
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
         async with server:
@@ -392,55 +520,54 @@ class Relay:
             asyncio.set_event_loop(None)
             loop.close()
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        incoming = _Incoming(reader)
+    def _accepted(self, conn: _Conn) -> None:
+        task: asyncio.Task[object] = asyncio.get_running_loop().create_task(self._connection(conn))
+        self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+
+    async def _connection(self, incoming: _Conn) -> None:
         served = 0
-        me = asyncio.current_task()
-        assert me is not None
-        self._connections.add(me)
         try:
             while served < MAX_REQUESTS:
-                wait = IDLE_SECONDS if served else HEAD_SECONDS
                 try:
-                    head = await asyncio.wait_for(incoming.head(), wait)
+                    async with asyncio.timeout(IDLE_SECONDS if served else HEAD_SECONDS):
+                        head = await incoming.head()
                 except (TimeoutError, _Gone):
                     return
                 if head is None:
                     return
                 served += 1
                 try:
-                    keep = await self._exchange(head, incoming, writer, served == MAX_REQUESTS)
+                    keep = await self._exchange(head, incoming, served == MAX_REQUESTS)
                 except _Refused as refused:
-                    writer.write(_response(refused.status, refused.path, refused.message))
-                    await writer.drain()
-                    await _linger(incoming, writer)
+                    incoming.write(_response(refused.status, refused.path, refused.message))
+                    await incoming.drain()
+                    await _linger(incoming)
                     return
                 if not keep:
                     return
         except _Refused as refused:  # an oversized head
             with contextlib.suppress(OSError):
-                writer.write(_response(refused.status, "/", refused.message))
-                await writer.drain()
-                await _linger(incoming, writer)
+                incoming.write(_response(refused.status, "/", refused.message))
+                await incoming.drain()
+                await _linger(incoming)
         except (ValueError, UnicodeDecodeError):
             with contextlib.suppress(OSError):
-                writer.write(_response(400, "/", "a malformed HTTP request"))
-                await writer.drain()
-                await _linger(incoming, writer)
-        except (OSError, _Gone, asyncio.IncompleteReadError):
+                incoming.write(_response(400, "/", "a malformed HTTP request"))
+                await incoming.drain()
+                await _linger(incoming)
+        except (OSError, _Gone):
             pass
         except asyncio.CancelledError:
             if not incoming.eof:  # not the client leaving: the server stopping
                 raise
         finally:
-            self._connections.discard(me)
-            writer.close()
+            incoming.on_end = None
+            incoming.close()
 
     # -- one request -----------------------------------------------------------------------
 
-    async def _exchange(
-        self, raw_head: bytes, incoming: _Incoming, writer: asyncio.StreamWriter, last: bool
-    ) -> bool:
+    async def _exchange(self, raw_head: bytes, incoming: _Conn, last: bool) -> bool:
         """Serve one request (``last``: the connection's last); whether the client's
         connection goes on."""
         head = _parse_head(raw_head, request=True)
@@ -471,7 +598,7 @@ class Relay:
         if length > self.max_body_bytes:
             raise _Refused(413, f"the request body is over {self.max_body_bytes} bytes", path)
         if headers.get("expect", "").lower() == "100-continue":
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            incoming.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         body = await _chunked_body(incoming, self.max_body_bytes) if chunked else None
         if body is not None:
             length = len(body)
@@ -485,8 +612,8 @@ class Relay:
         if self.ui is not None and (path == UI_PATH or path.startswith(UI_PATH + "/")):
             if body is None and length:
                 body = await incoming.exactly(length)  # (the inspector takes none)
-            peer = writer.get_extra_info("peername")
-            mine = writer.get_extra_info("sockname")
+            peer = incoming._transport().get_extra_info("peername")
+            mine = incoming._transport().get_extra_info("sockname")
             try:
                 decided = await self.ui(
                     head.method,
@@ -501,8 +628,8 @@ class Relay:
                 log.warning("the inspector's page failed", exc_info=True)
                 raise _Refused(500, "the inspector failed to make this page", path) from None
             if not isinstance(decided, UiForward):
-                writer.write(_own_answer(decided, head.method, closing))
-                await writer.drain()
+                incoming.write(_own_answer(decided, head.method, closing))
+                await incoming.drain()
                 return not closing
             if not 0 <= decided.worker < len(self.addresses):
                 raise _Refused(404, "no such worker", path)
@@ -529,27 +656,31 @@ class Relay:
         reusable = False
         task = asyncio.current_task()
         assert task is not None
-        watcher: asyncio.Task[None] | None = None
         try:
             try:
-                upstream.writer.write(out)
-                if body is not None:
-                    upstream.writer.write(body)
-                elif length:
-                    await incoming.copy(length, upstream.writer)
+                out_conn = upstream.conn
+                if body is not None and len(body) <= _READ // 4:
+                    out_conn.write(out + body)  # a small body read whole: one write
+                elif body is not None:
+                    out_conn.write(out)
+                    out_conn.write(body)
+                elif length and incoming.held >= length and length <= _READ // 4:
+                    out_conn.write(out + incoming.take(length))  # a small body: one write
                 else:
-                    await upstream.writer.drain()
-                watcher = asyncio.create_task(incoming.watch(task))
-                reusable, keep = await self._answer(upstream, writer, head.method, path, closing)
+                    out_conn.write(out)
+                    if length:
+                        await incoming.copy(length, out_conn)
+                await out_conn.drain()
+                if incoming.eof:  # the client left: so does the worker's request
+                    raise _Gone()
+                incoming.on_end = task.cancel
+                reusable, keep = await self._answer(upstream, incoming, head.method, path, closing)
             except asyncio.CancelledError:
                 if incoming.eof:  # the client left: so does the worker's request
                     raise _Gone() from None
                 raise
         finally:
-            if watcher is not None:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+            incoming.on_end = None
             if reusable and len(self._idle[worker]) < self.pooled:
                 upstream.idle_since = time.monotonic()
                 self._idle[worker].append(upstream)
@@ -600,38 +731,46 @@ class Relay:
             upstream = idle.pop()
             if (
                 now - upstream.idle_since < KEEPALIVE_SECONDS
-                and not upstream.reader.at_eof()
-                and not upstream.writer.is_closing()
+                and not upstream.conn.eof
+                and not upstream.conn.held
+                and upstream.conn.transport is not None
+                and not upstream.conn.transport.is_closing()
             ):
                 return upstream
             upstream.close()
         host, port = self.addresses[worker]
         try:
-            reader, writer = await asyncio.open_connection(host, port, limit=_READ)
+            _, conn = await asyncio.get_running_loop().create_connection(_Conn, host, port)
         except OSError as exc:
             log.warning("worker %d of the proxy is unreachable: %s", worker, type(exc).__name__)
             raise _Refused(502, "a worker of the proxy is unreachable") from None
-        return _Upstream(reader, writer)
+        return _Upstream(conn)
 
     async def _answer(
         self,
         upstream: _Upstream,
-        writer: asyncio.StreamWriter,
+        writer: _Conn,
         method: str,
         path: str,
         closing: bool,
     ) -> tuple[bool, bool]:
         """Pass the worker's answer on as it comes: whether the worker's connection may be
         used again, and whether the client's may."""
-        reader = upstream.reader
+        reader = upstream.conn
         for _ in range(8):  # interim answers (1xx), then the answer
             try:
-                raw = await reader.readuntil(b"\r\n\r\n")
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError) as exc:
+                read = await reader.until(b"\r\n\r\n", MAX_HEAD)
+            except ValueError:
+                raise _Refused(
+                    502, "a worker of the proxy answered with an oversized head", path
+                ) from None
+            except OSError as exc:
                 log.warning("a worker of the proxy failed to answer: %s", type(exc).__name__)
                 raise _Refused(502, "a worker of the proxy failed to answer", path) from None
-            if len(raw) > MAX_HEAD:
-                raise _Refused(502, "a worker of the proxy answered with an oversized head", path)
+            if read is None:
+                log.warning("a worker of the proxy failed to answer: its connection ended")
+                raise _Refused(502, "a worker of the proxy failed to answer", path)
+            raw = read
             try:
                 head = _parse_head(raw, request=False)
             except ValueError:
@@ -653,23 +792,30 @@ class Relay:
         if closing or until_close:
             fields.append((b"connection", b"close"))
         first = raw.split(b"\r\n", 1)[0]
-        writer.write(b"\r\n".join([first, *(n + b": " + v for n, v in fields)]) + b"\r\n\r\n")
+        out = b"\r\n".join([first, *(n + b": " + v for n, v in fields)]) + b"\r\n\r\n"
         worker_keeps = "close" not in headers.get("connection", "").lower()
         try:
             if bodyless:
+                writer.write(out)
                 await writer.drain()
                 return worker_keeps, True
             if framed:
+                writer.write(out)
                 await _relay_chunked(reader, writer)
                 return worker_keeps, True
             if length is not None:
-                await _relay_exactly(reader, writer, int(length))
+                count = int(length)
+                if reader.held >= count and count <= _READ // 4:  # a small answer: one write
+                    writer.write(out + reader.take(count))
+                    await writer.drain()
+                else:
+                    writer.write(out)
+                    await reader.copy(count, writer)
                 return worker_keeps, True
-            while data := await reader.read(_READ):  # until the worker closes
-                writer.write(data)
-                await writer.drain()
+            writer.write(out)
+            await reader.pump(writer)  # until the worker closes
             return False, False
-        except (ValueError, asyncio.LimitOverrunError, asyncio.IncompleteReadError):
+        except ValueError:
             # the answer was begun: a worker that breaks its framing ends the connection
             log.warning("a worker of the proxy broke off its answer")
             raise _Gone() from None
@@ -708,49 +854,44 @@ def _unchunked(data: bytes) -> bytes:
         at = end + 2 + size + 2
 
 
-async def _linger(incoming: _Incoming, writer: asyncio.StreamWriter) -> None:
+async def _linger(incoming: _Conn) -> None:
     """Close the sending side, then read and drop what the client still sends (at most
     :data:`LINGER_SECONDS`), so that the answer is not lost to a reset."""
     with contextlib.suppress(OSError, TimeoutError):
-        if writer.can_write_eof():
-            writer.write_eof()
-
-        async def drop() -> None:
-            while await incoming.reader.read(_READ):
-                pass
-
-        await asyncio.wait_for(drop(), LINGER_SECONDS)
-
-
-async def _relay_exactly(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, count: int
-) -> None:
-    while count:
-        data = await reader.read(min(count, _READ))
-        if not data:
-            raise _Gone()
-        count -= len(data)
-        writer.write(data)
-        await writer.drain()
+        transport = incoming._transport()
+        if transport.can_write_eof():
+            transport.write_eof()
+        async with asyncio.timeout(LINGER_SECONDS):
+            incoming.drop()
+            while await incoming.fill():
+                incoming.drop()
 
 
-async def _relay_chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """A chunked answer, each piece passed on as it comes (a stream's events flow)."""
+async def _relay_chunked(reader: _Conn, writer: _Conn) -> None:
+    """A chunked answer, each piece passed on as it comes (a stream's events flow): a chunk
+    the buffer holds whole, with its size line, leaves in one write."""
     while True:
-        line = await reader.readuntil(b"\r\n")
-        if len(line) > MAX_LINE:
-            raise ValueError("a chunk-size line over 1 KiB")
+        line = await reader.until(b"\r\n", MAX_LINE)
+        if line is None:
+            raise _Gone()
         size = int(line.split(b";", 1)[0].strip(), 16)
-        writer.write(line)
         if size == 0:
+            writer.write(line)
             for _ in range(MAX_HEADERS + 1):  # trailers, up to the empty line
-                trailer = await reader.readuntil(b"\r\n")
+                trailer = await reader.until(b"\r\n", MAX_LINE)
+                if trailer is None:
+                    raise _Gone()
                 writer.write(trailer)
                 if trailer == b"\r\n":
                     await writer.drain()
                     return
             raise ValueError("too many trailer fields")
-        await _relay_exactly(reader, writer, size + 2)
+        if reader.held >= size + 2 and size <= _READ // 4:
+            writer.write(line + reader.take(size + 2))
+            await writer.drain()
+        else:
+            writer.write(line)
+            await reader.copy(size + 2, writer)
 
 
 @contextlib.contextmanager

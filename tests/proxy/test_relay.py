@@ -354,3 +354,133 @@ def test_the_inspectors_hook_answers_fetches_and_fails_safely() -> None:
         failed = client.get(base + "/_selfctx/ui/boom")
         assert failed.status_code == 500 and "a bug" not in failed.text
         assert client.get(base + "/_selfctx/ui/page").status_code == 200
+
+
+def test_bodies_in_many_small_segments_and_pipelined_requests_arrive_whole_and_in_order() -> None:
+    """A guard of the front's own buffer (decision 0162): a head and a body sent a few bytes a
+    segment, then three requests in one write (a length-framed one, a chunked one, a bodiless
+    one), each reach the worker whole, in order, and each gets its answer."""
+    body = bytes(range(256)) * 40
+    chunked = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nx-selfctx-session: a\r\n"
+        b"content-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\n\r\n"
+    )
+    bodiless = b"GET /v1/models HTTP/1.1\r\nhost: 127.0.0.1\r\nx-selfctx-session: a\r\n\r\n"
+    with _front(1) as (workers, base):
+        sock = _raw(base)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        message = _post("/v1/chat/completions", "a", body)
+        for at in range(0, len(message), 97):
+            sock.sendall(message[at : at + 97])
+            if at % (97 * 16) == 0:
+                time.sleep(0.005)  # some of them reach the front as segments of their own
+        sock.sendall(_post("/v1/x", "a", b'{"second": 2}') + chunked + bodiless)
+        buffer = bytearray()
+        answers = [_read_answer(sock, buffer) for _ in range(4)]
+        sock.close()
+    assert all(head.startswith(b"HTTP/1.1 200") for head, _ in answers)
+    assert [json.loads(b)["bytes"] for _, b in answers] == [len(body), 13, 11, 0]
+    assert [(path, seen) for path, _, seen in workers[0].seen] == [
+        ("/v1/chat/completions", body),
+        ("/v1/x", b'{"second": 2}'),
+        ("/v1/chat/completions", b"hello world"),
+        ("/v1/models", b""),
+    ]
+
+
+def test_a_slow_reader_holds_the_worker_back_and_the_front_stays_bounded() -> None:
+    """Flow control (decision 0162): a client that reads nothing of a 64 MiB answer holds the
+    worker back; what left the worker (the sockets' buffers and the front's) stays bounded,
+    far under the answer, and the whole answer arrives once the client reads."""
+    total = 64 * 1024 * 1024
+    piece = bytes(range(256)) * 4096  # 1 MiB
+    sent = [0]
+
+    async def large(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % total)
+        for _ in range(total // len(piece)):
+            writer.write(piece)
+            await writer.drain()
+            sent[0] += len(piece) - writer.transport.get_write_buffer_size()
+        writer.close()
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(asyncio.start_server(large, sock=sock))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    worker = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        with relay_in_thread(Relay([worker], SECRET)) as base:
+            client = _raw(base)
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+            client.sendall(b"GET /v1/models HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+            deadline = time.monotonic() + 20
+            settled, last = 0, -1
+            while settled < 5 and time.monotonic() < deadline:  # until the worker is held
+                time.sleep(0.1)
+                settled, last = (settled + 1, last) if sent[0] == last else (0, sent[0])
+            held_back = sent[0]
+            received = 0
+            client.settimeout(30)
+            while received < total:
+                data = client.recv(1024 * 1024)
+                assert data, received
+                received += len(data)
+            client.close()
+    finally:
+        loop.call_soon_threadsafe(server.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+    assert settled >= 5, "the worker was never held back"
+    assert held_back < total // 2, held_back
+    assert received >= total
+
+
+def test_a_connections_buffer_pauses_reading_while_full_and_lends_its_pieces() -> None:
+    """The front's connection (decision 0162): the kernel writes into the connection's own
+    buffer, reading pauses while it is full and resumes once taken from, a piece leaves as a
+    view of it on asyncio's loop, and what is held moves to the buffer's front when its end is
+    reached."""
+    from selfctx.adapters.proxy.relay import _Conn
+
+    class Transport:
+        def __init__(self) -> None:
+            self.calls: list[str] = []
+            self.written: list[object] = []
+
+        def pause_reading(self) -> None:
+            self.calls.append("pause")
+
+        def resume_reading(self) -> None:
+            self.calls.append("resume")
+
+        def write(self, data: object) -> None:
+            self.written.append(data)
+
+    async def scenario() -> None:
+        conn = _Conn(size=16)
+        transport = Transport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        into = conn.get_buffer(-1)
+        into[:16] = b"GET / HTTP/1.1\r\n"
+        conn.buffer_updated(16)
+        assert transport.calls == ["pause"]  # full: no more until it is taken from
+        assert await conn.until(b"\r\n", 64) == b"GET / HTTP/1.1\r\n"
+        assert transport.calls == ["pause", "resume"]
+        into = conn.get_buffer(-1)
+        into[:16] = b"0123456789abcdef"
+        conn.buffer_updated(16)
+        out = _Conn()
+        out.connection_made(transport)  # type: ignore[arg-type]
+        await conn.copy(10, out)
+        assert isinstance(transport.written[-1], memoryview)  # lent, not copied
+        assert bytes(transport.written[-1]) == b"0123456789"
+        assert len(conn.get_buffer(-1)) == 10  # "abcdef" moved to the front
+        assert conn.take(6) == b"abcdef"
+
+    asyncio.run(scenario())
