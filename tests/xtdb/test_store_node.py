@@ -434,7 +434,7 @@ def test_only_the_attributes_queries_name_are_index_keys(store: XtdbStore, ns: s
     ):
         clause = f"{{:find [?e] :in [?v] :where [[?e :{attribute} ?v]]}}"
         assert _query(store, clause, value) == [], attribute
-    probes = _query(store, '{:find [?e] :in [?t] :where [[?e :type ?t]]}', "probe")
+    probes = _query(store, "{:find [?e] :in [?t] :where [[?e :type ?t]]}", "probe")
     assert [ns + "f"] in probes
     short = {"xt/id": ns + "s", "type": "probe", "content": "x" + ns}
     store.commit([short])
