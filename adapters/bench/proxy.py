@@ -34,7 +34,9 @@ the benchmark runs, decision 0120), and the part of it its JIT compiler threads 
 a young node compiles for thousands of requests, and a compaction that lands in the measured
 requests is seconds of CPU; either moves the node's figure by more than a request costs it
 (decision 0125); ``node_threads`` gives the node's CPU a request by thread group (its HTTP
-request pool, its transaction processor, ...; decision 0149). So each phase, once its sessions
+request pool, its transaction processor, ...; decision 0149), and with one client
+``node_windows`` its CPU a request in each window of 40 requests, the first beside the later
+ones (a node compiles through its first requests, decision 0165). So each phase, once its sessions
 are built (one transaction each), waits until the node's RocksDB threads have been idle for a
 second (a minute at most) before it measures, and reports the wait as ``settled_s`` (decision
 0131).
@@ -289,6 +291,7 @@ def _one_client(
         content = b""
         cpu = _cpu_sides(node)
         parts = _NodeParts(node)
+        node_each: list[float] = []
         for _ in range(requests):
             content = session.grow()
             for side, server, times in (
@@ -305,7 +308,8 @@ def _one_client(
                 if side == "proxy":
                     cpu["proxy_front"] += server.own_cpu() - own
                     if node:
-                        cpu["node"] += _cpu_of(node) - node_before
+                        node_each.append(_cpu_of(node) - node_before)
+                        cpu["node"] += node_each[-1]
     added = [p - d for p, d in zip(through, direct, strict=True)]
     return {
         "objects": size,
@@ -318,7 +322,25 @@ def _one_client(
         "cpu_ms_per_request": {
             side: round(spent / requests * 1000, 2) for side, spent in cpu.items()
         },
-    } | ({"node_threads": parts.per_request(requests)} if node else {})
+    } | (
+        {"node_threads": parts.per_request(requests), "node_windows": _windows(node_each)}
+        if node
+        else {}
+    )
+
+
+_WINDOW = 40
+
+
+def _windows(spent: Sequence[float], size: int = _WINDOW) -> list[float]:
+    """The node's CPU ms a request in each window of ``size`` consecutive requests (the last one
+    may be shorter): a young node compiles its hot paths through its first requests, so the
+    first window and a later one can differ severalfold; both are reported, the cold one not
+    hidden by the average (decision 0165)."""
+    return [
+        round(sum(spent[at : at + size]) / len(spent[at : at + size]) * 1000, 2)
+        for at in range(0, len(spent), size)
+    ]
 
 
 # The CPU figures counted during another side's requests: the front's and the node's during the

@@ -15,6 +15,7 @@ from selfctx.adapters.bench.proxy import (
     _group,
     _settle,
     _thread_ticks,
+    _windows,
     run_proxy,
 )
 from selfctx.adapters.proxy.serving import stack
@@ -85,6 +86,18 @@ def test_on_the_local_node_the_nodes_cpu_is_reported(
         groups = phase["node_threads"]
         assert all(ms > 0 and not name[-1].isdigit() for name, ms in groups.items())
         assert list(groups.values()) == sorted(groups.values(), reverse=True)
+    # one client: the node's CPU a request in each window of 40 requests, the first (cold) one
+    # reported beside the later ones (decision 0165); two requests make one window
+    (window,) = result["runs"][0]["node_windows"]
+    assert window >= 0
+
+
+def test_the_nodes_cpu_is_reported_by_window_the_cold_one_first() -> None:
+    # 90 requests: a cold first window, a warm second, a short last one (seconds a request)
+    spent = [0.020] * 40 + [0.005] * 40 + [0.004] * 10
+    assert _windows(spent) == [20.0, 5.0, 4.0]
+    assert _windows(spent, size=45) == [18.33, 4.78]
+    assert _windows([]) == []
 
 
 def test_a_threads_group_is_its_name_without_its_number() -> None:
