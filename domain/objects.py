@@ -147,7 +147,6 @@ def _absent_if_none(value: object) -> object:
     return hashing.ABSENT if value is None else value
 
 
-
 def held_digest(value: str | None) -> bytes | str | None:
     """A hash as an object holds it for the session: a SHA-256 given as lowercase hex (every
     hash :mod:`selfctx.domain.hashing` makes, and a document's) as its 32 bytes, 65 bytes
@@ -164,7 +163,7 @@ def held_digest(value: str | None) -> bytes | str | None:
 
 def digest_hex(held: bytes | str) -> str:
     """The hex of a hash :func:`held_digest` holds (the form documents, JSON and logs show)."""
-    return held.hex() if type(held) is bytes else held  # type: ignore[union-attr]
+    return held.hex() if isinstance(held, bytes) else held
 
 
 @attrs.frozen
