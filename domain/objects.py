@@ -147,6 +147,25 @@ def _absent_if_none(value: object) -> object:
     return hashing.ABSENT if value is None else value
 
 
+def held_digest(value: str | None) -> bytes | str | None:
+    """A hash as an object holds it for the session: a SHA-256 given as lowercase hex (every
+    hash :mod:`selfctx.domain.hashing` makes, and a document's) as its 32 bytes, 65 bytes
+    where the hex string is 113 (decision 0163); any other text as it is, so that
+    :func:`digest_hex` gives back exactly what was given."""
+    if value is None or len(value) != 64:
+        return value
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        return value
+    return raw if raw.hex() == value else value
+
+
+def digest_hex(held: bytes | str) -> str:
+    """The hex of a hash :func:`held_digest` holds (the form documents, JSON and logs show)."""
+    return held.hex() if isinstance(held, bytes) else held
+
+
 @attrs.frozen
 class FileObject:
     """One version of a ``file`` object: a sourced content object (§2.6)."""
@@ -251,7 +270,9 @@ class ToolcallObject:
     type: ClassVar[str] = "toolcall"
     id: str = attrs.field(converter=interned)
     """``xt/id``: the provider's tool-call id."""
-    identity_hash: str
+    _identity: bytes | str = attrs.field(alias="identity_hash", converter=held_digest)
+    """The identity hash as its 32 bytes (:func:`held_digest`); :attr:`identity_hash` gives
+    its hex."""
     content: str | None
     """The tool's output."""
     tool: str = attrs.field(converter=interned)
@@ -262,9 +283,11 @@ class ToolcallObject:
     """One string for every call of a session, as the status (decision 0105)."""
     args_display: str | None
     file_refs: tuple[str, ...] | None
-    content_hash: str | None
-    metadata_hash: str
-    object_hash: str
+    _content: bytes | str | None = attrs.field(alias="content_hash", converter=held_digest)
+    _metadata: bytes | str = attrs.field(alias="metadata_hash", converter=held_digest)
+    _object: bytes | str = attrs.field(alias="object_hash", converter=held_digest)
+    """The three other hashes as 32 bytes each, their hex given by the properties of their
+    names: one object a tool call, held for the whole session (decision 0163)."""
     file_views: tuple[FileView, ...] | None = None
     """What the call showed of which files, or that it changed them (decision 0020); None when
     nothing was recognised."""
@@ -275,6 +298,22 @@ class ToolcallObject:
     without its content (``selfctx.application.objects``). Not stored, not hashed."""
 
     source: ClassVar[None] = None
+
+    @property
+    def identity_hash(self) -> str:
+        return digest_hex(self._identity)
+
+    @property
+    def content_hash(self) -> str | None:
+        return None if self._content is None else digest_hex(self._content)
+
+    @property
+    def metadata_hash(self) -> str:
+        return digest_hex(self._metadata)
+
+    @property
+    def object_hash(self) -> str:
+        return digest_hex(self._object)
 
     @classmethod
     def build(
