@@ -61,6 +61,7 @@ __all__ = [
     "document_size",
     "encode_events",
     "entry_events",
+    "entry_size",
     "json_size",
     "log_document",
     "log_document_ids",
@@ -71,8 +72,11 @@ __all__ = [
     "log_entry_tx",
     "pack_id",
     "read_log_entries",
+    "snapshot_size",
     "toolcall_pack",
     "unpack_toolcalls",
+    "with_size",
+    "with_snapshot_size",
 ]
 
 LOG_TYPE: Final = "session_log"
@@ -397,3 +401,54 @@ def json_size(text: str) -> int:
 def document_size(doc: Mapping[str, Any]) -> int:
     """Bytes of a document as compact UTF-8 JSON (:func:`json_size`)."""
     return json_size(compact_json(doc))
+
+
+ENTRY_BYTES: Final = "bytes"
+"""The field of a session-log entry that holds its size as the snapshot rule counts it: the
+bytes of the entry without this field (decision 0164). A resume adds these up instead of
+encoding the tail again; an entry written before it is measured (:func:`entry_size`)."""
+
+SNAPSHOT_BYTES: Final = "snapshot_bytes"
+"""The field of a snapshot's session document that holds the snapshot's size as the snapshot
+rule counts it: its session document without this field and its chat document (decision 0164).
+The session document, not the chat: a snapshot's session document is new every time (its
+``seq``), a chat document may be the one the node holds already (decision 0160)."""
+
+
+def _stored_size(doc: Mapping[str, Any], key: str) -> int | None:
+    value = doc.get(key)
+    return value if type(value) is int and value >= 0 else None
+
+
+def with_size(entry: dict[str, Any], entry_json: str) -> tuple[str, int]:
+    """Store in ``entry`` (a :func:`log_entry`, its compact JSON ``entry_json``) its size, the
+    bytes of ``entry_json``; return the entry's compact JSON with it, and the size. The field
+    goes last, so its text is ``entry_json`` with it appended (no second encoding)."""
+    size = json_size(entry_json)
+    entry[ENTRY_BYTES] = size
+    return f'{entry_json[:-1]},"{ENTRY_BYTES}":{size}}}', size
+
+
+def entry_size(entry: Mapping[str, Any]) -> int:
+    """The size of a session-log entry as the snapshot rule counts it: as stored with it
+    (:func:`with_size`), or, for an entry written before it was, its bytes as compact JSON."""
+    stored = _stored_size(entry, ENTRY_BYTES)
+    return document_size(entry) if stored is None else stored
+
+
+def with_snapshot_size(session_doc: dict[str, Any], chat_doc: Mapping[str, Any]) -> int:
+    """Store in ``session_doc`` the size of the snapshot of ``session_doc`` and ``chat_doc``
+    (the bytes of both as compact JSON) and return it."""
+    size = document_size(session_doc) + document_size(chat_doc)
+    session_doc[SNAPSHOT_BYTES] = size
+    return size
+
+
+def snapshot_size(session_doc: Mapping[str, Any], chat_doc: Mapping[str, Any]) -> int:
+    """The size of a stored snapshot as the snapshot rule counts it: as stored with its chat
+    (:func:`with_snapshot_size`), or, for a snapshot written before it was, the bytes of both
+    documents as compact JSON."""
+    stored = _stored_size(session_doc, SNAPSHOT_BYTES)
+    if stored is None:
+        return document_size(session_doc) + document_size(chat_doc)
+    return stored

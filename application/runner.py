@@ -32,15 +32,17 @@ from selfctx.application.persistence import (
     PACK_CALLS,
     compact_json,
     decode_events,
-    document_size,
     entry_events,
-    json_size,
+    entry_size,
     log_document,
     log_entry,
     log_entry_id,
     pack_id,
+    snapshot_size,
     toolcall_pack,
     unpack_toolcalls,
+    with_size,
+    with_snapshot_size,
 )
 from selfctx.application.ports.clock import Clock
 from selfctx.application.ports.ids import IdSource
@@ -874,7 +876,7 @@ class SessionRunner:
                 seq=snapshot.seq,
                 system_prompt=read_prompt(),
                 objects=self.new_objects(),
-                snapshot_bytes=document_size(session_doc) + document_size(chat_doc),
+                snapshot_bytes=snapshot_size(session_doc, chat_doc),
                 log_bytes_since_snapshot=0,
                 versions_at=position,
                 written=self.new_written(),
@@ -1084,7 +1086,7 @@ class SessionRunner:
             rewritten |= any(isinstance(event, _REWRITES) for event in events)
             tail += events
             session.seq = int(entry["seq"])
-            session.log_bytes_since_snapshot += document_size(entry)
+            session.log_bytes_since_snapshot += entry_size(entry)
             session.note_entry(entry)
         # the whole tail at once: a resume's is thousands of events (decision 0087)
         session.state = state = fold_many(tail, session.state)
@@ -1222,14 +1224,13 @@ class SessionRunner:
             events=events,
         )
         puts.append(entry)
-        entry_json = compact_json(entry)
-        entry_bytes = json_size(entry_json)
+        entry_json, entry_bytes = with_size(entry, compact_json(entry))
         snapshot_bytes = None
         if seq == 1 or base.log_bytes_since_snapshot + entry_bytes >= base.snapshot_bytes:
             session_doc = to_document(SessionObject.of(new_state, seq))
             chat_doc = to_document(ChatObject.of(new_state, base.written))
+            snapshot_bytes = with_snapshot_size(session_doc, chat_doc)
             puts += [session_doc, chat_doc]
-            snapshot_bytes = document_size(session_doc) + document_size(chat_doc)
         return _Prepared(
             base=base,
             state=new_state,
