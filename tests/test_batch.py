@@ -486,7 +486,7 @@ def test_a_batchs_snapshot_chat_is_built_at_its_commit_as_it_was_before(
     assert store.commits == before + 1
     assert [commits for commits, _ in built] == [before]  # one, for the commit
     monkeypatch.undo()
-    # what is stored is what building it at once gives: the same documents, byte for byte
+    # what is stored is what building it at once gives: the same documents
     state = built[0][1]
     snapshot, chat = store.get(f"session:{sid}"), store.get(state.chat_id)
     assert snapshot is not None and chat is not None
@@ -495,8 +495,8 @@ def test_a_batchs_snapshot_chat_is_built_at_its_commit_as_it_was_before(
     expected_session = runner.as_stored(
         runner.to_document(runner.SessionObject.of(state, seq))
     )
-    assert runner.compact_json(chat) == runner.compact_json(expected_chat)
-    assert runner.compact_json(snapshot) == runner.compact_json(expected_session)
+    assert chat == expected_chat  # (a node gives the fields back in its own order)
+    assert snapshot == expected_session
     other = make_service()
     other.resume_session(sid)
     assert other.state(sid) == service.state(sid)
