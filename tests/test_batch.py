@@ -15,10 +15,12 @@ from selfctx.application.persistence import (
     log_entries,
     log_entry_tx,
 )
-from selfctx.application.ports.store import StoreUnavailable
+from selfctx.application.ports.store import StoreError, StoreUnavailable
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.documents import to_document
 from selfctx.domain.errors import InvalidInput
+from selfctx.domain.infrastructure import ChatObject, SessionObject
 from selfctx.domain.session.machine import decide_and_fold
 from tests.conftest import MakeService
 from tests.support import WrappedStore, file_id
@@ -464,7 +466,7 @@ def test_a_batchs_snapshot_chat_is_built_at_its_commit_as_it_was_before(
 ) -> None:
     # The chat document of a batch's snapshot is built when the batch commits (after a
     # proxied request went upstream, decision 0161), once: not as each snapshot falls due.
-    real = runner.ChatObject
+    real = ChatObject
     built: list[tuple[int, Any]] = []
 
     class Counting:
@@ -491,10 +493,8 @@ def test_a_batchs_snapshot_chat_is_built_at_its_commit_as_it_was_before(
     snapshot, chat = store.get(f"session:{sid}"), store.get(state.chat_id)
     assert snapshot is not None and chat is not None
     seq = int(snapshot["seq"])
-    expected_chat = runner.as_stored(runner.to_document(real.of(state)))
-    expected_session = runner.as_stored(
-        runner.to_document(runner.SessionObject.of(state, seq))
-    )
+    expected_chat = runner.as_stored(to_document(real.of(state)))
+    expected_session = runner.as_stored(to_document(SessionObject.of(state, seq)))
     assert chat == expected_chat  # (a node gives the fields back in its own order)
     assert snapshot == expected_session
     other = make_service()
@@ -520,10 +520,10 @@ def test_a_snapshot_that_cannot_be_built_at_the_commit_fails_the_commit(
     a_turn(service, sid, 1)
     state, logged = service.state(sid), entries(store, sid)
     monkeypatch.setattr(runner, "ChatObject", Broken)
-    with pytest.raises(runner.StoreError, match="could not be prepared"):
-        with service.batch(sid) as progress:
-            _turns(service, sid, "b")
-            progress.done += 1
+    prepared = pytest.raises(StoreError, match="could not be prepared")
+    with prepared, service.batch(sid) as progress:
+        _turns(service, sid, "b")
+        progress.done += 1
     monkeypatch.undo()
     assert progress.committed == 0
     assert entries(store, sid) == logged
