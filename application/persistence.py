@@ -436,10 +436,15 @@ def entry_size(entry: Mapping[str, Any]) -> int:
     return document_size(entry) if stored is None else stored
 
 
-def with_snapshot_size(session_doc: dict[str, Any], chat_doc: Mapping[str, Any]) -> int:
+def with_snapshot_size(
+    session_doc: dict[str, Any], chat_doc: Mapping[str, Any], *, session_bytes: int | None = None
+) -> int:
     """Store in ``session_doc`` the size of the snapshot of ``session_doc`` and ``chat_doc``
-    (the bytes of both as compact JSON) and return it."""
-    size = document_size(session_doc) + document_size(chat_doc)
+    (the bytes of both as compact JSON; ``session_bytes``: the session document's, if measured
+    already) and return it."""
+    if session_bytes is None:
+        session_bytes = document_size(session_doc)
+    size = session_bytes + document_size(chat_doc)
     session_doc[SNAPSHOT_BYTES] = size
     return size
 

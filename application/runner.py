@@ -32,6 +32,7 @@ from selfctx.application.persistence import (
     PACK_CALLS,
     compact_json,
     decode_events,
+    document_size,
     entry_events,
     entry_size,
     log_document,
@@ -204,8 +205,9 @@ class OpenSession:
     objects: ObjectCache
     """Every object of the index: metadata always, content up to a budget (the rest is read
     again from the store when needed)."""
-    snapshot_bytes: int
-    """Size of the last snapshot written (session plus chat document)."""
+    snapshot_bytes: int | _Snapshot
+    """Size of the last snapshot written (session plus chat document); inside a batch, a
+    snapshot of the batch whose chat document is built at the commit (decision 0161)."""
     log_bytes_since_snapshot: int
     stale: bool = False
     """Set when a commit failed in a way that leaves its fate unknown: catch up before deciding."""
@@ -332,7 +334,7 @@ class Reads:
         self._overlay = built
         for prepared in overlay:
             if prepared is not None:
-                built.update((str(doc["xt/id"]), doc) for doc in prepared.puts)
+                built.update((str(doc["xt/id"]), doc) for doc in prepared.documents())
 
     def seed(self, documents: Mapping[str, Document | None]) -> None:
         """Take these documents as read from the store just now (None: absent; the commit's
@@ -428,7 +430,9 @@ class _Base:
     session_id: str
     state: SessionState
     seq: int
-    snapshot_bytes: int
+    snapshot_bytes: int | _Snapshot
+    """Size of the last snapshot (a snapshot of the batch not yet built: its size when
+    needed, :func:`_reaches`)."""
     log_bytes_since_snapshot: int
     packing: Packing
     written: WrittenChat | None = None
@@ -449,10 +453,11 @@ class _Base:
     @classmethod
     def after(cls, prepared: _Prepared) -> _Base:
         before = prepared.base
-        if prepared.snapshot_bytes is None:
+        sizes: tuple[int | _Snapshot, int]
+        if prepared.snapshot is None:
             sizes = (before.snapshot_bytes, before.log_bytes_since_snapshot + prepared.entry_bytes)
         else:
-            sizes = (prepared.snapshot_bytes, 0)
+            sizes = (prepared.snapshot, 0)
         return cls(
             before.session_id,
             prepared.state,
@@ -461,6 +466,62 @@ class _Base:
             prepared.packing,
             before.written,
         )
+
+
+class _Snapshot:
+    """A snapshot a command writes (its session and chat documents), the chat document built
+    when first asked for: at the commit, after a batch's request went upstream (decision
+    0161). The session document is built at once: its size is a floor of the snapshot's,
+    which answers whether the next snapshot is due without the chat's (:func:`_reaches`)."""
+
+    __slots__ = ("_chat", "_size", "_state", "_written", "floor", "ids", "session_doc")
+
+    def __init__(self, state: SessionState, seq: int, written: WrittenChat | None) -> None:
+        self.session_doc = to_document(SessionObject.of(state, seq))
+        self.floor = document_size(self.session_doc)
+        self.ids = (str(self.session_doc["xt/id"]), state.chat_id)
+        self._state: SessionState | None = state
+        self._written = written
+        self._chat: Document | None = None
+        self._size: int | None = None
+
+    def documents(self) -> list[Document]:
+        """The session and chat documents, in this order (the chat built the first time)."""
+        if self._chat is None:
+            assert self._state is not None
+            chat = to_document(ChatObject.of(self._state, self._written))
+            self._size = with_snapshot_size(self.session_doc, chat, session_bytes=self.floor)
+            self._chat, self._state, self._written = chat, None, None
+        return [self.session_doc, self._chat]
+
+    @property
+    def built(self) -> bool:
+        return self._chat is not None
+
+    @property
+    def size(self) -> int:
+        """Bytes of both documents (building the chat's if it is not built yet)."""
+        if self._size is None:
+            self.documents()
+        assert self._size is not None
+        return self._size
+
+
+def _reaches(log_bytes: int, snapshot: int | _Snapshot) -> bool:
+    """Whether ``log_bytes`` of log since the last snapshot reach its size: the snapshot's
+    chat document is built only when the session document's size alone does not say."""
+    if isinstance(snapshot, int):
+        return log_bytes >= snapshot
+    return log_bytes >= snapshot.floor and log_bytes >= snapshot.size
+
+
+def _bytes(snapshot: int | _Snapshot) -> int:
+    return snapshot if isinstance(snapshot, int) else snapshot.size
+
+
+def _settled(snapshot: int | _Snapshot) -> int | _Snapshot:
+    """A snapshot's size where its documents are built (committed), else the snapshot."""
+    return snapshot.size if isinstance(snapshot, _Snapshot) and snapshot.built else snapshot
 
 
 @attrs.frozen
@@ -476,12 +537,23 @@ class _Prepared:
     entry_json: str
     """``entry`` as compact JSON: measured once, and parsed into the next commit's precondition."""
     entry_bytes: int
-    snapshot_bytes: int | None
+    snapshot: _Snapshot | None
+    """The snapshot it writes after ``puts`` (None: none), its chat document built at the
+    commit (:meth:`documents`)."""
     written: dict[str, Any]
     reads: Reads
     packing: Packing
     chat_rewritten: bool = False
     """An event restored an earlier chat: the session's renderings must start again."""
+
+    def documents(self) -> list[Document]:
+        """Every document it writes: ``puts``, then the snapshot's (built now if not yet)."""
+        return self.puts if self.snapshot is None else [*self.puts, *self.snapshot.documents()]
+
+    def ids(self) -> list[str]:
+        """The ids of :meth:`documents`, without building the snapshot's chat."""
+        ids = [str(doc["xt/id"]) for doc in self.puts]
+        return ids if self.snapshot is None else [*ids, *self.snapshot.ids]
 
     def entry_expected(self) -> Expect:
         """The precondition that the next commit requires: this log entry, exactly as stored."""
@@ -535,7 +607,7 @@ class _Batch:
 
     state: SessionState
     seq: int
-    snapshot_bytes: int
+    snapshot_bytes: int | _Snapshot
     log_bytes_since_snapshot: int
     system_prompt: SystemPromptObject
     marks: list[Mark]
@@ -588,8 +660,12 @@ class _Batch:
         self.keep_prior(session, [*prepared.written, *prepared.reads.objects])
         self.builds.append(build)
         self.pending.append(prepared)
-        self.writes.update(str(doc["xt/id"]) for doc in prepared.puts)
+        self.writes.update(prepared.ids())
+        # a snapshot's chat is not an object a command reads: its document is built at the
+        # commit (decision 0161), its session document is here as before
         self.latest.update((str(doc["xt/id"]), doc) for doc in prepared.puts)
+        if prepared.snapshot is not None:
+            self.latest[prepared.snapshot.ids[0]] = prepared.snapshot.session_doc
 
     def supersede(self, prepared: _Prepared) -> bool:
         """Whether the only documents of ``prepared`` that the batch already writes are the
@@ -597,19 +673,17 @@ class _Batch:
         an earlier command of the batch; that earlier snapshot is then dropped, and this one
         stands for it (decision 0119). The transaction is applied whole or not at all, and
         every log entry between the two is in it: no state is lost that a load could need."""
-        if prepared.snapshot_bytes is None:
+        if prepared.snapshot is None:
             return False
-        ids = [str(doc["xt/id"]) for doc in prepared.puts]
-        snapshot = set(ids[-2:])
-        taken = self.writes.intersection(ids)
+        snapshot = set(prepared.snapshot.ids)
+        taken = self.writes.intersection(prepared.ids())
         if not taken or not taken <= snapshot:
             return False
         for index, earlier in enumerate(self.pending):
-            if earlier.snapshot_bytes is None:
+            if earlier.snapshot is None or set(earlier.snapshot.ids) != snapshot:
                 continue
-            if {str(doc["xt/id"]) for doc in earlier.puts[-2:]} != snapshot:
-                continue
-            self.pending[index] = attrs.evolve(earlier, puts=earlier.puts[:-2], snapshot_bytes=None)
+            # dropped unbuilt: its chat document is never made (decision 0161)
+            self.pending[index] = attrs.evolve(earlier, snapshot=None)
             self.writes.difference_update(snapshot)
             for object_id in snapshot:
                 self.latest.pop(object_id, None)
@@ -642,8 +716,9 @@ class _Batch:
                         expected.add(object_id)
                         expect.append(condition)
                 entry = prepared.entry
-                puts += [doc for doc in prepared.puts if doc is not entry]
-                written.update(str(doc["xt/id"]) for doc in prepared.puts)
+                documents = prepared.documents()  # a snapshot's chat built now (decision 0161)
+                puts += [doc for doc in documents if doc is not entry]
+                written.update(str(doc["xt/id"]) for doc in documents)
             puts.append(log_document([prepared.entry for prepared in chunk]))
         for rider in self.riders:
             expect += rider.expect
@@ -1179,9 +1254,10 @@ class SessionRunner:
     ) -> list[Document]:
         """Commit the command; returns the documents written."""
         prepared = self._prepare(_Base.of(session), command, command_id, events, after, reads)
-        self.store.commit(prepared.puts, prepared.expect)
+        puts = prepared.documents()
+        self.store.commit(puts, prepared.expect)
         self._apply(session, prepared)  # durable: now the in-memory session may move on
-        return prepared.puts
+        return puts
 
     def _prepare(
         self,
@@ -1225,12 +1301,10 @@ class SessionRunner:
         )
         puts.append(entry)
         entry_json, entry_bytes = with_size(entry, compact_json(entry))
-        snapshot_bytes = None
-        if seq == 1 or base.log_bytes_since_snapshot + entry_bytes >= base.snapshot_bytes:
-            session_doc = to_document(SessionObject.of(new_state, seq))
-            chat_doc = to_document(ChatObject.of(new_state, base.written))
-            snapshot_bytes = with_snapshot_size(session_doc, chat_doc)
-            puts += [session_doc, chat_doc]
+        snapshot = None
+        if seq == 1 or _reaches(base.log_bytes_since_snapshot + entry_bytes, base.snapshot_bytes):
+            # its chat document is built at the commit: after the send, in a batch (0161)
+            snapshot = _Snapshot(new_state, seq, base.written)
         return _Prepared(
             base=base,
             state=new_state,
@@ -1240,7 +1314,7 @@ class SessionRunner:
             entry=entry,
             entry_json=entry_json,
             entry_bytes=entry_bytes,
-            snapshot_bytes=snapshot_bytes,
+            snapshot=snapshot,
             written=written,
             reads=reads,
             packing=packing,
@@ -1252,7 +1326,7 @@ class SessionRunner:
         before it have been applied too, so the session is where ``prepared`` was decided)."""
         after = _Base.after(prepared)
         session.state, session.seq = after.state, after.seq
-        session.snapshot_bytes = after.snapshot_bytes
+        session.snapshot_bytes = _settled(after.snapshot_bytes)
         session.log_bytes_since_snapshot = after.log_bytes_since_snapshot
         session.packing = after.packing
         if prepared.chat_rewritten:
@@ -1352,9 +1426,7 @@ class SessionRunner:
             return events, None
         base = _Base.of(session)
         prepared = self._prepare(base, command, self.ids.new_id(), events, after, reads)
-        if batch.writes.intersection(
-            str(doc["xt/id"]) for doc in prepared.puts
-        ) and not batch.supersede(prepared):
+        if batch.writes.intersection(prepared.ids()) and not batch.supersede(prepared):
             # A document the batch already writes (other than a snapshot this command's
             # replaces): what it holds goes first, and the command is decided again on top of it.
             self._flush(session, batch)
@@ -1377,7 +1449,13 @@ class SessionRunner:
         while batch.pending or batch.riders:
             builds = list(batch.builds)
             riders = list(batch.riders)
-            puts, expect = batch.transaction()
+            try:
+                puts, expect = batch.transaction()  # a snapshot's chat document built here
+            except Exception as exc:  # reported as the commit's failure (decision 0161)
+                batch.roll_back(session)
+                batch.restart(session)
+                session.stale = True
+                raise StoreError(f"the commit's documents could not be prepared: {exc!r}") from exc
             try:
                 self.store.commit(puts, expect)
             except ConflictError as exc:
@@ -1409,6 +1487,7 @@ class SessionRunner:
                 session.stale = True
                 raise
             batch.restart(session)
+            session.snapshot_bytes = _bytes(session.snapshot_bytes)  # built: a size again
             for rider in riders:
                 rider.landed()
             break
@@ -1484,7 +1563,7 @@ class SessionRunner:
                 prepared = self._prepare(base, command, self.ids.new_id(), events, after, reads)
                 if ahead is not None:
                     prepared.expect.append(ahead.entry_expected())
-                submission = self.store.submit(prepared.puts, prepared.expect)
+                submission = self.store.submit(prepared.documents(), prepared.expect)
                 flight.append(_InFlight(build, slot, prepared, submission, reads))
             while flight:
                 redo = self._land(session, flight)

@@ -15,10 +15,12 @@ from selfctx.application.persistence import (
     log_entries,
     log_entry_tx,
 )
-from selfctx.application.ports.store import StoreUnavailable
+from selfctx.application.ports.store import StoreError, StoreUnavailable
 from selfctx.application.service import ContextService
 from selfctx.domain.chat import ToolCallRequest
+from selfctx.domain.documents import to_document
 from selfctx.domain.errors import InvalidInput
+from selfctx.domain.infrastructure import ChatObject, SessionObject
 from selfctx.domain.session.machine import decide_and_fold
 from tests.conftest import MakeService
 from tests.support import WrappedStore, file_id
@@ -445,3 +447,89 @@ def test_a_session_written_one_document_an_entry_resumes_and_goes_on(
         assert fresh.state_at(sid, seq).state == state
     log = entries(store, sid)
     assert [s for s, _ in log] == list(range(1, fresh.log_position(sid) + 1))
+
+
+def _turns(service: ContextService, session_id: str, tag: str, count: int = 40) -> None:
+    for n in range(1, count + 1):
+        call = f"tc-{tag}-{n}"
+        request = [ToolCallRequest(call, "bash", {"n": n})]
+        service.record_assistant_message(session_id, f"step {n}", request)
+        service.record_tool_call(session_id, call, tool="bash", args={"n": n}, output="ok")
+
+
+def test_a_batchs_snapshot_chat_is_built_at_its_commit_as_it_was_before(
+    service: ContextService,
+    store: WrappedStore,
+    sid: str,
+    make_service: MakeService,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The chat document of a batch's snapshot is built when the batch commits (after a
+    # proxied request went upstream, decision 0161), once: not as each snapshot falls due.
+    real = ChatObject
+    built: list[tuple[int, Any]] = []
+
+    class Counting:
+        @staticmethod
+        def of(state: Any, written: Any = None) -> Any:
+            built.append((store.commits, state))
+            return real.of(state, written)
+
+    _turns(service, sid, "a", 20)
+    # the batch's first command takes a snapshot; the next ones' log stays under the session
+    # document's size, which answers that no other is due without the chat's
+    service._sessions[sid].log_bytes_since_snapshot = 10**9
+    monkeypatch.setattr(runner, "ChatObject", Counting)
+    before = store.commits
+    with service.batch(sid) as progress:
+        _turns(service, sid, "b", 2)
+        progress.done += 1
+        assert built == []  # none built yet: the send would happen here
+    assert store.commits == before + 1
+    assert [commits for commits, _ in built] == [before]  # one, for the commit
+    monkeypatch.undo()
+    # what is stored is what building it at once gives: the same documents
+    state = built[0][1]
+    snapshot, chat = store.get(f"session:{sid}"), store.get(state.chat_id)
+    assert snapshot is not None and chat is not None
+    seq = int(snapshot["seq"])
+    expected_chat = runner.as_stored(to_document(real.of(state)))
+    expected_session = runner.as_stored(to_document(SessionObject.of(state, seq)))
+    runner.with_snapshot_size(expected_session, expected_chat)  # its size with it (0164)
+    assert chat == expected_chat  # (a node gives the fields back in its own order)
+    assert snapshot == expected_session
+    other = make_service()
+    other.resume_session(sid)
+    assert other.state(sid) == service.state(sid)
+    assert other.assemble(sid) == service.assemble(sid)
+
+
+def test_a_snapshot_that_cannot_be_built_at_the_commit_fails_the_commit(
+    service: ContextService,
+    store: WrappedStore,
+    sid: str,
+    make_service: MakeService,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Built after the send, a snapshot that fails is the commit's failure, as a store's is
+    # (decision 0161): nothing of the batch is written, the session is as the store has it.
+    class Broken:
+        @staticmethod
+        def of(state: Any, written: Any = None) -> Any:
+            raise RuntimeError("no chat")
+
+    a_turn(service, sid, 1)
+    state, logged = service.state(sid), entries(store, sid)
+    monkeypatch.setattr(runner, "ChatObject", Broken)
+    prepared = pytest.raises(StoreError, match="could not be prepared")
+    with prepared, service.batch(sid) as progress:
+        _turns(service, sid, "b")
+        progress.done += 1
+    monkeypatch.undo()
+    assert progress.committed == 0
+    assert entries(store, sid) == logged
+    assert service.state(sid) == state
+    _turns(service, sid, "c", 2)  # and the session carries on
+    fresh = make_service()
+    fresh.resume_session(sid)
+    assert fresh.state(sid) == service.state(sid)

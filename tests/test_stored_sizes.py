@@ -107,7 +107,12 @@ def test_a_session_written_before_the_sizes_were_stored_resumes_to_the_same_coun
     def old_entry(entry: dict[str, Any], entry_json: str) -> tuple[str, int]:
         return entry_json, json_size(entry_json)
 
-    def old_snapshot(session_doc: dict[str, Any], chat_doc: Mapping[str, Any]) -> int:
+    def old_snapshot(
+        session_doc: dict[str, Any],
+        chat_doc: Mapping[str, Any],
+        *,
+        session_bytes: int | None = None,
+    ) -> int:
         return document_size(session_doc) + document_size(chat_doc)
 
     with monkeypatch.context() as patched:
