@@ -14,6 +14,7 @@ from selfctx.application.persistence import (
     entry_events,
     log_entries,
     log_entry_tx,
+    with_snapshot_size,
 )
 from selfctx.application.ports.store import StoreError, StoreUnavailable
 from selfctx.application.service import ContextService
@@ -495,7 +496,7 @@ def test_a_batchs_snapshot_chat_is_built_at_its_commit_as_it_was_before(
     seq = int(snapshot["seq"])
     expected_chat = runner.as_stored(to_document(real.of(state)))
     expected_session = runner.as_stored(to_document(SessionObject.of(state, seq)))
-    runner.with_snapshot_size(expected_session, expected_chat)  # its size with it (0164)
+    with_snapshot_size(expected_session, expected_chat)  # its size with it (0164)
     assert chat == expected_chat  # (a node gives the fields back in its own order)
     assert snapshot == expected_session
     other = make_service()

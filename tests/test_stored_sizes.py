@@ -35,7 +35,9 @@ def _turns(service: ContextService, sid: str, count: int, tag: str = "a") -> Non
 
 def _sizes(service: ContextService, sid: str) -> tuple[int, int, int]:
     session = service._open(sid)
-    return session.seq, session.snapshot_bytes, session.log_bytes_since_snapshot
+    size = session.snapshot_bytes
+    assert isinstance(size, int)  # committed: a size, not a snapshot still to build (0161)
+    return session.seq, size, session.log_bytes_since_snapshot
 
 
 def _counted(store: WrappedStore, service: ContextService, sid: str) -> tuple[int, int, int]:
