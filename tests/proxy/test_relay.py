@@ -13,7 +13,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import attrs
@@ -290,26 +290,17 @@ def test_a_worker_that_breaks_off_its_answer_ends_that_connection_only() -> None
         await writer.drain()
         writer.close()
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    loop = asyncio.new_event_loop()
-    server = loop.run_until_complete(asyncio.start_server(broken, sock=sock))
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    worker = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    try:
-        with relay_in_thread(Relay([worker], SECRET)) as base, httpx.Client() as client:
-            try:
-                cut = client.get(base + "/v1/models")
-                cut_short = len(cut.content) < 100
-            except httpx.RemoteProtocolError:
-                cut_short = True
-            bad_head = client.get(base + "/v1/models")
-    finally:
-        loop.call_soon_threadsafe(server.close)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
+    with (
+        raw_worker(broken) as worker,
+        relay_in_thread(Relay([worker], SECRET)) as base,
+        httpx.Client() as client,
+    ):
+        try:
+            cut = client.get(base + "/v1/models")
+            cut_short = len(cut.content) < 100
+        except httpx.RemoteProtocolError:
+            cut_short = True
+        bad_head = client.get(base + "/v1/models")
     assert cut_short
     assert bad_head.status_code == 502 and bad_head.json()["error"]["message"]
 
@@ -406,36 +397,23 @@ def test_a_slow_reader_holds_the_worker_back_and_the_front_stays_bounded() -> No
             sent[0] += len(piece) - writer.transport.get_write_buffer_size()
         writer.close()
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen()
-    loop = asyncio.new_event_loop()
-    server = loop.run_until_complete(asyncio.start_server(large, sock=sock))
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    worker = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    try:
-        with relay_in_thread(Relay([worker], SECRET)) as base:
-            client = _raw(base)
-            client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
-            client.sendall(b"GET /v1/models HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
-            deadline = time.monotonic() + 20
-            settled, last = 0, -1
-            while settled < 5 and time.monotonic() < deadline:  # until the worker is held
-                time.sleep(0.1)
-                settled, last = (settled + 1, last) if sent[0] == last else (0, sent[0])
-            held_back = sent[0]
-            received = 0
-            client.settimeout(30)
-            while received < total:
-                data = client.recv(1024 * 1024)
-                assert data, received
-                received += len(data)
-            client.close()
-    finally:
-        loop.call_soon_threadsafe(server.close)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
+    with raw_worker(large) as worker, relay_in_thread(Relay([worker], SECRET)) as base:
+        client = _raw(base)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        client.sendall(b"GET /v1/models HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+        deadline = time.monotonic() + 20
+        settled, last = 0, -1
+        while settled < 5 and time.monotonic() < deadline:  # until the worker is held
+            time.sleep(0.1)
+            settled, last = (settled + 1, last) if sent[0] == last else (0, sent[0])
+        held_back = sent[0]
+        received = 0
+        client.settimeout(30)
+        while received < total:
+            data = client.recv(1024 * 1024)
+            assert data, received
+            received += len(data)
+        client.close()
     assert settled >= 5, "the worker was never held back"
     assert held_back < total // 2, held_back
     assert received >= total
@@ -484,3 +462,25 @@ def test_a_connections_buffer_pauses_reading_while_full_and_lends_its_pieces() -
         assert conn.take(6) == b"abcdef"
 
     asyncio.run(scenario())
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@contextlib.contextmanager
+def raw_worker(handler: Handler) -> Iterator[str]:
+    """A stand-in worker on a loop and thread of its own, answering with ``handler``'s raw
+    bytes; yields its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(asyncio.start_server(handler, sock=sock))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        loop.call_soon_threadsafe(server.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
