@@ -167,7 +167,7 @@ def render_config(
     """The node's EDN config: ``xtdb/config/<config>.edn`` with its placeholders filled in (a
     RocksDB node's data directory of the layout before decision 0166 takes
     ``rocksdb-two-stores.edn``: :func:`rocksdb_layout`)."""
-    template_name = config
+    template_name: str = config
     if config == "rocksdb" and data_dir is not None and rocksdb_layout(data_dir) == "two-stores":
         template_name = "rocksdb-two-stores"
     template = string.Template(

@@ -27,7 +27,9 @@ pytestmark = pytest.mark.xtdb
 
 
 @pytest.fixture(params=["records", "two-stores"])
-def layout_node(request: pytest.FixtureRequest, xtdb_jars: Path, tmp_path: Path) -> Iterator[XtdbNode]:
+def layout_node(
+    request: pytest.FixtureRequest, xtdb_jars: Path, tmp_path: Path
+) -> Iterator[XtdbNode]:
     """A RocksDB node of either data directory layout (decision 0166): ``records``, what a new
     directory gets (one RocksDB for the tx-log and the documents, one fsync a commit), or
     ``two-stores``, a directory written before it (``tx-log`` and ``documents``), which keeps it."""

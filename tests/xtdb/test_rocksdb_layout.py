@@ -14,9 +14,7 @@ from selfctx.adapters.xtdb.node import TWO_STORES_DIRS, render_config, rocksdb_l
 
 
 def _render(data: Path) -> str:
-    return render_config(
-        "rocksdb", port=1, data_dir=data, postgres=None, secret_file=data / "key"
-    )
+    return render_config("rocksdb", port=1, data_dir=data, postgres=None, secret_file=data / "key")
 
 
 def _old_layout(data: Path) -> None:
@@ -65,13 +63,11 @@ def test_each_layout_is_kept_across_restarts(xtdb_jars: Path, tmp_path: Path) ->
     _old_layout(old)
     for data in (new, old):
         node = XtdbNode("rocksdb", data)
-        with node:
-            with closing(open_store(node.url, timeout=10.0)) as store:
-                receipt = store.commit([{"xt/id": "a", "type": "file", "v": 1}])
-        with node:
-            with closing(open_store(node.url, timeout=10.0)) as store:
-                assert store.get("a") == {"xt/id": "a", "type": "file", "v": 1}
-                assert store.latest_tx() == receipt
+        with node, closing(open_store(node.url, timeout=10.0)) as store:
+            receipt = store.commit([{"xt/id": "a", "type": "file", "v": 1}])
+        with node, closing(open_store(node.url, timeout=10.0)) as store:
+            assert store.get("a") == {"xt/id": "a", "type": "file", "v": 1}
+            assert store.latest_tx() == receipt
     assert {p.name for p in new.iterdir() if p.is_dir()} == {"indexes", "records", "tmp"}
     assert {p.name for p in old.iterdir() if p.is_dir()} == {"indexes", *TWO_STORES_DIRS, "tmp"}
     assert any((new / "records").glob("*.log"))
