@@ -129,6 +129,33 @@ def doc_cache_bytes() -> int:
     return int(megabytes) * 1024 * 1024
 
 
+RocksdbLayout = Literal["records", "two-stores"]
+RECORDS_DIR = "records"
+"""The one RocksDB of a RocksDB node's tx-log and documents (decision 0166)."""
+TWO_STORES_DIRS = ("tx-log", "documents")
+"""A data directory written before decision 0166: the tx-log and the documents in a RocksDB each."""
+
+
+def rocksdb_layout(data_dir: Path) -> RocksdbLayout:
+    """How a RocksDB node's data directory keeps its tx-log and documents (decision 0166).
+
+    ``two-stores``: a directory written before 0166 (``tx-log`` and ``documents``), which keeps
+    running as it was written, two fsyncs a commit; ``records``: one RocksDB for both, one fsync a
+    commit, what a new directory gets. A directory holding both layouts is refused (the node would
+    otherwise read one and ignore the other): nothing is moved or deleted here.
+    """
+    old = [name for name in TWO_STORES_DIRS if (data_dir / name).exists()]
+    if not old:
+        return "records"
+    if (data_dir / RECORDS_DIR).exists():
+        raise XtdbSetupError(
+            f"{data_dir} holds both {RECORDS_DIR}/ (one RocksDB for the tx-log and the documents) "
+            f"and {', '.join(name + '/' for name in old)} (the layout before it): a node reads "
+            "one or the other; move away the one that is not this node's record"
+        )
+    return "two-stores"
+
+
 def render_config(
     config: ConfigName,
     *,
@@ -137,8 +164,15 @@ def render_config(
     postgres: PostgresTarget | None,
     secret_file: Path,
 ) -> str:
-    """The node's EDN config: ``xtdb/config/<config>.edn`` with its placeholders filled in."""
-    template = string.Template((paths.project_dir() / "config" / f"{config}.edn").read_text())
+    """The node's EDN config: ``xtdb/config/<config>.edn`` with its placeholders filled in (a
+    RocksDB node's data directory of the layout before decision 0166 takes
+    ``rocksdb-two-stores.edn``: :func:`rocksdb_layout`)."""
+    template_name: str = config
+    if config == "rocksdb" and data_dir is not None and rocksdb_layout(data_dir) == "two-stores":
+        template_name = "rocksdb-two-stores"
+    template = string.Template(
+        (paths.project_dir() / "config" / f"{template_name}.edn").read_text()
+    )
     values: dict[str, str] = {
         "port": str(port),
         "doc_cache_bytes": str(doc_cache_bytes()),
@@ -150,6 +184,7 @@ def render_config(
         values["index_dir"] = _edn_string(str(data_dir / "indexes"))
         values["tx_log_dir"] = _edn_string(str(data_dir / "tx-log"))
         values["doc_store_dir"] = _edn_string(str(data_dir / "documents"))
+        values["records_dir"] = _edn_string(str(data_dir / RECORDS_DIR))
     if config == "postgres":
         if postgres is None:
             raise XtdbSetupError("a postgres node needs a PostgresTarget")
@@ -360,7 +395,10 @@ class XtdbNode:
         log_fd = os.open(self.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         os.fchmod(log_fd, 0o600)  # a log of an earlier version may be readable by all
         with os.fdopen(log_fd, "ab") as log:
-            log.write(f"\n=== starting {self.config} node on {self.url} ===\n".encode())
+            layout = ""
+            if self.config == "rocksdb" and self.data_dir is not None:
+                layout = f" (layout {rocksdb_layout(self.data_dir)})"
+            log.write(f"\n=== starting {self.config} node{layout} on {self.url} ===\n".encode())
             log.flush()
             self.process = subprocess.Popen(
                 java_command(config_file, tmp_dir),

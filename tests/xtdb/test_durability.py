@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from selfctx.adapters.xtdb import XtdbNode, XtdbStore, open_store
+from selfctx.adapters.xtdb.node import TWO_STORES_DIRS
 from selfctx.application.ports.store import (
     Expect,
     ObjectStore,
@@ -23,6 +24,26 @@ from selfctx.application.ports.store import (
 from selfctx.contracts.store import StoreContract
 
 pytestmark = pytest.mark.xtdb
+
+
+@pytest.fixture(params=["records", "two-stores"])
+def layout_node(
+    request: pytest.FixtureRequest, xtdb_jars: Path, tmp_path: Path
+) -> Iterator[XtdbNode]:
+    """A RocksDB node of either data directory layout (decision 0166): ``records``, what a new
+    directory gets (one RocksDB for the tx-log and the documents, one fsync a commit), or
+    ``two-stores``, a directory written before it (``tx-log`` and ``documents``), which keeps it."""
+    data = tmp_path / "data"
+    if request.param == "two-stores":
+        for name in TWO_STORES_DIRS:
+            (data / name).mkdir(parents=True, mode=0o700)
+    node = XtdbNode("rocksdb", data)
+    try:
+        node.start()
+        assert (data / "records").exists() == (request.param == "records")
+        yield node
+    finally:
+        node.stop(timeout=20)
 
 
 def snapshot(store: XtdbStore, ids: list[str], tx_ids: list[int], session: str) -> dict[str, Any]:
@@ -66,7 +87,11 @@ def test_a_restart_keeps_everything(rocksdb_node: XtdbNode) -> None:
     store.close()
 
 
-def test_kill_9_loses_no_acknowledged_commit(rocksdb_node: XtdbNode) -> None:
+def test_kill_9_loses_no_acknowledged_commit(layout_node: XtdbNode) -> None:
+    """A commit is acknowledged once its tx-log entry is synced; in the one-RocksDB layout its
+    documents were written to the same log unsynced just before (decision 0166), in the
+    layout before it they were synced on their own: either way they are all there."""
+    rocksdb_node = layout_node
     acked: list[int] = []
     attempted: list[int] = []
     failure: list[BaseException] = []
@@ -143,14 +168,13 @@ def _write_files(store: XtdbStore, versions: int) -> tuple[list[str], list[int]]
 
 def test_the_index_store_keeps_no_write_ahead_log(rocksdb_node: XtdbNode) -> None:
     """Decision 0016: the index store writes no WAL and flushes its column families atomically;
-    the tx-log and the documents keep theirs."""
+    the tx-log and the documents keep theirs, one for both (decision 0166)."""
     with closing(open_store(rocksdb_node.url, timeout=10.0)) as store:
         _write_files(store, versions=20)
     assert rocksdb_node.data_dir is not None
     indexes = rocksdb_node.data_dir / "indexes"
     assert sum(_files(indexes, ".log").values()) == 0
-    assert sum(_files(rocksdb_node.data_dir / "tx-log", ".log").values()) > 0
-    assert sum(_files(rocksdb_node.data_dir / "documents", ".log").values()) > 0
+    assert sum(_files(rocksdb_node.data_dir / "records", ".log").values()) > 0
     options = max(indexes.glob("OPTIONS-*"), key=lambda p: p.stat().st_mtime).read_text()
     assert "atomic_flush=true" in options.replace(" ", "")
     # A clean stop flushes what the log would have held: the index entries of the 420 versions
@@ -160,9 +184,10 @@ def test_the_index_store_keeps_no_write_ahead_log(rocksdb_node: XtdbNode) -> Non
     assert sum(_files(indexes, ".sst").values()) > before
 
 
-def test_kill_9_rebuilds_the_index_from_the_tx_log(rocksdb_node: XtdbNode) -> None:
+def test_kill_9_rebuilds_the_index_from_the_tx_log(layout_node: XtdbNode) -> None:
     """The index entries of every commit die with the node (nothing was flushed); the restarted
     node indexes the tx-log again and answers exactly as before, history and as-of included."""
+    rocksdb_node = layout_node
     assert rocksdb_node.data_dir is not None
     store = open_store(rocksdb_node.url, timeout=10.0)
     ids, tx_ids = _write_files(store, versions=8)

@@ -13,9 +13,11 @@
   they must be flushed together, or a crash could leave one family holding entries of
   transactions that another, with the last-indexed marker, does not. See
   docs/decisions/0016-index-store-without-wal.md."
-  (:require [xtdb.rocksdb :as rocks]
+  (:require [xtdb.kv :as kv]
+            [xtdb.rocksdb :as rocks]
             [xtdb.system :as sys])
-  (:import [org.rocksdb DBOptions]))
+  (:import [java.io Closeable]
+           [org.rocksdb DBOptions WriteOptions]))
 
 (defn ->kv-store
   "`xtdb.rocksdb/->kv-store` with the write-ahead log off and every column family flushed
@@ -52,3 +54,31 @@
                                             (* 1024 1024 (long write-buffer-mb)))
                                            ;; What xtdb.rocksdb sets when it makes the options.
                                            (.setMaxBackgroundJobs background-jobs))))))
+
+(defrecord SyncedKvStore [inner ^WriteOptions write-options]
+  kv/KvStore
+  (new-snapshot [_] (kv/new-snapshot inner))
+  (store [_ kvs] (kv/store inner kvs))
+  (fsync [_] (kv/fsync inner))
+  (compact [_] (kv/compact inner))
+  (count-keys [_] (kv/count-keys inner))
+  (db-dir [_] (kv/db-dir inner))
+  (kv-name [_] (kv/kv-name inner))
+
+  Closeable
+  (close [_]
+    ;; The database is the `:kv-store` module's, which closes it; this view owns its options.
+    (.close write-options)))
+
+(defn ->synced-kv-store
+  "A view of the RocksDB store `:kv-store` (a `selfctx.rocksdb/->durable-kv-store` whose writes
+  are not synced) whose writes are: the tx-log's, when the tx-log and the document store share
+  one RocksDB. Both views write to one write-ahead log, and a synced write makes every earlier
+  write of that log durable with it, so the documents of a transaction, written before its
+  tx-log entry (`xtdb.node`'s submit path), are on disk once that entry is: one fsync a commit
+  instead of two. Reads are the store's. Closing the view closes only its options. See
+  docs/decisions/0166-one-fsync-a-commit.md."
+  {::sys/deps {:kv-store `->durable-kv-store}}
+  [{:keys [kv-store]}]
+  (let [write-options (doto (WriteOptions.) (.setSync true))]
+    (->SyncedKvStore (assoc kv-store :write-options write-options) write-options)))
