@@ -298,7 +298,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
         "xtdb.warm_up_ms", "int",
         "Milliseconds a node runs its request path on a scratch node before it answers (0: not).",
-        default=4000, env="SELFCTX_XTDB_WARM_UP_MS",
+        default=15000, env="SELFCTX_XTDB_WARM_UP_MS",
     ),
     Setting(
         "xtdb.java_opts", "str", "The node's JVM options, space-separated.",

@@ -53,7 +53,7 @@
            [java.net InetSocketAddress URLDecoder]
            [java.nio.charset StandardCharsets]
            [java.time Duration]
-           [java.util.concurrent ExecutorService Executors TimeoutException]
+           [java.util.concurrent ExecutorService Executors ThreadFactory TimeoutException]
            [java.util.concurrent.atomic AtomicLong]
            [xtdb.api NodeOutOfSyncException]))
 
@@ -610,8 +610,10 @@
 
 (defn- start
   "The server on `host`:`port` (0: an ephemeral one) in front of `xtdb-node`, letting in the
-  requests whose `Authorization` header is `expected`; `:port` is the one it listens on."
-  [xtdb-node {:keys [port host threads streams versions]} ^bytes expected]
+  requests whose `Authorization` header is `expected`; `:port` is the one it listens on. With
+  `:thread-name` its request threads are named `<thread-name>-N` (the warm-up's), else the
+  JDK's `pool-N-thread-M` (the node's own: `selfctx bench proxy` groups its threads by name)."
+  [xtdb-node {:keys [port host threads streams versions thread-name]} ^bytes expected]
   (let [feed (versions/->feed xtdb-node versions write-json)
         routes (assoc routes
                       ["POST" "/_xtdb/submit-tx"] (fn [node ex params] (submit-tx feed node ex params))
@@ -619,7 +621,15 @@
                       ["POST" "/_xtdb/selfctx/versions"] (versions-with-documents-route feed))
         ;; Awaits block a thread each, so the pool is larger than the core count.
         ;; A stream holds a connection, not a thread (decision 0154).
-        pool (Executors/newFixedThreadPool (int threads))
+        pool (if thread-name
+               (let [n (AtomicLong.)]
+                 (Executors/newFixedThreadPool
+                  (int threads)
+                  (reify ThreadFactory
+                    (newThread [_ r]
+                      (doto (Thread. r (str thread-name "-" (.incrementAndGet n)))
+                        (.setDaemon true))))))
+               (Executors/newFixedThreadPool (int threads)))
         server (HttpServer/create (InetSocketAddress. ^String host (int port)) 128)]
     (.createContext server "/" (reify HttpHandler
                                  (handle [_ ex] (handle xtdb-node routes expected ex))))
@@ -664,7 +674,8 @@
                             (str warm-up-property " must be a whole number of milliseconds: " v))))))]
     (when (pos? ms)
       (reset! warmed (warm-up/run ms (fn [node scratch-expected]
-                                       (start node (assoc opts :port 0 :host "127.0.0.1")
+                                       (start node (assoc opts :port 0 :host "127.0.0.1"
+                                                          :thread-name "selfctx-warm-up-http")
                                               scratch-expected))))
       ;; The scratch server's requests were not this node's.
       (.set ^AtomicLong requests 0))
