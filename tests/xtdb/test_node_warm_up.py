@@ -7,6 +7,7 @@ on for the nodes they start."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import httpx
 import pytest
@@ -39,7 +40,10 @@ def type_query(node: XtdbNode, kind: str) -> list[object]:
 
 @pytest.mark.parametrize("config", ["memory", "rocksdb"])
 def test_the_warm_up_runs_before_the_node_answers_and_leaves_nothing_in_its_store(
-    xtdb_jars: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: str
+    xtdb_jars: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    config: Literal["memory", "rocksdb"],
 ) -> None:
     monkeypatch.setenv("SELFCTX_XTDB_WARM_UP_MS", "1500")
     data = tmp_path / "data" if config == "rocksdb" else None
