@@ -296,6 +296,11 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         default=64, env="SELFCTX_XTDB_DOC_CACHE_MB",
     ),
     Setting(
+        "xtdb.warm_up_ms", "int",
+        "Milliseconds a node runs its request path on a scratch node before it answers (0: not).",
+        default=15000, env="SELFCTX_XTDB_WARM_UP_MS",
+    ),
+    Setting(
         "xtdb.java_opts", "str", "The node's JVM options, space-separated.",
         env="SELFCTX_XTDB_JAVA_OPTS", default_text="a 1 GB heap and the options of xtdb/",
     ),

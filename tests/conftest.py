@@ -103,6 +103,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 # The nodes tests start keep their secrets' key files here, not in the user's state directory;
 # the processes tests start inherit it (decision 0027).
 os.environ.setdefault("SELFCTX_XTDB_KEYS", tempfile.mkdtemp(prefix="selfctx-test-keys-"))
+# The suite starts many nodes: none runs the warm-up of its request path (decision 0167), which
+# tests/xtdb/test_node_warm_up.py turns on for its own. The processes tests start inherit it.
+os.environ.setdefault("SELFCTX_XTDB_WARM_UP_MS", "0")
 
 _KINDS = [k.strip() for k in os.environ.get("SELFCTX_TEST_STORES", "memory,xtdb").split(",")]
 STORE_KINDS: list[Any] = [

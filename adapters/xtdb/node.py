@@ -218,6 +218,25 @@ def log_tail(log_file: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+WARM_UP_ENV = "SELFCTX_XTDB_WARM_UP_MS"
+
+
+def warm_up_ms() -> int:
+    """Milliseconds a node spends at most compiling its request path before it answers (0: none).
+
+    See ``selfctx.warm-up`` and decision 0167; the tests' nodes set 0 (``SELFCTX_XTDB_WARM_UP_MS``).
+    """
+    try:
+        ms, _, where = load_config().lookup("xtdb.warm_up_ms")
+    except ConfigError as exc:
+        raise XtdbSetupError(f"{exc.where}: expected a whole number of milliseconds, >= 0") from exc
+    if ms < 0:
+        raise XtdbSetupError(
+            f"{where or 'xtdb.warm_up_ms'}={ms!r}: expected a whole number of milliseconds, >= 0"
+        )
+    return int(ms)
+
+
 def java_command(config_file: Path, tmp_dir: Path) -> list[str]:
     """The JVM's argument list (no shell is involved)."""
     project = paths.project_dir()
@@ -240,6 +259,8 @@ def java_command(config_file: Path, tmp_dir: Path) -> list[str]:
         # The JDK's HTTP server writes headers and body separately; with Nagle's algorithm on,
         # the body waits for the client's delayed ACK and every request takes 40 ms longer.
         "-Dsun.net.httpserver.nodelay=true",
+        # The request path compiled on a scratch node before the node answers (decision 0167).
+        f"-Dselfctx.warm-up-ms={warm_up_ms()}",
         "-cp",
         classpath,
         "clojure.main",

@@ -103,7 +103,12 @@
                :document-cache 'xtdb.cache/->cache}
    ::sys/args {:fsync? {:spec ::sys/boolean
                         :required? true
-                        :default true}}}
-  [{:keys [kv-store document-cache fsync?]}]
-  (let [inner (->CountedDocumentStore (kv-docs/->KvDocumentStore kv-store fsync?))]
+                        :default true}
+               :counted? {:spec ::sys/boolean
+                          :doc "Whether `read-back` and `written` count its documents (the
+                               warm-up's scratch node's are not the node's, decision 0167)"
+                          :default true}}}
+  [{:keys [kv-store document-cache fsync? counted?]}]
+  (let [store (kv-docs/->KvDocumentStore kv-store fsync?)
+        inner (if counted? (->CountedDocumentStore store) store)]
     (->KeptDocumentStore document-cache (ds/->CachedDocumentStore document-cache inner) inner)))

@@ -44,6 +44,7 @@
             [selfctx.documents :as documents]
             [selfctx.guard :as guard]
             [selfctx.versions :as versions]
+            [selfctx.warm-up :as warm-up]
             [xtdb.api :as xt]
             [xtdb.codec :as c]
             [xtdb.system :as sys])
@@ -52,7 +53,7 @@
            [java.net InetSocketAddress URLDecoder]
            [java.nio.charset StandardCharsets]
            [java.time Duration]
-           [java.util.concurrent ExecutorService Executors TimeoutException]
+           [java.util.concurrent ExecutorService Executors ThreadFactory TimeoutException]
            [java.util.concurrent.atomic AtomicLong]
            [xtdb.api NodeOutOfSyncException]))
 
@@ -405,6 +406,10 @@
   "Requests answered since the node started (the benchmarks count requests per turn)."
   (AtomicLong.))
 
+(def ^:private warmed
+  "What the warm-up did before this server started, `{:rounds n :ms t}`, or nil."
+  (atom nil))
+
 (defn- status [node _ _]
   ;; "selfctxBlobs" tells our adapter that this node reads bodies with blobs (decision 0015),
   ;; "selfctxVersions" that it answers /_xtdb/selfctx/versions (decision 0066),
@@ -413,7 +418,8 @@
   ;; "selfctxVersionStream" that it serves /_xtdb/selfctx/versions/stream (decision 0148);
   ;; "selfctxDocumentsRead" counts the documents read back from the document store, not found in
   ;; its cache (selfctx.documents, decision 0113), "selfctxDocumentsWritten" those written to it:
-  ;; none that its cache held already (decision 0160).
+  ;; none that its cache held already (decision 0160); "selfctxWarmUp" what the warm-up did
+  ;; before the node answered, `{"rounds", "ms"}`, null when it did not run (decision 0167).
   [200 (assoc (camel-keys (xt/status node))
               "selfctxBlobs" 1
               "selfctxVersions" 1
@@ -422,7 +428,8 @@
               "selfctxVersionStream" 1
               "selfctxRequests" (.get ^AtomicLong requests)
               "selfctxDocumentsRead" (.get ^AtomicLong documents/read-back)
-              "selfctxDocumentsWritten" (.get ^AtomicLong documents/written))])
+              "selfctxDocumentsWritten" (.get ^AtomicLong documents/written)
+              "selfctxWarmUp" (when-let [{:keys [rounds ms]} @warmed] {"rounds" rounds "ms" ms}))])
 
 (defn- versions-route
   "Our extension (decision 0066): the file versions written after `after-tx-id`, from the feed
@@ -601,9 +608,47 @@
     (.shutdownNow pool)
     (.close feed)))
 
+(defn- start
+  "The server on `host`:`port` (0: an ephemeral one) in front of `xtdb-node`, letting in the
+  requests whose `Authorization` header is `expected`; `:port` is the one it listens on. With
+  `:thread-name` its request threads are named `<thread-name>-N` (the warm-up's), else the
+  JDK's `pool-N-thread-M` (the node's own: `selfctx bench proxy` groups its threads by name)."
+  [xtdb-node {:keys [port host threads streams versions thread-name]} ^bytes expected]
+  (let [feed (versions/->feed xtdb-node versions write-json)
+        routes (assoc routes
+                      ["POST" "/_xtdb/submit-tx"] (fn [node ex params] (submit-tx feed node ex params))
+                      ["GET" "/_xtdb/selfctx/versions"] (versions-route feed)
+                      ["POST" "/_xtdb/selfctx/versions"] (versions-with-documents-route feed))
+        ;; Awaits block a thread each, so the pool is larger than the core count.
+        ;; A stream holds a connection, not a thread (decision 0154).
+        pool (if thread-name
+               (let [n (AtomicLong.)]
+                 (Executors/newFixedThreadPool
+                  (int threads)
+                  (reify ThreadFactory
+                    (newThread [_ r]
+                      (doto (Thread. r (str thread-name "-" (.incrementAndGet n)))
+                        (.setDaemon true))))))
+               (Executors/newFixedThreadPool (int threads)))
+        server (HttpServer/create (InetSocketAddress. ^String host (int port)) 128)]
+    (.createContext server "/" (reify HttpHandler
+                                 (handle [_ ex] (handle xtdb-node routes expected ex))))
+    (.createContext server ^String stream-path
+                    (stream-handler xtdb-node routes expected
+                                    (versions-stream-route feed streams)))
+    (.setExecutor server pool)
+    (.start server)
+    (assoc (->SelfctxHttpServer server pool feed) :port (.getPort (.getAddress server)))))
+
+(def ^:private warm-up-property
+  "The JVM system property of the warm-up's milliseconds (decision 0167); absent: none."
+  "selfctx.warm-up-ms")
+
 (defn ->server
   "XTDB module: `{:selfctx.http-server/server {:port 3000 :host \"127.0.0.1\" :secret-file
-  \"...\"}}` in a node's EDN config starts this server next to the node."
+  \"...\"}}` in a node's EDN config starts this server next to the node. With the JVM property
+  `selfctx.warm-up-ms` above 0, the JVM first runs the request path on a scratch node of its own
+  (`selfctx.warm-up`, decision 0167) for that long at most, and answers nothing meanwhile."
   {::sys/deps {:xtdb-node :xtdb/node}
    ::sys/args {:port {:spec ::sys/nat-int :doc "Port to listen on" :default 3000}
                :host {:spec ::sys/string :doc "Address to bind" :default "127.0.0.1"}
@@ -616,27 +661,24 @@
                           :default 100000}
                :secret-file {:spec ::sys/string
                              :doc "File holding the secret every request must carry"}}}
-  [{:keys [xtdb-node port host threads secret-file] :as opts}]
+  [{:keys [xtdb-node host secret-file] :as opts}]
   ;; Headers and body go out in separate writes: without TCP_NODELAY each answer waits ~40 ms
   ;; for the client's delayed ACK. Read once, when the JDK's server classes first load.
   (when-not (System/getProperty "sun.net.httpserver.nodelay")
     (System/setProperty "sun.net.httpserver.nodelay" "true"))
-  ;; Awaits block a thread each, so the pool is larger than the core count.
   (let [expected (guard/read-secret secret-file)
-        feed (versions/->feed xtdb-node (:versions opts) write-json)
-        routes (assoc routes
-                      ["POST" "/_xtdb/submit-tx"] (fn [node ex params] (submit-tx feed node ex params))
-                      ["GET" "/_xtdb/selfctx/versions"] (versions-route feed)
-                      ["POST" "/_xtdb/selfctx/versions"] (versions-with-documents-route feed))
-        ;; A stream holds a connection, not a thread (decision 0154).
-        pool (Executors/newFixedThreadPool (int threads))
-        server (HttpServer/create (InetSocketAddress. ^String host (int port)) 128)]
-    (.createContext server "/" (reify HttpHandler
-                                 (handle [_ ex] (handle xtdb-node routes expected ex))))
-    (.createContext server ^String stream-path
-                    (stream-handler xtdb-node routes expected
-                                    (versions-stream-route feed (:streams opts))))
-    (.setExecutor server pool)
-    (.start server)
-    (log/info "HTTP server started on port: " (.getPort (.getAddress server)) "host:" host)
-    (->SelfctxHttpServer server pool feed)))
+        ms (let [v (some-> (System/getProperty warm-up-property) str/trim)]
+             (try (if (seq v) (Long/parseLong v) 0)
+                  (catch NumberFormatException _
+                    (throw (IllegalArgumentException.
+                            (str warm-up-property " must be a whole number of milliseconds: " v))))))]
+    (when (pos? ms)
+      (reset! warmed (warm-up/run ms (fn [node scratch-expected]
+                                       (start node (assoc opts :port 0 :host "127.0.0.1"
+                                                          :thread-name "selfctx-warm-up-http")
+                                              scratch-expected))))
+      ;; The scratch server's requests were not this node's.
+      (.set ^AtomicLong requests 0))
+    (let [server (start xtdb-node opts expected)]
+      (log/info "HTTP server started on port: " (:port server) "host:" host)
+      server)))
