@@ -611,12 +611,14 @@ def test_a_requests_log_entries_are_measured_after_its_body_is_built(
     monkeypatch.setattr(Proxy, "_ingest", ingesting)
     monkeypatch.setattr(Proxy, "_content", building)
     store = MemoryStore()
-    with scripted([bash(f"echo {n}") for n in range(4)]) as (model, upstream):
-        with proxy_for(upstream, tmp_path, store) as (_proxy, base):
-            conversation = Conversation(base)
-            with httpx.Client() as client:
-                for _ in range(4):
-                    conversation.send(client)
+    with (
+        scripted([bash(f"echo {n}") for n in range(4)]) as (_model, upstream),
+        proxy_for(upstream, tmp_path, store) as (_proxy, base),
+        httpx.Client() as client,
+    ):
+        conversation = Conversation(base)
+        for _ in range(4):
+            conversation.send(client)
     assert len(before_hand) == 4
     # the session's first entry is measured at once (it always takes a snapshot); after it,
     # none of a request's entries before its body is built (main's tree: each of them)
