@@ -586,9 +586,9 @@ def test_a_requests_log_entries_are_measured_after_its_body_is_built(
     upstream, not while it is built (decision 0168); every entry is measured by the commit."""
     from selfctx.adapters.proxy.app import Proxy
     from selfctx.application import runner
+    from selfctx.application.persistence import with_size as sized
 
     measured: list[int] = []
-    sized = runner.with_size
 
     def counting(entry: dict[str, Any], entry_json: str) -> tuple[str, int]:
         measured.append(int(entry["seq"]))
