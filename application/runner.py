@@ -454,7 +454,9 @@ class _Base:
     def after(cls, prepared: _Prepared) -> _Base:
         before = prepared.base
         sizes: tuple[int | _Snapshot, int]
-        if prepared.snapshot is None:
+        if prepared.entry_bytes is None:  # counted at the batch's commit (decision 0168)
+            sizes = (before.snapshot_bytes, before.log_bytes_since_snapshot)
+        elif prepared.snapshot is None:
             sizes = (before.snapshot_bytes, before.log_bytes_since_snapshot + prepared.entry_bytes)
         else:
             sizes = (prepared.snapshot, 0)
@@ -534,12 +536,14 @@ class _Prepared:
     puts: list[Document]
     expect: list[Expect]
     entry: dict[str, Any]
-    entry_json: str
-    """``entry`` as compact JSON: measured once, and parsed into the next commit's precondition."""
-    entry_bytes: int
+    entry_json: str | None
+    """``entry`` as compact JSON: measured once, and parsed into the next commit's precondition
+    (None: a batch's command, measured at the batch's commit, decision 0168)."""
+    entry_bytes: int | None
     snapshot: _Snapshot | None
     """The snapshot it writes after ``puts`` (None: none), its chat document built at the
-    commit (:meth:`documents`)."""
+    commit (:meth:`documents`). A batch's command (``entry_bytes`` None) is given its snapshot,
+    if one is due, at the batch's commit (:meth:`_Batch.transaction`)."""
     written: dict[str, Any]
     reads: Reads
     packing: Packing
@@ -557,7 +561,22 @@ class _Prepared:
 
     def entry_expected(self) -> Expect:
         """The precondition that the next commit requires: this log entry, exactly as stored."""
+        assert self.entry_json is not None
         return Expect(self.entry["xt/id"], json.loads(self.entry_json))
+
+    def sized(self, log_bytes: int, snapshot: int | _Snapshot) -> _Prepared:
+        """This command of a batch with its entry measured and, when the log since the last
+        snapshot (``log_bytes`` before this entry, since ``snapshot``) reaches that snapshot's
+        size with it, the snapshot it takes: what :meth:`SessionRunner._prepare` decides for a
+        command outside a batch, decided at the batch's commit (decision 0168)."""
+        entry_json, entry_bytes = with_size(self.entry, compact_json(self.entry))
+        taken = _reaches(log_bytes + entry_bytes, snapshot)
+        return attrs.evolve(
+            self,
+            entry_json=entry_json,
+            entry_bytes=entry_bytes,
+            snapshot=_Snapshot(self.state, self.seq, self.base.written) if taken else None,
+        )
 
 
 @attrs.frozen
@@ -629,6 +648,9 @@ class _Batch:
     again (:meth:`SessionRunner.batch`)."""
     riders: list[Rider] = attrs.field(factory=list)
     """Documents committed with the next transaction (:meth:`SessionRunner.ride`)."""
+    sized: tuple[int | _Snapshot, int] | None = None
+    """The session's snapshot and log bytes since it once the transaction is committed
+    (:meth:`sizes`, measured when the transaction is made)."""
 
     @classmethod
     def of(cls, session: OpenSession) -> _Batch:
@@ -690,10 +712,31 @@ class _Batch:
             return True
         return False
 
+    def sizes(self) -> tuple[int | _Snapshot, int]:
+        """Measure the pending commands' log entries, in order, and give each the snapshot the
+        rule makes due (decision 0168: at the commit, after a proxied request went upstream);
+        of two snapshots of the batch the later stands for the earlier (decision 0119).
+        Returns the last snapshot (or its size) and the log's bytes since it, once committed."""
+        snapshot, since = self.snapshot_bytes, self.log_bytes_since_snapshot
+        last: int | None = None
+        for index, prepared in enumerate(self.pending):
+            if prepared.entry_bytes is None:
+                prepared = self.pending[index] = prepared.sized(since, snapshot)
+            assert prepared.entry_bytes is not None
+            if prepared.snapshot is None:
+                since += prepared.entry_bytes
+                continue
+            if last is not None:  # dropped unbuilt: its chat document is never made (0161)
+                self.pending[last] = attrs.evolve(self.pending[last], snapshot=None)
+            snapshot, since, last = prepared.snapshot, 0, index
+        return snapshot, since
+
     def transaction(self) -> tuple[list[Document], list[Expect]]:
         """Every pending document, and the preconditions on what the store holds now: one
         per document, none on what an earlier command of the batch writes (the command saw
-        that version in the batch, where it is)."""
+        that version in the batch, where it is). The entries are measured first
+        (:meth:`sizes`)."""
+        self.sized = self.sizes()
         puts: list[Document] = []
         expect: list[Expect] = []
         written: set[str] = set()
@@ -1267,9 +1310,13 @@ class SessionRunner:
         events: tuple[e.Event, ...],
         new_state: SessionState,
         reads: Reads,
+        *,
+        batched: bool = False,
     ) -> _Prepared:
         """The transaction that records ``events`` on top of ``base``, leading to ``new_state``
-        (``fold(events, base.state)``, which deciding computed)."""
+        (``fold(events, base.state)``, which deciding computed). ``batched``: a command of a
+        batch, whose log entry is measured, and its snapshot decided, at the batch's commit
+        (decision 0168; the session's first entry at once: it always takes one)."""
         seq = base.seq + 1
         puts: list[Document] = []
         expect = [Expect(log_entry_id(base.session_id, seq), None)]
@@ -1300,11 +1347,15 @@ class SessionRunner:
             events=events,
         )
         puts.append(entry)
-        entry_json, entry_bytes = with_size(entry, compact_json(entry))
+        entry_json: str | None = None
+        entry_bytes: int | None = None
         snapshot = None
-        if seq == 1 or _reaches(base.log_bytes_since_snapshot + entry_bytes, base.snapshot_bytes):
-            # its chat document is built at the commit: after the send, in a batch (0161)
-            snapshot = _Snapshot(new_state, seq, base.written)
+        if not batched or seq == 1:
+            entry_json, entry_bytes = with_size(entry, compact_json(entry))
+            if seq == 1 or _reaches(
+                base.log_bytes_since_snapshot + entry_bytes, base.snapshot_bytes
+            ):
+                snapshot = _Snapshot(new_state, seq, base.written)
         return _Prepared(
             base=base,
             state=new_state,
@@ -1425,7 +1476,9 @@ class SessionRunner:
             self._refresh(session, reads, session.state)
             return events, None
         base = _Base.of(session)
-        prepared = self._prepare(base, command, self.ids.new_id(), events, after, reads)
+        prepared = self._prepare(
+            base, command, self.ids.new_id(), events, after, reads, batched=True
+        )
         if batch.writes.intersection(prepared.ids()) and not batch.supersede(prepared):
             # A document the batch already writes (other than a snapshot this command's
             # replaces): what it holds goes first, and the command is decided again on top of it.
@@ -1486,8 +1539,10 @@ class SessionRunner:
                 batch.restart(session)
                 session.stale = True
                 raise
+            assert batch.sized is not None
+            snapshot, session.log_bytes_since_snapshot = batch.sized
+            session.snapshot_bytes = _bytes(snapshot)  # built: a size again
             batch.restart(session)
-            session.snapshot_bytes = _bytes(session.snapshot_bytes)  # built: a size again
             for rider in riders:
                 rider.landed()
             break

@@ -346,8 +346,10 @@ identity)."""
 
 
 def _messages(items: Iterable[ChatMessage] | bytes) -> PVector[ChatMessage] | bytes:
-    if isinstance(items, bytes):
-        return items
+    # A vector is immutable: taken as it is, not copied (a turn's ``append`` hands over its
+    # messages with one more, and copying them all made appending to a long turn cost its length)
+    if type(items) is _VECTOR or isinstance(items, bytes):
+        return items  # type: ignore[return-value]
     return pvector(items)
 
 

@@ -576,3 +576,60 @@ def test_a_logged_commit_refused_before_a_streamed_answers_context_calls(
         False
     ] * 3
     assert [r.n for r in records] == [1, 2, 3]  # the request sent again has the third
+
+
+def test_a_requests_log_entries_are_measured_after_its_body_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log entries a request's batch writes are encoded and measured (their JSON, the
+    snapshot rule) at the batch's commit, after the managed body is built and handed to the
+    upstream, not while it is built (decision 0168); every entry is measured by the commit."""
+    from selfctx.adapters.proxy.app import Proxy
+    from selfctx.application import runner
+    from selfctx.application.persistence import with_size as sized
+
+    measured: list[int] = []
+
+    def counting(entry: dict[str, Any], entry_json: str) -> tuple[str, int]:
+        measured.append(int(entry["seq"]))
+        return sized(entry, entry_json)
+
+    monkeypatch.setattr(runner, "with_size", counting)
+    before_hand: list[list[int]] = []
+    start = [0]
+    ingest, content = Proxy._ingest, Proxy._content
+
+    def ingesting(self: Proxy, turn: Any, hand: Callable[[], None]) -> Any:
+        start[0] = len(measured)
+        return ingest(self, turn, hand)
+
+    def building(self: Proxy, turn: Any) -> bytes:
+        body = content(self, turn)  # the body to hand to the upstream, built
+        before_hand.append(measured[start[0] :])
+        return body
+
+    monkeypatch.setattr(Proxy, "_ingest", ingesting)
+    monkeypatch.setattr(Proxy, "_content", building)
+    store = MemoryStore()
+    with (
+        scripted([bash(f"echo {n}") for n in range(4)]) as (_model, upstream),
+        proxy_for(upstream, tmp_path, store) as (_proxy, base),
+        httpx.Client() as client,
+    ):
+        conversation = Conversation(base)
+        for _ in range(4):
+            conversation.send(client)
+    assert len(before_hand) == 4
+    # the session's first entry is measured at once (it always takes a snapshot); after it,
+    # none of a request's entries before its body is built (main's tree: each of them)
+    assert before_hand[0] in ([], [1])
+    assert before_hand[1:] == [[], [], []]
+
+    def stored() -> list[int]:
+        docs = [store.get(i) for i in store.ids_of_type(LOG_TYPE)]
+        return sorted(int(e["seq"]) for d in docs if d is not None for e in log_entries(d))
+
+    deadline = time.monotonic() + 10  # the last commit lands by the answer; bounded anyway
+    while len(stored()) < len(measured) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert stored() == sorted(measured) == list(range(1, len(measured) + 1))
