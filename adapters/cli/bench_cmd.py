@@ -753,7 +753,11 @@ def _scale(args: argparse.Namespace) -> int:
         parts=tuple(args.only.split(",")),
         memory_checkpoints=ints(args.memory_turns),
         memory_budget=args.memory_budget,
-        server_env={"PYTHONPATH": args.server_path} if args.server_path else None,
+        server_env={
+            **({"PYTHONPATH": args.server_path} if args.server_path else {}),
+            **({"SELFCTX_CACHE_BUDGET": str(args.cache_budget)} if args.cache_budget else {}),
+        }
+        or None,
         progress=_progress(args.json),
     )
     if args.json:
@@ -815,6 +819,12 @@ def _register_scale(benches: Any) -> None:
         type=int,
         default=1_000_000,
         help="the memory part's content cache, characters (files.content_budget)",
+    )
+    scale.add_argument(
+        "--cache-budget",
+        type=int,
+        metavar="BYTES",
+        help="the servers' cache budget (memory.cache_budget, decision 0169; default: theirs)",
     )
     scale.add_argument(
         "--server-path",

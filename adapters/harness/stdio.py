@@ -365,6 +365,7 @@ def _assemble(server: StdioServer, p: dict[str, Any]) -> RawJson:
         "chars": request.chars,
         "log_position": server.service.log_position(harness.session_id),
         "cached_chars": server.service.cached_chars(harness.session_id),
+        "cache_bytes": harness.cache_bytes(),
     }
     *parts, last = request.parts  # the request's object, with its stats added at its end
     return RawJson(*parts, last[:-1], ',"stats":', ascii_dumps(stats), "}")
