@@ -729,14 +729,20 @@ def run_scale(
     server: Sequence[str] | None = None,
     server_env: dict[str, str] | None = None,
     progress: Progress = lambda _: None,
+    cache_budget: int | None = None,
 ) -> dict[str, Any]:
-    """Measure everything; the JSON shape of ``selfctx bench scale --json``."""
+    """Measure everything; the JSON shape of ``selfctx bench scale --json``. ``cache_budget``:
+    the per-turn servers' (decision 0169), else their default."""
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="selfctx-bench-scale-") as tmp:
         root = Path(tmp)
         if "per_turn" in parts:
+            env = server_env
+            if cache_budget is not None:
+                env = _cache_budget_env(root, cache_budget, server_env)
+                out["cache_budget"] = cache_budget
             out["per_turn"] = _per_turn(
-                checkpoints, window, stores, modes, root, progress, server, server_env
+                checkpoints, window, stores, modes, root, progress, server, env
             )
         if "memory" in parts:
             out["memory"] = _memory(
@@ -759,6 +765,25 @@ def run_scale(
         if "resume" in parts:
             out["resume"] = _resume(resume_objects, root, progress, server, server_env)
     return out
+
+
+def _cache_budget_env(root: Path, budget: int, server_env: dict[str, str] | None) -> dict[str, str]:
+    """The servers' environment with a cache budget: the setting, and the three budgets of it
+    a server before it reads too (so that such a server runs with the same content, metadata
+    and rendering caches; its other caches keep their bounds)."""
+    from selfctx.application.cache_budget import cache_shares
+
+    shares = cache_shares(budget)
+    config = root / "cache-budget-config.toml"
+    config.write_text(
+        f"[files]\ncontent_budget = {shares.content_chars}\n"
+        f"metadata_budget = {shares.metadata_calls}\nrendering_budget = {shares.renderings}\n"
+    )
+    return {
+        **(server_env or {}),
+        "SELFCTX_CONFIG": str(config),
+        "SELFCTX_CACHE_BUDGET": str(budget),
+    }
 
 
 def _memory(

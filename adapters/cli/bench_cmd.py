@@ -753,11 +753,8 @@ def _scale(args: argparse.Namespace) -> int:
         parts=tuple(args.only.split(",")),
         memory_checkpoints=ints(args.memory_turns),
         memory_budget=args.memory_budget,
-        server_env={
-            **({"PYTHONPATH": args.server_path} if args.server_path else {}),
-            **({"SELFCTX_CACHE_BUDGET": str(args.cache_budget)} if args.cache_budget else {}),
-        }
-        or None,
+        server_env={"PYTHONPATH": args.server_path} if args.server_path else None,
+        cache_budget=args.cache_budget,
         progress=_progress(args.json),
     )
     if args.json:
@@ -824,7 +821,9 @@ def _register_scale(benches: Any) -> None:
         "--cache-budget",
         type=int,
         metavar="BYTES",
-        help="the servers' cache budget (memory.cache_budget, decision 0169; default: theirs)",
+        help="the per-turn servers' cache budget (memory.cache_budget, decision 0169; and its "
+        "shares as files.content_budget, metadata_budget, rendering_budget, which a server "
+        "without the setting reads; default: the servers' own)",
     )
     scale.add_argument(
         "--server-path",
