@@ -31,6 +31,7 @@ class Tokenizer(abc.ABC):
         """Remember the counts of at most ``entries`` texts from now on, if this tokenizer
         remembers any (a memo shared by several services keeps the least bound any gave it;
         decision 0169). A tokenizer without a memo ignores it."""
+        del entries
 
     @property
     def memo_entries(self) -> int:
