@@ -165,3 +165,27 @@ def test_with_a_small_budget_a_long_sessions_caches_stop_at_their_shares() -> No
     default = _drive(None, 240, (240,))[240]
     assert default["token_counts"] > 1.5 * shares.token_counts, default
     assert default["known"] > 2 * (2 * shares.known_names + 200), default
+
+
+def test_the_stdio_server_answers_the_caches_bytes() -> None:
+    from selfctx.adapters.harness.stdio import StdioServer
+
+    service = build_service(settings=Settings(cache_budget=400_000), tokenizer=_tokenizer())
+    try:
+        server = StdioServer(service)
+        import json
+
+        def call(method: str, **params: Any) -> Any:
+            line = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+            return json.loads(server.handle_line(line) or "{}")["result"]
+
+        call("session.open", session_id="c", policy="relevance")
+        call("ingest", session_id="c", messages=[{"role": "user", "content": "hello"}])
+        call("assemble", session_id="c")
+        sizes = call("session.caches", session_id="c")
+        assert sorted(sizes) == [
+            "content", "known_names", "metadata", "renderings", "token_counts", "tokenizer_memo",
+        ]  # fmt: skip
+        assert all(isinstance(v, int) and v >= 0 for v in sizes.values())
+    finally:
+        service.close()

@@ -182,7 +182,10 @@ class _Driven:
             return None
         self.rss_at[turn] = client.rss()
         self.cached_at[turn] = assembled.get("stats", {}).get("cached_chars")
-        self.caches_at[turn] = assembled.get("stats", {}).get("cache_bytes")  # None: older
+        try:
+            self.caches_at[turn] = client.call("session.caches", session_id=self.session)
+        except RpcFailure:  # a server before decision 0169
+            self.caches_at[turn] = None
         self.bytes_at[turn] = self.sent
         c_ms = statistics.median(self._cpu) / 1e6
         r_ms = statistics.median(self._ref) / 1e6

@@ -365,7 +365,6 @@ def _assemble(server: StdioServer, p: dict[str, Any]) -> RawJson:
         "chars": request.chars,
         "log_position": server.service.log_position(harness.session_id),
         "cached_chars": server.service.cached_chars(harness.session_id),
-        "cache_bytes": harness.cache_bytes(),
     }
     *parts, last = request.parts  # the request's object, with its stats added at its end
     return RawJson(*parts, last[:-1], ',"stats":', ascii_dumps(stats), "}")
@@ -382,6 +381,13 @@ def _context_method(name: str) -> None:
 
 for _name in ("activate", "deactivate", "pin", "unpin"):
     _context_method(_name)
+
+
+@method(METHODS, "session.caches", {"session_id": STR}, {})
+def _caches(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
+    """The bytes each of the session's caches holds as ``memory.cache_budget`` counts them
+    (decision 0169)."""
+    return server.session(p["session_id"]).harness.cache_bytes()
 
 
 @method(METHODS, "tools.call", {"session_id": STR, "name": STR}, {"arguments": OBJECT})

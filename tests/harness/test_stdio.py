@@ -255,16 +255,11 @@ def test_a_session_from_open_to_close(fmt: str, server: Server, workspace: Path)
     assert active_ids(request) == [calc]
     assert json.dumps(FILES["calc.py"])[1:-1] in text
     assert f"toolcall_ref id={tc(sid, 'call_cat')} tool=bash status=ok" in text
-    caches = request["stats"]["cache_bytes"]
     assert request["stats"] | {"chars": 0, "log_position": 0, "cached_chars": 0} == {
         "index": 2, "pool": 2, "active": 1, "pinned": 0, "collapsed": 1, "files": 1,
         "toolcalls": 1, "turns": 2, "messages": len(request["messages"]), "chars": 0,
-        "log_position": 0, "cached_chars": 0, "cache_bytes": caches,
+        "log_position": 0, "cached_chars": 0,
     }  # fmt: skip
-    assert sorted(caches) == [
-        "content", "known_names", "metadata", "renderings", "token_counts", "tokenizer_memo",
-    ]  # fmt: skip
-    assert caches["content"] == request["stats"]["cached_chars"]
     assert request["stats"]["chars"] > len(FILES["calc.py"])
     # the file's content is held in memory (the content budget is far away)
     assert request["stats"]["cached_chars"] >= len(FILES["calc.py"])
