@@ -154,23 +154,31 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         default=Settings().max_output_bytes,
     ),
     Setting(
+        "memory.cache_budget", "int",
+        "Bytes of the caches an open session keeps in memory, split among them: content, "
+        "hollow calls' metadata, renderings, remembered token counts, known identifiers and the "
+        "tokenizer's memo; each files.* budget unset takes its share (decision 0169).",
+        default=Settings().cache_budget, env="SELFCTX_CACHE_BUDGET",
+    ),
+    Setting(
         "files.content_budget", "int",
         "Characters of object content an open session keeps in memory besides what its prompt "
-        "shows whole; the rest is read back from the store when shown (decisions 0065, 0086).",
+        "shows whole; the rest is read back from the store when shown (decisions 0065, 0086). "
+        "Default: its share of memory.cache_budget.",
         default=Settings().content_budget,
     ),
     Setting(
         "files.metadata_budget", "int",
         "Tool calls whose content was dropped and whose metadata an open session keeps in "
         "memory, the ones used last; an older one's is read back from the store when needed "
-        "(decision 0111).",
+        "(decision 0111). Default: its share of memory.cache_budget.",
         default=Settings().metadata_budget,
     ),
     Setting(
         "files.rendering_budget", "int",
         "Chat messages, the last ones, whose rendering as a provider's item an open session's "
         "request cache keeps; an older one is encoded again when a request renders it "
-        "(decision 0117).",
+        "(decision 0117). Default: its share of memory.cache_budget.",
         default=Settings().rendering_budget,
     ),
     Setting(
@@ -522,10 +530,14 @@ class Config:
             policy=policy if policy is not None else self.policy(),
             max_file_bytes=self.get("files.max_file_bytes"),
             max_output_bytes=self.get("files.max_output_bytes"),
-            content_budget=self.get("files.content_budget"),
-            metadata_budget=self.get("files.metadata_budget"),
-            rendering_budget=self.get("files.rendering_budget"),
-        )
+            cache_budget=self.get("memory.cache_budget"),
+            **{
+                key.split(".", 1)[1]: self.get(key)
+                for key in ("files.content_budget", "files.metadata_budget",
+                            "files.rendering_budget")
+                if self.is_set(key)  # else the share of the cache budget
+            },
+        )  # fmt: skip
 
 
 def load_config(

@@ -122,6 +122,11 @@ class ObjectCache(MutableMapping[str, ContentObject]):
 
     # -- beyond it ---------------------------------------------------------------------------
 
+    @property
+    def warm_calls(self) -> int:
+        """Hollow tool calls whose metadata is in memory (at most ``metadata_budget``)."""
+        return len(self._warm)
+
     def hold_hollow(self, obj: ContentObject) -> None:
         """Hold ``obj`` without its content (read without it: ``obj.content`` is None); it is
         read from the store when asked for whole."""

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from selfctx.application.budget import TokenBudget, token_budget
+from selfctx.application.cache_budget import ENTRY_BYTES
 from selfctx.application.policies import as_policy
 from selfctx.application.ports.clock import Clock
 from selfctx.application.ports.files import FileReader, FileRestorer
@@ -149,6 +150,7 @@ class ContextService:
         self._unpin = Unpin(deps)
         self.tokenizer = tokenizer
         """Counts tokens for budgets and reports."""
+        tokenizer.bound_memo(self.settings.caches.tokenizer_memo)  # its share (decision 0169)
         compact = None
         if summarizer is not None:
             compact = CompactChat(deps, summarizer, fallback_summarizer or summarizer)
@@ -554,6 +556,20 @@ class ContextService:
         """Characters of object content the session holds in memory (at most the settings'
         ``content_budget``; the rest is in the store)."""
         return self._open(session_id).objects.chars
+
+    def cache_bytes(self, session_id: str) -> dict[str, int]:
+        """Bytes each cache of the session holds, as the cache budget counts them (decision
+        0169: content by its characters, the others by entries at their measured size); the
+        tokenizer's memo is the process's."""
+        session = self._open(session_id)
+        sizes = ENTRY_BYTES
+        return {
+            "content": session.objects.chars,
+            "metadata": session.objects.warm_calls * sizes["metadata"],
+            "token_counts": len(session.token_cache) * sizes["token_counts"],
+            "known_names": len(session.relevance_memo.known) * sizes["known_names"],
+            "tokenizer_memo": self.tokenizer.memo_entries * sizes["tokenizer_memo"],
+        }
 
     def object(self, session_id: str, object_id: str) -> ContentObject:
         """The latest version of one of this session's objects (an id or a ``#n`` handle)."""

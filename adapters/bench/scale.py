@@ -135,6 +135,7 @@ class _Driven:
         self.sent = 0
         self.rss_at: dict[int, int] = {}
         self.cached_at: dict[int, int | None] = {0: 0}
+        self.caches_at: dict[int, dict[str, int] | None] = {0: None}
         self.bytes_at: dict[int, int] = {0: 0}
         self.figures: dict[str, dict[str, Any]] = {}
         self.unsupported: str | None = None
@@ -181,6 +182,10 @@ class _Driven:
             return None
         self.rss_at[turn] = client.rss()
         self.cached_at[turn] = assembled.get("stats", {}).get("cached_chars")
+        try:
+            self.caches_at[turn] = client.call("session.caches", session_id=self.session)
+        except RpcFailure:  # a server before decision 0169
+            self.caches_at[turn] = None
         self.bytes_at[turn] = self.sent
         c_ms = statistics.median(self._cpu) / 1e6
         r_ms = statistics.median(self._ref) / 1e6
@@ -193,6 +198,7 @@ class _Driven:
             "rss_mb": round(self.rss_at[turn] / 1e6, 1),
             "messages_mb": round(self.sent / 1e6, 2),
             "cached_mchars": _mega(self.cached_at[turn]),
+            "caches_mb": _caches_mb(self.caches_at[turn]),
             "turns_measured": len(self._cpu),
         }
         self.figures[str(turn)] = figures
@@ -270,6 +276,13 @@ def _one_session(
             # beside each checkpoint), what still grows is what the session keeps per message.
             before = sorted(checkpoints)[-2]
             out["memory_late"] = _growth(main.rss_at, main.bytes_at, before, final)
+            caches = _caches_growth(main.caches_at, before, final)
+            if caches is not None:  # what the caches filled, and the rest: kept per message
+                late = out["memory_late"]
+                late["caches_growth_mb_per_100_turns"] = caches
+                late["residue_mb_per_100_turns"] = round(
+                    late["rss_growth_mb_per_100_turns"] - caches, 2
+                )
         out["messages_bytes"] = main.sent
         out["turns"] = last
     finally:
@@ -277,6 +290,26 @@ def _one_session(
         for other in beside.values():
             other.close()
     return out
+
+
+def _caches_mb(sizes: dict[str, int] | None) -> dict[str, float] | None:
+    """The caches' bytes as the server counts them (decision 0169), MB each and in all."""
+    if not sizes:
+        return None
+    out = {name: round(size / 1e6, 2) for name, size in sizes.items()}
+    out["all"] = round(sum(sizes.values()) / 1e6, 2)
+    return out
+
+
+def _caches_growth(
+    caches_at: dict[int, dict[str, int] | None], first: int, final: int
+) -> float | None:
+    """MB per 100 turns the caches grew by from turn ``first`` to ``final`` (None: a server
+    that does not report them)."""
+    a, b = caches_at.get(first), caches_at.get(final)
+    if not a or not b:
+        return None
+    return round((sum(b.values()) - sum(a.values())) / 1e6 / (final - first) * 100, 2)
 
 
 def _mega(chars: int | None) -> float | None:
@@ -699,14 +732,20 @@ def run_scale(
     server: Sequence[str] | None = None,
     server_env: dict[str, str] | None = None,
     progress: Progress = lambda _: None,
+    cache_budget: int | None = None,
 ) -> dict[str, Any]:
-    """Measure everything; the JSON shape of ``selfctx bench scale --json``."""
+    """Measure everything; the JSON shape of ``selfctx bench scale --json``. ``cache_budget``:
+    the per-turn servers' (decision 0169), else their default."""
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="selfctx-bench-scale-") as tmp:
         root = Path(tmp)
         if "per_turn" in parts:
+            env = server_env
+            if cache_budget is not None:
+                env = _cache_budget_env(root, cache_budget, server_env)
+                out["cache_budget"] = cache_budget
             out["per_turn"] = _per_turn(
-                checkpoints, window, stores, modes, root, progress, server, server_env
+                checkpoints, window, stores, modes, root, progress, server, env
             )
         if "memory" in parts:
             out["memory"] = _memory(
@@ -729,6 +768,25 @@ def run_scale(
         if "resume" in parts:
             out["resume"] = _resume(resume_objects, root, progress, server, server_env)
     return out
+
+
+def _cache_budget_env(root: Path, budget: int, server_env: dict[str, str] | None) -> dict[str, str]:
+    """The servers' environment with a cache budget: the setting, and the three budgets of it
+    a server before it reads too (so that such a server runs with the same content, metadata
+    and rendering caches; its other caches keep their bounds)."""
+    from selfctx.application.cache_budget import cache_shares
+
+    shares = cache_shares(budget)
+    config = root / "cache-budget-config.toml"
+    config.write_text(
+        f"[files]\ncontent_budget = {shares.content_chars}\n"
+        f"metadata_budget = {shares.metadata_calls}\nrendering_budget = {shares.renderings}\n"
+    )
+    return {
+        **(server_env or {}),
+        "SELFCTX_CONFIG": str(config),
+        "SELFCTX_CACHE_BUDGET": str(budget),
+    }
 
 
 def _memory(
@@ -792,6 +850,8 @@ def print_scale(result: dict[str, Any]) -> None:
                     f"{f['reference_ms']:>7} {f['ratio']:>8} {f['rss_mb']:>7} "
                     f"{f['messages_mb']:>8} {_fmt(f.get('cached_mchars')):>14}"
                 )
+                if f.get("caches_mb"):
+                    print(f"{'':<16} {'':>6} caches MB: {f['caches_mb']}")
             growth = _growth_of_cpu(figures["checkpoints"])
             if growth is not None and key.endswith("/append"):
                 first, final, ratio = growth
@@ -807,6 +867,12 @@ def print_scale(result: dict[str, Any]) -> None:
                     f" against {memory.get('messages_mb_per_100_turns')} MB of messages"
                     f" ({memory.get('ratio')}x)"
                 )
+                if memory.get("caches_growth_mb_per_100_turns") is not None:
+                    print(
+                        f"{'':<16}   of which the caches +"
+                        f"{memory['caches_growth_mb_per_100_turns']} MB, the rest +"
+                        f"{memory['residue_mb_per_100_turns']} MB per 100 turns"
+                    )
             disk = figures.get("disk")
             if disk:
                 print(

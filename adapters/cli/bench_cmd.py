@@ -754,6 +754,7 @@ def _scale(args: argparse.Namespace) -> int:
         memory_checkpoints=ints(args.memory_turns),
         memory_budget=args.memory_budget,
         server_env={"PYTHONPATH": args.server_path} if args.server_path else None,
+        cache_budget=args.cache_budget,
         progress=_progress(args.json),
     )
     if args.json:
@@ -815,6 +816,14 @@ def _register_scale(benches: Any) -> None:
         type=int,
         default=1_000_000,
         help="the memory part's content cache, characters (files.content_budget)",
+    )
+    scale.add_argument(
+        "--cache-budget",
+        type=int,
+        metavar="BYTES",
+        help="the per-turn servers' cache budget (memory.cache_budget, decision 0169; and its "
+        "shares as files.content_budget, metadata_budget, rendering_budget, which a server "
+        "without the setting reads; default: the servers' own)",
     )
     scale.add_argument(
         "--server-path",

@@ -590,6 +590,12 @@ class RequestCache:
             keep = {id(m) for m in chat[len(chat) - kept :]}
             self._rendered = {i: hit for i, hit in self._rendered.items() if i in keep}
 
+    @property
+    def renderings(self) -> int:
+        """Messages whose rendering is kept (at most ``rendering_budget`` and the stale ones
+        dropped together)."""
+        return len(self._rendered)
+
     def settle(self) -> None:
         """What the next rendering would drop first, dropped now: a resumed session's first
         rendering (decision 0110) renders every message, and keeps a rendering of each until

@@ -36,6 +36,7 @@ from selfctx.adapters.harness.tools import (
     handle_context_tool,
     tool_schemas,
 )
+from selfctx.application.cache_budget import ENTRY_BYTES
 from selfctx.application.service import ContextService
 from selfctx.domain.errors import InvalidInput, SelfContextError
 from selfctx.domain.session.state import PolicyConfig
@@ -128,6 +129,13 @@ class HarnessSession:
         if self.format != "openai" or not self.text_actions:  # else shaped at every request
             self._requests.render(context)
             self._requests.settle()
+
+    def cache_bytes(self) -> dict[str, int]:
+        """Bytes each cache of the session holds as the cache budget counts them (the
+        service's, and this request cache's renderings; decision 0169)."""
+        sizes = self.service.cache_bytes(self.session_id)
+        sizes["renderings"] = self._requests.renderings * ENTRY_BYTES["renderings"]
+        return sizes
 
     @property
     def ids(self) -> CallIds:

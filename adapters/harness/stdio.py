@@ -383,6 +383,13 @@ for _name in ("activate", "deactivate", "pin", "unpin"):
     _context_method(_name)
 
 
+@method(METHODS, "session.caches", {"session_id": STR}, {})
+def _caches(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
+    """The bytes each of the session's caches holds as ``memory.cache_budget`` counts them
+    (decision 0169)."""
+    return server.session(p["session_id"]).harness.cache_bytes()
+
+
 @method(METHODS, "tools.call", {"session_id": STR, "name": STR}, {"arguments": OBJECT})
 def _tools_call(server: StdioServer, p: dict[str, Any]) -> dict[str, Any]:
     """A context tool call the model made, relayed as is: refusals are answers for the model."""

@@ -196,6 +196,16 @@ class TiktokenTokenizer(Tokenizer):
             ) from None
         return _shared(str(path.resolve()), spec.name, stat.st_size, stat.st_mtime_ns)
 
+    def bound_memo(self, entries: int) -> None:
+        with self._lock:
+            self._cache_entries = max(0, min(self._cache_entries, entries))
+            while len(self._cache) > self._cache_entries:
+                self._cache.popitem(last=False)
+
+    @property
+    def memo_entries(self) -> int:
+        return len(self._cache)
+
     def count(self, text: str) -> int:
         """Return the number of tokens of ``text`` encoded as ordinary text (no special tokens)."""
         if len(text) > MAX_PIECE_CHARS and not has_long_whitespace_run(text):

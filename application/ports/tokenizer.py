@@ -27,6 +27,17 @@ class Tokenizer(abc.ABC):
         """Whether :meth:`count` returns the model's real token count rather than an estimate."""
         return not self.name.startswith("estimate:")
 
+    def bound_memo(self, entries: int) -> None:
+        """Remember the counts of at most ``entries`` texts from now on, if this tokenizer
+        remembers any (a memo shared by several services keeps the least bound any gave it;
+        decision 0169). A tokenizer without a memo ignores it."""
+        del entries
+
+    @property
+    def memo_entries(self) -> int:
+        """Texts whose counts the tokenizer remembers now (0 without a memo)."""
+        return 0
+
     @abc.abstractmethod
     def count(self, text: str) -> int:
         """Return the number of tokens ``text`` encodes to, as ordinary text.

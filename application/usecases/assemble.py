@@ -95,6 +95,11 @@ class AssembleContext:
 
     def _counter(self, session: OpenSession) -> Callable[[str], int]:
         cache = session.token_cache
+        shares = self._deps.settings.caches
+        # the entry-bounded caches of the session take their shares of the cache budget here,
+        # where every assembly passes (a rollback makes new ones; decision 0169)
+        cache.entries = shares.token_counts
+        session.relevance_memo.known.limit = shares.known_names
         count = self._tokenizer.count
 
         def counted(text: str) -> int:
