@@ -507,12 +507,20 @@ class _Snapshot:
         return self._size
 
 
+SNAPSHOT_SHARE: Final = 2
+"""A snapshot is due when the log since the last one has grown by this share of that snapshot's
+size (1/2 of it): a resume folds at most half a snapshot's worth of log after it (decision
+0170, which says how it was chosen and what its neighbours measure)."""
+
+
 def _reaches(log_bytes: int, snapshot: int | _Snapshot) -> bool:
-    """Whether ``log_bytes`` of log since the last snapshot reach its size: the snapshot's
-    chat document is built only when the session document's size alone does not say."""
+    """Whether ``log_bytes`` of log since the last snapshot reach its share of its size
+    (:data:`SNAPSHOT_SHARE`): the snapshot's chat document is built only when the session
+    document's size alone does not say."""
+    reached = log_bytes * SNAPSHOT_SHARE
     if isinstance(snapshot, int):
-        return log_bytes >= snapshot
-    return log_bytes >= snapshot.floor and log_bytes >= snapshot.size
+        return reached >= snapshot
+    return reached >= snapshot.floor and reached >= snapshot.size
 
 
 def _bytes(snapshot: int | _Snapshot) -> int:
