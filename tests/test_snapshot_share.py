@@ -72,7 +72,7 @@ def test_a_session_written_under_the_whole_size_rule_resumes_and_writes_on_under
     # the resume's own entry writes the snapshot the share has made due
     after = store.get(f"session:{sid}")
     assert after is not None and after["seq"] > before["seq"]
-    seq, size, log = _sizes(other, sid)
+    _, size, log = _sizes(other, sid)
     assert 2 * log < size
     _turn(other, sid, n + 1, tag="b")
     assert 2 * _sizes(other, sid)[2] < _sizes(other, sid)[1]
