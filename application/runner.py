@@ -517,10 +517,11 @@ def _reaches(log_bytes: int, snapshot: int | _Snapshot) -> bool:
     """Whether ``log_bytes`` of log since the last snapshot reach its share of its size
     (:data:`SNAPSHOT_SHARE`): the snapshot's chat document is built only when the session
     document's size alone does not say."""
-    reached = log_bytes * SNAPSHOT_SHARE
     if isinstance(snapshot, int):
-        return reached >= snapshot
-    return reached >= snapshot.floor and reached >= snapshot.size
+        return log_bytes * SNAPSHOT_SHARE >= snapshot
+    # a snapshot a batch has taken, its chat not built until the batch's commit (0161): built for
+    # the rule only once the log reaches the session document's size, as before the share
+    return log_bytes >= snapshot.floor and log_bytes * SNAPSHOT_SHARE >= snapshot.size
 
 
 def _bytes(snapshot: int | _Snapshot) -> int:
