@@ -507,21 +507,12 @@ class _Snapshot:
         return self._size
 
 
-SNAPSHOT_SHARE: Final = 2
-"""A snapshot is due when the log since the last one has grown by this share of that snapshot's
-size (1/2 of it): a resume folds at most half a snapshot's worth of log after it (decision
-0170, which says how it was chosen and what its neighbours measure)."""
-
-
 def _reaches(log_bytes: int, snapshot: int | _Snapshot) -> bool:
-    """Whether ``log_bytes`` of log since the last snapshot reach its share of its size
-    (:data:`SNAPSHOT_SHARE`): the snapshot's chat document is built only when the session
-    document's size alone does not say."""
+    """Whether ``log_bytes`` of log since the last snapshot reach its size: the snapshot's
+    chat document is built only when the session document's size alone does not say."""
     if isinstance(snapshot, int):
-        return log_bytes * SNAPSHOT_SHARE >= snapshot
-    # a snapshot a batch has taken, its chat not built until the batch's commit (0161): built for
-    # the rule only once the log reaches the session document's size, as before the share
-    return log_bytes >= snapshot.floor and log_bytes * SNAPSHOT_SHARE >= snapshot.size
+        return log_bytes >= snapshot
+    return log_bytes >= snapshot.floor and log_bytes >= snapshot.size
 
 
 def _bytes(snapshot: int | _Snapshot) -> int:

@@ -2,9 +2,9 @@
 of a state.
 
 The session's truth is its event log (see docs/decisions/0001-event-sourced-sessions.md): these
-objects are *snapshots* written at session start and then whenever the log has grown by half as
-many bytes as the last snapshot had (decision 0170), so the bytes written per turn stay flat while
-any past state can still be rebuilt from a snapshot plus the log entries after it.
+objects are *snapshots* written at session start and then whenever the log has grown by as many
+bytes as the last snapshot had, so the bytes written per turn stay flat while any past state can
+still be rebuilt from a snapshot plus the log entries after it.
 """
 
 from __future__ import annotations
