@@ -113,20 +113,23 @@ def _edn_string(value: str) -> str:
 DOC_CACHE_ENV = "SELFCTX_XTDB_DOC_CACHE_MB"
 
 
+def _setting_at_least(key: str, least: int, unit: str) -> int:
+    """The whole-number setting ``key`` (config file or environment), refused below ``least``."""
+    expected = f"expected a whole number of {unit}, >= {least}"
+    try:
+        value, _, where = load_config().lookup(key)
+    except ConfigError as exc:
+        raise XtdbSetupError(f"{exc.where}: {expected}") from exc
+    if value < least:
+        raise XtdbSetupError(f"{where or key}={value!r}: {expected}")
+    return int(value)
+
+
 def doc_cache_bytes() -> int:
     """Bytes of documents a node keeps in memory after reading them (``selfctx.cache``, decision
     0017): the ``xtdb.doc_cache_mb`` setting (SELFCTX_XTDB_DOC_CACHE_MB), by default 64 MB, a
     sixteenth of the default heap of 1 GB."""
-    try:
-        megabytes, _, where = load_config().lookup("xtdb.doc_cache_mb")
-    except ConfigError as exc:
-        raise XtdbSetupError(f"{exc.where}: expected a whole number of megabytes, >= 1") from exc
-    if megabytes < 1:
-        raise XtdbSetupError(
-            f"{where or 'xtdb.doc_cache_mb'}={megabytes!r}: expected a whole number of "
-            "megabytes, >= 1"
-        )
-    return int(megabytes) * 1024 * 1024
+    return _setting_at_least("xtdb.doc_cache_mb", 1, "megabytes") * 1024 * 1024
 
 
 RocksdbLayout = Literal["records", "two-stores"]
@@ -226,15 +229,7 @@ def warm_up_ms() -> int:
 
     See ``selfctx.warm-up`` and decision 0167; the tests' nodes set 0 (``SELFCTX_XTDB_WARM_UP_MS``).
     """
-    try:
-        ms, _, where = load_config().lookup("xtdb.warm_up_ms")
-    except ConfigError as exc:
-        raise XtdbSetupError(f"{exc.where}: expected a whole number of milliseconds, >= 0") from exc
-    if ms < 0:
-        raise XtdbSetupError(
-            f"{where or 'xtdb.warm_up_ms'}={ms!r}: expected a whole number of milliseconds, >= 0"
-        )
-    return int(ms)
+    return _setting_at_least("xtdb.warm_up_ms", 0, "milliseconds")
 
 
 def java_command(config_file: Path, tmp_dir: Path) -> list[str]:
